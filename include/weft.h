@@ -1,0 +1,293 @@
+/*
+ * weft.h - the one public header of weft, a library for collective
+ * communication in distributed deep-learning training.
+ *
+ * Processes ("ranks") submit named tensors asynchronously and in any order; a
+ * background engine in each process negotiates with a coordinator (rank 0)
+ * which tensors are ready on every rank, checks that all ranks agree (dtype,
+ * shape, op, root, scales), and runs bandwidth-optimal collectives.
+ *
+ * Conventions (numbered rules; see docs/design.md for the why):
+ *  1. Every function returns a weft_status: 0 = ok, > 0 = in progress,
+ *     < 0 = error. weft_status_string() names it; weft_last_error() and
+ *     weft_request_error() give a message naming what was wrong.
+ *  2. Handles are opaque. Each carries a magic number: a freed, foreign or
+ *     NULL handle returns WEFT_ERR_MISUSE instead of crashing (best effort:
+ *     use after free is still undefined behaviour in C).
+ *  3. Thread safety: every function may be called from any thread, unless
+ *     its comment says otherwise. Completion callbacks run on the engine
+ *     thread: they must not block and must not call weft_wait().
+ *  4. Ownership: the caller owns tensor memory it passes in and must keep it
+ *     valid and untouched until the request completes. Descriptors (shape
+ *     arrays, names, splits, option structs) are copied at submission and may
+ *     be reused as soon as the call returns. Library-owned outputs live until
+ *     weft_request_free().
+ *  5. Nothing waits forever: every blocking call takes or has a deadline
+ *     (WEFT_TIMEOUT_SECONDS for an operation, WEFT_HEARTBEAT_TIMEOUT for a
+ *     silent peer). A peer's death fails pending work with an error naming it.
+ *  6. Structs passed in start with a size field set by their *_INIT macro;
+ *     new fields are only ever appended.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------ status */
+typedef enum weft_status {
+  WEFT_OK = 0,
+  WEFT_IN_PROGRESS = 1,            /* not complete yet (weft_test, weft_wait) */
+  WEFT_ERR_INVALID_ARGUMENT = -1,  /* bad argument; nothing was submitted */
+  WEFT_ERR_MISUSE = -2,            /* NULL/freed/foreign handle, wrong state */
+  WEFT_ERR_NO_MEMORY = -3,
+  WEFT_ERR_SYSTEM = -4,            /* an OS call failed (message has errno) */
+  WEFT_ERR_TIMEOUT = -5,           /* a deadline passed */
+  WEFT_ERR_PEER_LOST = -6,         /* a peer's connection dropped or it went silent */
+  WEFT_ERR_MISMATCH = -7,          /* ranks disagreed on dtype/shape/op/root/... */
+  WEFT_ERR_ABORTED = -8,           /* weft_abort() here or on a peer (sticky) */
+  WEFT_ERR_NOT_SUPPORTED = -9,     /* feature not built, or algorithm declined */
+  WEFT_ERR_PROTOCOL = -10,         /* malformed or unexpected message from a peer */
+  WEFT_ERR_AUTH = -11,             /* authentication failed */
+  WEFT_ERR_SHUTDOWN = -12,         /* the world was finalized with this in flight */
+  WEFT_ERR_INTERNAL = -13          /* a bug in weft: please report */
+} weft_status;
+
+/* A static string naming the status ("WEFT_ERR_TIMEOUT" ...). Never NULL. */
+WEFT_API const char *weft_status_string(weft_status s);
+
+/* The message of the last error returned to the calling thread by any weft
+ * call (thread-local; "" if none). Valid until the thread's next weft call. */
+WEFT_API const char *weft_last_error(void);
+
+/* ------------------------------------------------------------------ types */
+typedef enum weft_dtype {
+  WEFT_DTYPE_UINT8 = 0,
+  WEFT_DTYPE_INT8 = 1,
+  WEFT_DTYPE_UINT16 = 2,
+  WEFT_DTYPE_INT16 = 3,
+  WEFT_DTYPE_INT32 = 4,
+  WEFT_DTYPE_INT64 = 5,
+  WEFT_DTYPE_FLOAT16 = 6,
+  WEFT_DTYPE_BFLOAT16 = 7,
+  WEFT_DTYPE_FLOAT32 = 8,
+  WEFT_DTYPE_FLOAT64 = 9,
+  WEFT_DTYPE_BOOL = 10, /* one byte, 0 or 1 */
+  WEFT_DTYPE_COUNT_ = 11
+} weft_dtype;
+
+/* Size in bytes of one element, or 0 for an unknown dtype. */
+WEFT_API size_t weft_dtype_size(weft_dtype t);
+/* "float32" ...; "unknown" for an unknown dtype. */
+WEFT_API const char *weft_dtype_name(weft_dtype t);
+
+typedef enum weft_reduce_op {
+  WEFT_OP_SUM = 0,     /* bool: logical or */
+  WEFT_OP_AVERAGE = 1, /* sum, then divide by the group size (integers truncate) */
+  WEFT_OP_MIN = 2,     /* bool: logical and */
+  WEFT_OP_MAX = 3,     /* bool: logical or */
+  WEFT_OP_PRODUCT = 4, /* bool: logical and */
+  WEFT_OP_COUNT_ = 5
+} weft_reduce_op;
+
+/* "sum" ...; "unknown" for an unknown op. */
+WEFT_API const char *weft_reduce_op_name(weft_reduce_op op);
+
+#define WEFT_MAX_DIMS 16
+#define WEFT_DEVICE_CPU (-1)
+
+/* A tensor descriptor: dense, row-major, contiguous. */
+typedef struct weft_tensor {
+  weft_dtype dtype;
+  int ndim;              /* 0 .. WEFT_MAX_DIMS; 0 = a scalar (one element) */
+  const int64_t *shape;  /* ndim entries, each >= 0; may be NULL when ndim == 0 */
+  void *data;            /* may be NULL only when the tensor has 0 elements */
+  int device;            /* WEFT_DEVICE_CPU (host memory) */
+} weft_tensor;
+
+/* ------------------------------------------------------------------ world */
+typedef struct weft_world weft_world;
+typedef struct weft_group weft_group;
+typedef struct weft_request weft_request;
+
+/* Configuration. Fields left at their WEFT_CONFIG_INIT value are filled from
+ * the environment (WEFT_RANK, WEFT_SIZE, WEFT_ADDR, ...; HOROVOD_*, Open MPI's
+ * OMPI_COMM_WORLD_* and PMI_* are accepted too), then from defaults. */
+typedef struct weft_config {
+  size_t struct_size;     /* sizeof(weft_config), set by WEFT_CONFIG_INIT */
+  int rank;               /* -1: from the environment */
+  int size;               /* -1: from the environment */
+  const char *addr;       /* "host:port" of rank 0's rendezvous; NULL: env */
+  const char *secret;     /* job secret (any bytes as text); NULL: env */
+  double timeout_seconds; /* per-operation deadline; <= 0: env or default */
+} weft_config;
+
+#define WEFT_CONFIG_INIT {sizeof(weft_config), -1, -1, NULL, NULL, 0.0}
+
+/* Join the job: rendezvous with every rank, authenticate, connect, start the
+ * engine thread. Blocking (deadline: WEFT_INIT_TIMEOUT_SECONDS). cfg may be
+ * NULL (all from the environment). On success *out is a new world handle; on
+ * error *out is NULL and weft_last_error() says why. A process may hold
+ * several worlds over time (init, finalize, init again). */
+WEFT_API weft_status weft_init(const weft_config *cfg, weft_world **out);
+
+/* Leave the job. Requests still in flight complete with WEFT_ERR_SHUTDOWN;
+ * their handles stay valid until weft_request_free(). Returns within about a
+ * second even when peers are dead. Flushes data owed to peers first (bounded).
+ * The world handle is invalid afterwards; finalizing NULL returns
+ * WEFT_ERR_MISUSE. Must not be called from a completion callback. */
+WEFT_API weft_status weft_finalize(weft_world *world);
+
+/* Ranks and sizes. Never fail on a valid world; return -1 on an invalid one.
+ * local_*: among ranks on this host; cross_*: among hosts (this host's index
+ * and the number of hosts). */
+WEFT_API int weft_rank(const weft_world *world);
+WEFT_API int weft_size(const weft_world *world);
+WEFT_API int weft_local_rank(const weft_world *world);
+WEFT_API int weft_local_size(const weft_world *world);
+WEFT_API int weft_cross_rank(const weft_world *world);
+WEFT_API int weft_cross_size(const weft_world *world);
+
+/* The group of all ranks. Owned by the world; never free it. */
+WEFT_API weft_group *weft_world_group(weft_world *world);
+
+/* Stop the world: every pending and future request fails with
+ * WEFT_ERR_ABORTED and "aborted: <reason>"; peers are told and fail too.
+ * Sticky and idempotent. Non-blocking. */
+WEFT_API weft_status weft_abort(weft_world *world, const char *reason);
+
+/* WEFT_OK while the world is healthy; otherwise the status of the first
+ * asynchronous failure (peer lost, abort, ...) and weft_last_error() its
+ * message. Non-blocking. */
+WEFT_API weft_status weft_async_error(weft_world *world);
+
+/* ------------------------------------------------------------------ operations */
+/* Completion callback: runs once on the engine thread when the request
+ * completes (successfully or not). Must not block. The request stays valid
+ * until weft_request_free(), which the callback may call. */
+typedef void (*weft_done_fn)(weft_request *req, weft_status status, void *user_data);
+
+/* Allocator for outputs whose size is known only after negotiation
+ * (allgather, alltoall). Called on the engine thread with the output's byte
+ * size (may be 0); returns memory for it, or NULL to fail the request with
+ * WEFT_ERR_NO_MEMORY. The memory then belongs to the caller. */
+typedef void *(*weft_alloc_fn)(size_t bytes, void *alloc_ctx);
+
+/* Options common to every operation. Pass NULL for all defaults. */
+typedef struct weft_op_options {
+  size_t struct_size;     /* sizeof(weft_op_options), set by WEFT_OP_OPTIONS_INIT */
+  double prescale;        /* allreduce/reducescatter: multiply inputs first (1.0) */
+  double postscale;       /* allreduce/reducescatter: multiply the result (1.0) */
+  int priority;           /* among ready operations, higher runs first (0) */
+  weft_done_fn callback;  /* NULL: none; poll or wait instead */
+  void *user_data;        /* passed to callback */
+  weft_alloc_fn alloc;    /* NULL: outputs are library-owned */
+  void *alloc_ctx;        /* passed to alloc */
+} weft_op_options;
+
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL}
+
+/* Every operation below:
+ *  - is non-blocking: it validates its arguments, copies the descriptors and
+ *    enqueues; *req receives a new request handle (never NULL on success);
+ *  - takes a name unique among this rank's requests in flight in the group
+ *    (1..255 bytes, copied); a name in flight is WEFT_ERR_INVALID_ARGUMENT;
+ *    the same name on every rank denotes the same collective;
+ *  - fails locally (WEFT_ERR_INVALID_ARGUMENT, nothing enqueued, *req NULL)
+ *    on misuse, with weft_last_error() naming the problem;
+ *  - completes with WEFT_ERR_MISMATCH on every rank when ranks disagree.
+ * The caller must keep every data buffer valid until completion. */
+
+/* out = op over ranks of in (elementwise), times prescale/postscale.
+ * in and out have the same dtype and shape on every rank; out->data may equal
+ * in->data (in place). */
+WEFT_API weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *in,
+                                    const weft_tensor *out, weft_reduce_op op,
+                                    const weft_op_options *opt, weft_request **req);
+
+/* Concatenation along dim 0 of every rank's in, in rank order. in->ndim >= 1;
+ * dims 1.. agree across ranks; dim 0 may differ. The output is available
+ * through weft_request_output() (library-owned or from opt->alloc). */
+WEFT_API weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *in,
+                                    const weft_op_options *opt, weft_request **req);
+
+/* Copies root's tensor into every rank's tensor (in place; same dtype and
+ * shape everywhere). root is a rank of the group. */
+WEFT_API weft_status weft_broadcast(weft_group *g, const char *name, const weft_tensor *inout,
+                                    int root, const weft_op_options *opt, weft_request **req);
+
+/* Rank i sends rows [sum(splits[0..j)), +splits[j]) of in (dim 0) to rank j;
+ * receives the rows every rank sends it, concatenated in rank order.
+ * splits: group-size entries >= 0 summing to at most in->shape[0]; NULL means
+ * even splits (dim 0 must divide by the group size). in->ndim >= 1; dims 1..
+ * agree across ranks. Output and received splits via weft_request_output()
+ * and weft_request_recv_splits(). */
+WEFT_API weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in,
+                                   const int64_t *splits, const weft_op_options *opt,
+                                   weft_request **req);
+
+/* Reduces in across ranks and leaves rank i with its slice of dim 0: the
+ * first (dim0 % size) ranks get dim0/size + 1 rows, the others dim0/size.
+ * in->ndim >= 1, same shape everywhere. out has the slice's shape; out->data
+ * NULL means library-owned output (see weft_request_output()). */
+WEFT_API weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in,
+                                        const weft_tensor *out, weft_reduce_op op,
+                                        const weft_op_options *opt, weft_request **req);
+
+/* Completes when every rank of the group has called it with this name.
+ * name may be NULL: barriers are then matched by call order. */
+WEFT_API weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt,
+                                  weft_request **req);
+
+/* ------------------------------------------------------------------ requests */
+/* Non-blocking: WEFT_IN_PROGRESS while pending, else the final status. */
+WEFT_API weft_status weft_test(weft_request *req);
+
+/* Blocks until the request completes or timeout_seconds pass (< 0: until the
+ * operation's own deadline, which always exists). Returns the final status,
+ * or WEFT_IN_PROGRESS if the wait timed out (the request keeps running).
+ * Must not be called from a completion callback. */
+WEFT_API weft_status weft_wait(weft_request *req, double timeout_seconds);
+
+/* The error message of a completed request ("" if none or still pending).
+ * Owned by the request. */
+WEFT_API const char *weft_request_error(weft_request *req);
+
+/* The output tensor of a completed request: for allreduce/broadcast/
+ * reducescatter the caller's tensor (or the library-owned reducescatter
+ * output); for allgather/alltoall the gathered output. out->shape points
+ * into the request (valid until free). If the output came from opt->alloc,
+ * the caller owns out->data; otherwise the request does. */
+WEFT_API weft_status weft_request_output(weft_request *req, weft_tensor *out);
+
+/* Alltoall: the number of dim-0 rows received from each rank (group-size
+ * entries, owned by the request). */
+WEFT_API weft_status weft_request_recv_splits(weft_request *req, const int64_t **splits, int *n);
+
+/* Frees the handle (and library-owned outputs). A pending request is
+ * detached: it completes in the background and is freed then; its buffers
+ * must stay valid until that happens (or until weft_finalize returns). */
+WEFT_API weft_status weft_request_free(weft_request *req);
+
+/* ------------------------------------------------------------------ info */
+/* "0.1.0" */
+WEFT_API const char *weft_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

@@ -1,0 +1,70 @@
+/* algo.h - collective algorithms and the registry that chooses them.
+ *
+ * Every algorithm is one file (algo/<coll>_<name>.c) exporting a wf_algo.
+ * The registry asks each algorithm of the collective whether it supports the
+ * arguments, takes the cheapest by its cost model (alpha-beta), or the one
+ * forced by WEFT_ALGO_<COLL>=name; an algorithm that declines lets the next
+ * one run. Algorithms see only group ranks, buffers and counts. */
+#ifndef WF_ALGO_H
+#define WF_ALGO_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo/sched.h"
+#include "wire/wire.h"
+
+/* Arguments of one collective on one rank, after negotiation. All counts are
+ * in elements of dtype. Scales are NOT the algorithm's business: the engine
+ * applies prescale before and postscale (and average) after. */
+typedef struct wf_coll_args {
+  wf_coll coll;
+  weft_dtype dtype;
+  weft_reduce_op op;   /* allreduce, reducescatter */
+  size_t elem_size;
+  int rank, size;      /* within the group */
+
+  /* ALLREDUCE: in-place on buf (count elements). The engine has already
+   * copied the input into buf. */
+  /* BROADCAST: buf (count elements) is the source on root, the destination
+   * elsewhere. */
+  void *buf;
+  size_t count;
+  int root;
+
+  /* ALLGATHER: rank i contributes counts[i] elements; in (counts[rank]
+   * elements) may alias out + displs[rank]; out holds sum(counts) elements,
+   * rank i's block at displs[i].
+   * REDUCESCATTER: in holds sum(counts) elements (rank i's block at
+   * displs[i]); out receives this rank's reduced block (counts[rank]
+   * elements). in is read-only.
+   * ALLTOALL: this rank sends send_counts[j] elements from in + send_displs[j]
+   * to rank j and receives recv_counts[j] elements into out + recv_displs[j]. */
+  const void *in;
+  void *out;
+  const size_t *counts, *displs;            /* size entries */
+  const size_t *send_counts, *send_displs;  /* size entries */
+  const size_t *recv_counts, *recv_displs;  /* size entries */
+
+  size_t segment_bytes; /* pipeline segment (WEFT_RING_SEGMENT_BYTES) */
+} wf_coll_args;
+
+typedef struct wf_algo {
+  const char *name;  /* "ring", "rd", "tree", "chain", "pairwise" */
+  wf_coll coll;
+  /* 1 if this algorithm can run these arguments, else 0 (decline). */
+  int (*supports)(const wf_coll_args *a);
+  /* Estimated seconds (alpha-beta model); lower wins. */
+  double (*cost)(const wf_coll_args *a);
+  /* Appends the schedule. Returns WEFT_OK or an error (e.g. NO_MEMORY). */
+  weft_status (*build)(const wf_coll_args *a, wf_sched *s);
+} wf_algo;
+
+/* Picks and builds: forced name (may be NULL or "") first; if forced is set
+ * but unknown or declines, falls back to the cheapest supporting algorithm
+ * with a warning. *chosen gets the algorithm's name. */
+weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen);
+
+/* The table: all algorithms, NULL-terminated. */
+const wf_algo *const *wf_algo_table(void);
+
+#endif

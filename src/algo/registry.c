@@ -1,0 +1,148 @@
+/* registry.c - the table of collective algorithms and the choice among them.
+ * Arguments are validated once here (ranges, NULL buffers, byte-size
+ * overflow) so the algorithms can trust them. Then a forced name runs if it
+ * exists for the collective and supports the arguments; otherwise the
+ * cheapest supporting algorithm by its alpha-beta model runs (ties go to
+ * the earlier entry of the table). Every rank computes the same choice from
+ * the same negotiated arguments, which the schedules rely on. */
+#include <stdint.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "util/err.h"
+#include "util/log.h"
+
+extern const wf_algo wf_algo_allreduce_rd;
+extern const wf_algo wf_algo_allreduce_ring;
+extern const wf_algo wf_algo_allgather_ring;
+extern const wf_algo wf_algo_broadcast_tree;
+extern const wf_algo wf_algo_broadcast_chain;
+extern const wf_algo wf_algo_alltoall_pairwise;
+extern const wf_algo wf_algo_reducescatter_ring;
+
+static const wf_algo *const g_table[] = {
+    &wf_algo_allreduce_rd,     &wf_algo_allreduce_ring,    &wf_algo_allgather_ring,
+    &wf_algo_broadcast_tree,   &wf_algo_broadcast_chain,   &wf_algo_alltoall_pairwise,
+    &wf_algo_reducescatter_ring, NULL};
+
+const wf_algo *const *wf_algo_table(void) { return g_table; }
+
+/* Local names: the collective's wire name lives in wire.c, which the
+ * algorithms do not otherwise need. */
+static const char *coll_name(wf_coll c) {
+  static const char *const names[] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier"};
+  return (unsigned)c < sizeof names / sizeof names[0] ? names[c] : "unknown";
+}
+
+/* 1 if off + n elements of es bytes fit in size_t. */
+static int span_ok(size_t off, size_t n, size_t es) {
+  if (n > SIZE_MAX - off) return 0;
+  return off + n <= SIZE_MAX / es;
+}
+
+/* Per-rank block arrays (allgather, reducescatter, alltoall): present, and
+ * every block addressable. Sets *total to the sum of counts. */
+static weft_status check_blocks(const wf_coll_args *a, const size_t *counts, const size_t *displs, const char *what,
+                                size_t *total) {
+  if (!counts || !displs) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %scounts/displs are NULL", coll_name(a->coll), what);
+  size_t sum = 0;
+  for (int i = 0; i < a->size; i++) {
+    if (!span_ok(displs[i], counts[i], a->elem_size) || counts[i] > SIZE_MAX - sum)
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %sblock of rank %d (%zu elements at %zu) overflows",
+                    coll_name(a->coll), what, i, counts[i], displs[i]);
+    sum += counts[i];
+  }
+  *total = sum;
+  return WEFT_OK;
+}
+
+static weft_status validate(const wf_coll_args *a) {
+  const char *cn = coll_name(a->coll);
+  if (a->size < 1 || a->rank < 0 || a->rank >= a->size)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: rank %d out of range for size %d", cn, a->rank, a->size);
+  if (a->elem_size == 0) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: element size 0", cn);
+  size_t total = 0;
+  switch (a->coll) {
+    case WF_COLL_ALLREDUCE:
+    case WF_COLL_BROADCAST:
+      if (!span_ok(0, a->count, a->elem_size))
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %zu elements overflow", cn, a->count);
+      if (a->count && !a->buf) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: NULL buffer", cn);
+      if (a->coll == WF_COLL_BROADCAST && (a->root < 0 || a->root >= a->size))
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "broadcast: root %d out of range for size %d", a->root, a->size);
+      if (a->coll == WF_COLL_ALLREDUCE && ((unsigned)a->op >= WEFT_OP_COUNT_ || (unsigned)a->dtype >= WEFT_DTYPE_COUNT_))
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allreduce: unknown op %d or dtype %d", (int)a->op, (int)a->dtype);
+      return WEFT_OK;
+    case WF_COLL_ALLGATHER:
+      WF_CHECK(check_blocks(a, a->counts, a->displs, "", &total));
+      if (total && !a->out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allgather: NULL output");
+      if (a->counts[a->rank] && !a->in) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allgather: NULL input");
+      return WEFT_OK;
+    case WF_COLL_REDUCESCATTER:
+      WF_CHECK(check_blocks(a, a->counts, a->displs, "", &total));
+      if (total && !a->in) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "reducescatter: NULL input");
+      if (a->counts[a->rank] && !a->out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "reducescatter: NULL output");
+      if ((unsigned)a->op >= WEFT_OP_COUNT_ || (unsigned)a->dtype >= WEFT_DTYPE_COUNT_)
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "reducescatter: unknown op %d or dtype %d", (int)a->op,
+                      (int)a->dtype);
+      return WEFT_OK;
+    case WF_COLL_ALLTOALL:
+      WF_CHECK(check_blocks(a, a->send_counts, a->send_displs, "send ", &total));
+      if (total && !a->in) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "alltoall: NULL input");
+      WF_CHECK(check_blocks(a, a->recv_counts, a->recv_displs, "receive ", &total));
+      if (total && !a->out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "alltoall: NULL output");
+      if (a->send_counts[a->rank] != a->recv_counts[a->rank])
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "alltoall: rank %d sends itself %zu elements but expects %zu",
+                      a->rank, a->send_counts[a->rank], a->recv_counts[a->rank]);
+      return WEFT_OK;
+    default:
+      return WEFT_OK; /* no algorithm will claim it; reported by the caller */
+  }
+}
+
+weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen) {
+  if (chosen) *chosen = NULL;
+  if (!a || !s) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_algo_build: NULL arguments");
+  WF_CHECK(validate(a));
+  const char *cn = coll_name(a->coll);
+  const wf_algo *pick = NULL;
+
+  if (forced && *forced) {
+    const wf_algo *named = NULL;
+    for (const wf_algo *const *it = g_table; *it; it++)
+      if ((*it)->coll == a->coll && !strcmp((*it)->name, forced)) named = *it;
+    if (!named)
+      WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing by cost", cn, forced);
+    else if (!named->supports(a))
+      WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' declines these arguments (%zu elements, %d ranks); choosing by cost",
+              cn, forced, a->count, a->size);
+    else
+      pick = named;
+  }
+
+  if (!pick) {
+    double best = 0.0;
+    for (const wf_algo *const *it = g_table; *it; it++) {
+      if ((*it)->coll != a->coll || !(*it)->supports(a)) continue;
+      double c = (*it)->cost(a);
+      if (!pick || c < best) {
+        pick = *it;
+        best = c;
+      }
+    }
+    if (!pick)
+      return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s: no algorithm supports %zu elements on %d ranks", cn, a->count,
+                    a->size);
+  }
+
+  WF_DEBUG(WF_SUB_ALGO, "%s: %s (rank %d of %d, %zu elements)", cn, pick->name, a->rank, a->size, a->count);
+  /* the schedule's REDUCE/SCALE steps are of this collective's type */
+  s->dtype = a->dtype;
+  s->op = a->op;
+  weft_status st = pick->build(a, s);
+  if (st < 0) return st;
+  st = wf_sched_finish(s);
+  if (st < 0) return wf_err(st, "%s %s: no memory for the schedule", cn, pick->name);
+  if (chosen) *chosen = pick->name;
+  return WEFT_OK;
+}

@@ -1,0 +1,163 @@
+/* sched.c - building schedules (rounds of transfers, then local steps) and
+ * running their local steps. Appends never fail loudly: a failed allocation
+ * marks the schedule (oom) and wf_sched_finish reports it once, so builders
+ * stay straight-line code. Zero-sized steps are dropped here, which keeps the
+ * rule "never a SEND/RECV of 0 bytes" true on both sides of every pair
+ * whatever the builder does. */
+#include "algo/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "reduce/reduce.h"
+
+#define WF_SCHED_ALIGN 64
+
+void wf_sched_init(wf_sched *s, weft_dtype dtype, weft_reduce_op op) {
+  memset(s, 0, sizeof *s);
+  s->dtype = dtype;
+  s->op = op;
+}
+
+void wf_sched_free(wf_sched *s) {
+  if (!s) return;
+  free(s->steps);
+  free(s->round_end);
+  free(s->scratch);
+  memset(s, 0, sizeof *s);
+}
+
+void *wf_sched_scratch(wf_sched *s, size_t bytes) {
+  if (s->scratch) return bytes <= s->scratch_bytes ? s->scratch : NULL;
+  /* aligned_alloc wants a multiple of the alignment; at least one block so
+   * a zero-byte request still yields a distinct pointer. */
+  size_t rounded = bytes + (WF_SCHED_ALIGN - 1);
+  if (rounded < bytes) {
+    s->oom = 1;
+    return NULL;
+  }
+  rounded -= rounded % WF_SCHED_ALIGN;
+  if (rounded == 0) rounded = WF_SCHED_ALIGN;
+  s->scratch = aligned_alloc(WF_SCHED_ALIGN, rounded);
+  if (!s->scratch) {
+    s->oom = 1;
+    return NULL;
+  }
+  s->scratch_bytes = bytes;
+  return s->scratch;
+}
+
+/* Index of the first step of the open round (== nsteps when none is open). */
+static size_t round_start(const wf_sched *s) { return s->nrounds ? s->round_end[s->nrounds - 1] : 0; }
+
+static wf_step *append(wf_sched *s) {
+  if (s->oom) return NULL;
+  if (s->nsteps == s->cap) {
+    if (s->cap > SIZE_MAX / 2 / sizeof *s->steps) {
+      s->oom = 1;
+      return NULL;
+    }
+    size_t ncap = s->cap ? s->cap * 2 : 64;
+    wf_step *p = realloc(s->steps, ncap * sizeof *p);
+    if (!p) {
+      s->oom = 1;
+      return NULL;
+    }
+    s->steps = p;
+    s->cap = ncap;
+  }
+  wf_step *st = &s->steps[s->nsteps++];
+  memset(st, 0, sizeof *st);
+  st->peer = -1;
+  return st;
+}
+
+void wf_sched_send(wf_sched *s, int peer, const void *src, size_t bytes) {
+  if (bytes == 0) return;
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_SEND;
+  st->peer = peer;
+  st->src = src;
+  st->bytes = bytes;
+}
+
+void wf_sched_recv(wf_sched *s, int peer, void *dst, size_t bytes) {
+  if (bytes == 0) return;
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_RECV;
+  st->peer = peer;
+  st->dst = dst;
+  st->bytes = bytes;
+}
+
+void wf_sched_reduce(wf_sched *s, void *dst, const void *src, size_t count) {
+  if (count == 0) return;
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_REDUCE;
+  st->dst = dst;
+  st->src = src;
+  st->count = count;
+}
+
+void wf_sched_copy(wf_sched *s, void *dst, const void *src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_COPY;
+  st->dst = dst;
+  st->src = src;
+  st->bytes = bytes;
+}
+
+void wf_sched_scale(wf_sched *s, void *dst, const void *src, size_t count, double factor) {
+  if (count == 0 || (factor == 1.0 && dst == src)) return;
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_SCALE;
+  st->dst = dst;
+  st->src = src;
+  st->count = count;
+  st->factor = factor;
+}
+
+void wf_sched_end_round(wf_sched *s) {
+  if (s->oom || s->nsteps == round_start(s)) return;
+  if (s->nrounds == s->rcap) {
+    size_t ncap = s->rcap ? s->rcap * 2 : 16;
+    size_t *p = realloc(s->round_end, ncap * sizeof *p);
+    if (!p) {
+      s->oom = 1;
+      return;
+    }
+    s->round_end = p;
+    s->rcap = ncap;
+  }
+  s->round_end[s->nrounds++] = s->nsteps;
+}
+
+weft_status wf_sched_finish(wf_sched *s) {
+  wf_sched_end_round(s);
+  return s->oom ? WEFT_ERR_NO_MEMORY : WEFT_OK;
+}
+
+void wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
+  for (size_t i = first; i < last && i < s->nsteps; i++) {
+    const wf_step *st = &s->steps[i];
+    switch (st->kind) {
+      case WF_STEP_REDUCE:
+        wf_reduce(s->dtype, s->op, st->dst, st->src, st->count);
+        break;
+      case WF_STEP_COPY:
+        memmove(st->dst, st->src, st->bytes);
+        break;
+      case WF_STEP_SCALE:
+        wf_scale_copy(s->dtype, st->dst, st->src, st->count, st->factor);
+        break;
+      default: /* transfers belong to the engine (or the test simulator) */
+        break;
+    }
+  }
+}

@@ -1,0 +1,270 @@
+/* ops.c - the collective entry points: validate arguments (local misuse is
+ * rejected here, at once, with a message), copy the descriptors into a new
+ * request, register its name as in flight, and hand it to the engine. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/time.h"
+
+#define INVALID(...) wf_err(WEFT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+static weft_status check_group(const char *fn, weft_group *g) {
+  if (!g || g->magic != WF_GROUP_MAGIC || !g->world || g->world->magic != WF_WORLD_MAGIC)
+    return wf_err(WEFT_ERR_MISUSE, "%s: not a live group handle", fn);
+  if (g->rank < 0) return INVALID("%s: this rank is not a member of group %u", fn, g->id);
+  return WEFT_OK;
+}
+
+static weft_status check_name(const char *fn, const char *name) {
+  if (!name) return INVALID("%s: name is NULL", fn);
+  size_t n = strlen(name);
+  if (n == 0 || n > WF_NAME_MAX) return INVALID("%s: name must be 1..%d bytes, got %zu", fn, WF_NAME_MAX, n);
+  return WEFT_OK;
+}
+
+/* Checks a tensor descriptor; *elems gets its element count. */
+static weft_status check_tensor(const char *fn, const char *name, const char *what, const weft_tensor *t,
+                                size_t *elems) {
+  if (!t) return INVALID("%s('%s'): %s tensor is NULL", fn, name, what);
+  if ((unsigned)t->dtype >= WEFT_DTYPE_COUNT_)
+    return INVALID("%s('%s'): %s tensor has unknown dtype %d", fn, name, what, (int)t->dtype);
+  if (t->ndim < 0 || t->ndim > WEFT_MAX_DIMS)
+    return INVALID("%s('%s'): %s tensor has %d dimensions (0..%d allowed)", fn, name, what, t->ndim, WEFT_MAX_DIMS);
+  if (t->ndim > 0 && !t->shape) return INVALID("%s('%s'): %s tensor has ndim %d but shape is NULL", fn, name, what, t->ndim);
+  size_t n = 1, es = weft_dtype_size(t->dtype);
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->shape[d] < 0)
+      return INVALID("%s('%s'): %s tensor has negative dimension %d (%lld)", fn, name, what, d,
+                     (long long)t->shape[d]);
+    if (t->shape[d] && n > (SIZE_MAX / 4) / es / (size_t)t->shape[d])
+      return INVALID("%s('%s'): %s tensor is too large", fn, name, what);
+    n *= (size_t)t->shape[d];
+  }
+  if (n > 0 && !t->data) return INVALID("%s('%s'): %s tensor has %zu elements but data is NULL", fn, name, what, n);
+  if (t->device != WEFT_DEVICE_CPU)
+    return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s('%s'): %s tensor is on device %d; this build supports host memory only",
+                  fn, name, what, t->device);
+  *elems = n;
+  return WEFT_OK;
+}
+
+static weft_status check_opts(const char *fn, const char *name, const weft_op_options *o) {
+  if (!o) return WEFT_OK;
+  if (o->struct_size < offsetof(weft_op_options, alloc_ctx) + sizeof(void *))
+    return INVALID("%s('%s'): options struct_size %zu is too small (use WEFT_OP_OPTIONS_INIT)", fn, name,
+                   o->struct_size);
+  if (!isfinite(o->prescale) || !isfinite(o->postscale))
+    return INVALID("%s('%s'): prescale/postscale must be finite (got %g, %g)", fn, name, o->prescale, o->postscale);
+  return WEFT_OK;
+}
+
+static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
+                                 const weft_op_options *o) {
+  weft_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  atomic_init(&r->magic, WF_REQ_MAGIC);
+  atomic_init(&r->state, WF_REQ_QUEUED);
+  atomic_init(&r->refs, 2);
+  r->world = g->world;
+  r->group = g;
+  r->msg.group_id = g->id;
+  r->msg.coll = (uint8_t)coll;
+  r->msg.root = -1;
+  r->msg.device = WEFT_DEVICE_CPU;
+  r->msg.prescale = o ? o->prescale : 1.0;
+  r->msg.postscale = o ? o->postscale : 1.0;
+  r->msg.priority = o ? o->priority : 0;
+  snprintf(r->msg.name, sizeof r->msg.name, "%s", name);
+  if (in) {
+    r->in = *in;
+    r->msg.dtype = (uint8_t)in->dtype;
+    r->msg.ndim = (uint8_t)in->ndim;
+    for (int d = 0; d < in->ndim; d++) r->msg.shape[d] = r->in_shape[d] = in->shape[d];
+    r->in.shape = r->in_shape;
+    r->msg.device = in->device;
+  }
+  if (o) {
+    r->callback = o->callback;
+    r->user_data = o->user_data;
+    r->alloc = o->alloc;
+    r->alloc_ctx = o->alloc_ctx;
+  }
+  r->deadline = wf_deadline_after(g->world->timeout_seconds);
+  return r;
+}
+
+/* Registers the name and enqueues; on failure frees r. */
+static weft_status submit(weft_request *r, weft_request **out) {
+  weft_world *w = r->world;
+  pthread_mutex_lock(&w->mu);
+  weft_status st = WEFT_OK;
+  if (w->fail_status != WEFT_OK) {
+    st = wf_err(w->fail_status, "%s", w->fail_msg);
+  } else if (w->stopping) {
+    st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
+  } else if (wf_strmap_get(&w->inflight, r->msg.name)) {
+    st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll), r->msg.name,
+                 w->rank);
+  } else if (wf_strmap_put(&w->inflight, r->msg.name, r)) {
+    st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (st != WEFT_OK) {
+    free(r->msg.splits);
+    free(r);
+    return st;
+  }
+  *out = r;
+  wf_engine_submit(w, r);
+  return WEFT_OK;
+}
+
+#define BEGIN(fn)                                                              \
+  wf_err_clear();                                                              \
+  if (!req) return INVALID(fn ": req is NULL");                                \
+  *req = NULL;                                                                 \
+  WF_CHECK(check_group(fn, g))
+
+weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                           weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_allreduce");
+  size_t n, m;
+  WF_CHECK(check_name("weft_allreduce", name));
+  WF_CHECK(check_tensor("weft_allreduce", name, "input", in, &n));
+  WF_CHECK(check_tensor("weft_allreduce", name, "output", out, &m));
+  WF_CHECK(check_opts("weft_allreduce", name, opt));
+  if ((unsigned)op >= WEFT_OP_COUNT_) return INVALID("weft_allreduce('%s'): unknown reduce op %d", name, (int)op);
+  if (in->dtype != out->dtype)
+    return INVALID("weft_allreduce('%s'): input is %s but output is %s", name, weft_dtype_name(in->dtype),
+                   weft_dtype_name(out->dtype));
+  int same = in->ndim == out->ndim;
+  for (int d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+  if (!same) return INVALID("weft_allreduce('%s'): input and output shapes differ", name);
+  if (in->dtype == WEFT_DTYPE_BOOL && op == WEFT_OP_AVERAGE)
+    return INVALID("weft_allreduce('%s'): average is not defined for bool tensors", name);
+  if (n && in->data != out->data) {
+    const char *a = in->data, *b = out->data;
+    size_t bytes = n * weft_dtype_size(in->dtype);
+    if (a < b + bytes && b < a + bytes)
+      return INVALID("weft_allreduce('%s'): input and output overlap without being the same buffer", name);
+  }
+  weft_request *r = new_request(g, WF_COLL_ALLREDUCE, name, in, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->out = *out;
+  r->out.shape = r->in_shape;
+  r->msg.reduce_op = (uint8_t)op;
+  return submit(r, req);
+}
+
+weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
+                           weft_request **req) {
+  BEGIN("weft_allgather");
+  size_t n;
+  WF_CHECK(check_name("weft_allgather", name));
+  WF_CHECK(check_tensor("weft_allgather", name, "input", in, &n));
+  WF_CHECK(check_opts("weft_allgather", name, opt));
+  weft_request *r = new_request(g, WF_COLL_ALLGATHER, name, in, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  return submit(r, req);
+}
+
+weft_status weft_broadcast(weft_group *g, const char *name, const weft_tensor *inout, int root,
+                           const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_broadcast");
+  size_t n;
+  WF_CHECK(check_name("weft_broadcast", name));
+  WF_CHECK(check_tensor("weft_broadcast", name, "input", inout, &n));
+  WF_CHECK(check_opts("weft_broadcast", name, opt));
+  if (root < 0 || root >= g->size)
+    return INVALID("weft_broadcast('%s'): root %d is not a rank of the group (size %d)", name, root, g->size);
+  weft_request *r = new_request(g, WF_COLL_BROADCAST, name, inout, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->msg.root = root;
+  return submit(r, req);
+}
+
+weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in, const int64_t *splits,
+                          const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_alltoall");
+  size_t n;
+  WF_CHECK(check_name("weft_alltoall", name));
+  WF_CHECK(check_tensor("weft_alltoall", name, "input", in, &n));
+  WF_CHECK(check_opts("weft_alltoall", name, opt));
+  int size = g->size;
+  int64_t dim0 = in->ndim ? in->shape[0] : 1;
+  if (splits) {
+    int64_t sum = 0;
+    for (int j = 0; j < size; j++) {
+      if (splits[j] < 0)
+        return INVALID("weft_alltoall('%s'): splits[%d] is negative (%lld)", name, j, (long long)splits[j]);
+      sum += splits[j];
+      if (sum > dim0) break;
+    }
+    if (sum > dim0)
+      return INVALID("weft_alltoall('%s'): splits sum to more than the first dimension (%lld)", name, (long long)dim0);
+  } else if (in->ndim && dim0 % size) {
+    return INVALID("weft_alltoall('%s'): without splits the first dimension (%lld) must divide by the group size %d",
+                   name, (long long)dim0, size);
+  }
+  weft_request *r = new_request(g, WF_COLL_ALLTOALL, name, in, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->msg.nsplits = (uint32_t)size;
+  r->msg.splits = malloc(sizeof(int64_t) * (size_t)size);
+  if (!r->msg.splits) {
+    free(r);
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  }
+  for (int j = 0; j < size; j++) r->msg.splits[j] = splits ? splits[j] : (in->ndim ? dim0 / size : 0);
+  return submit(r, req);
+}
+
+weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                               weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_reducescatter");
+  size_t n, m;
+  WF_CHECK(check_name("weft_reducescatter", name));
+  WF_CHECK(check_tensor("weft_reducescatter", name, "input", in, &n));
+  WF_CHECK(check_opts("weft_reducescatter", name, opt));
+  if ((unsigned)op >= WEFT_OP_COUNT_) return INVALID("weft_reducescatter('%s'): unknown reduce op %d", name, (int)op);
+  if (in->dtype == WEFT_DTYPE_BOOL && op == WEFT_OP_AVERAGE)
+    return INVALID("weft_reducescatter('%s'): average is not defined for bool tensors", name);
+  weft_request *r = NULL;
+  if (out && out->data && in->ndim > 0) {
+    WF_CHECK(check_tensor("weft_reducescatter", name, "output", out, &m));
+    int64_t rows = in->shape[0] / g->size + (g->rank < in->shape[0] % g->size);
+    int ok = out->dtype == in->dtype && out->ndim == in->ndim && out->shape[0] == rows;
+    for (int d = 1; ok && d < in->ndim; d++) ok = out->shape[d] == in->shape[d];
+    if (!ok)
+      return INVALID("weft_reducescatter('%s'): output must be %s with this rank's %lld rows and the input's other "
+                     "dimensions", name, weft_dtype_name(in->dtype), (long long)rows);
+  }
+  r = new_request(g, WF_COLL_REDUCESCATTER, name, in, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  if (out && out->data && in->ndim > 0) {
+    r->out = *out;
+    for (int d = 0; d < out->ndim; d++) r->out_shape[d] = out->shape[d];
+    r->out.shape = r->out_shape;
+  }
+  r->msg.reduce_op = (uint8_t)op;
+  return submit(r, req);
+}
+
+weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_barrier");
+  char auto_name[64];
+  if (!name) {
+    pthread_mutex_lock(&g->world->mu);
+    snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)g->world->barrier_count++);
+    pthread_mutex_unlock(&g->world->mu);
+    name = auto_name;
+  }
+  WF_CHECK(check_name("weft_barrier", name));
+  WF_CHECK(check_opts("weft_barrier", name, opt));
+  weft_request *r = new_request(g, WF_COLL_BARRIER, name, NULL, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  return submit(r, req);
+}

@@ -1,0 +1,117 @@
+/* request.c - request handles: test, wait (spin briefly, then block on the
+ * world's condition variable, always with a deadline), results, free. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/time.h"
+
+static int live(weft_request *r) {
+  return r && atomic_load_explicit(&r->magic, memory_order_relaxed) == WF_REQ_MAGIC;
+}
+
+static int done(weft_request *r) {
+  /* acquire: pairs with the engine's release store in wf_request_complete */
+  return atomic_load_explicit(&r->state, memory_order_acquire) == WF_REQ_DONE;
+}
+
+weft_status weft_test(weft_request *r) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_test: not a live request handle");
+  if (!done(r)) return WEFT_IN_PROGRESS;
+  if (r->status != WEFT_OK) wf_err(r->status, "%s", r->error ? r->error : weft_status_string(r->status));
+  return r->status;
+}
+
+weft_status weft_wait(weft_request *r, double timeout_seconds) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_wait: not a live request handle");
+  if (done(r)) return weft_test(r);
+  /* Spin a little: small collectives complete in microseconds, and a futex
+   * sleep/wake costs about as much. Yield so oversubscribed ranks run. */
+  for (int i = 0; i < 64; i++) {
+    if (done(r)) return weft_test(r);
+    if (i >= 16) sched_yield();
+  }
+  weft_world *w = r->world;
+  int64_t deadline;
+  if (timeout_seconds >= 0) {
+    deadline = wf_deadline_after(timeout_seconds);
+  } else {
+    /* The engine fails every operation by its deadline (plus the time to
+     * notice a silent peer); waiting past that would be a bug, not a hang. */
+    deadline = r->deadline + (int64_t)((w->hb_timeout + 5.0) * 1e9);
+  }
+  pthread_mutex_lock(&w->mu);
+  while (!done(r)) {
+    int64_t left = deadline - wf_now_ns();
+    if (left <= 0) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + left;
+    ts.tv_sec += ns / WF_NS_PER_SEC;
+    ts.tv_nsec = ns % WF_NS_PER_SEC;
+    pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (!done(r)) return WEFT_IN_PROGRESS;
+  return weft_test(r);
+}
+
+const char *weft_request_error(weft_request *r) {
+  if (!live(r) || !done(r) || !r->error) return "";
+  return r->error;
+}
+
+weft_status weft_request_output(weft_request *r, weft_tensor *out) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_output: not a live request handle");
+  if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_output: out is NULL");
+  if (!done(r)) return wf_err(WEFT_IN_PROGRESS, "weft_request_output: the request has not completed");
+  memset(out, 0, sizeof *out);
+  out->dtype = (weft_dtype)r->msg.dtype;
+  out->device = WEFT_DEVICE_CPU;
+  switch (r->msg.coll) {
+    case WF_COLL_ALLREDUCE:
+      *out = r->out;
+      return r->status;
+    case WF_COLL_BROADCAST:
+      *out = r->in;
+      return r->status;
+    case WF_COLL_ALLGATHER:
+    case WF_COLL_ALLTOALL:
+    case WF_COLL_REDUCESCATTER:
+      /* reported even on failure, so memory from the caller's allocator can be freed */
+      out->data = r->result;
+      out->ndim = r->result_ndim;
+      out->shape = r->result_shape;
+      return r->status;
+    default:
+      return r->status;
+  }
+}
+
+weft_status weft_request_recv_splits(weft_request *r, const int64_t **splits, int *n) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_recv_splits: not a live request handle");
+  if (!splits || !n) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_recv_splits: NULL output argument");
+  if (r->msg.coll != WF_COLL_ALLTOALL)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_recv_splits: '%s' is not an alltoall", r->msg.name);
+  if (!done(r)) return wf_err(WEFT_IN_PROGRESS, "weft_request_recv_splits: the request has not completed");
+  *splits = r->recv_splits;
+  *n = r->recv_splits ? r->nrecv_splits : 0;
+  return r->status;
+}
+
+weft_status weft_request_free(weft_request *r) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_free: not a live request handle");
+  /* The user's reference may be dropped once: a second free of a detached
+   * (still pending) request must not steal the engine's reference. */
+  uint32_t expect = WF_REQ_MAGIC;
+  if (!done(r)) {
+    if (!atomic_compare_exchange_strong(&r->magic, &expect, WF_REQ_FREED))
+      return wf_err(WEFT_ERR_MISUSE, "weft_request_free: not a live request handle");
+  }
+  wf_request_unref(r);
+  return WEFT_OK;
+}

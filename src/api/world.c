@@ -1,0 +1,226 @@
+/* world.c - weft_init / weft_finalize, the configuration (explicit fields,
+ * then the environment, then defaults), ranks and sizes, abort. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/auth.h"
+#include "bootstrap/bootstrap.h"
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/params.h"
+
+/* First set integer among env names (NULL-terminated list), or dflt. */
+static int env_int(const char *const *names, int dflt, const char **which) {
+  for (; *names; names++) {
+    const char *v = getenv(*names);
+    if (v && *v) {
+      char *end;
+      errno = 0;
+      long x = strtol(v, &end, 10);
+      if (!errno && *end == '\0' && x >= -1 && x <= WF_MAX_RANKS) {
+        if (which) *which = *names;
+        return (int)x;
+      }
+      WF_WARN(WF_SUB_INIT, "ignoring %s=%s: not a rank number", *names, v);
+    }
+  }
+  return dflt;
+}
+
+static const char *const RANK_VARS[] = {"WEFT_RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                         "PMI_RANK", NULL};
+static const char *const SIZE_VARS[] = {"WEFT_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+static const char *const LRANK_VARS[] = {"WEFT_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "MPI_LOCALRANKID", NULL};
+static const char *const LSIZE_VARS[] = {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                          "MPI_LOCALNRANKS", NULL};
+static const char *const CRANK_VARS[] = {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", NULL};
+static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", NULL};
+
+static void world_free(weft_world *w) {
+  if (!w) return;
+  wf_engine_stop(w);
+  wf_strmap_free(&w->inflight);
+  free(w->peers);
+  free(w->world_group.ranks);
+  pthread_cond_destroy(&w->done_cv);
+  pthread_mutex_destroy(&w->mu);
+  w->magic = 0;
+  free(w);
+}
+
+weft_status weft_init(const weft_config *cfg, weft_world **out) {
+  wf_err_clear();
+  if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: out is NULL");
+  *out = NULL;
+  if (cfg && cfg->struct_size < offsetof(weft_config, timeout_seconds) + sizeof(double))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: cfg->struct_size %zu is too small (use WEFT_CONFIG_INIT)",
+                  cfg->struct_size);
+  const char *rank_src = NULL, *size_src = NULL;
+  int rank = cfg && cfg->rank >= 0 ? cfg->rank : env_int(RANK_VARS, -1, &rank_src);
+  int size = cfg && cfg->size >= 0 ? cfg->size : env_int(SIZE_VARS, -1, &size_src);
+  if (rank < 0 && size < 0) rank = 0, size = 1; /* not launched: a world of one */
+  if (size < 1 || size > WF_MAX_RANKS)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: world size %d (from %s) is out of range 1..%d", size,
+                  size_src ? size_src : "config", WF_MAX_RANKS);
+  if (rank < 0 || rank >= size)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: rank %d (from %s) is out of range for world size %d", rank,
+                  rank_src ? rank_src : "config", size);
+  const char *addr = cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR");
+  if (size > 1 && !*addr)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "weft_init: WEFT_ADDR is not set: launch with weftrun, or set WEFT_ADDR=host:port of rank 0's "
+                  "rendezvous on every rank");
+
+  weft_world *w = calloc(1, sizeof *w);
+  if (!w) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+  w->magic = WF_WORLD_MAGIC;
+  w->rank = rank;
+  w->size = size;
+  w->epfd = w->evfd = -1;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->done_cv, NULL);
+  wf_strmap_init(&w->inflight);
+  w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_TIMEOUT_SECONDS");
+  if (!(w->timeout_seconds > 0)) w->timeout_seconds = 300;
+  w->hb_interval = wf_param_double("WEFT_HEARTBEAT_INTERVAL");
+  w->hb_timeout = wf_param_double("WEFT_HEARTBEAT_TIMEOUT");
+  if (!(w->hb_interval > 0)) w->hb_interval = 0.5;
+  if (!(w->hb_timeout > w->hb_interval)) w->hb_timeout = 10 * w->hb_interval;
+  wf_log_set_rank(rank);
+
+  weft_group *g = &w->world_group;
+  g->magic = WF_GROUP_MAGIC;
+  g->id = 0;
+  g->world = w;
+  g->size = size;
+  g->rank = rank;
+  g->ranks = malloc(sizeof(int) * (size_t)size);
+  int *fds = NULL;
+  weft_status st = WEFT_OK;
+  wf_boot_result br;
+  memset(&br, 0, sizeof br);
+  if (!g->ranks) {
+    st = wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < size; i++) g->ranks[i] = i;
+
+  if (size > 1) {
+    uint8_t secret[4096];
+    size_t slen = 0;
+    if (cfg && cfg->secret) {
+      slen = strlen(cfg->secret);
+      if (slen > sizeof secret) slen = sizeof secret;
+      memcpy(secret, cfg->secret, slen);
+    } else if ((st = wf_auth_load_secret(secret, &slen)) != WEFT_OK) {
+      goto fail;
+    }
+    wf_boot_cfg bc = {
+        .rank = rank,
+        .size = size,
+        .addr = addr,
+        .secret = secret,
+        .secret_len = slen,
+        .job_id = wf_param_str("WEFT_JOB_ID"),
+        .hostname = *wf_param_str("WEFT_HOSTNAME") ? wf_param_str("WEFT_HOSTNAME") : NULL,
+        .bind_addr = wf_param_str("WEFT_BIND_ADDR"),
+        .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
+        .handshake_timeout = wf_param_double("WEFT_HANDSHAKE_TIMEOUT"),
+    };
+    st = wf_bootstrap(&bc, &br);
+    memset(secret, 0, sizeof secret);
+    if (st != WEFT_OK) goto fail;
+    w->peers = br.peers;
+    br.peers = NULL;
+    fds = br.fds;
+    br.fds = NULL;
+    w->local_rank = br.local_rank;
+    w->local_size = br.local_size;
+    w->cross_rank = br.cross_rank;
+    w->cross_size = br.cross_size;
+  } else {
+    w->peers = calloc(1, sizeof *w->peers);
+    fds = malloc(sizeof(int));
+    if (!w->peers || !fds) {
+      st = wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+      goto fail;
+    }
+    fds[0] = -1;
+    if (gethostname(w->peers[0].host, sizeof w->peers[0].host - 1)) snprintf(w->peers[0].host, 16, "localhost");
+    w->local_rank = w->cross_rank = 0;
+    w->local_size = w->cross_size = 1;
+  }
+  /* A launcher's explicit placement wins over what the rendezvous computed. */
+  w->local_rank = env_int(LRANK_VARS, w->local_rank, NULL);
+  w->local_size = env_int(LSIZE_VARS, w->local_size, NULL);
+  w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
+  w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
+  if ((st = wf_engine_start(w, fds)) != WEFT_OK) goto fail;
+  free(fds);
+  WF_INFO(WF_SUB_INIT, "rank %d of %d up (local %d/%d, cross %d/%d)", rank, size, w->local_rank, w->local_size,
+          w->cross_rank, w->cross_size);
+  *out = w;
+  return WEFT_OK;
+fail:
+  if (fds) {
+    for (int i = 0; i < size; i++)
+      if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+  }
+  wf_boot_result_free(&br);
+  {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    world_free(w);
+    wf_err(st, "%s", msg);
+  }
+  return st;
+}
+
+static int valid(const weft_world *w) { return w && w->magic == WF_WORLD_MAGIC; }
+
+weft_status weft_finalize(weft_world *w) {
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_finalize: not a live world handle");
+  world_free(w);
+  return WEFT_OK;
+}
+
+int weft_rank(const weft_world *w) { return valid(w) ? w->rank : -1; }
+int weft_size(const weft_world *w) { return valid(w) ? w->size : -1; }
+int weft_local_rank(const weft_world *w) { return valid(w) ? w->local_rank : -1; }
+int weft_local_size(const weft_world *w) { return valid(w) ? w->local_size : -1; }
+int weft_cross_rank(const weft_world *w) { return valid(w) ? w->cross_rank : -1; }
+int weft_cross_size(const weft_world *w) { return valid(w) ? w->cross_size : -1; }
+
+weft_group *weft_world_group(weft_world *w) { return valid(w) ? &w->world_group : NULL; }
+
+weft_status weft_abort(weft_world *w, const char *reason) {
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_abort: not a live world handle");
+  if (!reason) reason = "(no reason given)";
+  pthread_mutex_lock(&w->mu);
+  int first = w->fail_status == WEFT_OK;
+  if (first) {
+    w->fail_status = WEFT_ERR_ABORTED;
+    snprintf(w->fail_msg, sizeof w->fail_msg, "aborted: %s", reason);
+    snprintf(w->abort_reason, sizeof w->abort_reason, "%s", reason);
+    w->abort_send = 1;
+  }
+  pthread_mutex_unlock(&w->mu);
+  wf_engine_wake(w);
+  return WEFT_OK;
+}
+
+weft_status weft_async_error(weft_world *w) {
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_async_error: not a live world handle");
+  pthread_mutex_lock(&w->mu);
+  weft_status st = w->fail_status;
+  if (st != WEFT_OK) wf_err(st, "%s", w->fail_msg);
+  pthread_mutex_unlock(&w->mu);
+  return st;
+}

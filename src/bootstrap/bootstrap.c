@@ -1,0 +1,763 @@
+/* bootstrap.c - the rendezvous (bootstrap.h): every rank registers with
+ * rank 0, rank 0 hands out the peer table, then the ranks build a full mesh
+ * of authenticated TCP connections.
+ *
+ * Rank 0 and every mesh listener run their accepts in one poll() loop over
+ * the listener and up to MAX_PENDING half-done handshakes (auth_nb.h), each
+ * with its own handshake deadline: a stray, slow or hostile connection is
+ * dropped with a warning when it misbehaves or its deadline passes, and
+ * never holds up the real ranks. Only a peer that proved it holds the
+ * secret can fail the job (world size disagrees, duplicate rank, ...);
+ * rank 0 then tells every registered rank why (an ABORT frame) before
+ * closing, so all ranks fail with the same message.
+ *
+ * A rank with a wrong secret fails at once with WEFT_ERR_AUTH; rank 0 cannot
+ * tell it from an attacker, so it drops the connection, keeps waiting, and
+ * at the deadline fails with WEFT_ERR_TIMEOUT naming the missing ranks and
+ * the last rejected connection. */
+#include "bootstrap/bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap/auth.h"
+#include "bootstrap/auth_nb.h"
+#include "bootstrap/sockutil.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/params.h"
+#include "util/time.h"
+
+#define MAX_PENDING 64       /* handshakes in flight on one listener */
+#define HELLO_BUF 1024       /* > the largest HELLO payload (591 bytes) */
+#define PEER_ENTRY_MAX (2 + WF_HOST_MAX + 2 + WF_HOST_MAX + 5 * 4)
+#define BACKOFF_MIN_NS (10 * 1000000LL)
+#define BACKOFF_MAX_NS (200 * 1000000LL)
+#define ABORT_GRACE_NS (200 * 1000000LL)
+
+enum { PH_AUTH, PH_HDR, PH_BODY };
+enum { MODE_REGISTER, MODE_MESH };
+
+/* One accepted connection whose handshake (and, on rank 0, HELLO) is not
+ * complete yet. */
+typedef struct pend {
+  int fd;
+  int phase;
+  int64_t deadline;
+  short events;
+  char addr[WF_ADDR_STR_MAX];
+  wf_auth_acc acc;
+  uint32_t rank;               /* authenticated rank (after PH_AUTH) */
+  uint8_t hdr[WF_FRAME_HDR_SIZE];
+  uint8_t body[HELLO_BUF];
+  size_t off, blen;
+} pend;
+
+typedef struct boot {
+  const wf_boot_cfg *cfg;
+  int rank, size;
+  wf_auth_params ap;
+  int64_t t0, deadline;
+  double timeout, hs_timeout;
+  struct sockaddr_in addr0;
+  char addr0_str[WF_ADDR_STR_MAX];
+  char host[WF_HOST_MAX + 1];
+  char boot_id[64];
+  int *fds;
+  wf_peer_info *peers;
+  char (*boot_ids)[64];        /* rank 0: every rank's boot id */
+  int lfd;
+  char listen_str[WF_ADDR_STR_MAX];
+  pend pend[MAX_PENDING];
+  int npend;
+  int rejected;
+  char last_reject[400];
+  int abort_fd;                /* rank 0: an authenticated offender to tell */
+} boot;
+
+/* ------------------------------------------------------------ helpers */
+
+/* Copies a string, truncating to fit (snprintf("%s") would do, but gcc
+ * then warns about every possible truncation). */
+static void copy_str(char *dst, size_t dstlen, const char *src) {
+  size_t n = strnlen(src, dstlen - 1);
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+static double elapsed(const boot *b) { return (double)(wf_now_ns() - b->t0) / 1e9; }
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static void read_boot_id(char *out, size_t outlen) {
+  out[0] = '\0';
+  int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n;
+  do n = read(fd, out, outlen - 1);
+  while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n <= 0) n = 0;
+  out[n] = '\0';
+  out[strcspn(out, " \t\r\n")] = '\0';
+}
+
+static void my_host(const boot *b, char *out, size_t outlen) {
+  const char *h = b->cfg->hostname;
+  if (h && *h) {
+    copy_str(out, outlen, h);
+    return;
+  }
+  char buf[WF_HOST_MAX + 2];
+  if (gethostname(buf, sizeof buf) != 0 || !buf[0]) snprintf(buf, sizeof buf, "localhost");
+  buf[WF_HOST_MAX] = '\0';
+  copy_str(out, outlen, buf);
+}
+
+/* Best effort, never waits: tell a registered rank why the job failed. */
+static void send_abort(const boot *b, int fd, const char *reason) {
+  wf_buf buf = {0};
+  char err[128];
+  if (wf_encode_abort(&buf, (uint32_t)b->rank, reason) == WEFT_OK)
+    (void)wf_sock_write_all(fd, buf.data, buf.len, wf_now_ns() + ABORT_GRACE_NS, NULL, err, sizeof err);
+  wf_buf_free(&buf);
+}
+
+static void drop_pend(boot *b, pend *pd, const char *why) {
+  WF_WARN(WF_SUB_BOOT, "rank %d: dropped connection from %s: %s", b->rank, pd->addr, why);
+  b->rejected++;
+  snprintf(b->last_reject, sizeof b->last_reject, "%s: %s", pd->addr, why);
+  close_fd(&pd->fd);
+}
+
+/* "1, 2, 5" (the first few) into out. */
+static void missing_ranks(const boot *b, int mode, char *out, size_t outlen) {
+  size_t n = 0;
+  int shown = 0, total = 0;
+  out[0] = '\0';
+  for (int r = mode == MODE_REGISTER ? 1 : b->rank + 1; r < b->size; r++) {
+    if (b->fds[r] >= 0) continue;
+    total++;
+    if (shown < 16 && n + 16 < outlen) n += (size_t)snprintf(out + n, outlen - n, "%s%d", shown ? ", " : "", r), shown++;
+  }
+  if (total > shown && n + 16 < outlen) snprintf(out + n, outlen - n, ", ... (%d in all)", total);
+}
+
+/* ------------------------------------------------- rank 0: registration */
+
+/* A complete, decoded HELLO from authenticated rank pd->rank. Errors here
+ * are the job's: the peer holds the secret. */
+static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have) {
+  uint32_t r = pd->rank;
+  if (h->size != (uint32_t)b->size)
+    return wf_err(WEFT_ERR_MISMATCH, "rank %u says world size %u, rank 0 has %d", h->rank, h->size, b->size);
+  if (h->rank != r)
+    return wf_err(WEFT_ERR_AUTH, "rank 0: connection from %s authenticated as rank %u but its HELLO says rank %u",
+                  pd->addr, r, h->rank);
+  if (r == 0 || b->fds[r] >= 0)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "rank %u registered twice (pids %u and %u; hosts %s and %s)", r,
+                  b->peers[r].pid, h->pid, b->peers[r].host, h->host);
+  struct sockaddr_in la;
+  char err[256];
+  if (wf_sock_parse_addr(h->listen_addr, 1, &la, err, sizeof err) != WEFT_OK)
+    return wf_err(WEFT_ERR_PROTOCOL, "rank 0: rank %u (pid %u on %s) announced an unusable listen address: %s", r,
+                  h->pid, h->host, err);
+  if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&la))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "rank %u (on %s) listens on %s, but without a job secret only loopback (127.x) addresses are "
+                  "allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
+                  r, h->host, h->listen_addr);
+  wf_peer_info *p = &b->peers[r];
+  copy_str(p->host, sizeof p->host, h->host);
+  copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
+  p->pid = h->pid;
+  copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
+  b->fds[r] = pd->fd;
+  pd->fd = -1;
+  (*have)++;
+  WF_DEBUG(WF_SUB_BOOT, "rank 0: rank %u registered from %s (pid %u on %s, listens on %s)", r, pd->addr, h->pid,
+           h->host, h->listen_addr);
+  return WEFT_OK;
+}
+
+/* Reads the HELLO frame of an authenticated connection (rank 0). */
+static weft_status step_hello(boot *b, pend *pd, int *have) {
+  char err[512];
+  weft_status st;
+  if (pd->phase == PH_HDR) {
+    st = wf_sock_read_some(pd->fd, pd->hdr, sizeof pd->hdr, &pd->off, err, sizeof err);
+    if (st != WEFT_OK) goto lost;
+    if (pd->off < sizeof pd->hdr) return WEFT_IN_PROGRESS;
+    wf_frame_hdr h;
+    st = wf_frame_hdr_decode(pd->hdr, HELLO_BUF, 0, &h, err, sizeof err);
+    if (st == WEFT_OK && (h.type != WF_MSG_HELLO || h.src != pd->rank)) {
+      snprintf(err, sizeof err, "expected a HELLO from rank %u, got message type %u from rank %u", pd->rank, h.type,
+               h.src);
+      st = WEFT_ERR_PROTOCOL;
+    }
+    if (st != WEFT_OK) return wf_err(st, "rank 0: rank %u at %s: %s", pd->rank, pd->addr, err);
+    pd->phase = PH_BODY;
+    pd->blen = (size_t)h.length;
+    pd->off = 0;
+  }
+  st = wf_sock_read_some(pd->fd, pd->body, pd->blen, &pd->off, err, sizeof err);
+  if (st != WEFT_OK) goto lost;
+  if (pd->off < pd->blen) return WEFT_IN_PROGRESS;
+  wf_hello_msg hello;
+  st = wf_decode_hello(pd->body, pd->blen, &hello, err, sizeof err);
+  if (st != WEFT_OK) return wf_err(st, "rank 0: bad HELLO from rank %u at %s: %s", pd->rank, pd->addr, err);
+  return on_hello(b, pd, &hello, have);
+lost:
+  /* authenticated, then gone: a rank that died or gave up (it retries) */
+  drop_pend(b, pd, err);
+  return WEFT_OK;
+}
+
+/* ------------------------------------------------- the accept loop */
+
+/* A handshake finished on pd (mesh listener): register the connection. */
+static weft_status on_mesh_peer(boot *b, pend *pd, int *have) {
+  uint32_t r = pd->rank;
+  if ((int)r <= b->rank)
+    return wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank %u (from %s) dialed this rank, but only higher ranks should",
+                  b->rank, r, pd->addr);
+  if (b->fds[r] >= 0)
+    return wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank %u connected twice (from %s; peer table: pid %u on %s)", b->rank,
+                  r, pd->addr, b->peers[r].pid, b->peers[r].host);
+  b->fds[r] = pd->fd;
+  pd->fd = -1;
+  (*have)++;
+  return WEFT_OK;
+}
+
+/* Advances one pending connection. WEFT_OK: keep going (it may have been
+ * dropped or completed); an error: the job fails. */
+static weft_status step_pend(boot *b, pend *pd, int mode, int *have) {
+  char err[512];
+  if (pd->phase == PH_AUTH) {
+    weft_status st = wf_auth_acc_step(&pd->acc, &pd->events, err, sizeof err);
+    if (st == WEFT_IN_PROGRESS) return WEFT_OK;
+    if (st != WEFT_OK) {
+      if (!pd->acc.mac_ok) {
+        drop_pend(b, pd, err);
+        return WEFT_OK;
+      }
+      /* a holder of the secret with the wrong world size or rank */
+      return wf_err(pd->acc.peer_size != (uint32_t)b->size ? WEFT_ERR_MISMATCH : WEFT_ERR_INVALID_ARGUMENT,
+                    "%s (connection from %s)", err, pd->addr);
+    }
+    pd->rank = pd->acc.peer_rank;
+    if (mode == MODE_MESH) return on_mesh_peer(b, pd, have);
+    pd->phase = PH_HDR;
+    pd->off = 0;
+  }
+  weft_status st = step_hello(b, pd, have);
+  if (st == WEFT_IN_PROGRESS) {
+    pd->events = POLLIN;
+    return WEFT_OK;
+  }
+  if (st != WEFT_OK && pd->fd >= 0) b->abort_fd = pd->fd, pd->fd = -1; /* authenticated: tell it why */
+  return st;
+}
+
+static weft_status accept_new(boot *b) {
+  char err[256];
+  while (b->npend < MAX_PENDING) {
+    struct sockaddr_in peer;
+    int fd;
+    weft_status st = wf_sock_accept(b->lfd, &fd, &peer, err, sizeof err);
+    if (st == WEFT_IN_PROGRESS) return WEFT_OK;
+    if (st != WEFT_OK) return wf_err(st, "rank %d: on listener %s: %s", b->rank, b->listen_str, err);
+    pend *pd = &b->pend[b->npend++];
+    memset(pd, 0, sizeof *pd);
+    pd->fd = fd;
+    pd->phase = PH_AUTH;
+    pd->deadline = wf_deadline_after(b->hs_timeout);
+    wf_sock_addr_str(&peer, pd->addr, sizeof pd->addr);
+    st = wf_auth_acc_init(&pd->acc, fd, &b->ap, err, sizeof err);
+    if (st != WEFT_OK) return wf_err(st, "rank %d: %s", b->rank, err);
+    pd->events = POLLOUT;
+  }
+  return WEFT_OK;
+}
+
+static void compact_pend(boot *b) {
+  int j = 0;
+  for (int i = 0; i < b->npend; i++)
+    if (b->pend[i].fd >= 0) {
+      if (i != j) b->pend[j] = b->pend[i];
+      j++;
+    }
+  b->npend = j;
+}
+
+/* A registered rank (rank 0, before PEERS) must stay silent and connected. */
+static weft_status check_registered(boot *b, int r) {
+  char c;
+  ssize_t n;
+  do n = recv(b->fds[r], &c, 1, MSG_DONTWAIT | MSG_PEEK);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return WEFT_OK;
+  if (n > 0)
+    return wf_err(WEFT_ERR_PROTOCOL, "rank 0: rank %d (pid %u on %s) sent data before the peer table", r,
+                  b->peers[r].pid, b->peers[r].host);
+  return wf_err(WEFT_ERR_PEER_LOST, "rank 0: rank %d (pid %u on %s) disconnected before the rendezvous completed%s%s",
+                r, b->peers[r].pid, b->peers[r].host, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+}
+
+/* Accepts until `need` ranks are connected (MODE_REGISTER: registered with
+ * rank 0; MODE_MESH: every higher rank dialed in) or the deadline passes. */
+static weft_status serve(boot *b, int mode, int need) {
+  int have = 0;
+  weft_status st = WEFT_OK;
+  int nfds = 1 + MAX_PENDING + (mode == MODE_REGISTER ? b->size : 0);
+  struct pollfd *pfd = calloc((size_t)nfds, sizeof *pfd);
+  int *who = calloc((size_t)nfds, sizeof *who); /* >= 0: pend index; < 0: -1 - registered rank */
+  if (!pfd || !who) {
+    st = wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory in the rendezvous", b->rank);
+    goto out;
+  }
+  while (have < need) {
+    int64_t now = wf_now_ns();
+    if (now >= b->deadline) {
+      char miss[160], rej[480] = "";
+      missing_ranks(b, mode, miss, sizeof miss);
+      if (b->rejected)
+        snprintf(rej, sizeof rej, "; %d connection(s) were rejected, the last from %s", b->rejected, b->last_reject);
+      if (mode == MODE_REGISTER)
+        st = wf_err(WEFT_ERR_TIMEOUT, "rank 0: timed out after %.1f s at %s waiting for %d of %d ranks to register "
+                    "(missing: %s)%s", elapsed(b), b->listen_str, need - have, b->size, miss, rej);
+      else
+        st = wf_err(WEFT_ERR_TIMEOUT, "rank %d: timed out after %.1f s waiting on %s for ranks %s to connect%s",
+                    b->rank, elapsed(b), b->listen_str, miss, rej);
+      goto out;
+    }
+    int n = 0;
+    int64_t wake = b->deadline;
+    if (b->npend < MAX_PENDING) pfd[n] = (struct pollfd){b->lfd, POLLIN, 0}, who[n++] = MAX_PENDING;
+    for (int i = 0; i < b->npend; i++) {
+      pfd[n] = (struct pollfd){b->pend[i].fd, b->pend[i].events, 0}, who[n++] = i;
+      if (b->pend[i].deadline < wake) wake = b->pend[i].deadline;
+    }
+    if (mode == MODE_REGISTER)
+      for (int r = 1; r < b->size; r++)
+        if (b->fds[r] >= 0) pfd[n] = (struct pollfd){b->fds[r], POLLIN, 0}, who[n++] = -1 - r;
+    int k = poll(pfd, (nfds_t)n, wf_ms_until(wake));
+    if (k < 0 && errno != EINTR) {
+      st = wf_err(WEFT_ERR_SYSTEM, "rank %d: poll: %s", b->rank, strerror(errno));
+      goto out;
+    }
+    int accept_ready = 0;
+    for (int i = 0; k > 0 && i < n; i++) {
+      if (!pfd[i].revents) continue;
+      if (who[i] == MAX_PENDING) {
+        accept_ready = 1;
+      } else if (who[i] >= 0) {
+        pend *pd = &b->pend[who[i]];
+        if (pd->fd >= 0 && (st = step_pend(b, pd, mode, &have)) != WEFT_OK) goto out;
+      } else if ((st = check_registered(b, -1 - who[i])) != WEFT_OK) {
+        goto out;
+      }
+    }
+    now = wf_now_ns();
+    for (int i = 0; i < b->npend; i++) {
+      pend *pd = &b->pend[i];
+      if (pd->fd < 0 || now < pd->deadline) continue;
+      char why[160];
+      if (pd->phase != PH_AUTH)
+        snprintf(why, sizeof why, "handshake timed out after %.1f s (authenticated as rank %u, but sent no HELLO)",
+                 b->hs_timeout, pd->rank);
+      else if (pd->events == POLLIN)
+        snprintf(why, sizeof why, "handshake timed out after %.1f s (%zu of %d HELLO bytes received)", b->hs_timeout,
+                 wf_auth_acc_hello_bytes(&pd->acc), WF_AUTH_HELLO_SIZE);
+      else
+        snprintf(why, sizeof why, "handshake timed out after %.1f s (the peer is not reading)", b->hs_timeout);
+      drop_pend(b, pd, why);
+    }
+    compact_pend(b);
+    if (accept_ready) {
+      int first = b->npend;
+      if ((st = accept_new(b)) != WEFT_OK) goto out;
+      /* send the CHALLENGE right away (a fresh socket always has room) */
+      for (int i = first; i < b->npend; i++)
+        if ((st = step_pend(b, &b->pend[i], mode, &have)) != WEFT_OK) goto out;
+      compact_pend(b);
+    }
+  }
+out:
+  free(pfd);
+  free(who);
+  return st;
+}
+
+/* ------------------------------------------------- rank 0: peer table */
+
+typedef struct host_key {
+  const char *host, *boot;
+  int rank;
+} host_key;
+
+static int cmp_host_key(const void *x, const void *y) {
+  const host_key *a = x, *b = y;
+  int c = strcmp(a->host, b->host);
+  if (!c) c = strcmp(a->boot, b->boot);
+  return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+static int cmp_int_pair(const void *x, const void *y) {
+  const int *a = x, *b = y; /* {min rank, group} */
+  return (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+/* Groups ranks by (host, boot id); hosts ordered by their lowest rank. */
+static weft_status compute_topology(boot *b) {
+  int n = b->size;
+  host_key *keys = malloc((size_t)n * sizeof *keys);
+  int *group = malloc((size_t)n * sizeof *group);
+  int *gmin = malloc((size_t)n * 2 * sizeof *gmin);
+  int *cross = malloc((size_t)n * sizeof *cross);
+  weft_status st = WEFT_OK;
+  if (!keys || !group || !gmin || !cross) {
+    st = wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory computing local ranks");
+    goto out;
+  }
+  for (int r = 0; r < n; r++) keys[r] = (host_key){b->peers[r].host, b->boot_ids[r], r};
+  qsort(keys, (size_t)n, sizeof *keys, cmp_host_key);
+  int ng = 0;
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j < n && !strcmp(keys[j].host, keys[i].host) && !strcmp(keys[j].boot, keys[i].boot)) j++;
+    for (int k = i; k < j; k++) {
+      b->peers[keys[k].rank].local_rank = k - i;
+      b->peers[keys[k].rank].local_size = j - i;
+      group[keys[k].rank] = ng;
+    }
+    gmin[2 * ng] = keys[i].rank; /* sorted by rank within the group */
+    gmin[2 * ng + 1] = ng;
+    ng++;
+    i = j;
+  }
+  qsort(gmin, (size_t)ng, 2 * sizeof *gmin, cmp_int_pair);
+  for (int c = 0; c < ng; c++) cross[gmin[2 * c + 1]] = c;
+  for (int r = 0; r < n; r++) {
+    b->peers[r].cross_rank = cross[group[r]];
+    b->peers[r].cross_size = ng;
+  }
+out:
+  free(keys);
+  free(group);
+  free(gmin);
+  free(cross);
+  return st;
+}
+
+static weft_status run_rank0(boot *b) {
+  char err[256];
+  weft_status st = wf_sock_listen(&b->addr0, &b->lfd, NULL, err, sizeof err);
+  if (st != WEFT_OK) return wf_err(st, "rank 0: %s", err);
+  copy_str(b->listen_str, sizeof b->listen_str, b->addr0_str);
+  b->boot_ids = calloc((size_t)b->size, sizeof *b->boot_ids);
+  if (!b->boot_ids) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
+  copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
+  copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
+  b->peers[0].pid = (uint32_t)getpid();
+  copy_str(b->boot_ids[0], sizeof b->boot_ids[0], b->boot_id);
+
+  WF_CHECK(serve(b, MODE_REGISTER, b->size - 1));
+  close_fd(&b->lfd);
+  WF_CHECK(compute_topology(b));
+
+  wf_buf buf = {0};
+  wf_peers_msg pm = {(uint32_t)b->size, b->peers};
+  st = wf_encode_peers(&buf, 0, &pm);
+  if (st != WEFT_OK) {
+    wf_buf_free(&buf);
+    copy_str(err, sizeof err, wf_err_msg()); /* wf_err must not read its own buffer */
+    return wf_err(st, "rank 0: cannot encode the peer table: %s", err);
+  }
+  for (int r = 1; r < b->size && st == WEFT_OK; r++) {
+    st = wf_sock_write_all(b->fds[r], buf.data, buf.len, b->deadline, NULL, err, sizeof err);
+    if (st != WEFT_OK)
+      wf_err(st, "rank 0: cannot send the peer table to rank %d (pid %u on %s): %s", r, b->peers[r].pid,
+             b->peers[r].host, err);
+  }
+  wf_buf_free(&buf);
+  return st;
+}
+
+/* ------------------------------------------------- ranks > 0 */
+
+/* Connects and authenticates to rank j at a, retrying refused or dropped
+ * attempts with backoff until the deadline (rank 0 may start late; a
+ * listener may be busy). hs_each: bound each handshake by the handshake
+ * timeout (rank 0 answers at once) instead of the whole deadline (a mesh
+ * peer answers only once done dialing its own lower ranks). */
+static weft_status dial(boot *b, int j, const struct sockaddr_in *a, int hs_each, int *out) {
+  char as[WF_ADDR_STR_MAX], err[512] = "";
+  wf_sock_addr_str(a, as, sizeof as);
+  int64_t backoff = BACKOFF_MIN_NS;
+  int attempts = 0;
+  for (;;) {
+    int fd = -1;
+    attempts++;
+    weft_status st = wf_sock_connect(a, b->deadline, &fd, err, sizeof err);
+    if (st == WEFT_OK) {
+      int64_t hs = wf_deadline_after(b->hs_timeout);
+      st = wf_auth_connect(fd, &b->ap, (uint32_t)j, hs_each && hs < b->deadline ? hs : b->deadline, err,
+                           sizeof err);
+      if (st == WEFT_OK) {
+        *out = fd;
+        return WEFT_OK;
+      }
+      close(fd);
+      if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST)
+        return wf_err(st, "rank %d: handshake with rank %d at %s failed: %s", b->rank, j, as, err);
+    } else if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST) {
+      return wf_err(st, "rank %d: cannot connect to rank %d at %s: %s", b->rank, j, as, err);
+    }
+    WF_DEBUG(WF_SUB_BOOT, "rank %d: attempt %d to reach rank %d at %s: %s", b->rank, attempts, j, as, err);
+    int64_t now = wf_now_ns();
+    if (now >= b->deadline)
+      return wf_err(WEFT_ERR_TIMEOUT, "rank %d: could not reach rank %d at %s within %.1f s (%d attempts; last: %s)",
+                    b->rank, j, as, b->timeout, attempts, err);
+    int64_t nap = backoff < b->deadline - now ? backoff : b->deadline - now;
+    struct timespec ts = {(time_t)(nap / WF_NS_PER_SEC), (long)(nap % WF_NS_PER_SEC)};
+    nanosleep(&ts, NULL); /* EINTR: just retry sooner */
+    backoff = backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : backoff * 2;
+  }
+}
+
+/* Opens this rank's mesh listener on cfg->bind_addr or on the local address
+ * of the connection to rank 0 (the interface that reaches the job). */
+static weft_status open_listener(boot *b) {
+  char err[256];
+  struct sockaddr_in la, via;
+  socklen_t len = sizeof via;
+  if (getsockname(b->fds[0], (struct sockaddr *)&via, &len) < 0)
+    return wf_err(WEFT_ERR_SYSTEM, "rank %d: getsockname: %s", b->rank, strerror(errno));
+  const char *bind = b->cfg->bind_addr;
+  if (bind && *bind) {
+    weft_status st = wf_sock_parse_addr(bind, 0, &la, err, sizeof err);
+    if (st != WEFT_OK) return wf_err(st, "rank %d: bad bind address (WEFT_BIND_ADDR): %s", b->rank, err);
+  } else {
+    la = via;
+    la.sin_port = 0;
+  }
+  if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&la))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "rank %d: bind address %s is not loopback, and without a job secret only 127.x addresses are "
+                  "allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
+                  b->rank, bind);
+  struct sockaddr_in bound;
+  weft_status st = wf_sock_listen(&la, &b->lfd, &bound, err, sizeof err);
+  if (st != WEFT_OK) return wf_err(st, "rank %d: %s", b->rank, err);
+  /* a wildcard bind is announced under the address that reaches rank 0 */
+  if (bound.sin_addr.s_addr == htonl(INADDR_ANY)) bound.sin_addr = via.sin_addr;
+  wf_sock_addr_str(&bound, b->listen_str, sizeof b->listen_str);
+  return WEFT_OK;
+}
+
+static weft_status send_hello(boot *b) {
+  wf_hello_msg h;
+  memset(&h, 0, sizeof h);
+  h.rank = (uint32_t)b->rank;
+  h.size = (uint32_t)b->size;
+  h.pid = (uint32_t)getpid();
+  copy_str(h.host, sizeof h.host, b->host);
+  copy_str(h.boot_id, sizeof h.boot_id, b->boot_id);
+  copy_str(h.listen_addr, sizeof h.listen_addr, b->listen_str);
+  wf_buf buf = {0};
+  char err[256];
+  weft_status st = wf_encode_hello(&buf, h.rank, &h);
+  if (st != WEFT_OK) {
+    copy_str(err, sizeof err, wf_err_msg()); /* wf_err must not read its own buffer */
+    st = wf_err(st, "rank %d: cannot encode HELLO: %s", b->rank, err);
+  } else {
+    st = wf_sock_write_all(b->fds[0], buf.data, buf.len, b->deadline, NULL, err, sizeof err);
+    if (st != WEFT_OK) st = wf_err(st, "rank %d: cannot send HELLO to rank 0 at %s: %s", b->rank, b->addr0_str, err);
+  }
+  wf_buf_free(&buf);
+  return st;
+}
+
+/* Waits for rank 0's PEERS (or ABORT) and installs the table. */
+static weft_status recv_peers(boot *b) {
+  char err[512];
+  uint8_t hb[WF_FRAME_HDR_SIZE];
+  wf_frame_hdr h;
+  uint8_t *body = NULL;
+  wf_peers_msg pm = {0, NULL};
+  weft_status st = wf_sock_read_all(b->fds[0], hb, sizeof hb, b->deadline, NULL, err, sizeof err);
+  if (st == WEFT_ERR_PEER_LOST)
+    return wf_err(st, "rank %d: rank 0 at %s closed the connection before sending the peer table (rank 0 failed: "
+                  "see its log)", b->rank, b->addr0_str);
+  if (st == WEFT_ERR_TIMEOUT)
+    return wf_err(st, "rank %d: timed out after %.1f s waiting for the peer table from rank 0 at %s (some ranks "
+                  "never registered?)", b->rank, elapsed(b), b->addr0_str);
+  if (st != WEFT_OK) return wf_err(st, "rank %d: reading from rank 0 at %s: %s", b->rank, b->addr0_str, err);
+  uint64_t cap = 4 + (uint64_t)b->size * PEER_ENTRY_MAX;
+  if (cap < 2 + WF_ERRMSG_MAX) cap = 2 + WF_ERRMSG_MAX;
+  st = wf_frame_hdr_decode(hb, cap, 0, &h, err, sizeof err);
+  if (st == WEFT_OK && ((h.type != WF_MSG_PEERS && h.type != WF_MSG_ABORT) || h.src != 0)) {
+    snprintf(err, sizeof err, "expected PEERS from rank 0, got message type %u from rank %u", h.type, h.src);
+    st = WEFT_ERR_PROTOCOL;
+  }
+  if (st != WEFT_OK) return wf_err(st, "rank %d: from rank 0 at %s: %s", b->rank, b->addr0_str, err);
+  body = malloc(h.length ? (size_t)h.length : 1);
+  if (!body) return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory for the peer table", b->rank);
+  st = wf_sock_read_all(b->fds[0], body, (size_t)h.length, b->deadline, NULL, err, sizeof err);
+  if (st != WEFT_OK) {
+    st = wf_err(st, "rank %d: reading the peer table from rank 0 at %s: %s", b->rank, b->addr0_str, err);
+    goto out;
+  }
+  if (h.type == WF_MSG_ABORT) {
+    char reason[WF_ERRMSG_MAX + 1];
+    st = wf_decode_abort(body, (size_t)h.length, reason, sizeof reason, err, sizeof err);
+    if (st == WEFT_OK) st = wf_err(WEFT_ERR_ABORTED, "rank %d: rank 0 aborted the rendezvous: %s", b->rank, reason);
+    else st = wf_err(st, "rank %d: bad ABORT from rank 0: %s", b->rank, err);
+    goto out;
+  }
+  st = wf_decode_peers(body, (size_t)h.length, &pm, err, sizeof err);
+  if (st != WEFT_OK) {
+    st = wf_err(st, "rank %d: bad peer table from rank 0: %s", b->rank, err);
+    goto out;
+  }
+  if (pm.size != (uint32_t)b->size || pm.peers[b->rank].pid != (uint32_t)getpid()) {
+    st = wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank 0's peer table has %u ranks (this rank: pid %u) but this is pid %u "
+                "of %d ranks", b->rank, pm.size, pm.size == (uint32_t)b->size ? pm.peers[b->rank].pid : 0,
+                (unsigned)getpid(), b->size);
+    goto out;
+  }
+  memcpy(b->peers, pm.peers, (size_t)b->size * sizeof *b->peers);
+out:
+  wf_peers_msg_free(&pm);
+  free(body);
+  return st;
+}
+
+static weft_status run_rank_i(boot *b) {
+  WF_CHECK(dial(b, 0, &b->addr0, 1, &b->fds[0]));
+  WF_CHECK(open_listener(b));
+  WF_CHECK(send_hello(b));
+  WF_CHECK(recv_peers(b));
+  /* full mesh: dial every lower rank, then accept every higher one */
+  for (int j = 1; j < b->rank; j++) {
+    struct sockaddr_in a;
+    char err[256];
+    weft_status st = wf_sock_parse_addr(b->peers[j].listen_addr, 1, &a, err, sizeof err);
+    if (st != WEFT_OK) return wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank %d's address: %s", b->rank, j, err);
+    if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&a))
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "rank %d: rank %d listens on %s, not loopback, and no job secret is "
+                    "set: set WEFT_SECRET", b->rank, j, b->peers[j].listen_addr);
+    WF_CHECK(dial(b, j, &a, 0, &b->fds[j]));
+  }
+  WF_CHECK(serve(b, MODE_MESH, b->size - 1 - b->rank));
+  close_fd(&b->lfd);
+  return WEFT_OK;
+}
+
+/* ------------------------------------------------- entry points */
+
+void wf_boot_result_free(wf_boot_result *r) {
+  if (!r) return;
+  if (r->fds)
+    for (int i = 0; i < r->size; i++) close_fd(&r->fds[i]);
+  free(r->fds);
+  free(r->peers);
+  memset(r, 0, sizeof *r);
+}
+
+static weft_status boot_init(boot *b, const wf_boot_cfg *cfg) {
+  char err[256];
+  b->cfg = cfg;
+  b->rank = cfg->rank;
+  b->size = cfg->size;
+  b->lfd = b->abort_fd = -1;
+  b->t0 = wf_now_ns();
+  b->timeout = cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_INIT_TIMEOUT_SECONDS");
+  b->hs_timeout = cfg->handshake_timeout > 0 ? cfg->handshake_timeout : wf_param_double("WEFT_HANDSHAKE_TIMEOUT");
+  if (!(b->timeout > 0)) b->timeout = 60;
+  if (!(b->hs_timeout > 0)) b->hs_timeout = 5;
+  b->deadline = wf_deadline_after(b->timeout);
+  b->ap = (wf_auth_params){cfg->secret, cfg->secret_len, cfg->job_id ? cfg->job_id : "", (uint32_t)cfg->rank,
+                           (uint32_t)cfg->size};
+  my_host(b, b->host, sizeof b->host);
+  read_boot_id(b->boot_id, sizeof b->boot_id);
+  b->fds = malloc((size_t)b->size * sizeof *b->fds);
+  b->peers = calloc((size_t)b->size, sizeof *b->peers);
+  if (!b->fds || !b->peers) return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory for %d peers", b->rank, b->size);
+  for (int i = 0; i < b->size; i++) b->fds[i] = -1;
+  if (b->size == 1) return WEFT_OK;
+  weft_status st = wf_sock_parse_addr(cfg->addr, 1, &b->addr0, err, sizeof err);
+  if (st != WEFT_OK) return wf_err(st, "rank %d: rank 0's address (WEFT_ADDR): %s", b->rank, err);
+  wf_sock_addr_str(&b->addr0, b->addr0_str, sizeof b->addr0_str);
+  if (cfg->secret_len == 0 && !wf_sock_is_loopback(&b->addr0))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "rank %d: rank 0's address %s (%s) is not loopback, and without a job secret only 127.x addresses "
+                  "are allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
+                  b->rank, cfg->addr, b->addr0_str);
+  return WEFT_OK;
+}
+
+weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
+  if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_bootstrap: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!cfg || cfg->size < 1 || cfg->size > WF_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->size ||
+      (cfg->secret_len && !cfg->secret))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_bootstrap: bad configuration (rank %d, size %d)",
+                  cfg ? cfg->rank : -1, cfg ? cfg->size : -1);
+  boot *b = calloc(1, sizeof *b);
+  if (!b) return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory", cfg->rank);
+  weft_status st = boot_init(b, cfg);
+  if (st == WEFT_OK && b->size == 1) {
+    copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
+    copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");
+    b->peers[0].pid = (uint32_t)getpid();
+    b->peers[0].local_size = b->peers[0].cross_size = 1;
+  } else if (st == WEFT_OK) {
+    st = b->rank == 0 ? run_rank0(b) : run_rank_i(b);
+  }
+  for (int i = 0; st == WEFT_OK && i < b->size; i++) {
+    char err[128];
+    if (b->fds[i] >= 0 && (st = wf_sock_set_blocking(b->fds[i], 1, err, sizeof err)) != WEFT_OK)
+      st = wf_err(st, "rank %d: %s", b->rank, err);
+  }
+  if (st == WEFT_OK) {
+    const wf_peer_info *me = &b->peers[b->rank];
+    *out = (wf_boot_result){b->size, b->fds, b->peers, me->local_rank, me->local_size, me->cross_rank,
+                            me->cross_size};
+    b->fds = NULL;
+    b->peers = NULL;
+    WF_INFO(WF_SUB_BOOT, "rank %d: rendezvous done in %.2f s: %d ranks, local %d/%d, cross %d/%d", b->rank,
+            elapsed(b), b->size, out->local_rank, out->local_size, out->cross_rank, out->cross_size);
+  } else if (b->rank == 0 && b->size > 1) {
+    /* every rank that registered learns why the job failed */
+    char reason[1024];
+    copy_str(reason, sizeof reason, wf_err_msg());
+    if (b->abort_fd >= 0) send_abort(b, b->abort_fd, reason);
+    for (int r = 1; r < b->size; r++)
+      if (b->fds[r] >= 0) send_abort(b, b->fds[r], reason);
+    wf_err(st, "%s", reason);
+  }
+  /* on success only the listener is left here; on error, everything */
+  close_fd(&b->lfd);
+  close_fd(&b->abort_fd);
+  for (int i = 0; i < b->npend; i++) close_fd(&b->pend[i].fd);
+  if (b->fds)
+    for (int i = 0; i < b->size; i++) close_fd(&b->fds[i]);
+  free(b->fds);
+  free(b->peers);
+  free(b->boot_ids);
+  free(b);
+  return st;
+}

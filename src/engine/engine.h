@@ -1,0 +1,168 @@
+/* engine.h - the world, its requests, and the background engine thread.
+ *
+ * Threads: any number of caller threads submit requests (api/) and wait on
+ * them; one engine thread per world owns every socket, the local tensor
+ * table, the coordinator state (rank 0) and the executing collective.
+ * Shared between them, under world->mu: the submission queue, the in-flight
+ * name set, the world's failure state. Request completion is published with
+ * a release store of req->state and a broadcast of world->done_cv. */
+#ifndef WF_ENGINE_H
+#define WF_ENGINE_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo/sched.h"
+#include "negotiate/coord.h"
+#include "transport/tcp.h"
+#include "util/strmap.h"
+#include "weft.h"
+#include "wire/wire.h"
+
+#define WF_WORLD_MAGIC 0x776f726cu   /* "worl" */
+#define WF_REQ_MAGIC 0x72657175u     /* "requ" */
+#define WF_REQ_FREED 0xdeadbeefu
+#define WF_GROUP_MAGIC 0x67727570u   /* "grup" */
+
+enum wf_req_state { WF_REQ_QUEUED = 0, WF_REQ_NEGOTIATING = 1, WF_REQ_RUNNING = 2, WF_REQ_DONE = 3 };
+
+struct weft_group {
+  uint32_t magic;
+  uint32_t id;        /* 0: the world group */
+  weft_world *world;
+  int size, rank;     /* this rank's index in the group, -1 if not a member */
+  int *ranks;         /* group rank -> world rank */
+};
+
+struct weft_request {
+  _Atomic uint32_t magic;
+  _Atomic int state;         /* wf_req_state; WF_REQ_DONE published with release */
+  _Atomic int refs;          /* user + engine */
+  weft_world *world;
+  weft_group *group;
+  struct weft_request *next; /* submission queue / engine lists */
+
+  /* what was asked (immutable after submission) */
+  wf_request_msg msg;        /* the wire description (name, coll, dtype, shape, ...) */
+  weft_tensor in, out;       /* descriptors; shapes point into in_shape/out_shape */
+  int64_t in_shape[WEFT_MAX_DIMS], out_shape[WEFT_MAX_DIMS];
+  weft_done_fn callback;
+  void *user_data;
+  weft_alloc_fn alloc;
+  void *alloc_ctx;
+  int64_t deadline;          /* wf_now_ns() deadline of the whole operation */
+
+  /* result (written by the engine before state = DONE) */
+  weft_status status;
+  char *error;               /* malloc'd message or NULL */
+  void *result;              /* allgather/alltoall/reducescatter output data */
+  int result_owned;          /* the request frees result */
+  int64_t result_shape[WEFT_MAX_DIMS];
+  int result_ndim;
+  int64_t *recv_splits;      /* alltoall: group size entries */
+  int nrecv_splits;
+};
+
+/* The collective being executed (one at a time, in response order). */
+typedef struct wf_exec {
+  int active;
+  uint64_t seq;
+  weft_request *req;
+  wf_response_msg resp;
+  wf_sched sched;
+  size_t round;              /* current round */
+  size_t round_first;        /* first step of the current round */
+  int pending;               /* transfers of this round not yet complete */
+  uint32_t *send_idx, *recv_idx; /* per world rank: messages so far in this collective */
+  void *tmp;                 /* engine-owned temporary (e.g. prescaled input) */
+  size_t *arrays;            /* counts, displs, send/recv counts and displs: 6 x group size */
+  const char *algo;
+  int64_t deadline;
+} wf_exec;
+
+/* A control message received, waiting for the engine to act on it. */
+typedef struct wf_inbox {
+  struct wf_inbox *next;
+  int peer;
+  uint8_t type;
+  wf_requests_msg reqs;      /* WF_MSG_REQUESTS */
+  wf_responses_msg resps;    /* WF_MSG_RESPONSES */
+  char reason[512];          /* WF_MSG_ABORT */
+} wf_inbox;
+
+struct weft_world {
+  uint32_t magic;
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+  wf_peer_info *peers;       /* size entries */
+  weft_group world_group;
+  double timeout_seconds;
+  double hb_interval, hb_timeout;
+
+  /* shared with callers, under mu */
+  pthread_mutex_t mu;
+  weft_request *q_head, *q_tail; /* submitted, not yet seen by the engine */
+  wf_strmap inflight;        /* name -> request, for duplicate detection */
+  weft_status fail_status;   /* sticky: WEFT_OK while healthy */
+  char fail_msg[1024];
+  int stopping;
+  int abort_send;            /* weft_abort: the engine tells the peers */
+  char abort_reason[512];
+  uint64_t barrier_count;
+  pthread_cond_t done_cv;    /* broadcast on every completion */
+
+  /* engine thread only */
+  pthread_t thread;
+  int thread_started;
+  int epfd, evfd;
+  _Atomic int wake_pending;  /* an eventfd write is outstanding */
+  wf_tcp *tcp;
+  wf_transport *tr;
+  wf_strmap table;           /* name -> request: submitted here, not yet executed */
+  wf_coord *coord;           /* rank 0 only */
+  wf_inbox *in_head, *in_tail;
+  wf_response_msg *resps;    /* responses received, not yet executed (seq order) */
+  size_t nresps, resps_cap, resps_pos;
+  uint64_t next_seq;         /* next response seq to execute */
+  wf_exec exec;
+  int *departed;             /* per rank: sent BYE */
+  int64_t next_hb_check;
+};
+
+/* Engine lifecycle (world.c calls these). */
+weft_status wf_engine_start(weft_world *w, int *fds);
+/* Stops the thread: fails what is in flight with WEFT_ERR_SHUTDOWN, says
+ * BYE to peers, flushes (bounded), closes. Idempotent. */
+void wf_engine_stop(weft_world *w);
+
+/* Submission (any thread). Takes the engine's reference; fails fast if the
+ * world has failed. The name must already be registered in w->inflight. */
+void wf_engine_submit(weft_world *w, weft_request *r);
+/* Wakes the engine thread (any thread). */
+void wf_engine_wake(weft_world *w);
+
+/* Marks the world failed (sticky) with status and message; engine thread or
+ * caller thread. Pending work is failed by the engine thread. */
+void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Completes r (engine thread): records status and message, removes the name
+ * from the in-flight set, publishes, runs the callback, drops the engine's
+ * reference. */
+void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg);
+/* Drops one reference; frees at zero. */
+void wf_request_unref(weft_request *r);
+
+/* Executor (exec.c, engine thread). */
+/* Starts executing the next response if idle; progresses the current one. */
+void wf_exec_progress(weft_world *w);
+/* peer said goodbye: fails the executing collective if it still needs
+ * data from peer. */
+void wf_exec_peer_departed(weft_world *w, int peer);
+/* Fails the executing collective (if any) with st/msg. */
+void wf_exec_abort(weft_world *w, weft_status st, const char *msg);
+
+/* Sends an encoded frame (taken) to peer, or handles it locally when peer
+ * is this rank (engine thread). */
+void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame);
+
+#endif

@@ -1,0 +1,349 @@
+/* exec.c - executes responses, one collective at a time, in the
+ * coordinator's order: prepares buffers (prescale, outputs whose size the
+ * response revealed), asks the registry for a schedule, runs its rounds on
+ * the transport without blocking, applies postscale/average, completes the
+ * request. Engine thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "engine/engine.h"
+#include "reduce/reduce.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/params.h"
+#include "util/time.h"
+
+static int64_t elems_of(const int64_t *shape, int from, int ndim) {
+  int64_t n = 1;
+  for (int d = from; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
+static void exec_clear(weft_world *w) {
+  wf_exec *x = &w->exec;
+  wf_sched_free(&x->sched);
+  wf_response_msg_free(&x->resp);
+  free(x->send_idx);
+  free(x->recv_idx);
+  free(x->tmp);
+  free(x->arrays);
+  memset(x, 0, sizeof *x);
+}
+
+static void exec_finish(weft_world *w, weft_status st, const char *msg) {
+  wf_exec *x = &w->exec;
+  weft_request *r = x->req;
+  if (st != WEFT_OK) w->tr->ops->cancel_data(w->tr);
+  exec_clear(w);
+  if (r) wf_request_complete(w, r, st, msg);
+}
+
+void wf_exec_abort(weft_world *w, weft_status st, const char *msg) {
+  if (w->exec.active) exec_finish(w, st, msg);
+}
+
+/* Allocates an output of bytes through the user's allocator or malloc. */
+static weft_status alloc_output(weft_request *r, size_t bytes) {
+  if (r->alloc) {
+    r->result = r->alloc(bytes, r->alloc_ctx);
+    r->result_owned = 0;
+    if (!r->result && bytes) return WEFT_ERR_NO_MEMORY;
+  } else {
+    r->result = malloc(bytes ? bytes : 1);
+    r->result_owned = 1;
+    if (!r->result) return WEFT_ERR_NO_MEMORY;
+  }
+  return WEFT_OK;
+}
+
+/* Fills args for the response's collective; allocates outputs. */
+static weft_status prepare(weft_world *w, wf_coll_args *a, char *err, size_t errlen) {
+  wf_exec *x = &w->exec;
+  weft_request *r = x->req;
+  const wf_request_msg *m = &r->msg;
+  weft_group *g = r->group;
+  int n = g->size, me = g->rank;
+  size_t es = weft_dtype_size(m->dtype);
+  memset(a, 0, sizeof *a);
+  a->coll = m->coll;
+  a->dtype = m->dtype;
+  a->op = m->reduce_op;
+  a->elem_size = es;
+  a->rank = me;
+  a->size = n;
+  a->root = m->root;
+  a->segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES");
+  size_t row = m->ndim ? (size_t)elems_of(m->shape, 1, m->ndim) : 1;
+  size_t total = (size_t)elems_of(m->shape, 0, m->ndim);
+  x->arrays = calloc((size_t)n * 6, sizeof(size_t));
+  if (!x->arrays) return WEFT_ERR_NO_MEMORY;
+  size_t *counts = x->arrays, *displs = counts + n, *sc = displs + n, *sd = sc + n, *rc = sd + n, *rd = rc + n;
+  switch (m->coll) {
+    case WF_COLL_ALLREDUCE:
+      a->buf = r->out.data;
+      a->count = total;
+      if (r->in.data != r->out.data) wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale);
+      else wf_scale(m->dtype, r->out.data, total, m->prescale);
+      break;
+    case WF_COLL_BROADCAST:
+      a->buf = r->in.data;
+      a->count = total;
+      break;
+    case WF_COLL_ALLGATHER: {
+      if (x->resp.nsizes != (uint32_t)n) {
+        snprintf(err, errlen, "allgather response carries %u sizes for %d ranks", x->resp.nsizes, n);
+        return WEFT_ERR_PROTOCOL;
+      }
+      size_t rows = 0;
+      for (int i = 0; i < n; i++) {
+        counts[i] = (size_t)x->resp.sizes[i] * row;
+        displs[i] = rows * row;
+        rows += (size_t)x->resp.sizes[i];
+      }
+      if (x->resp.sizes[me] != m->shape[0]) {
+        snprintf(err, errlen, "allgather response says this rank has %lld rows, it has %lld",
+                 (long long)x->resp.sizes[me], (long long)m->shape[0]);
+        return WEFT_ERR_PROTOCOL;
+      }
+      if (alloc_output(r, rows * row * es)) return WEFT_ERR_NO_MEMORY;
+      r->result_ndim = m->ndim;
+      memcpy(r->result_shape, m->shape, sizeof m->shape);
+      r->result_shape[0] = (int64_t)rows;
+      a->in = r->in.data;
+      a->out = r->result;
+      a->counts = counts;
+      a->displs = displs;
+      break;
+    }
+    case WF_COLL_ALLTOALL: {
+      if (x->resp.nsizes != (uint32_t)(n * n)) {
+        snprintf(err, errlen, "alltoall response carries %u splits for %d ranks", x->resp.nsizes, n);
+        return WEFT_ERR_PROTOCOL;
+      }
+      r->recv_splits = malloc(sizeof(int64_t) * (size_t)n);
+      if (!r->recv_splits) return WEFT_ERR_NO_MEMORY;
+      r->nrecv_splits = n;
+      size_t so = 0, ro = 0;
+      for (int j = 0; j < n; j++) {
+        int64_t s = x->resp.sizes[(size_t)me * (size_t)n + (size_t)j];
+        int64_t q = x->resp.sizes[(size_t)j * (size_t)n + (size_t)me];
+        sc[j] = (size_t)s * row;
+        sd[j] = so;
+        so += sc[j];
+        rc[j] = (size_t)q * row;
+        rd[j] = ro;
+        ro += rc[j];
+        r->recv_splits[j] = q;
+      }
+      if (alloc_output(r, ro * es)) return WEFT_ERR_NO_MEMORY;
+      r->result_ndim = m->ndim;
+      memcpy(r->result_shape, m->shape, sizeof m->shape);
+      r->result_shape[0] = (int64_t)(row ? ro / row : 0);
+      if (!row) {
+        int64_t rows = 0;
+        for (int j = 0; j < n; j++) rows += r->recv_splits[j];
+        r->result_shape[0] = rows;
+      }
+      a->in = r->in.data;
+      a->out = r->result;
+      a->send_counts = sc;
+      a->send_displs = sd;
+      a->recv_counts = rc;
+      a->recv_displs = rd;
+      break;
+    }
+    case WF_COLL_REDUCESCATTER: {
+      size_t dim0 = (size_t)m->shape[0], off = 0;
+      for (int i = 0; i < n; i++) {
+        size_t rows = dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n);
+        counts[i] = rows * row;
+        displs[i] = off;
+        off += counts[i];
+      }
+      const void *in = r->in.data;
+      if (m->prescale != 1.0 && total) {
+        x->tmp = malloc(total * es);
+        if (!x->tmp) return WEFT_ERR_NO_MEMORY;
+        wf_scale_copy(m->dtype, x->tmp, in, total, m->prescale);
+        in = x->tmp;
+      }
+      if (r->out.data) {
+        r->result = r->out.data;
+        r->result_owned = 0;
+      } else if (alloc_output(r, counts[me] * es)) {
+        return WEFT_ERR_NO_MEMORY;
+      }
+      r->result_ndim = m->ndim;
+      memcpy(r->result_shape, m->shape, sizeof m->shape);
+      r->result_shape[0] = (int64_t)(counts[me] / (row ? row : 1));
+      if (!row) r->result_shape[0] = (int64_t)(dim0 / (size_t)n + ((size_t)me < dim0 % (size_t)n));
+      a->in = in;
+      a->out = r->result;
+      a->counts = counts;
+      a->displs = displs;
+      break;
+    }
+    case WF_COLL_BARRIER:
+      break;
+    default:
+      snprintf(err, errlen, "unknown collective %u", m->coll);
+      return WEFT_ERR_PROTOCOL;
+  }
+  return WEFT_OK;
+}
+
+static const char *forced_algo(wf_coll c) {
+  switch (c) {
+    case WF_COLL_ALLREDUCE: return wf_param_str("WEFT_ALGO_ALLREDUCE");
+    case WF_COLL_ALLGATHER: return wf_param_str("WEFT_ALGO_ALLGATHER");
+    case WF_COLL_BROADCAST: return wf_param_str("WEFT_ALGO_BROADCAST");
+    case WF_COLL_ALLTOALL: return wf_param_str("WEFT_ALGO_ALLTOALL");
+    case WF_COLL_REDUCESCATTER: return wf_param_str("WEFT_ALGO_REDUCESCATTER");
+    default: return "";
+  }
+}
+
+/* Output post-processing once the schedule has run. */
+static void finalize_output(weft_world *w) {
+  wf_exec *x = &w->exec;
+  weft_request *r = x->req;
+  const wf_request_msg *m = &r->msg;
+  double f = m->postscale;
+  if (m->reduce_op == WEFT_OP_AVERAGE) f /= r->group->size;
+  if (m->coll == WF_COLL_ALLREDUCE) {
+    wf_scale(m->dtype, r->out.data, (size_t)elems_of(m->shape, 0, m->ndim), f);
+  } else if (m->coll == WF_COLL_REDUCESCATTER) {
+    wf_scale(m->dtype, r->result, x->arrays[r->group->rank], f);
+  }
+}
+
+/* Starts the next queued response. Returns 1 if one was taken. */
+static int start_next(weft_world *w) {
+  if (w->resps_pos >= w->nresps) return 0;
+  wf_response_msg resp = w->resps[w->resps_pos++];
+  if (w->resps_pos == w->nresps) w->resps_pos = w->nresps = 0;
+  if (resp.seq != w->next_seq) {
+    wf_world_fail(w, WEFT_ERR_PROTOCOL, "response %llu arrived when %llu was expected (coordinator rank 0)",
+                  (unsigned long long)resp.seq, (unsigned long long)w->next_seq);
+    wf_response_msg_free(&resp);
+    return 1;
+  }
+  w->next_seq++;
+  const char *name = resp.nnames ? resp.names[0] : "";
+  weft_request *r = resp.nnames ? wf_strmap_get(&w->table, name) : NULL;
+  if (resp.type == WF_RESP_ERROR) {
+    /* A timeout may name a tensor this rank never submitted: nothing to fail. */
+    if (r) {
+      wf_strmap_del(&w->table, name);
+      wf_request_complete(w, r, resp.status < 0 ? (weft_status)resp.status : WEFT_ERR_INTERNAL, resp.error);
+    }
+    wf_response_msg_free(&resp);
+    return 1;
+  }
+  if (!r) {
+    wf_world_fail(w, WEFT_ERR_PROTOCOL, "the coordinator scheduled tensor '%s', which this rank did not submit", name);
+    wf_response_msg_free(&resp);
+    return 1;
+  }
+  wf_strmap_del(&w->table, name);
+  wf_exec *x = &w->exec;
+  memset(x, 0, sizeof *x);
+  x->active = 1;
+  x->req = r;
+  x->resp = resp;
+  x->seq = resp.seq;
+  x->deadline = wf_deadline_after(w->timeout_seconds);
+  atomic_store_explicit(&r->state, WF_REQ_RUNNING, memory_order_relaxed);
+  char err[512] = "";
+  wf_coll_args a;
+  weft_status st = prepare(w, &a, err, sizeof err);
+  if (st == WEFT_OK) {
+    x->send_idx = calloc((size_t)w->size, sizeof *x->send_idx);
+    x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
+    if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
+  }
+  wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
+  if (st == WEFT_OK && r->msg.coll != WF_COLL_BARRIER) {
+    st = wf_algo_build(&a, forced_algo(r->msg.coll), &x->sched, &x->algo);
+    if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
+  }
+  if (st == WEFT_OK) st = wf_sched_finish(&x->sched);
+  if (st != WEFT_OK) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "tensor '%s': %s", name, err[0] ? err : weft_status_string(st));
+    exec_finish(w, st, msg);
+    return 1;
+  }
+  WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' seq %llu with %s (%zu rounds)", wf_coll_name(r->msg.coll), name,
+           (unsigned long long)x->seq, x->algo ? x->algo : "-", x->sched.nrounds);
+  return 1;
+}
+
+/* Posts the transfers of the current round. Returns WEFT_OK or an error. */
+static weft_status post_round(weft_world *w) {
+  wf_exec *x = &w->exec;
+  const int *ranks = x->req->group->ranks;
+  size_t end = x->sched.round_end[x->round];
+  for (size_t i = x->round_first; i < end; i++) {
+    const wf_step *s = &x->sched.steps[i];
+    if (s->kind != WF_STEP_SEND && s->kind != WF_STEP_RECV) continue;
+    int peer = ranks[s->peer];
+    if (w->departed[peer])
+      return wf_err(WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
+                    peer, w->peers[peer].host, x->req->msg.name);
+    weft_status st = s->kind == WF_STEP_SEND
+                         ? w->tr->ops->send(w->tr, peer, x->seq, x->send_idx[peer]++, s->src, s->bytes, &x->pending)
+                         : w->tr->ops->recv(w->tr, peer, x->seq, x->recv_idx[peer]++, s->dst, s->bytes, &x->pending);
+    if (st != WEFT_OK) return st;
+  }
+  return WEFT_OK;
+}
+
+void wf_exec_peer_departed(weft_world *w, int peer) {
+  wf_exec *x = &w->exec;
+  if (!x->active) return;
+  const int *ranks = x->req->group->ranks;
+  /* Steps of this round already posted to peer have their bytes here or
+   * will never get them; later rounds would need it. */
+  int needs = 0;
+  for (size_t i = x->round_first; i < x->sched.nsteps && !needs; i++) {
+    const wf_step *s = &x->sched.steps[i];
+    if ((s->kind == WF_STEP_RECV || s->kind == WF_STEP_SEND) && ranks[s->peer] == peer)
+      needs = i >= x->sched.round_end[x->round] || s->kind == WF_STEP_RECV;
+  }
+  if (needs && x->pending > 0)
+    wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
+                  peer, w->peers[peer].host, x->req->msg.name);
+}
+
+void wf_exec_progress(weft_world *w) {
+  wf_exec *x = &w->exec;
+  for (;;) {
+    weft_status st = WEFT_OK;
+    if (!x->active) {
+      if (!start_next(w)) return;
+      if (!x->active) continue;
+      if (x->sched.nrounds > 0) st = post_round(w);
+    } else if (x->pending > 0) {
+      return;
+    } else {
+      /* The round's transfers are complete: run its local steps. */
+      wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
+      x->round_first = x->sched.round_end[x->round];
+      if (++x->round < x->sched.nrounds) st = post_round(w);
+    }
+    if (st != WEFT_OK) {
+      /* A transfer could not be posted: the peer is gone, or memory. */
+      char msg[768];
+      snprintf(msg, sizeof msg, "%s", wf_err_msg());
+      wf_world_fail(w, st, "%s", msg);
+      return;
+    }
+    if (x->round >= x->sched.nrounds) {
+      finalize_output(w);
+      exec_finish(w, WEFT_OK, NULL);
+    }
+  }
+}

@@ -1,0 +1,244 @@
+/* coord.c - the coordinator's message table: name -> every rank's request.
+ * A tensor becomes ready when the last rank's request arrives; it is then
+ * validated (validate.c) and turned into an OK or ERROR response with the
+ * next sequence number. Entries that wait too long for some rank become
+ * ERROR responses naming the missing ranks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "negotiate/coord.h"
+#include "util/log.h"
+#include "util/strmap.h"
+#include "util/time.h"
+
+typedef struct entry {
+  wf_request_msg *reqs; /* size entries */
+  uint8_t *have;        /* size flags */
+  int count;
+  int64_t deadline;
+} entry;
+
+struct wf_coord {
+  int size;
+  double timeout;
+  wf_strmap table;
+  uint64_t next_seq;
+  wf_response_msg *ready;
+  size_t nready, cap;
+  uint8_t *departed; /* per rank: said BYE */
+};
+
+weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out) {
+  wf_coord *c = calloc(1, sizeof *c);
+  if (!c) return WEFT_ERR_NO_MEMORY;
+  c->size = size;
+  c->timeout = timeout_seconds;
+  c->departed = calloc((size_t)size, 1);
+  if (!c->departed) {
+    free(c);
+    return WEFT_ERR_NO_MEMORY;
+  }
+  wf_strmap_init(&c->table);
+  *out = c;
+  return WEFT_OK;
+}
+
+static void entry_free(entry *e, int size) {
+  if (!e) return;
+  for (int r = 0; r < size; r++) free(e->reqs[r].splits);
+  free(e->reqs);
+  free(e->have);
+  free(e);
+}
+
+void wf_coord_destroy(wf_coord *c) {
+  if (!c) return;
+  for (size_t i = 0; i < c->table.cap; i++) {
+    wf_strmap_entry *s = &c->table.slots[i];
+    if (s->key && !s->tomb) entry_free(s->val, c->size);
+  }
+  wf_strmap_free(&c->table);
+  for (size_t i = 0; i < c->nready; i++) wf_response_msg_free(&c->ready[i]);
+  free(c->ready);
+  free(c->departed);
+  free(c);
+}
+
+/* Appends a response for name; takes resp's arrays. */
+static void emit(wf_coord *c, wf_response_msg *resp, const char *name) {
+  if (c->nready == c->cap) {
+    size_t ncap = c->cap ? c->cap * 2 : 16;
+    wf_response_msg *n = realloc(c->ready, ncap * sizeof *n);
+    if (!n) {
+      WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
+      wf_response_msg_free(resp);
+      return;
+    }
+    c->ready = n;
+    c->cap = ncap;
+  }
+  resp->seq = c->next_seq++;
+  resp->names = malloc(sizeof(char *));
+  if (resp->names) resp->names[0] = strdup(name);
+  if (!resp->names || !resp->names[0]) {
+    WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", name);
+    free(resp->names);
+    resp->names = NULL;
+    resp->nnames = 0;
+  } else {
+    resp->nnames = 1;
+  }
+  c->ready[c->nready++] = *resp;
+}
+
+static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg) {
+  wf_response_msg resp;
+  memset(&resp, 0, sizeof resp);
+  resp.type = WF_RESP_ERROR;
+  resp.coll = coll;
+  resp.status = st;
+  resp.error = strdup(msg);
+  emit(c, &resp, name);
+}
+
+static void finish(wf_coord *c, const char *name, entry *e) {
+  const wf_request_msg **reqs = malloc(sizeof *reqs * (size_t)c->size);
+  wf_response_msg resp;
+  memset(&resp, 0, sizeof resp);
+  char err[WF_ERRMSG_MAX];
+  if (!reqs) {
+    emit_error(c, e->reqs[0].coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+  } else {
+    for (int r = 0; r < c->size; r++) reqs[r] = &e->reqs[r];
+    weft_status st = wf_validate(reqs, c->size, &resp, err, sizeof err);
+    if (st != WEFT_OK) {
+      free(resp.sizes);
+      WF_INFO(WF_SUB_COORD, "%s", err);
+      emit_error(c, e->reqs[0].coll, name, st, err);
+    } else {
+      resp.type = WF_RESP_OK;
+      resp.coll = e->reqs[0].coll;
+      emit(c, &resp, name);
+    }
+  }
+  free(reqs);
+  wf_strmap_del(&c->table, name);
+  entry_free(e, c->size);
+}
+
+static void fail_departed(wf_coord *c, const char *name, entry *e, int gone) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", name, gone);
+  uint8_t coll = 0;
+  for (int r = 0; r < c->size; r++)
+    if (e->have[r]) coll = e->reqs[r].coll;
+  emit_error(c, coll, name, WEFT_ERR_PEER_LOST, msg);
+  wf_strmap_del(&c->table, name);
+  entry_free(e, c->size);
+}
+
+void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
+  entry *e = wf_strmap_get(&c->table, m->name);
+  if (!e) {
+    e = calloc(1, sizeof *e);
+    if (e) {
+      e->reqs = calloc((size_t)c->size, sizeof *e->reqs);
+      e->have = calloc((size_t)c->size, 1);
+    }
+    if (!e || !e->reqs || !e->have || wf_strmap_put(&c->table, m->name, e)) {
+      entry_free(e, c->size);
+      emit_error(c, m->coll, m->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      return;
+    }
+    e->deadline = wf_deadline_after(c->timeout);
+  }
+  if (e->have[rank]) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", m->name, rank);
+    emit_error(c, m->coll, m->name, WEFT_ERR_PROTOCOL, msg);
+    wf_strmap_del(&c->table, m->name);
+    entry_free(e, c->size);
+    return;
+  }
+  e->reqs[rank] = *m;
+  e->reqs[rank].splits = NULL;
+  if (m->nsplits) {
+    e->reqs[rank].splits = malloc(sizeof(int64_t) * m->nsplits);
+    if (!e->reqs[rank].splits) {
+      emit_error(c, m->coll, m->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      return;
+    }
+    memcpy(e->reqs[rank].splits, m->splits, sizeof(int64_t) * m->nsplits);
+  }
+  e->have[rank] = 1;
+  if (++e->count == c->size) {
+    finish(c, m->name, e);
+    return;
+  }
+  for (int r = 0; r < c->size; r++)
+    if (c->departed[r] && !e->have[r]) {
+      fail_departed(c, m->name, e, r);
+      return;
+    }
+}
+
+void wf_coord_rank_departed(wf_coord *c, int rank) {
+  c->departed[rank] = 1;
+  for (size_t i = 0; i < c->table.cap; i++) {
+    wf_strmap_entry *s = &c->table.slots[i];
+    if (!s->key || s->tomb || ((entry *)s->val)->have[rank]) continue;
+    char *key = strdup(s->key);
+    if (!key) continue;
+    fail_departed(c, key, s->val, rank);
+    free(key);
+  }
+}
+
+size_t wf_coord_take(wf_coord *c, wf_response_msg **out) {
+  size_t n = c->nready;
+  *out = c->ready;
+  c->ready = NULL;
+  c->nready = c->cap = 0;
+  return n;
+}
+
+void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
+  for (size_t i = 0; i < c->table.cap; i++) {
+    wf_strmap_entry *s = &c->table.slots[i];
+    if (!s->key || s->tomb) continue;
+    entry *e = s->val;
+    if (e->deadline > now) continue;
+    char msg[WF_ERRMSG_MAX];
+    size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", s->key,
+                                c->timeout);
+    int first = 1;
+    for (int r = 0; r < c->size && k < sizeof msg; r++)
+      if (!e->have[r]) {
+        k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", r);
+        first = 0;
+      }
+    if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");
+    WF_WARN(WF_SUB_COORD, "%s", msg);
+    uint8_t coll = 0;
+    for (int r = 0; r < c->size; r++)
+      if (e->have[r]) coll = e->reqs[r].coll;
+    char *key = strdup(s->key);
+    if (!key) continue;
+    emit_error(c, coll, key, WEFT_ERR_TIMEOUT, msg);
+    wf_strmap_del(&c->table, key);
+    entry_free(e, c->size);
+    free(key);
+  }
+}
+
+int64_t wf_coord_next_deadline(const wf_coord *c) {
+  int64_t d = INT64_MAX;
+  for (size_t i = 0; i < c->table.cap; i++) {
+    const wf_strmap_entry *s = &c->table.slots[i];
+    if (s->key && !s->tomb && ((entry *)s->val)->deadline < d) d = ((entry *)s->val)->deadline;
+  }
+  return d;
+}
+
+size_t wf_coord_pending(const wf_coord *c) { return c->table.len; }

@@ -1,0 +1,45 @@
+/* coord.h - the coordinator (rank 0): collects every rank's request for a
+ * named tensor (the message table), validates them against each other when
+ * the last one arrives, and emits one response per tensor, numbered in the
+ * global order every rank executes. Runs on rank 0's engine thread. */
+#ifndef WF_COORD_H
+#define WF_COORD_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+#include "wire/wire.h"
+
+typedef struct wf_coord wf_coord;
+
+weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out);
+void wf_coord_destroy(wf_coord *c);
+
+/* Records rank's request (copied). A second request for the same name from
+ * the same rank while the first is pending is a protocol error: it yields an
+ * ERROR response for that name to every rank. */
+void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m);
+
+/* rank said goodbye: tensors it has not submitted fail (now and later)
+ * with an ERROR response naming it. */
+void wf_coord_rank_departed(wf_coord *c, int rank);
+
+/* Moves out the responses ready so far, in seq order. *out is a malloc'd
+ * array (caller frees it with wf_response_msg_free on each + free). */
+size_t wf_coord_take(wf_coord *c, wf_response_msg **out);
+
+/* Fails tensors that waited longer than the timeout for some rank: an ERROR
+ * response (WEFT_ERR_TIMEOUT) naming the ranks that did not submit. */
+void wf_coord_check_timeouts(wf_coord *c, int64_t now);
+/* Earliest deadline of a pending tensor (INT64_MAX if none). */
+int64_t wf_coord_next_deadline(const wf_coord *c);
+/* Number of tensors waiting for some rank. */
+size_t wf_coord_pending(const wf_coord *c);
+
+/* Cross-rank validation of n requests for one name (index = group rank).
+ * Returns WEFT_OK and fills resp->sizes (allgather: dim 0 per rank;
+ * alltoall: n x n splits, row = sender), or WEFT_ERR_MISMATCH with a message
+ * naming the tensor, the ranks and both values. */
+weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_msg *resp, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,129 @@
+/* validate.c - checks that every rank asked for the same collective on a
+ * named tensor, and computes what every rank needs to know about the others
+ * (allgather row counts, alltoall split matrix). Messages name the tensor,
+ * the two ranks and both values, e.g.
+ *   "tensor 'w': mismatched dtypes: rank 0 has float32, rank 2 has int32". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "negotiate/coord.h"
+
+static void shape_str(const wf_request_msg *m, char *out, size_t n) {
+  size_t k = 0;
+  k += (size_t)snprintf(out + k, n - k, "[");
+  for (int d = 0; d < m->ndim && k < n; d++)
+    k += (size_t)snprintf(out + k, n - k, d ? ", %lld" : "%lld", (long long)m->shape[d]);
+  if (k < n) snprintf(out + k, n - k, "]");
+}
+
+static int needs_dims(uint8_t coll) {
+  return coll == WF_COLL_ALLGATHER || coll == WF_COLL_ALLTOALL || coll == WF_COLL_REDUCESCATTER;
+}
+
+weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_msg *resp, char *err, size_t errlen) {
+  const wf_request_msg *a = reqs[0];
+  const char *name = a->name;
+  for (int r = 0; r < n; r++) {
+    const wf_request_msg *b = reqs[r];
+    if (b->coll != a->coll) {
+      snprintf(err, errlen, "tensor '%s': mismatched operations: rank 0 did %s, rank %d did %s", name,
+               wf_coll_name(a->coll), r, wf_coll_name(b->coll));
+      return WEFT_ERR_MISMATCH;
+    }
+    if (needs_dims(b->coll) && b->ndim == 0) {
+      snprintf(err, errlen, "tensor '%s': rank %d passed a 0-d (scalar) tensor to %s, which needs at least one dimension",
+               name, r, wf_coll_name(b->coll));
+      return WEFT_ERR_MISMATCH;
+    }
+  }
+  for (int r = 1; r < n; r++) {
+    const wf_request_msg *b = reqs[r];
+    char sa[256], sb[256];
+    if (b->dtype != a->dtype) {
+      snprintf(err, errlen, "tensor '%s': mismatched dtypes: rank 0 has %s, rank %d has %s", name,
+               weft_dtype_name(a->dtype), r, weft_dtype_name(b->dtype));
+      return WEFT_ERR_MISMATCH;
+    }
+    if (b->device != a->device) {
+      snprintf(err, errlen, "tensor '%s': mismatched devices: rank 0 has device %d, rank %d has device %d", name,
+               a->device, r, b->device);
+      return WEFT_ERR_MISMATCH;
+    }
+    if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_REDUCESCATTER) {
+      int same = a->ndim == b->ndim;
+      for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+      if (!same) {
+        shape_str(a, sa, sizeof sa);
+        shape_str(b, sb, sizeof sb);
+        snprintf(err, errlen, "tensor '%s': mismatched %s shapes: rank 0 has %s, rank %d has %s", name,
+                 wf_coll_name(a->coll), sa, r, sb);
+        return WEFT_ERR_MISMATCH;
+      }
+    }
+    if (a->coll == WF_COLL_ALLGATHER || a->coll == WF_COLL_ALLTOALL) {
+      int same = a->ndim == b->ndim;
+      for (int d = 1; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
+      if (!same) {
+        shape_str(a, sa, sizeof sa);
+        shape_str(b, sb, sizeof sb);
+        snprintf(err, errlen,
+                 "tensor '%s': mismatched %s shapes: rank 0 has %s, rank %d has %s (all dimensions but the first must "
+                 "agree)",
+                 name, wf_coll_name(a->coll), sa, r, sb);
+        return WEFT_ERR_MISMATCH;
+      }
+    }
+    if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER) {
+      if (b->reduce_op != a->reduce_op) {
+        snprintf(err, errlen, "tensor '%s': mismatched reduce ops: rank 0 has %s, rank %d has %s", name,
+                 weft_reduce_op_name(a->reduce_op), r, weft_reduce_op_name(b->reduce_op));
+        return WEFT_ERR_MISMATCH;
+      }
+      if (b->prescale != a->prescale) {
+        snprintf(err, errlen, "tensor '%s': mismatched prescale factors: rank 0 has %g, rank %d has %g", name,
+                 a->prescale, r, b->prescale);
+        return WEFT_ERR_MISMATCH;
+      }
+      if (b->postscale != a->postscale) {
+        snprintf(err, errlen, "tensor '%s': mismatched postscale factors: rank 0 has %g, rank %d has %g", name,
+                 a->postscale, r, b->postscale);
+        return WEFT_ERR_MISMATCH;
+      }
+    }
+    if (a->coll == WF_COLL_BROADCAST && b->root != a->root) {
+      snprintf(err, errlen, "tensor '%s': mismatched broadcast root ranks: rank 0 has root %d, rank %d has root %d",
+               name, a->root, r, b->root);
+      return WEFT_ERR_MISMATCH;
+    }
+    if (a->coll == WF_COLL_ALLTOALL && b->nsplits != a->nsplits) {
+      snprintf(err, errlen, "tensor '%s': mismatched alltoall split counts: rank 0 has %u splits, rank %d has %u",
+               name, a->nsplits, r, b->nsplits);
+      return WEFT_ERR_MISMATCH;
+    }
+  }
+  if (a->coll == WF_COLL_ALLGATHER) {
+    resp->sizes = malloc(sizeof(int64_t) * (size_t)n);
+    if (!resp->sizes) {
+      snprintf(err, errlen, "tensor '%s': out of memory at the coordinator", name);
+      return WEFT_ERR_NO_MEMORY;
+    }
+    resp->nsizes = (uint32_t)n;
+    for (int r = 0; r < n; r++) resp->sizes[r] = reqs[r]->shape[0];
+  } else if (a->coll == WF_COLL_ALLTOALL) {
+    for (int r = 0; r < n; r++)
+      if (reqs[r]->nsplits != (uint32_t)n) {
+        snprintf(err, errlen, "tensor '%s': rank %d passed %u alltoall splits for a group of %d ranks", name, r,
+                 reqs[r]->nsplits, n);
+        return WEFT_ERR_MISMATCH;
+      }
+    resp->sizes = malloc(sizeof(int64_t) * (size_t)n * (size_t)n);
+    if (!resp->sizes) {
+      snprintf(err, errlen, "tensor '%s': out of memory at the coordinator", name);
+      return WEFT_ERR_NO_MEMORY;
+    }
+    resp->nsizes = (uint32_t)(n * n);
+    for (int r = 0; r < n; r++) memcpy(resp->sizes + (size_t)r * (size_t)n, reqs[r]->splits, sizeof(int64_t) * (size_t)n);
+  }
+  return WEFT_OK;
+}

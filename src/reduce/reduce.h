@@ -1,0 +1,39 @@
+/* reduce.h - reduction and scaling kernels for every dtype x op.
+ * Semantics are those of a plain reference loop, element by element:
+ *  - integers wrap on overflow (computed in the unsigned type of the width);
+ *  - floats follow IEEE (NaN propagates through sum/product; min/max return
+ *    NaN if either operand is NaN, like torch.minimum/maximum);
+ *  - float16/bfloat16 are computed in float32 and rounded back to nearest even;
+ *  - bool (one byte, any nonzero is true, results are 0/1): sum and max are
+ *    logical or, min and product logical and;
+ *  - WEFT_OP_AVERAGE reduces like WEFT_OP_SUM (the division is a postscale). */
+#ifndef WF_REDUCE_H
+#define WF_REDUCE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* dst[i] = dst[i] op src[i] for count elements. dst and src may be the same
+ * pointer but must not otherwise overlap. */
+void wf_reduce(weft_dtype t, weft_reduce_op op, void *dst, const void *src, size_t count);
+
+/* dst[i] = a[i] op b[i]. dst may equal a or b; no other overlap. */
+void wf_reduce3(weft_dtype t, weft_reduce_op op, void *dst, const void *a, const void *b, size_t count);
+
+/* buf[i] = buf[i] * factor, computed in double and converted back: integers
+ * truncate toward zero (and saturate at the type's limits; NaN -> 0), bool
+ * becomes (x != 0 && factor != 0). factor == 1.0 is a no-op. */
+void wf_scale(weft_dtype t, void *buf, size_t count, double factor);
+
+/* dst[i] = src[i] * factor (dst may equal src). factor == 1.0 is a copy. */
+void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, double factor);
+
+/* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN,
+ * overflow becomes inf). */
+float wf_f16_to_f32(uint16_t h);
+uint16_t wf_f32_to_f16(float f);
+float wf_bf16_to_f32(uint16_t h);
+uint16_t wf_f32_to_bf16(float f);
+
+#endif

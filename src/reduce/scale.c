@@ -1,0 +1,195 @@
+/* scale.c - wf_scale / wf_scale_copy: multiply every element by a double
+ * factor (prescale, and the division of WEFT_OP_AVERAGE).
+ *
+ * The product is computed in double. Integers truncate toward zero and
+ * saturate at the type's limits (NaN -> 0), so a huge or infinite factor
+ * never reaches an out-of-range float->int conversion, which is undefined
+ * behaviour in C. Floats round to nearest even. float16/bfloat16 go through
+ * float32 scratch; to round the double product correctly to 16 bits despite
+ * that extra step, it is first rounded to float32 with round-to-odd (see
+ * wf_f32_round_odd). Loops are blocked like reduce.c's for gcc -O2. */
+#include <math.h>
+#include <string.h>
+
+#include "reduce/reduce.h"
+#include "reduce/reduce_impl.h"
+#include "util/log.h"
+
+#define WF_BLK 64
+
+/* ------------------------------------------------- double -> element */
+/* Clamp before converting: a value in (MAX, MAX + 1) truncates to MAX
+ * anyway, and the bounds are exact in double for widths up to 32 bits. */
+static inline uint8_t wf_sat_u8(double v) {
+  v = v != v ? 0.0 : v;
+  v = v < 0.0 ? 0.0 : v;
+  v = v > 255.0 ? 255.0 : v;
+  return (uint8_t)v;
+}
+static inline int8_t wf_sat_i8(double v) {
+  v = v != v ? 0.0 : v;
+  v = v < -128.0 ? -128.0 : v;
+  v = v > 127.0 ? 127.0 : v;
+  return (int8_t)v;
+}
+static inline uint16_t wf_sat_u16(double v) {
+  v = v != v ? 0.0 : v;
+  v = v < 0.0 ? 0.0 : v;
+  v = v > 65535.0 ? 65535.0 : v;
+  return (uint16_t)v;
+}
+static inline int16_t wf_sat_i16(double v) {
+  v = v != v ? 0.0 : v;
+  v = v < -32768.0 ? -32768.0 : v;
+  v = v > 32767.0 ? 32767.0 : v;
+  return (int16_t)v;
+}
+static inline int32_t wf_sat_i32(double v) {
+  v = v != v ? 0.0 : v;
+  v = v < -2147483648.0 ? -2147483648.0 : v;
+  v = v > 2147483647.0 ? 2147483647.0 : v;
+  return (int32_t)v;
+}
+/* INT64_MAX is not a double: test against 2^63 instead of clamping. */
+static inline int64_t wf_sat_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 0x1p63) return INT64_MAX;
+  if (v < -0x1p63) return INT64_MIN;
+  return (int64_t)v;
+}
+static inline float wf_to_f32(double v) { return (float)v; }
+static inline double wf_to_f64(double v) { return v; }
+
+/* The double rounded to float32 toward zero, with the last bit set when that
+ * was inexact ("round to odd"). Rounding that to nearest even at 11 or 8
+ * significant bits gives the same result as rounding the double directly,
+ * because float32 keeps more than two extra bits (Boldo & Melquiond). A
+ * plain (float) cast first could create a false tie. */
+static inline float wf_f32_round_odd(double d) {
+  float r = (float)d;
+  double back = (double)r;
+  uint32_t u;
+  memcpy(&u, &r, sizeof u);
+  /* sign-magnitude: u - 1 is the neighbour toward zero (never below 0 here,
+   * since |r| > |d| >= 0 means r != 0) */
+  uint32_t toward_zero = fabs(back) > fabs(d) ? u - 1u : u;
+  u = back != d ? (toward_zero | 1u) : u; /* NaN: stays NaN */
+  memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+/* ---------------------------------------------------------- the kernels */
+typedef void (*wf_scale_fn)(void *x, size_t n, double f);
+typedef void (*wf_scale_copy_fn)(void *restrict d, const void *restrict s, size_t n, double f);
+
+/* in place: x[i] = CONV(x[i] * f); copy: d[i] = CONV(s[i] * f). */
+#define WF_DEF_SCALE(inplace_name, copy_name, T, CONV)                                             \
+  WF_CLONES static void inplace_name(void *xv, size_t n, double f) {                              \
+    T *x = xv;                                                                                     \
+    size_t i = 0;                                                                                  \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
+      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV((double)x[j] * f);                       \
+    for (; i < n; i++) x[i] = CONV((double)x[i] * f);                                              \
+  }                                                                                                \
+  WF_CLONES static void copy_name(void *restrict dv, const void *restrict sv, size_t n, double f) { \
+    T *restrict d = dv;                                                                            \
+    const T *restrict s = sv;                                                                      \
+    size_t i = 0;                                                                                  \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
+      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV((double)s[j] * f);                       \
+    for (; i < n; i++) d[i] = CONV((double)s[i] * f);                                              \
+  }
+
+WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, wf_sat_u8)
+WF_DEF_SCALE(wf_scale_i8, wf_scale_copy_i8, wf_i8u, wf_sat_i8)
+WF_DEF_SCALE(wf_scale_u16, wf_scale_copy_u16, wf_u16u, wf_sat_u16)
+WF_DEF_SCALE(wf_scale_i16, wf_scale_copy_i16, wf_i16u, wf_sat_i16)
+WF_DEF_SCALE(wf_scale_i32, wf_scale_copy_i32, wf_i32u, wf_sat_i32)
+WF_DEF_SCALE(wf_scale_i64, wf_scale_copy_i64, wf_i64u, wf_sat_i64)
+WF_DEF_SCALE(wf_scale_f32, wf_scale_copy_f32, wf_f32u, wf_to_f32)
+WF_DEF_SCALE(wf_scale_f64, wf_scale_copy_f64, wf_f64u, wf_to_f64)
+/* float32 scratch of a 16-bit float block, in place */
+WF_CLONES static void wf_scale_f32_odd(float *x, size_t n, double f) {
+  size_t i = 0;
+  for (; i + WF_BLK <= n; i += WF_BLK)
+    for (size_t j = i; j < i + WF_BLK; j++) x[j] = wf_f32_round_odd((double)x[j] * f);
+  for (; i < n; i++) x[i] = wf_f32_round_odd((double)x[i] * f);
+}
+
+/* bool: x becomes (x != 0 && f != 0); f is the same for every element. */
+static void wf_scale_bool(void *xv, size_t n, double f) {
+  uint8_t *x = xv;
+  if (f == 0.0) {
+    memset(x, 0, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) x[i] = x[i] != 0;
+}
+static void wf_scale_copy_bool(void *restrict dv, const void *restrict sv, size_t n, double f) {
+  uint8_t *restrict d = dv;
+  const uint8_t *restrict s = sv;
+  if (f == 0.0) {
+    memset(d, 0, n);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) d[i] = s[i] != 0;
+}
+
+static const struct {
+  wf_scale_fn inplace;
+  wf_scale_copy_fn copy;
+} wf_scale_table[WEFT_DTYPE_COUNT_] = {
+    [WEFT_DTYPE_UINT8] = {wf_scale_u8, wf_scale_copy_u8},
+    [WEFT_DTYPE_INT8] = {wf_scale_i8, wf_scale_copy_i8},
+    [WEFT_DTYPE_UINT16] = {wf_scale_u16, wf_scale_copy_u16},
+    [WEFT_DTYPE_INT16] = {wf_scale_i16, wf_scale_copy_i16},
+    [WEFT_DTYPE_INT32] = {wf_scale_i32, wf_scale_copy_i32},
+    [WEFT_DTYPE_INT64] = {wf_scale_i64, wf_scale_copy_i64},
+    [WEFT_DTYPE_FLOAT32] = {wf_scale_f32, wf_scale_copy_f32},
+    [WEFT_DTYPE_FLOAT64] = {wf_scale_f64, wf_scale_copy_f64},
+    [WEFT_DTYPE_BOOL] = {wf_scale_bool, wf_scale_copy_bool},
+    /* FLOAT16, BFLOAT16: wf_scale_half */
+};
+
+/* 16-bit floats: convert a block, scale it in float32 scratch, convert
+ * back. The whole block is read before it is written, so dst may equal
+ * src. */
+static void wf_scale_half(weft_dtype t, void *dst, const void *src, size_t n, double f) {
+  float tmp[WF_HALF_BLOCK];
+  wf_u16u *d = dst;
+  const wf_u16u *s = src;
+  for (size_t i = 0; i < n; i += WF_HALF_BLOCK) {
+    size_t m = n - i < WF_HALF_BLOCK ? n - i : WF_HALF_BLOCK;
+    if (t == WEFT_DTYPE_FLOAT16) {
+      wf_f16_to_f32_block(tmp, s + i, m);
+      wf_scale_f32_odd(tmp, m, f);
+      wf_f32_to_f16_block(d + i, tmp, m);
+    } else {
+      wf_bf16_to_f32_block(tmp, s + i, m);
+      wf_scale_f32_odd(tmp, m, f);
+      wf_f32_to_bf16_block(d + i, tmp, m);
+    }
+  }
+}
+
+void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, double factor) {
+  if (count == 0) return;
+  if ((unsigned)t >= WEFT_DTYPE_COUNT_) {
+    WF_WARN(WF_SUB_ALL, "scale: invalid dtype %d (internal error, buffer left unchanged)", (int)t);
+    return;
+  }
+  if (factor == 1.0) { /* exact, keeps int64 beyond 2^53 and NaN payloads */
+    if (dst != src) memcpy(dst, src, count * wf_reduce_elem_size(t));
+    return;
+  }
+  if (t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16)
+    wf_scale_half(t, dst, src, count, factor);
+  else if (dst == src)
+    wf_scale_table[t].inplace(dst, count, factor);
+  else
+    wf_scale_table[t].copy(dst, src, count, factor);
+}
+
+void wf_scale(weft_dtype t, void *buf, size_t count, double factor) {
+  wf_scale_copy(t, buf, buf, count, factor);
+}

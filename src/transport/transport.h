@@ -1,0 +1,38 @@
+/* transport.h - the point-to-point data interface algorithms' schedules are
+ * executed on (Gloo transport::Pair / NCCL ncclTransport style). A transport
+ * moves tagged byte messages between this rank and a peer (world ranks);
+ * it never blocks: the engine's loop drives it and it reports completion by
+ * decrementing a counter the executor owns.
+ *
+ * Tags: (seq, idx) = (collective's sequence number, k-th message of this
+ * (sender, receiver) pair within it). A receive matches exactly one send
+ * with the same tag and byte count; a mismatch is a protocol error. */
+#ifndef WF_TRANSPORT_H
+#define WF_TRANSPORT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef struct wf_transport wf_transport;
+
+typedef struct wf_transport_ops {
+  const char *name;
+  /* Queues len bytes of buf for peer; *pending is decremented (engine
+   * thread) once buf is no longer needed. buf must stay valid until then or
+   * until cancel_data(). Must not block. */
+  weft_status (*send)(wf_transport *t, int peer, uint64_t seq, uint32_t idx, const void *buf, size_t len,
+                      int *pending);
+  /* Posts a receive of exactly len bytes into buf; *pending is decremented
+   * when all have arrived. Must not block. */
+  weft_status (*recv)(wf_transport *t, int peer, uint64_t seq, uint32_t idx, void *buf, size_t len, int *pending);
+  /* Forgets every posted send and receive (the collective failed): the
+   * transport no longer touches their buffers when this returns. */
+  void (*cancel_data)(wf_transport *t);
+} wf_transport_ops;
+
+struct wf_transport {
+  const wf_transport_ops *ops;
+};
+
+#endif

@@ -1,0 +1,90 @@
+/* params.c - the table of every environment knob, and typed lookups. */
+#include "util/params.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+static const wf_param g_params[] = {
+    {"WEFT_RANK", "HOROVOD_RANK", WF_PARAM_INT, "-1", "this process's rank (set by weftrun)"},
+    {"WEFT_SIZE", "HOROVOD_SIZE", WF_PARAM_INT, "-1", "number of ranks in the job (set by weftrun)"},
+    {"WEFT_LOCAL_RANK", "HOROVOD_LOCAL_RANK", WF_PARAM_INT, "-1", "rank among this host's ranks (-1: computed)"},
+    {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", WF_PARAM_INT, "-1", "ranks on this host (-1: computed)"},
+    {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", WF_PARAM_INT, "-1", "index of this host (-1: computed)"},
+    {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", WF_PARAM_INT, "-1", "number of hosts (-1: computed)"},
+    {"WEFT_ADDR", NULL, WF_PARAM_STRING, "", "host:port of rank 0's rendezvous store"},
+    {"WEFT_SECRET", NULL, WF_PARAM_STRING, "", "job secret for the authenticated handshake (weftrun sets it)"},
+    {"WEFT_SECRET_FILE", NULL, WF_PARAM_STRING, "", "file holding the job secret"},
+    {"WEFT_JOB_ID", NULL, WF_PARAM_STRING, "", "job identifier mixed into the handshake (weftrun sets it)"},
+    {"WEFT_HOSTNAME", "HOROVOD_HOSTNAME", WF_PARAM_STRING, "", "host name reported to peers (default: gethostname)"},
+    {"WEFT_BIND_ADDR", NULL, WF_PARAM_STRING, "", "address data listeners bind to (default: the one used to reach rank 0)"},
+    {"WEFT_TIMEOUT_SECONDS", NULL, WF_PARAM_DOUBLE, "300", "deadline of one operation, negotiation and data"},
+    {"WEFT_INIT_TIMEOUT_SECONDS", "HOROVOD_START_TIMEOUT", WF_PARAM_DOUBLE, "60", "deadline of weft_init's rendezvous"},
+    {"WEFT_HEARTBEAT_INTERVAL", NULL, WF_PARAM_DOUBLE, "0.5", "seconds between heartbeats on an idle connection"},
+    {"WEFT_HEARTBEAT_TIMEOUT", NULL, WF_PARAM_DOUBLE, "10", "a peer silent this many seconds is declared unresponsive"},
+    {"WEFT_HANDSHAKE_TIMEOUT", NULL, WF_PARAM_DOUBLE, "5", "deadline for a connection's authentication handshake"},
+    {"WEFT_MAX_MESSAGE_BYTES", NULL, WF_PARAM_INT, "67108864", "cap on a control message a peer may send"},
+    {"WEFT_TCP_CHUNK_BYTES", NULL, WF_PARAM_INT, "1048576", "data frame size on TCP (large sends are pipelined in these)"},
+    {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "", "force an allreduce algorithm (ring, rd)"},
+    {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "", "force an allgather algorithm (ring)"},
+    {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "", "force a broadcast algorithm (tree, chain)"},
+    {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "", "force an alltoall algorithm (pairwise)"},
+    {"WEFT_ALGO_REDUCESCATTER", NULL, WF_PARAM_STRING, "", "force a reducescatter algorithm (ring)"},
+    {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of ring and chain algorithms"},
+    {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "allreduce at most this size uses recursive doubling"},
+    {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree"},
+    {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn", "none|warn|info|debug|trace"},
+    {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "comma list: init,engine,coord,tcp,shm,algo,boot,api"},
+    {NULL, NULL, 0, NULL, NULL}};
+
+const wf_param *wf_params_table(void) { return g_params; }
+
+static const wf_param *find(const char *name) {
+  for (const wf_param *p = g_params; p->name; p++)
+    if (!strcmp(p->name, name)) return p;
+  WF_WARN(WF_SUB_ALL, "internal: parameter %s is not in the table", name);
+  return NULL;
+}
+
+static const char *raw(const wf_param *p) {
+  const char *v = getenv(p->name);
+  if ((!v || !*v) && p->alias) v = getenv(p->alias);
+  return (v && *v) ? v : NULL;
+}
+
+const char *wf_param_str(const char *name) {
+  const wf_param *p = find(name);
+  if (!p) return "";
+  const char *v = raw(p);
+  return v ? v : p->def;
+}
+
+int64_t wf_param_int(const char *name) {
+  const wf_param *p = find(name);
+  if (!p) return 0;
+  const char *v = raw(p);
+  if (v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 0);
+    if (!errno && end != v && *end == '\0') return x;
+    WF_WARN(WF_SUB_ALL, "%s=%s is not an integer; using the default %s", p->name, v, p->def);
+  }
+  return strtoll(p->def, NULL, 0);
+}
+
+double wf_param_double(const char *name) {
+  const wf_param *p = find(name);
+  if (!p) return 0;
+  const char *v = raw(p);
+  if (v) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!errno && end != v && *end == '\0') return x;
+    WF_WARN(WF_SUB_ALL, "%s=%s is not a number; using the default %s", p->name, v, p->def);
+  }
+  return strtod(p->def, NULL);
+}

@@ -1,0 +1,180 @@
+/* wire.h - framed, versioned, bounds-checked encoding of every message that
+ * crosses a connection (after the authentication handshake, see
+ * bootstrap/auth.h).
+ *
+ * Frame = 24-byte header, then `length` payload bytes:
+ *   u32 magic "WEFT" (0x54464557, little-endian), u8 version (1), u8 type,
+ *   u16 flags (0), u32 src rank, u32 reserved (0), u64 length.
+ * All integers little-endian; doubles as IEEE-754 bit patterns in a u64;
+ * strings as u16 length + bytes (no NUL). The header is validated (magic,
+ * version, known type, length <= the cap for its type) before any payload is
+ * read or allocated. Decoders never read past the payload and reject
+ * trailing bytes. */
+#ifndef WF_WIRE_H
+#define WF_WIRE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#define WF_WIRE_MAGIC 0x54464557u
+#define WF_WIRE_VERSION 1
+#define WF_FRAME_HDR_SIZE 24
+#define WF_NAME_MAX 255          /* bytes in a tensor name */
+#define WF_ERRMSG_MAX 4096       /* bytes in an error message */
+#define WF_HOST_MAX 255          /* bytes in a host name / address */
+#define WF_MAX_RANKS 65536       /* ranks in a job */
+#define WF_DATA_SUBHDR_SIZE 16   /* u64 seq, u32 index, u32 reserved */
+
+typedef enum wf_msg_type {
+  WF_MSG_HELLO = 1,      /* bootstrap: a rank registers with rank 0 */
+  WF_MSG_PEERS = 2,      /* bootstrap: rank 0 sends everyone the peer table */
+  WF_MSG_REQUESTS = 3,   /* rank -> coordinator: tensors ready here */
+  WF_MSG_RESPONSES = 4,  /* coordinator -> ranks: what to run, in order */
+  WF_MSG_DATA = 5,       /* collective payload: sub-header + bytes */
+  WF_MSG_HEARTBEAT = 6,  /* empty payload */
+  WF_MSG_ABORT = 7,      /* payload: a string, the reason */
+  WF_MSG_BYE = 8,        /* orderly shutdown of the sender; empty payload */
+  WF_MSG_TYPE_MAX_ = 9
+} wf_msg_type;
+
+/* Collective kinds (requests and responses). */
+typedef enum wf_coll {
+  WF_COLL_ALLREDUCE = 0,
+  WF_COLL_ALLGATHER = 1,
+  WF_COLL_BROADCAST = 2,
+  WF_COLL_ALLTOALL = 3,
+  WF_COLL_REDUCESCATTER = 4,
+  WF_COLL_BARRIER = 5,
+  WF_COLL_COUNT_ = 6
+} wf_coll;
+
+const char *wf_coll_name(wf_coll c); /* "allreduce", ...; "unknown" */
+
+typedef struct wf_frame_hdr {
+  uint8_t type;       /* wf_msg_type */
+  uint16_t flags;
+  uint32_t src;       /* sender's rank */
+  uint64_t length;    /* payload bytes */
+} wf_frame_hdr;
+
+/* Writes the 24-byte header. */
+void wf_frame_hdr_encode(uint8_t out[WF_FRAME_HDR_SIZE], const wf_frame_hdr *h);
+
+/* Validates and decodes a header. max_ctrl caps the payload of control
+ * messages (every type but DATA); max_data caps DATA payloads (sub-header
+ * included). Returns WEFT_OK or WEFT_ERR_PROTOCOL with a message in err
+ * (bad magic, wrong version, unknown type, length over its cap, nonzero
+ * reserved field, empty DATA/HELLO/PEERS/REQUESTS/RESPONSES payload). */
+weft_status wf_frame_hdr_decode(const uint8_t in[WF_FRAME_HDR_SIZE], uint64_t max_ctrl, uint64_t max_data,
+                                wf_frame_hdr *h, char *err, size_t errlen);
+
+/* ---- DATA sub-header: which collective (seq) and which message of the
+ * (sender, receiver) pair within it (index, counting from 0). */
+typedef struct wf_data_hdr {
+  uint64_t seq;
+  uint32_t index;
+} wf_data_hdr;
+void wf_data_hdr_encode(uint8_t out[WF_DATA_SUBHDR_SIZE], const wf_data_hdr *d);
+weft_status wf_data_hdr_decode(const uint8_t in[WF_DATA_SUBHDR_SIZE], wf_data_hdr *d, char *err, size_t errlen);
+
+/* ---- HELLO (bootstrap) */
+typedef struct wf_hello_msg {
+  uint32_t rank, size;
+  uint32_t pid;
+  char host[WF_HOST_MAX + 1];     /* host name (NUL-terminated) */
+  char boot_id[64];               /* /proc/sys/kernel/random/boot_id or "" */
+  char listen_addr[WF_HOST_MAX + 1]; /* "ip:port" where this rank accepts peers */
+} wf_hello_msg;
+
+/* ---- PEERS (bootstrap): one entry per rank, in rank order. */
+typedef struct wf_peer_info {
+  char host[WF_HOST_MAX + 1];
+  char listen_addr[WF_HOST_MAX + 1];
+  uint32_t pid;
+  int32_t local_rank, local_size, cross_rank, cross_size;
+} wf_peer_info;
+typedef struct wf_peers_msg {
+  uint32_t size;
+  wf_peer_info *peers; /* size entries; malloc'd by the decoder */
+} wf_peers_msg;
+
+/* ---- REQUEST: one tensor a rank is ready to run. */
+typedef struct wf_request_msg {
+  uint32_t group_id;
+  uint8_t coll;        /* wf_coll */
+  uint8_t dtype;       /* weft_dtype */
+  uint8_t reduce_op;   /* weft_reduce_op */
+  uint8_t ndim;        /* 0..WEFT_MAX_DIMS */
+  int32_t root;        /* broadcast root (group rank), else -1 */
+  int32_t device;      /* WEFT_DEVICE_CPU or a device index */
+  int32_t priority;
+  double prescale, postscale;
+  int64_t shape[WEFT_MAX_DIMS];
+  uint32_t nsplits;    /* alltoall: group size, else 0 */
+  int64_t *splits;     /* nsplits entries; malloc'd by the decoder */
+  char name[WF_NAME_MAX + 1]; /* NUL-terminated, 1..255 bytes */
+} wf_request_msg;
+
+typedef struct wf_requests_msg {
+  uint32_t count;
+  wf_request_msg *reqs; /* count entries; malloc'd by the decoder */
+} wf_requests_msg;
+
+/* ---- RESPONSE: run this (or fail it) now, in seq order. */
+typedef enum wf_resp_type { WF_RESP_OK = 0, WF_RESP_ERROR = 1 } wf_resp_type;
+typedef struct wf_response_msg {
+  uint64_t seq;        /* global order within the group, from 0 */
+  uint32_t group_id;
+  uint8_t type;        /* wf_resp_type */
+  uint8_t coll;        /* wf_coll */
+  int32_t status;      /* ERROR: the weft_status to report (< 0) */
+  uint32_t nnames;     /* tensors covered (fusion: > 1) */
+  char **names;        /* nnames NUL-terminated strings; malloc'd */
+  uint32_t nsizes;     /* allgather: dim-0 per rank (size entries);
+                          alltoall: the size x size split matrix, row = sender */
+  int64_t *sizes;      /* malloc'd */
+  char *error;         /* ERROR: message (NUL-terminated, <= WF_ERRMSG_MAX); else NULL */
+} wf_response_msg;
+
+typedef struct wf_responses_msg {
+  uint32_t count;
+  wf_response_msg *resps; /* count entries; malloc'd by the decoder */
+} wf_responses_msg;
+
+/* Growable output buffer for encoders. */
+typedef struct wf_buf {
+  uint8_t *data;
+  size_t len, cap;
+  int oom; /* set when an allocation failed; later appends are dropped */
+} wf_buf;
+void wf_buf_free(wf_buf *b);
+
+/* Encoders append one whole frame (header + payload) to out; src = sender's
+ * rank. They return WEFT_OK, WEFT_ERR_NO_MEMORY, or WEFT_ERR_INVALID_ARGUMENT
+ * when a field is out of range (name too long, ndim too big, ...). */
+weft_status wf_encode_hello(wf_buf *out, uint32_t src, const wf_hello_msg *m);
+weft_status wf_encode_peers(wf_buf *out, uint32_t src, const wf_peers_msg *m);
+weft_status wf_encode_requests(wf_buf *out, uint32_t src, const wf_request_msg *reqs, uint32_t count);
+weft_status wf_encode_responses(wf_buf *out, uint32_t src, const wf_response_msg *resps, uint32_t count);
+weft_status wf_encode_simple(wf_buf *out, uint32_t src, wf_msg_type type); /* HEARTBEAT, BYE */
+weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason);
+
+/* Decoders take a payload (without the frame header) and fill *m, allocating
+ * arrays as documented above. On error they free what they allocated, leave
+ * *m zeroed, and return WEFT_ERR_PROTOCOL (or WEFT_ERR_NO_MEMORY) with a
+ * message in err. Every count is checked against the bytes left before
+ * anything is allocated. */
+weft_status wf_decode_hello(const uint8_t *p, size_t n, wf_hello_msg *m, char *err, size_t errlen);
+weft_status wf_decode_peers(const uint8_t *p, size_t n, wf_peers_msg *m, char *err, size_t errlen);
+weft_status wf_decode_requests(const uint8_t *p, size_t n, wf_requests_msg *m, char *err, size_t errlen);
+weft_status wf_decode_responses(const uint8_t *p, size_t n, wf_responses_msg *m, char *err, size_t errlen);
+weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t reason_len, char *err, size_t errlen);
+
+void wf_peers_msg_free(wf_peers_msg *m);
+void wf_request_msg_free(wf_request_msg *m);     /* frees splits */
+void wf_requests_msg_free(wf_requests_msg *m);
+void wf_response_msg_free(wf_response_msg *m);   /* frees names, sizes, error */
+void wf_responses_msg_free(wf_responses_msg *m);
+
+#endif

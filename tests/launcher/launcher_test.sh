@@ -1,0 +1,400 @@
+#!/usr/bin/env bash
+# launcher_test.sh - end-to-end tests of weftrun: `launcher_test.sh WEFTRUN CASE`.
+# Each case starts real jobs (ranks are tests/launcher/rank.sh in bash) and
+# checks exit codes, output, messages, timing and that no process is left.
+# Prints "FAIL: ..." and exits 1 on the first failed check.
+set -u
+WR=$1
+CASE=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+RANK="$HERE/rank.sh"
+T=$(mktemp -d "${TMPDIR:-/tmp}/weftrun_test.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+
+fail() {
+  echo "FAIL [$CASE]: $*" >&2
+  for f in "$T"/out "$T"/err; do
+    [ -s "$f" ] && { echo "--- $(basename "$f") (first 20 lines):" >&2; head -20 "$f" >&2; }
+  done
+  exit 1
+}
+now_ms() { date +%s%3N; }
+# weftrun with a safety net; stdout/stderr to $T/out and $T/err; sets rc
+wr() {
+  timeout -k 5 40 "$WR" "$@" >"$T/out" 2>"$T/err"
+  rc=$?
+}
+expect_rc() { [ "$rc" = "$1" ] || fail "expected exit code $1, got $rc"; }
+expect_err() { grep -qF -- "$1" "$T/err" || fail "stderr lacks '$1'"; }
+# A process is gone when /proc has no entry or it is a zombie (killed, not
+# reaped yet by whoever inherited it).
+gone() {
+  local st
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -z "$st" ] || [ "$st" = Z ]
+}
+# All pids in the given files are gone (waits up to 2 s: SIGKILL is not instant).
+expect_gone() {
+  local f p k
+  for f in "$@"; do
+    [ -s "$f" ] || fail "pid file $f missing"
+    p=$(cat "$f")
+    for k in $(seq 20); do gone "$p" && break; sleep 0.1; done
+    gone "$p" || { kill -KILL "$p" 2>/dev/null; fail "process $p ($(basename "$f")) is still alive"; }
+  done
+}
+# Waits until all the given files exist (ranks have started).
+wait_files() {
+  local k f ok
+  for k in $(seq 200); do
+    ok=1
+    for f in "$@"; do [ -s "$f" ] || ok=0; done
+    [ $ok = 1 ] && return 0
+    sleep 0.05
+  done
+  fail "ranks did not start (missing: $*)"
+}
+
+case_env() {
+  # values weftrun must replace, and one it must pass through
+  export WEFT_RANK=77 HOROVOD_SIZE=99 INHERITED=yes
+  local run secrets=() jobs=()
+  for run in 1 2; do
+    wr -np 4 -x FOO=bar --env FOO=baz -x WEFT_SECRET=nope -- bash "$RANK" env
+    expect_rc 0
+    expect_err "ignoring -x WEFT_SECRET"
+    [ "$(grep -c 'WEFT_RANK=' "$T/out")" = 4 ] || fail "expected 4 env lines"
+    local addr="" secret="" job="" seen="" line r
+    for r in 0 1 2 3; do
+      line=$(grep "^\[$r\] " "$T/out")
+      [ "$(printf '%s\n' "$line" | wc -l)" = 1 ] || fail "rank $r printed $(printf '%s\n' "$line" | wc -l) env lines"
+      for kv in "WEFT_RANK=$r" WEFT_SIZE=4 "WEFT_LOCAL_RANK=$r" WEFT_LOCAL_SIZE=4 WEFT_CROSS_RANK=0 WEFT_CROSS_SIZE=1 \
+                "HOROVOD_RANK=$r" HOROVOD_SIZE=4 "HOROVOD_LOCAL_RANK=$r" HOROVOD_LOCAL_SIZE=4 HOROVOD_CROSS_RANK=0 \
+                HOROVOD_CROSS_SIZE=1 FOO=baz INHERITED=yes; do
+        [[ " $line " == *" $kv "* ]] || fail "rank $r: expected $kv in: $line"
+      done
+      local a s j
+      a=$(sed -n 's/.* WEFT_ADDR=\([^ ]*\).*/\1/p' <<<"$line")
+      s=$(sed -n 's/.* WEFT_SECRET=\([^ ]*\).*/\1/p' <<<"$line")
+      j=$(sed -n 's/.* WEFT_JOB_ID=\([^ ]*\).*/\1/p' <<<"$line")
+      [[ $a =~ ^127\.0\.0\.1:([0-9]+)$ ]] || fail "rank $r: bad WEFT_ADDR '$a'"
+      local port=${BASH_REMATCH[1]}
+      { [ "$port" -ge 1 ] && [ "$port" -le 65535 ]; } || fail "bad port $port"
+      [[ $s =~ ^[0-9a-f]{64}$ ]] || fail "rank $r: WEFT_SECRET '$s' is not 64 hex chars"
+      [[ $j =~ ^[0-9a-f]{16}$ ]] || fail "rank $r: WEFT_JOB_ID '$j' is not 16 hex chars"
+      if [ -z "$seen" ]; then addr=$a secret=$s job=$j seen=1; fi
+      [ "$a" = "$addr" ] || fail "ranks disagree on WEFT_ADDR: $a vs $addr"
+      [ "$s" = "$secret" ] || fail "ranks disagree on WEFT_SECRET"
+      [ "$j" = "$job" ] || fail "ranks disagree on WEFT_JOB_ID"
+    done
+    secrets+=("$secret")
+    jobs+=("$job")
+  done
+  [ "${secrets[0]}" != "${secrets[1]}" ] || fail "two runs got the same WEFT_SECRET"
+  [ "${jobs[0]}" != "${jobs[1]}" ] || fail "two runs got the same WEFT_JOB_ID"
+  # one rank
+  wr -np 1 bash "$RANK" env
+  expect_rc 0
+  grep -q '^\[0\] WEFT_RANK=0 WEFT_SIZE=1 ' "$T/out" || fail "-np 1: wrong env"
+}
+
+case_child_setup() {
+  # weftrun starts with fd 7 open, SIGUSR1 and SIGINT ignored: ranks must get
+  # none of it, and must lead their own process group.
+  (
+    trap '' USR1 INT
+    exec 7>"$T/fd7"
+    exec "$WR" -np 2 cat /proc/self/status >"$T/out" 2>"$T/err"
+  )
+  rc=$?
+  expect_rc 0
+  local r
+  for r in 0 1; do
+    grep -q "^\[$r\] SigIgn:[[:space:]]*0*$" "$T/out" || fail "rank $r inherited ignored signals: $(grep "^\[$r\] SigIgn" "$T/out")"
+    grep -q "^\[$r\] SigBlk:[[:space:]]*0*$" "$T/out" || fail "rank $r inherited blocked signals: $(grep "^\[$r\] SigBlk" "$T/out")"
+    local pid pgid
+    pid=$(sed -n "s/^\[$r\] NSpid:[[:space:]]*\([0-9]*\).*/\1/p" "$T/out")
+    pgid=$(sed -n "s/^\[$r\] NSpgid:[[:space:]]*\([0-9]*\).*/\1/p" "$T/out")
+    [ -n "$pid" ] && [ "$pid" = "$pgid" ] || fail "rank $r: pid $pid is not its own process group ($pgid)"
+  done
+  ( exec 7>"$T/fd7"; exec "$WR" -np 2 ls /proc/self/fd >"$T/out" 2>"$T/err" )
+  rc=$?
+  expect_rc 0
+  for r in 0 1; do
+    # ls sees 0 1 2 and the directory it opened (3): nothing else
+    [ "$(grep "^\[$r\] " "$T/out" | sort | tr '\n' ' ')" = "[$r] 0 [$r] 1 [$r] 2 [$r] 3 " ] ||
+      fail "rank $r has unexpected fds: $(grep "^\[$r\] " "$T/out" | tr '\n' ' ')"
+  done
+  wr -np 1 readlink /proc/self/fd/0
+  [ "$(cat "$T/out")" = "[0] /dev/null" ] || fail "stdin of a rank is not /dev/null"
+}
+
+# checks that stream FILE holds, for rank r, lines "[r] r<r> WHAT 1..1000" in order
+check_seq() {
+  local file=$1 r=$2 what=$3
+  grep "^\[$r\] r$r $what " "$file" | awk -v want="[$r] r$r $what" '
+    { n++; if ($0 != want " " n) { print "line " n " is: " $0; bad = 1; exit } }
+    END { if (!bad && n != 1000) { print "got " n " lines, expected 1000"; bad = 1 } exit bad }' ||
+    fail "rank $r $what lines wrong"
+}
+
+case_lines() {
+  wr -np 3 -- bash "$RANK" lines
+  expect_rc 0
+  local r
+  for r in 0 1 2; do
+    check_seq "$T/out" $r out
+    check_seq "$T/err" $r err
+    [ "$(grep -c "^\[$r\] r$r tail\$" "$T/out")" = 1 ] || fail "rank $r: partial last line missing"
+    # the 150000-byte line comes in 64 KiB pieces, each prefixed
+    [ "$(grep "^\[$r\] a*\$" "$T/out" | awk '{ printf "%d ", length($2) }')" = "65536 65536 18928 " ] ||
+      fail "rank $r: long line pieces wrong: $(grep "^\[$r\] a*\$" "$T/out" | awk '{ printf "%d ", length($2) }')"
+  done
+  [ "$(wc -l <"$T/out")" = $((3 * (1000 + 3 + 1))) ] || fail "stdout has $(wc -l <"$T/out") lines, expected 3012"
+  [ "$(wc -l <"$T/err")" = 3000 ] || fail "stderr has $(wc -l <"$T/err") lines, expected 3000"
+  # untagged: the same bytes, whole lines
+  wr -np 3 --no-tag-output -- bash "$RANK" seq
+  expect_rc 0
+  for r in 0 1 2; do seq -f "r$r out %g" 1 1000; done | sort >"$T/want"
+  sort "$T/out" | cmp -s - "$T/want" || fail "--no-tag-output: lines lost or mangled"
+  # ranks that exit at once must not lose output either
+  local it
+  for it in 1 2 3 4 5; do
+    wr -np 8 echo hi
+    expect_rc 0
+    [ "$(sort "$T/out" | tr '\n' ' ')" = "[0] hi [1] hi [2] hi [3] hi [4] hi [5] hi [6] hi [7] hi " ] ||
+      fail "run $it of 'echo hi': $(tr '\n' ' ' <"$T/out")"
+    wr -np 4 printf x
+    [ "$(sort "$T/out" | tr '\n' ' ')" = "[0] x [1] x [2] x [3] x " ] || fail "partial lines lost: $(tr '\n' ' ' <"$T/out")"
+  done
+}
+
+case_output_files() {
+  mkdir -p "$T/o/a/rank.0"
+  echo stale >"$T/o/a/rank.0/stdout"
+  wr -np 3 --output-filename "$T/o/a" -- bash "$RANK" files
+  expect_rc 0
+  [ ! -s "$T/out" ] || fail "output was relayed to the terminal too"
+  local r
+  for r in 0 1 2; do
+    [ "$(cat "$T/o/a/rank.$r/stdout" 2>&1)" = "out $r" ] || fail "rank.$r/stdout: $(cat "$T/o/a/rank.$r/stdout" 2>&1)"
+    [ "$(cat "$T/o/a/rank.$r/stderr" 2>&1)" = "err $r" ] || fail "rank.$r/stderr: $(cat "$T/o/a/rank.$r/stderr" 2>&1)"
+  done
+  [ ! -e "$T/o/a/rank.3" ] || fail "rank.3 exists for -np 3"
+  wr -np 1 --output-filename /dev/null/x true
+  expect_rc 1
+  expect_err "cannot create directory"
+}
+
+case_fail_exit() {
+  local t0 dt
+  t0=$(now_ms)
+  wr -np 4 -- bash "$RANK" fail_exit "$T"
+  dt=$(($(now_ms) - t0))
+  expect_rc 3
+  [ "$dt" -lt 5000 ] || fail "took $dt ms, expected < grace 3 s + 2 s"
+  expect_err "weftrun: rank 2 (pid $(cat "$T/pid.2")) exited with status 3; stopping the other 3 ranks"
+  [ "$(grep -c '^weftrun: ' "$T/err")" = 1 ] || fail "expected exactly one weftrun message"
+  # the rank's last words come before weftrun's message about it
+  [ "$(grep -n . "$T/err" | sed -n 's/^\([0-9]*\):\[2\] rank 2 bye$/\1/p')" = 1 ] ||
+    fail "rank 2's last line is not the first line of stderr"
+  expect_gone "$T"/pid.*
+  # The same, deterministic: weftrun is stopped while rank 1 writes its last
+  # line and exits, so on resuming it sees the exit and the line together.
+  rm -f "$T"/pid.*
+  local wpid k
+  "$WR" -np 2 -- bash "$RANK" last_words "$T" >"$T/out" 2>"$T/err" &
+  wpid=$!
+  wait_files "$T"/pid.{0,1}
+  kill -STOP $wpid
+  touch "$T/go"
+  for k in $(seq 100); do gone "$(cat "$T/pid.1")" && break; sleep 0.05; done
+  kill -CONT $wpid
+  wait $wpid
+  rc=$?
+  expect_rc 3
+  [ "$(head -1 "$T/err")" = "[1] rank 1 bye" ] || fail "weftrun spoke before rank 1's last line was relayed"
+  expect_err "rank 1 (pid $(cat "$T/pid.1")) exited with status 3; stopping the other rank"
+  expect_gone "$T"/pid.*
+  # others that ignore SIGTERM are SIGKILLed after the grace
+  rm -f "$T"/pid.* "$T"/child.*
+  t0=$(now_ms)
+  wr -np 3 --grace 1 -- bash "$RANK" fail_exit_stubborn "$T"
+  dt=$(($(now_ms) - t0))
+  expect_rc 3
+  { [ "$dt" -ge 1000 ] && [ "$dt" -lt 3500 ]; } || fail "stubborn ranks: took $dt ms, expected grace 1 s .. 3.5 s"
+  expect_err "rank 2 (pid $(cat "$T/pid.2")) exited with status 3; stopping the other 2 ranks"
+  expect_err "2 ranks did not stop within 1 s; killing them"
+  expect_gone "$T"/pid.* "$T"/child.*
+}
+
+case_fail_signal() {
+  wr -np 3 -- bash "$RANK" fail_signal "$T"
+  expect_rc 137
+  expect_err "weftrun: rank 1 (pid $(cat "$T/pid.1")) was killed by signal 9 (Killed); stopping the other 2 ranks"
+  expect_gone "$T"/pid.*
+}
+
+case_signals() {
+  # SIGINT to weftrun, ranks (and their children) ignore it and SIGTERM
+  # (--foreground: timeout(1) must not signal weftrun a second time)
+  local wpid t0 dt
+  timeout --foreground -k 5 40 "$WR" -np 3 --grace 1 -- bash "$RANK" stubborn "$T" >"$T/out" 2>"$T/err" &
+  wpid=$!
+  wait_files "$T"/pid.{0,1,2} "$T"/child.{0,1,2}
+  t0=$(now_ms)
+  kill -INT $wpid
+  wait $wpid
+  rc=$?
+  dt=$(($(now_ms) - t0))
+  expect_rc 130
+  { [ "$dt" -ge 900 ] && [ "$dt" -lt 3000 ]; } || fail "SIGINT: took $dt ms, expected grace 1 s .. 3 s"
+  expect_err "got SIGINT; passing it to 3 ranks"
+  expect_gone "$T"/pid.* "$T"/child.*
+  # the same signal twice in a row (as timeout(1) sends it) is one request:
+  # the grace still holds
+  rm -f "$T"/pid.* "$T"/child.*
+  timeout --foreground -k 5 40 "$WR" -np 2 --grace 1 -- bash "$RANK" stubborn "$T" >"$T/out" 2>"$T/err" &
+  wpid=$!
+  wait_files "$T"/pid.{0,1} "$T"/child.{0,1}
+  t0=$(now_ms)
+  kill -TERM $wpid
+  kill -TERM $wpid
+  wait $wpid
+  rc=$?
+  dt=$(($(now_ms) - t0))
+  expect_rc 143
+  { [ "$dt" -ge 900 ] && [ "$dt" -lt 3000 ]; } || fail "duplicate SIGTERM: took $dt ms, expected grace 1 s .. 3 s"
+  grep -q "while stopping" "$T/err" && fail "a duplicate signal cut the grace short"
+  expect_gone "$T"/pid.* "$T"/child.*
+  # a second SIGINT later kills at once, long grace or not
+  rm -f "$T"/pid.* "$T"/child.*
+  timeout --foreground -k 5 40 "$WR" -np 2 --grace 30 -- bash "$RANK" stubborn "$T" >"$T/out" 2>"$T/err" &
+  wpid=$!
+  wait_files "$T"/pid.{0,1} "$T"/child.{0,1}
+  t0=$(now_ms)
+  kill -INT $wpid
+  sleep 0.3
+  kill -INT $wpid
+  wait $wpid
+  rc=$?
+  dt=$(($(now_ms) - t0))
+  expect_rc 130
+  [ "$dt" -lt 2000 ] || fail "second SIGINT: took $dt ms"
+  expect_err "killing the 2 remaining ranks now"
+  expect_gone "$T"/pid.* "$T"/child.*
+  # SIGTERM and SIGHUP are forwarded; ranks that obey exit at once
+  local sig code
+  for sig in TERM HUP; do
+    rm -f "$T"/pid.*
+    timeout --foreground -k 5 40 "$WR" -np 2 -- bash "$RANK" sleep "$T" >"$T/out" 2>"$T/err" &
+    wpid=$!
+    wait_files "$T"/pid.{0,1}
+    t0=$(now_ms)
+    kill -$sig $wpid
+    wait $wpid
+    rc=$?
+    dt=$(($(now_ms) - t0))
+    code=$((128 + $(kill -l $sig)))
+    expect_rc $code
+    [ "$dt" -lt 2000 ] || fail "SIG$sig: took $dt ms, ranks obey it"
+    expect_gone "$T"/pid.*
+  done
+}
+
+case_pdeathsig() {
+  # weftrun SIGKILLed: the kernel kills its ranks (PR_SET_PDEATHSIG)
+  local wpid
+  "$WR" -np 3 -- bash "$RANK" sleep "$T" >"$T/out" 2>"$T/err" &
+  wpid=$!
+  wait_files "$T"/pid.{0,1,2}
+  kill -KILL $wpid
+  wait $wpid 2>/dev/null
+  expect_gone "$T"/pid.*
+}
+
+case_not_found() {
+  wr -np 3 weft_no_such_command_x
+  expect_rc 127
+  expect_err "weftrun: rank 0 (pid"
+  expect_err "could not execute 'weft_no_such_command_x' (No such file or directory) and exited with status 127"
+  grep -qF "[0] weftrun: cannot execute 'weft_no_such_command_x'" "$T/out" "$T/err" ||
+    fail "the rank did not report the failed exec"
+  # found but not executable
+  printf 'echo hi\n' >"$T/noexec"
+  chmod -x "$T/noexec"
+  wr -np 2 "$T/noexec"
+  expect_rc 126
+  expect_err "Permission denied"
+}
+
+case_usage() {
+  local args
+  while IFS= read -r args; do
+    # shellcheck disable=SC2086 # word splitting is the point
+    wr $args
+    [ "$rc" = 2 ] || fail "'weftrun $args' exited $rc, expected 2"
+    grep -q "^weftrun: .*" "$T/err" && grep -qF "Try 'weftrun --help'" "$T/err" ||
+      fail "'weftrun $args' gave no clear message: $(cat "$T/err")"
+  done <<'EOF'
+
+true
+-np
+-np 0 true
+-np -3 true
+-np abc true
+-np 2
+-np 2 --
+-np 99999 true
+--bogus -np 2 true
+-np 2 -x =v true
+-np 2 -x 1A=v true
+-np 2 --timeout
+-np 2 --timeout 0 true
+-np 2 --timeout -1 true
+-np 2 --grace x true
+-np 2 --output-filename= true
+EOF
+  wr --help
+  expect_rc 0
+  grep -q "^Usage: weftrun -np N" "$T/out" || fail "--help has no usage line"
+  wr --version
+  expect_rc 0
+  grep -Eq "^weftrun \(weft\) [0-9]+\.[0-9]+\.[0-9]+$" "$T/out" || fail "--version: $(cat "$T/out")"
+  # forms that are fine
+  wr -n 2 --np=2 -np=2 --timeout=10 --grace=0.5 -v true
+  expect_rc 0
+  expect_err "rank 1 (pid"
+}
+
+case_timeout() {
+  local t0 dt
+  t0=$(now_ms)
+  wr --timeout 1 -np 2 sleep 30
+  dt=$(($(now_ms) - t0))
+  expect_rc 124
+  { [ "$dt" -ge 1000 ] && [ "$dt" -lt 3500 ]; } || fail "took $dt ms, expected 1 .. 3.5 s"
+  expect_err "timeout"
+  wr --timeout 20 -np 2 true
+  expect_rc 0
+}
+
+case_success() {
+  wr -np 2 -- bash "$RANK" early
+  expect_rc 0
+  [ "$(cat "$T/out")" = "[1] done" ] || fail "rank 1 did not finish after rank 0 exited: $(cat "$T/out")"
+  [ ! -s "$T/err" ] || fail "unexpected messages: $(cat "$T/err")"
+  # a rank leaves a process holding its stdout: weftrun still ends, kills it
+  local t0 dt
+  t0=$(now_ms)
+  wr -np 2 -- bash "$RANK" leave_child "$T"
+  dt=$(($(now_ms) - t0))
+  expect_rc 0
+  [ "$dt" -lt 5000 ] || fail "leftover processes kept weftrun for $dt ms"
+  grep -q "^\[1\] rank 1 leaving$" "$T/out" || fail "output missing"
+  expect_err "still hold its output open"
+  expect_gone "$T"/child.*
+}
+
+"case_$CASE" || fail "case returned $?"
+echo "PASS [$CASE]"

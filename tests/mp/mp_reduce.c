@@ -1,0 +1,336 @@
+/* mp_reduce.c - allreduce and reducescatter: every dtype x every reduce op,
+ * element counts {0, 1, size-1, 7, large}, integer wrap-around and full-range
+ * values, prescale/postscale on floats, in-place and out-of-place, caller-
+ * and library-owned reducescatter output; checked element by element against
+ * a reference that every rank computes from the inputs of all ranks.
+ *
+ * Usage (under weftrun -np N): mp_reduce [--large COUNT] [--seed S]
+ *
+ * Values are chosen so that the reference is exact: small integers for float
+ * sums/min/max, products of +-1/+-2 (powers of two), scales of 0.5 and 2.
+ * Only AVERAGE on floats (a division by the group size, rounded in the
+ * type) is compared with a tolerance of about two units in the last place.
+ * Integer AVERAGE is the wrapped sum times 1/size in double, truncated toward
+ * zero; bool reduces as logic (sum/max: or, min/product: and) and has no
+ * average (rejected at submission with WEFT_ERR_INVALID_ARGUMENT). */
+#include "mp_harness.c"
+
+enum { COLL_ALLREDUCE, COLL_REDUCESCATTER };
+/* NORMAL: values that never overflow; FULL: integers near or over the type's
+ * limits so that sums and products wrap and min/max see the extremes. */
+enum { KIND_NORMAL, KIND_FULL };
+
+typedef struct spec {
+  int coll;
+  weft_dtype dt;
+  weft_reduce_op op;
+  int kind;
+  double pre, post;
+  uint64_t seed;
+} spec;
+
+static size_t g_large = 1000003;
+static uint64_t g_seed = 1;
+
+/* Half-range of the small integers: sums of every rank stay below 64, well
+ * inside int8 and inside the exact-integer range of bfloat16 (256). */
+static int small_range(void) { return 60 / (mp_size > 5 ? mp_size : 5); }
+
+/* Rank r's input at element i, for integer and bool dtypes. */
+static int64_t input_int(const spec *s, int r, size_t i) {
+  uint64_t h = mp_hash((uint64_t)r, i, s->seed);
+  weft_dtype t = s->dt;
+  int R = small_range();
+  if (t == WEFT_DTYPE_BOOL) {
+    /* Biased so that the or (and) over ranks is 0 (1) about half the time. */
+    int one_rare = (h % (uint64_t)(2 * mp_size)) == 0;
+    return (s->op == WEFT_OP_MIN || s->op == WEFT_OP_PRODUCT) ? !one_rare : one_rare;
+  }
+  if (s->kind == KIND_FULL) {
+    if (s->op == WEFT_OP_SUM || s->op == WEFT_OP_AVERAGE) {
+      /* Near the maximum on even elements, near the minimum on odd ones:
+       * sums of two or more ranks wrap one way or the other. */
+      int bits = (int)mp_esize(t) * 8;
+      uint64_t span = (uint64_t)(h % 16);
+      if (mp_is_unsigned(t)) {
+        uint64_t max = bits == 64 ? UINT64_MAX : ((1ULL << bits) - 1);
+        return mp_wrap(t, (i & 1) ? span : max - span);
+      }
+      uint64_t max = (1ULL << (bits - 1)) - 1;
+      return (i & 1) ? mp_wrap(t, (max + 1) + span) : mp_wrap(t, max - span);
+    }
+    /* min/max/product: the whole range (odd, so products do not vanish). */
+    return mp_wrap(t, h | 1);
+  }
+  if (s->op == WEFT_OP_PRODUCT) {
+    if (i % 13 == 5 && (size_t)r == i % (size_t)mp_size) return 0;
+    if (mp_is_unsigned(t)) return 1 + (int64_t)(h % 3); /* 3^5 = 243 fits uint8 */
+    static const int64_t pm[4] = {-2, -1, 1, 2};
+    return pm[h % 4];
+  }
+  if (mp_is_unsigned(t)) return (int64_t)(h % (uint64_t)(2 * R + 1));
+  return (int64_t)(h % (uint64_t)(2 * R + 1)) - R;
+}
+
+/* Rank r's input at element i for float dtypes (before prescale). */
+static double input_flt(const spec *s, int r, size_t i) {
+  uint64_t h = mp_hash((uint64_t)r, i, s->seed);
+  if (s->op == WEFT_OP_PRODUCT) {
+    if (i % 13 == 5 && (size_t)r == i % (size_t)mp_size) return 0;
+    static const double pm[4] = {-2, -1, 1, 2};
+    return pm[h % 4];
+  }
+  int R = small_range();
+  return (double)((int64_t)(h % (uint64_t)(2 * R + 1)) - R);
+}
+
+static int64_t combine_int(weft_dtype t, weft_reduce_op op, int64_t a, int64_t b) {
+  if (t == WEFT_DTYPE_BOOL) {
+    if (op == WEFT_OP_MIN || op == WEFT_OP_PRODUCT) return a && b;
+    return a || b;
+  }
+  switch (op) {
+    case WEFT_OP_SUM:
+    case WEFT_OP_AVERAGE: return mp_wrap(t, (uint64_t)a + (uint64_t)b);
+    case WEFT_OP_PRODUCT: return mp_wrap(t, (uint64_t)a * (uint64_t)b);
+    case WEFT_OP_MIN: return a < b ? a : b;
+    case WEFT_OP_MAX: return a > b ? a : b;
+    default: return 0;
+  }
+}
+
+/* The exact result at element i, integer dtypes. */
+static int64_t expect_int(const spec *s, size_t i) {
+  int64_t acc = input_int(s, 0, i);
+  for (int r = 1; r < mp_size; r++) acc = combine_int(s->dt, s->op, acc, input_int(s, r, i));
+  if (s->op == WEFT_OP_AVERAGE) acc = (int64_t)trunc((double)acc * (1.0 / (double)mp_size));
+  return acc;
+}
+
+/* The result at element i for float dtypes, computed in double; exact
+ * except for AVERAGE. */
+static double expect_flt(const spec *s, size_t i) {
+  double acc = s->pre * input_flt(s, 0, i);
+  for (int r = 1; r < mp_size; r++) {
+    double x = s->pre * input_flt(s, r, i);
+    switch (s->op) {
+      case WEFT_OP_SUM:
+      case WEFT_OP_AVERAGE: acc += x; break;
+      case WEFT_OP_PRODUCT: acc *= x; break;
+      case WEFT_OP_MIN: acc = x < acc ? x : acc; break;
+      case WEFT_OP_MAX: acc = x > acc ? x : acc; break;
+      default: break;
+    }
+  }
+  if (s->op == WEFT_OP_AVERAGE) acc /= mp_size;
+  return acc * s->post;
+}
+
+/* Two units in the last place of each float type, relative. */
+static double avg_tolerance(weft_dtype t) {
+  switch (t) {
+    case WEFT_DTYPE_FLOAT16: return 0x1p-9;
+    case WEFT_DTYPE_BFLOAT16: return 0x1p-6;
+    case WEFT_DTYPE_FLOAT32: return 0x1p-22;
+    default: return 0x1p-51;
+  }
+}
+
+static void fill_input(const spec *s, void *buf, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (mp_is_float(s->dt))
+      mp_set_f(s->dt, buf, i, input_flt(s, mp_rank, i));
+    else
+      mp_set_i(s->dt, buf, i, input_int(s, mp_rank, i));
+  }
+}
+
+/* Checks n result elements; element k of buf is global element first + k. */
+static int check_result(const spec *s, const void *buf, size_t first, size_t n, const char *what) {
+  for (size_t k = 0; k < n; k++) {
+    size_t i = first + k;
+    if (mp_is_float(s->dt)) {
+      double want = expect_flt(s, i), got = mp_get_f(s->dt, buf, k);
+      int ok = s->op == WEFT_OP_AVERAGE ? fabs(got - want) <= avg_tolerance(s->dt) * fabs(want) : got == want;
+      if (!ok) return mp_fail("%s: element %zu is %.17g, expected %.17g", what, i, got, want);
+    } else {
+      int64_t want = expect_int(s, i), got = mp_get_i(s->dt, buf, k);
+      if (got != want) return mp_fail("%s: element %zu is %lld, expected %lld", what, i, (long long)got, (long long)want);
+    }
+  }
+  return 1;
+}
+
+/* One in-flight collective of a case. */
+typedef struct job {
+  char name[128];
+  int ndim;
+  int64_t in_shape[2], out_shape[2];
+  void *in, *out;           /* out may equal in (in place) or be NULL (library-owned) */
+  size_t first, rows_out;   /* reducescatter: this rank's first element and element count */
+  weft_request *req;
+} job;
+
+/* Rows of dim 0 that rank r receives in a reducescatter of dim0 rows, and
+ * the first of them. */
+static void rs_slice(int64_t dim0, int r, int64_t *first, int64_t *rows) {
+  int64_t base = dim0 / mp_size, extra = dim0 % mp_size;
+  *rows = base + (r < extra);
+  *first = r * base + (r < extra ? r : extra);
+}
+
+/* Submits one collective of the case for count index ci. */
+static void submit(const spec *s, int ci, size_t count, job *j) {
+  size_t es = mp_esize(s->dt);
+  weft_op_options opt = WEFT_OP_OPTIONS_INIT;
+  opt.prescale = s->pre;
+  opt.postscale = s->post;
+  snprintf(j->name, sizeof j->name, "%s.%s.%s.k%d.p%g.q%g.c%d",
+           s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter", weft_dtype_name(s->dt),
+           weft_reduce_op_name(s->op), s->kind, s->pre, s->post, ci);
+  /* Shapes vary with the count index: a 0-d scalar, a 2-d tensor, 1-d. */
+  int64_t inner = 1;
+  if (s->coll == COLL_ALLREDUCE) {
+    if (ci == 1) {
+      j->ndim = 0;
+    } else if (ci == 2) {
+      j->ndim = 2;
+      j->in_shape[0] = 1;
+      j->in_shape[1] = (int64_t)count;
+    } else {
+      j->ndim = 1;
+      j->in_shape[0] = (int64_t)count;
+    }
+    memcpy(j->out_shape, j->in_shape, sizeof j->in_shape);
+  } else {
+    inner = ci == 3 ? 3 : ci == 2 ? 2 : 1;
+    j->ndim = inner > 1 ? 2 : 1;
+    j->in_shape[0] = (int64_t)count;
+    j->in_shape[1] = inner;
+    count *= (size_t)inner;
+  }
+  j->in = mp_alloc(count * es);
+  fill_input(s, j->in, count);
+  weft_tensor in = {s->dt, j->ndim, j->in_shape, j->in, WEFT_DEVICE_CPU};
+  weft_status st;
+  if (s->coll == COLL_ALLREDUCE) {
+    /* Alternate in place and out of place (the large count is in place). */
+    int in_place = (ci + (int)s->op) % 2 == 0 || count >= g_large;
+    j->out = in_place ? j->in : mp_alloc(count * es);
+    if (!in_place) memset(j->out, 0xA5, count * es);
+    j->first = 0;
+    j->rows_out = count;
+    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU};
+    st = weft_allreduce(mp_group, j->name, &in, &out, s->op, &opt, &j->req);
+  } else {
+    int64_t first, rows;
+    rs_slice(j->in_shape[0], mp_rank, &first, &rows);
+    j->first = (size_t)(first * inner);
+    j->rows_out = (size_t)(rows * inner);
+    j->out_shape[0] = rows;
+    j->out_shape[1] = inner;
+    /* Alternate caller-owned and library-owned output. */
+    j->out = (ci + (int)s->op) % 2 == 0 ? NULL : mp_alloc(j->rows_out * es);
+    if (j->out) memset(j->out, 0xA5, j->rows_out * es);
+    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU};
+    st = weft_reducescatter(mp_group, j->name, &in, &out, s->op, &opt, &j->req);
+  }
+  mp_submitted(st, &j->req, j->name);
+}
+
+static void finish(const spec *s, job *j) {
+  if (mp_wait_ok(j->req, j->name)) {
+    weft_tensor out;
+    weft_status st = weft_request_output(j->req, &out);
+    if (st != WEFT_OK) {
+      mp_fail("%s: weft_request_output: %s", j->name, weft_status_string(st));
+    } else if (out.dtype != s->dt || out.ndim != j->ndim ||
+               (j->ndim > 0 && memcmp(out.shape, j->out_shape, (size_t)j->ndim * 8) != 0)) {
+      mp_fail("%s: output descriptor has dtype %d ndim %d, expected dtype %d ndim %d and the slice's shape", j->name,
+              (int)out.dtype, out.ndim, (int)s->dt, j->ndim);
+    } else if (j->out && out.data != j->out) {
+      mp_fail("%s: output data %p is not the caller's buffer %p", j->name, out.data, j->out);
+    } else if (!out.data && j->rows_out > 0) {
+      mp_fail("%s: library-owned output is NULL", j->name);
+    } else {
+      check_result(s, out.data, j->first, j->rows_out, j->name);
+    }
+  }
+  weft_request_free(j->req);
+  if (j->out != j->in) free(j->out);
+  free(j->in);
+}
+
+/* Average is not defined for bool: rejected at submission on every rank
+ * (so nothing is left waiting for this rank). */
+static void run_bool_average(const spec *s) {
+  mp_case("%s bool average is rejected locally", s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter");
+  uint8_t in[4] = {1, 0, 1, 0}, out[4];
+  int64_t shape[1] = {(int64_t)mp_size}, oshape[1] = {1};
+  weft_tensor ti = {WEFT_DTYPE_BOOL, 1, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor to = {WEFT_DTYPE_BOOL, 1, s->coll == COLL_ALLREDUCE ? shape : oshape, out, WEFT_DEVICE_CPU};
+  weft_request *req = (weft_request *)(void *)in;
+  weft_status st = s->coll == COLL_ALLREDUCE
+                       ? weft_allreduce(mp_group, "bool.average", &ti, &to, WEFT_OP_AVERAGE, NULL, &req)
+                       : weft_reducescatter(mp_group, "bool.average", &ti, &to, WEFT_OP_AVERAGE, NULL, &req);
+  if (st != WEFT_ERR_INVALID_ARGUMENT || req != NULL)
+    mp_fatal("status %s, expected WEFT_ERR_INVALID_ARGUMENT with *req NULL", weft_status_string(st));
+  if (!weft_last_error()[0]) mp_fail("no message");
+  mp_case_end();
+}
+
+/* Runs one case over a list of counts, all in flight at once. */
+static void run_case(const spec *s, const size_t *counts, int ncounts) {
+  job jobs[8];
+  memset(jobs, 0, sizeof jobs);
+  if (s->dt == WEFT_DTYPE_BOOL && s->op == WEFT_OP_AVERAGE) {
+    run_bool_average(s);
+    return;
+  }
+  mp_case("%s %s %s%s pre=%g post=%g", s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter",
+          weft_dtype_name(s->dt), weft_reduce_op_name(s->op), s->kind == KIND_FULL ? " full-range" : "", s->pre,
+          s->post);
+  for (int c = 0; c < ncounts; c++) submit(s, c, counts[c], &jobs[c]);
+  for (int c = 0; c < ncounts; c++) finish(s, &jobs[c]);
+  mp_case_end();
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--large")) g_large = strtoull(argv[i + 1], NULL, 0);
+    else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
+  }
+  mp_setup();
+  size_t counts[5] = {0, 1, (size_t)mp_size - 1, 7, g_large};
+  size_t full_counts[3] = {1, 7, 65537};
+  size_t scale_counts[2] = {7, 65537};
+  static const double scales[3][2] = {{0.5, 1.0}, {1.0, 2.0}, {0.5, 2.0}};
+  uint64_t seed = g_seed * 1000003;
+
+  for (int coll = COLL_ALLREDUCE; coll <= COLL_REDUCESCATTER; coll++) {
+    for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++)
+      for (int op = 0; op < WEFT_OP_COUNT_; op++) {
+        spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_NORMAL, 1.0, 1.0, ++seed};
+        run_case(&s, counts, 5);
+      }
+    for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++) {
+      if (mp_is_float((weft_dtype)dt) || dt == WEFT_DTYPE_BOOL) continue;
+      for (int op = 0; op < WEFT_OP_COUNT_; op++) {
+        /* int64's wrapped sum is not exact in double: its average would
+         * test double rounding, not the library. */
+        if (dt == WEFT_DTYPE_INT64 && op == WEFT_OP_AVERAGE) continue;
+        spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_FULL, 1.0, 1.0, ++seed};
+        run_case(&s, full_counts, 3);
+      }
+    }
+    for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++) {
+      if (!mp_is_float((weft_dtype)dt)) continue;
+      for (int op = 0; op < WEFT_OP_COUNT_; op++)
+        for (int v = 0; v < 3; v++) {
+          spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_NORMAL, scales[v][0], scales[v][1], ++seed};
+          run_case(&s, scale_counts, 2);
+        }
+    }
+  }
+  return mp_teardown();
+}

@@ -1,0 +1,366 @@
+/* weftrun_job.c - starting weftrun's ranks and supervising them until the
+ * job ends.
+ *
+ * Every rank is its own process group, so a signal to the group also reaches
+ * what the rank started. One poll() loop waits on a signalfd (SIGCHLD and the
+ * stop signals: no work in signal handlers) and on the ranks' output pipes.
+ * The first rank to fail, a signal or --timeout decides the exit code and
+ * starts the stop: SIGTERM (or the signal weftrun got), SIGKILL after --grace.
+ * The job is over when every rank is reaped and its output relayed. */
+#include "weftrun.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/time.h"
+
+/* The child passes a failed exec's errno to weftrun through this fd; it is
+ * close-on-exec, so EOF tells weftrun the exec worked. */
+#define CHILD_STATUS_FD 3
+/* After the last rank exits, how long processes it left behind may keep its
+ * output open before they are killed, and then before weftrun gives up. */
+#define LINGER_SECONDS 1.0
+
+static const char *sig_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+static void append(char *buf, size_t cap, size_t *len, const char *s) {
+  size_t n = strlen(s);
+  if (n > cap - 1 - *len) n = cap - 1 - *len;
+  memcpy(buf + *len, s, n);
+  *len += n;
+}
+
+/* In the forked child: make the rank's process, then exec. Only plain system
+ * calls here, no stdio or malloc. */
+static void __attribute__((noreturn))
+child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t parent, char **envp) {
+  (void)setpgid(0, 0);
+  /* Die with weftrun even if it is SIGKILLed. If weftrun died before prctl,
+   * our parent is already someone else and nobody would stop us. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(WF_RUN_EXIT_SETUP);
+  /* weftrun ignores SIGPIPE and blocks the stop signals; ranks start clean */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; s++) (void)sigaction(s, &sa, NULL); /* KILL, STOP and libc's own refuse: fine */
+  (void)setrlimit(RLIMIT_NOFILE, &j->nofile);
+  if (dup2(j->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) _exit(WF_RUN_EXIT_SETUP);
+  if (status_w != CHILD_STATUS_FD && dup3(status_w, CHILD_STATUS_FD, O_CLOEXEC) < 0) _exit(WF_RUN_EXIT_SETUP);
+  if (close_range(CHILD_STATUS_FD + 1, ~0U, 0) != 0)
+    for (int fd = CHILD_STATUS_FD + 1; fd < 65536; fd++) (void)close(fd);
+  sigset_t none;
+  sigemptyset(&none);
+  (void)sigprocmask(SIG_SETMASK, &none, NULL);
+
+  execvpe(j->o->cmd[0], j->o->cmd, envp);
+
+  int e = errno;
+  char msg[512];
+  size_t len = 0;
+  append(msg, sizeof msg, &len, "weftrun: cannot execute '");
+  append(msg, sizeof msg, &len, j->o->cmd[0]);
+  append(msg, sizeof msg, &len, "': ");
+  append(msg, sizeof msg, &len, strerror(e));
+  append(msg, sizeof msg, &len, "\n");
+  ssize_t w = write(2, msg, len);
+  w = write(CHILD_STATUS_FD, &e, sizeof e);
+  (void)w;
+  _exit(e == ENOENT ? 127 : 126); /* as shells do: not found / not executable */
+}
+
+/* --output-filename: DIR/rank.<i>/stdout and stderr, truncated. */
+static int open_outputs(const char *dir, int i, int *out_fd, int *err_fd) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/rank.%d", dir, i);
+  if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+  snprintf(path, sizeof path, "%s/rank.%d/stdout", dir, i);
+  *out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (*out_fd < 0) return -1;
+  snprintf(path, sizeof path, "%s/rank.%d/stderr", dir, i);
+  *err_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  return *err_fd < 0 ? -1 : 0;
+}
+
+int wf_run_spawn(struct wf_run_job *j, int i) {
+  const struct wf_run_opts *o = j->o;
+  struct wf_run_rank *r = &j->ranks[i];
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, st[2] = {-1, -1};
+  struct wf_run_env_store store;
+  char **envp = NULL;
+  const char *what;
+  int rc = -1, e = 0;
+
+  wf_run_stream_init(&r->out, -1, 1, NULL);
+  wf_run_stream_init(&r->err, -1, 2, NULL);
+  what = "cannot create its output files";
+  if (o->outdir && open_outputs(o->outdir, i, &out[1], &err[1]) != 0) goto out;
+  what = "cannot create pipes";
+  if (!o->outdir && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) goto out;
+  if (pipe2(st, O_CLOEXEC) != 0) goto out;
+  what = "out of memory";
+  envp = wf_run_build_env(j, i, &store);
+  if (!envp) goto out;
+  what = "cannot fork";
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) goto out;
+  if (pid == 0) child(j, out[1], err[1], st[1], parent, envp);
+
+  /* the child does this too; whichever runs first wins the race with exec */
+  (void)setpgid(pid, pid);
+  r->pid = pid;
+  r->running = 1;
+  close(st[1]);
+  st[1] = -1;
+  ssize_t n;
+  do n = read(st[0], &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof e) r->exec_errno = e;
+
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "[%d] ", i);
+  if (out[0] >= 0) {
+    (void)fcntl(out[0], F_SETFL, O_NONBLOCK);
+    (void)fcntl(err[0], F_SETFL, O_NONBLOCK);
+    wf_run_stream_init(&r->out, out[0], 1, o->tag ? prefix : NULL);
+    wf_run_stream_init(&r->err, err[0], 2, o->tag ? prefix : NULL);
+    out[0] = err[0] = -1; /* the streams own them now */
+  }
+  rc = 0;
+out:
+  e = errno;
+  if (rc != 0) fprintf(stderr, "weftrun: rank %d: %s: %s\n", i, what, strerror(e));
+  int fds[6] = {out[0], out[1], err[0], err[1], st[0], st[1]};
+  for (int k = 0; k < 6; k++)
+    if (fds[k] >= 0) close(fds[k]);
+  free(envp);
+  return rc;
+}
+
+static int running_count(const struct wf_run_job *j) {
+  int n = 0;
+  for (int i = 0; i < j->o->np; i++) n += j->ranks[i].running;
+  return n;
+}
+
+/* Signals every rank that may still have processes: not reaped yet, or its
+ * output still held open (by what it started). A reaped rank's pid stays
+ * reserved while its process group has members, so -pid is still its group. */
+static void signal_ranks(struct wf_run_job *j, int sig) {
+  for (int i = 0; i < j->o->np; i++) {
+    struct wf_run_rank *r = &j->ranks[i];
+    if (r->pid <= 0 || !(r->running || r->out.fd >= 0 || r->err.fd >= 0)) continue;
+    if (kill(-r->pid, sig) != 0 && r->running) (void)kill(r->pid, sig);
+  }
+}
+
+void wf_run_stop(struct wf_run_job *j, int sig) {
+  if (!j->stopping) {
+    j->stopping = 1;
+    j->kill_at = wf_deadline_after(j->o->grace);
+  }
+  signal_ranks(j, sig);
+}
+
+static const char *plural(int n) { return n == 1 ? "" : "s"; }
+
+/* Rank i was reaped with wait status `status`. */
+static void reaped(struct wf_run_job *j, int i, int status) {
+  struct wf_run_rank *r = &j->ranks[i];
+  r->running = 0;
+  /* its last lines first, then what weftrun has to say about it */
+  wf_run_stream_pump(&r->out, 64);
+  wf_run_stream_pump(&r->err, 64);
+
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  int first = code != 0 && j->exit_code < 0;
+  if (!first && !j->o->verbose) return;
+  char how[512];
+  if (r->exec_errno)
+    snprintf(how, sizeof how, "could not execute '%s' (%s) and exited with status %d", j->o->cmd[0],
+             strerror(r->exec_errno), code);
+  else if (WIFEXITED(status))
+    snprintf(how, sizeof how, "exited with status %d", code);
+  else
+    snprintf(how, sizeof how, "was killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+             WCOREDUMP(status) ? ", core dumped" : "");
+  if (!first) {
+    fprintf(stderr, "weftrun: rank %d (pid %d) %s\n", i, (int)r->pid, how);
+    return;
+  }
+  j->exit_code = code;
+  int others = running_count(j);
+  if (others == 1)
+    fprintf(stderr, "weftrun: rank %d (pid %d) %s; stopping the other rank\n", i, (int)r->pid, how);
+  else if (others > 1)
+    fprintf(stderr, "weftrun: rank %d (pid %d) %s; stopping the other %d ranks\n", i, (int)r->pid, how, others);
+  else
+    fprintf(stderr, "weftrun: rank %d (pid %d) %s\n", i, (int)r->pid, how);
+  wf_run_stop(j, SIGTERM);
+}
+
+static void reap(struct wf_run_job *j) {
+  for (int i = 0; i < j->o->np; i++) {
+    struct wf_run_rank *r = &j->ranks[i];
+    if (!r->running) continue;
+    int status;
+    pid_t p;
+    do p = waitpid(r->pid, &status, WNOHANG);
+    while (p < 0 && errno == EINTR);
+    if (p == r->pid) {
+      reaped(j, i, status);
+    } else if (p < 0) { /* cannot happen: only weftrun waits for its children */
+      fprintf(stderr, "weftrun: lost track of rank %d (pid %d): %s\n", i, (int)r->pid, strerror(errno));
+      r->running = 0;
+    }
+  }
+}
+
+/* SIGINT/SIGTERM/SIGHUP to weftrun. A second one kills the ranks at once,
+ * unless it comes within DUPLICATE_NS of the first: that is the same request
+ * delivered twice (timeout(1) signals both its child and its process group). */
+#define DUPLICATE_NS (200 * 1000 * 1000LL)
+static void on_stop_signal(struct wf_run_job *j, int sig) {
+  int n = running_count(j);
+  int64_t now = wf_now_ns();
+  if (!j->stopping) {
+    if (j->exit_code < 0) j->exit_code = 128 + sig;
+    j->signal_at = now;
+    fprintf(stderr, "weftrun: got %s; passing it to %d rank%s (SIGKILL after %g s)\n", sig_name(sig), n, plural(n),
+            j->o->grace);
+    wf_run_stop(j, sig);
+  } else if (!j->killed && (j->signal_at == 0 || now - j->signal_at >= DUPLICATE_NS)) {
+    fprintf(stderr, "weftrun: got %s while stopping; killing the %d remaining rank%s now\n", sig_name(sig), n,
+            plural(n));
+    signal_ranks(j, SIGKILL);
+    j->killed = 1;
+  }
+}
+
+static void on_signals(struct wf_run_job *j) {
+  struct signalfd_siginfo si;
+  int child = 0;
+  for (;;) {
+    ssize_t n = read(j->sigfd, &si, sizeof si);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != (ssize_t)sizeof si) break; /* EAGAIN: all read */
+    if (si.ssi_signo == SIGCHLD)
+      child = 1; /* SIGCHLDs merge: reap() checks every rank */
+    else
+      on_stop_signal(j, (int)si.ssi_signo);
+  }
+  if (child) reap(j);
+}
+
+/* Time-driven steps: --timeout, SIGKILL after the grace, and processes that a
+ * finished rank left holding its output. */
+static void on_deadlines(struct wf_run_job *j, int64_t *linger_at, int64_t *abandon_at) {
+  int64_t now = wf_now_ns();
+  int running = running_count(j);
+  if (!j->stopping && now >= j->timeout_at) {
+    if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_TIMEOUT;
+    fprintf(stderr, "weftrun: timeout: the job ran longer than %g s; stopping %d rank%s\n", j->o->timeout, running,
+            plural(running));
+    wf_run_stop(j, SIGTERM);
+  }
+  if (j->stopping && !j->killed && now >= j->kill_at) {
+    if (running > 0)
+      fprintf(stderr, "weftrun: %d rank%s did not stop within %g s; killing %s\n", running, plural(running),
+              j->o->grace, running == 1 ? "it" : "them");
+    signal_ranks(j, SIGKILL);
+    j->killed = 1;
+  }
+  if (running > 0) return;
+  if (*linger_at == WF_NO_DEADLINE) {
+    *linger_at = wf_deadline_after(LINGER_SECONDS);
+    return;
+  }
+  for (int i = 0; i < j->o->np; i++) {
+    struct wf_run_rank *r = &j->ranks[i];
+    if (r->out.fd < 0 && r->err.fd < 0) continue;
+    if (*abandon_at == WF_NO_DEADLINE && now >= *linger_at) {
+      fprintf(stderr, "weftrun: rank %d has exited, but processes it started still hold its output open; killing them\n",
+              i);
+      (void)kill(-r->pid, SIGKILL);
+    } else if (*abandon_at != WF_NO_DEADLINE && now >= *abandon_at) {
+      fprintf(stderr, "weftrun: giving up on the rest of rank %d's output\n", i);
+      wf_run_stream_close(&r->out);
+      wf_run_stream_close(&r->err);
+    }
+  }
+  if (*abandon_at == WF_NO_DEADLINE && now >= *linger_at) *abandon_at = wf_deadline_after(LINGER_SECONDS);
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int wf_run_supervise(struct wf_run_job *j) {
+  int np = j->o->np;
+  struct pollfd *pf = calloc(1 + 2 * (size_t)np, sizeof *pf);
+  struct wf_run_stream **ps = calloc(1 + 2 * (size_t)np, sizeof *ps);
+  int64_t linger_at = WF_NO_DEADLINE, abandon_at = WF_NO_DEADLINE;
+  if (!pf || !ps) {
+    fputs("weftrun: out of memory; killing the job\n", stderr);
+    if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_SETUP;
+    signal_ranks(j, SIGKILL);
+    goto out;
+  }
+  for (;;) {
+    on_deadlines(j, &linger_at, &abandon_at);
+    int n = 0, running = running_count(j);
+    pf[n++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
+    for (int i = 0; i < np; i++) {
+      struct wf_run_stream *s[2] = {&j->ranks[i].out, &j->ranks[i].err};
+      for (int k = 0; k < 2; k++) {
+        if (s[k]->fd < 0) continue;
+        ps[n] = s[k];
+        pf[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
+      }
+    }
+    if (running == 0 && n == 1) break;
+
+    int64_t next = j->stopping ? (j->killed ? WF_NO_DEADLINE : j->kill_at) : j->timeout_at;
+    if (running == 0) next = min64(next, abandon_at != WF_NO_DEADLINE ? abandon_at : linger_at);
+    int pr = poll(pf, (nfds_t)n, next == WF_NO_DEADLINE ? -1 : wf_ms_until(next));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) {
+      fprintf(stderr, "weftrun: poll failed: %s; killing the job\n", strerror(errno));
+      if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_SETUP;
+      signal_ranks(j, SIGKILL);
+      break;
+    }
+    if (pf[0].revents) on_signals(j);
+    /* a few reads per stream per round, so one chatty rank cannot starve the
+     * others or the signals */
+    for (int k = 1; k < n; k++)
+      if (pf[k].revents) wf_run_stream_pump(ps[k], 4);
+  }
+out:
+  /* normally nobody is left; after a failure above, do not leave zombies */
+  for (int i = 0; i < np; i++) {
+    struct wf_run_rank *r = &j->ranks[i];
+    if (r->running) (void)waitpid(r->pid, NULL, 0);
+    wf_run_stream_close(&r->out);
+    wf_run_stream_close(&r->err);
+  }
+  free(pf);
+  free(ps);
+  return j->exit_code < 0 ? 0 : j->exit_code;
+}
