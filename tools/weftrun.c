@@ -61,7 +61,8 @@ static void usage(FILE *f) {
           "same values as HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE.\n"
           "Ranks read stdin from /dev/null.\n"
           "\n"
-          "When a rank exits non-zero or dies by a signal, the others get SIGTERM, then SIGKILL\n"
+          "When a rank exits non-zero or dies by a signal, the others get a second to report and\n"
+          "exit on their own, then SIGTERM, then SIGKILL\n"
           "after the grace time, and weftrun exits with that rank's status (128+signal if it\n"
           "was killed). SIGINT, SIGTERM and SIGHUP to weftrun are forwarded to the ranks\n"
           "(a second one kills them at once) and weftrun exits 128+signal.\n",
@@ -335,6 +336,7 @@ int main(int argc, char **argv) {
   j.o = &o;
   j.exit_code = -1;
   j.timeout_at = o.timeout > 0 ? wf_deadline_after(o.timeout) : WF_NO_DEADLINE;
+  j.term_at = WF_NO_DEADLINE;
   j.devnull = -1;
   j.sigfd = -1;
   int rc = WF_RUN_EXIT_SETUP;
@@ -345,12 +347,11 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* two pipes per rank stay open in weftrun; ranks get the old limit back */
-  getrlimit(RLIMIT_NOFILE, &j.nofile);
   rlim_t want = (rlim_t)o.np * 2 + 64;
-  if (j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
+  if (getrlimit(RLIMIT_NOFILE, &j.nofile) == 0 && j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
     struct rlimit r = j.nofile;
     r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &r);
+    j.nofile_raised = r.rlim_cur > j.nofile.rlim_cur && setrlimit(RLIMIT_NOFILE, &r) == 0;
   }
   if (random_hex(j.secret, 32) != 0 || random_hex(j.job_id, 8) != 0) {
     what = "cannot get random bytes (getrandom)";
@@ -369,6 +370,10 @@ int main(int argc, char **argv) {
   if (j.devnull < 0 || !j.ranks) {
     what = "cannot open /dev/null or allocate the rank table";
     goto out;
+  }
+  for (int i = 0; i < o.np; i++) { /* ranks never started have nothing to relay */
+    wf_run_stream_init(&j.ranks[i].out, -1, 1, NULL);
+    wf_run_stream_init(&j.ranks[i].err, -1, 2, NULL);
   }
   if (o.verbose)
     fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s'; rank 0 listens on %s\n", j.job_id, o.np,

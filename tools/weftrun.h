@@ -43,21 +43,24 @@ struct wf_run_job {
   char job_id[17];             /* WEFT_JOB_ID, 16 hex chars */
   int sigfd;                   /* signalfd for SIGCHLD/SIGINT/SIGTERM/SIGHUP */
   int devnull;                 /* the ranks' stdin */
-  struct rlimit nofile;        /* RLIMIT_NOFILE as weftrun found it (ranks get it back) */
+  struct rlimit nofile;        /* RLIMIT_NOFILE as weftrun found it ... */
+  int nofile_raised;           /* ... if weftrun raised it: ranks get it back */
   int exit_code;               /* -1 until a failure, signal or timeout decides it */
   int stopping;                /* ranks were told to stop */
   int killed;                  /* ... and SIGKILLed */
   int64_t kill_at;             /* when stopping: SIGKILL deadline */
+  int64_t term_at;             /* after a rank failed: when the others get SIGTERM, or WF_NO_DEADLINE */
   int64_t timeout_at;          /* --timeout deadline, or WF_NO_DEADLINE */
   int64_t signal_at;           /* when the first stop signal came, 0 if none */
 };
 
-/* Builds rank's environment: weftrun's own, then -x, then the WEFT_* and
- * HOROVOD_* variables (which win). Returns a malloc'ed array (free it and
- * nothing else; the strings live in *store) or NULL when out of memory. */
+/* Room for the per-rank "NAME=value" strings of wf_run_build_env. */
 struct wf_run_env_store {
   char s[16][96];
 };
+/* Builds rank's environment: weftrun's own, then -x, then the WEFT_* and
+ * HOROVOD_* variables (which win). Returns a malloc'ed array (free it and
+ * nothing else; the strings live in *store) or NULL when out of memory. */
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store);
 
 /* Starts rank i (fork + exec). Returns 0 if the process was created (its exec

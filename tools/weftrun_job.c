@@ -31,6 +31,9 @@
 /* After the last rank exits, how long processes it left behind may keep its
  * output open before they are killed, and then before weftrun gives up. */
 #define LINGER_SECONDS 1.0
+/* after a rank fails, how long the others may take to report and exit on
+ * their own before they get SIGTERM */
+#define SETTLE_SECONDS 1.0
 
 static const char *sig_name(int sig) {
   switch (sig) {
@@ -61,7 +64,7 @@ child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t pare
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; s++) (void)sigaction(s, &sa, NULL); /* KILL, STOP and libc's own refuse: fine */
-  (void)setrlimit(RLIMIT_NOFILE, &j->nofile);
+  if (j->nofile_raised) (void)setrlimit(RLIMIT_NOFILE, &j->nofile);
   if (dup2(j->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) _exit(WF_RUN_EXIT_SETUP);
   if (status_w != CHILD_STATUS_FD && dup3(status_w, CHILD_STATUS_FD, O_CLOEXEC) < 0) _exit(WF_RUN_EXIT_SETUP);
   if (close_range(CHILD_STATUS_FD + 1, ~0U, 0) != 0)
@@ -214,7 +217,12 @@ static void reaped(struct wf_run_job *j, int i, int status) {
     fprintf(stderr, "weftrun: rank %d (pid %d) %s; stopping the other %d ranks\n", i, (int)r->pid, how, others);
   else
     fprintf(stderr, "weftrun: rank %d (pid %d) %s\n", i, (int)r->pid, how);
-  wf_run_stop(j, SIGTERM);
+  /* The survivors' engines notice the loss within milliseconds and say who
+   * died and what they were doing: give them a moment to report and exit on
+   * their own before SIGTERM (then SIGKILL after the grace). */
+  j->stopping = 1;
+  j->term_at = wf_deadline_after(SETTLE_SECONDS);
+  j->kill_at = wf_deadline_after(SETTLE_SECONDS + j->o->grace);
 }
 
 static void reap(struct wf_run_job *j) {
@@ -275,11 +283,15 @@ static void on_signals(struct wf_run_job *j) {
 static void on_deadlines(struct wf_run_job *j, int64_t *linger_at, int64_t *abandon_at) {
   int64_t now = wf_now_ns();
   int running = running_count(j);
-  if (!j->stopping && now >= j->timeout_at) {
+  if (!j->stopping && running > 0 && now >= j->timeout_at) {
     if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_TIMEOUT;
     fprintf(stderr, "weftrun: timeout: the job ran longer than %g s; stopping %d rank%s\n", j->o->timeout, running,
             plural(running));
     wf_run_stop(j, SIGTERM);
+  }
+  if (j->term_at != WF_NO_DEADLINE && now >= j->term_at) {
+    j->term_at = WF_NO_DEADLINE;
+    signal_ranks(j, SIGTERM);
   }
   if (j->stopping && !j->killed && now >= j->kill_at) {
     if (running > 0)
@@ -336,7 +348,10 @@ int wf_run_supervise(struct wf_run_job *j) {
     }
     if (running == 0 && n == 1) break;
 
-    int64_t next = j->stopping ? (j->killed ? WF_NO_DEADLINE : j->kill_at) : j->timeout_at;
+    int64_t next = WF_NO_DEADLINE;
+    if (!j->stopping && running > 0) next = j->timeout_at;
+    if (j->stopping && !j->killed) next = j->kill_at;
+    next = min64(next, j->term_at);
     if (running == 0) next = min64(next, abandon_at != WF_NO_DEADLINE ? abandon_at : linger_at);
     int pr = poll(pf, (nfds_t)n, next == WF_NO_DEADLINE ? -1 : wf_ms_until(next));
     if (pr < 0 && errno == EINTR) continue;

@@ -320,6 +320,15 @@ case_not_found() {
   expect_err "could not execute 'weft_no_such_command_x' (No such file or directory) and exited with status 127"
   grep -qF "[0] weftrun: cannot execute 'weft_no_such_command_x'" "$T/out" "$T/err" ||
     fail "the rank did not report the failed exec"
+  # ranks 1 and 2 never start; weftrun must not touch its own stdin for them
+  local t0 dt
+  t0=$(now_ms)
+  timeout -k 5 40 "$WR" -np 3 weft_no_such_command_x >"$T/out" 2>"$T/err" < <(echo from_stdin; sleep 5)
+  rc=$?
+  dt=$(($(now_ms) - t0))
+  expect_rc 127
+  grep -q from_stdin "$T/out" "$T/err" && fail "weftrun relayed its own stdin"
+  [ "$dt" -lt 4000 ] || fail "weftrun waited for its stdin to close ($dt ms)"
   # found but not executable
   printf 'echo hi\n' >"$T/noexec"
   chmod -x "$T/noexec"

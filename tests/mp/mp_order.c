@@ -344,6 +344,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2)
     if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
   mp_setup();
+  if (mp_size > 16) mp_fatal("this test supports at most 16 ranks");
   test_opposite_orders();
   test_threads();
   test_callbacks();

@@ -27,7 +27,31 @@ typedef struct spec {
   int kind;
   double pre, post;
   uint64_t seed;
+  uint64_t key[16]; /* per rank, from the seed: one mix per element after that */
+  size_t nexp;      /* expected results of elements [0, nexp), nexp <= PERIOD */
+  int64_t *exp_i;   /* integer dtypes */
+  double *exp_f;    /* float dtypes */
 } spec;
+
+/* Inputs repeat with this period in the element index, so that the
+ * reference is computed once per period, not once per element of the large
+ * count (which would cost size hashes per element and dominate the run).
+ * A prime: no segment, chunk or slice offset of the library is a multiple of
+ * it, so a misplaced block still shows. Every output element is checked. */
+#define PERIOD 65521u
+
+/* A uniform value in [0, m) from the high half of h (no division). */
+static inline uint64_t below(uint64_t h, uint64_t m) { return ((h >> 32) * m) >> 32; }
+
+static void spec_keys(spec *s) {
+  for (int r = 0; r < mp_size && r < 16; r++) s->key[r] = mp_hash((uint64_t)r, 0, s->seed);
+}
+
+/* The pseudo-random word behind rank r's element i: cheap, since the
+ * reference evaluates it size times per element. */
+static inline uint64_t elem_hash(const spec *s, int r, size_t i) {
+  return mp_mix(s->key[r] ^ ((uint64_t)i * 0xd1b54a32d192ed03ULL));
+}
 
 static size_t g_large = 1000003;
 static uint64_t g_seed = 1;
@@ -38,12 +62,13 @@ static int small_range(void) { return 60 / (mp_size > 5 ? mp_size : 5); }
 
 /* Rank r's input at element i, for integer and bool dtypes. */
 static int64_t input_int(const spec *s, int r, size_t i) {
-  uint64_t h = mp_hash((uint64_t)r, i, s->seed);
+  i %= PERIOD;
+  uint64_t h = elem_hash(s, r, i);
   weft_dtype t = s->dt;
   int R = small_range();
   if (t == WEFT_DTYPE_BOOL) {
     /* Biased so that the or (and) over ranks is 0 (1) about half the time. */
-    int one_rare = (h % (uint64_t)(2 * mp_size)) == 0;
+    int one_rare = below(h, (uint64_t)(2 * mp_size)) == 0;
     return (s->op == WEFT_OP_MIN || s->op == WEFT_OP_PRODUCT) ? !one_rare : one_rare;
   }
   if (s->kind == KIND_FULL) {
@@ -51,7 +76,7 @@ static int64_t input_int(const spec *s, int r, size_t i) {
       /* Near the maximum on even elements, near the minimum on odd ones:
        * sums of two or more ranks wrap one way or the other. */
       int bits = (int)mp_esize(t) * 8;
-      uint64_t span = (uint64_t)(h % 16);
+      uint64_t span = below(h, 16);
       if (mp_is_unsigned(t)) {
         uint64_t max = bits == 64 ? UINT64_MAX : ((1ULL << bits) - 1);
         return mp_wrap(t, (i & 1) ? span : max - span);
@@ -64,24 +89,25 @@ static int64_t input_int(const spec *s, int r, size_t i) {
   }
   if (s->op == WEFT_OP_PRODUCT) {
     if (i % 13 == 5 && (size_t)r == i % (size_t)mp_size) return 0;
-    if (mp_is_unsigned(t)) return 1 + (int64_t)(h % 3); /* 3^5 = 243 fits uint8 */
+    if (mp_is_unsigned(t)) return 1 + (int64_t)below(h, 3); /* 3^5 = 243 fits uint8 */
     static const int64_t pm[4] = {-2, -1, 1, 2};
-    return pm[h % 4];
+    return pm[below(h, 4)];
   }
-  if (mp_is_unsigned(t)) return (int64_t)(h % (uint64_t)(2 * R + 1));
-  return (int64_t)(h % (uint64_t)(2 * R + 1)) - R;
+  if (mp_is_unsigned(t)) return (int64_t)below(h, (uint64_t)(2 * R + 1));
+  return (int64_t)below(h, (uint64_t)(2 * R + 1)) - R;
 }
 
 /* Rank r's input at element i for float dtypes (before prescale). */
 static double input_flt(const spec *s, int r, size_t i) {
-  uint64_t h = mp_hash((uint64_t)r, i, s->seed);
+  i %= PERIOD;
+  uint64_t h = elem_hash(s, r, i);
   if (s->op == WEFT_OP_PRODUCT) {
     if (i % 13 == 5 && (size_t)r == i % (size_t)mp_size) return 0;
     static const double pm[4] = {-2, -1, 1, 2};
-    return pm[h % 4];
+    return pm[below(h, 4)];
   }
   int R = small_range();
-  return (double)((int64_t)(h % (uint64_t)(2 * R + 1)) - R);
+  return (double)((int64_t)below(h, (uint64_t)(2 * R + 1)) - R);
 }
 
 static int64_t combine_int(weft_dtype t, weft_reduce_op op, int64_t a, int64_t b) {
@@ -145,16 +171,29 @@ static void fill_input(const spec *s, void *buf, size_t n) {
   }
 }
 
+/* Tabulates the expected results of one period (or of max_count elements
+ * if fewer). */
+static void tabulate(spec *s, size_t max_count) {
+  s->nexp = max_count < PERIOD ? max_count : PERIOD;
+  if (mp_is_float(s->dt)) {
+    s->exp_f = mp_alloc(s->nexp * sizeof(double));
+    for (size_t i = 0; i < s->nexp; i++) s->exp_f[i] = expect_flt(s, i);
+  } else {
+    s->exp_i = mp_alloc(s->nexp * sizeof(int64_t));
+    for (size_t i = 0; i < s->nexp; i++) s->exp_i[i] = expect_int(s, i);
+  }
+}
+
 /* Checks n result elements; element k of buf is global element first + k. */
 static int check_result(const spec *s, const void *buf, size_t first, size_t n, const char *what) {
   for (size_t k = 0; k < n; k++) {
     size_t i = first + k;
     if (mp_is_float(s->dt)) {
-      double want = expect_flt(s, i), got = mp_get_f(s->dt, buf, k);
+      double want = s->exp_f[i % PERIOD], got = mp_get_f(s->dt, buf, k);
       int ok = s->op == WEFT_OP_AVERAGE ? fabs(got - want) <= avg_tolerance(s->dt) * fabs(want) : got == want;
       if (!ok) return mp_fail("%s: element %zu is %.17g, expected %.17g", what, i, got, want);
     } else {
-      int64_t want = expect_int(s, i), got = mp_get_i(s->dt, buf, k);
+      int64_t want = s->exp_i[i % PERIOD], got = mp_get_i(s->dt, buf, k);
       if (got != want) return mp_fail("%s: element %zu is %lld, expected %lld", what, i, (long long)got, (long long)want);
     }
   }
@@ -188,10 +227,10 @@ static void submit(const spec *s, int ci, size_t count, job *j) {
   snprintf(j->name, sizeof j->name, "%s.%s.%s.k%d.p%g.q%g.c%d",
            s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter", weft_dtype_name(s->dt),
            weft_reduce_op_name(s->op), s->kind, s->pre, s->post, ci);
-  /* Shapes vary with the count index: a 0-d scalar, a 2-d tensor, 1-d. */
+  /* Shapes vary: a 0-d scalar for one element, a 2-d tensor, 1-d. */
   int64_t inner = 1;
   if (s->coll == COLL_ALLREDUCE) {
-    if (ci == 1) {
+    if (count == 1) {
       j->ndim = 0;
     } else if (ci == 2) {
       j->ndim = 2;
@@ -280,19 +319,29 @@ static void run_bool_average(const spec *s) {
 }
 
 /* Runs one case over a list of counts, all in flight at once. */
-static void run_case(const spec *s, const size_t *counts, int ncounts) {
-  job jobs[8];
-  memset(jobs, 0, sizeof jobs);
+static void run_case(const spec *s_in, const size_t *counts, int ncounts) {
+  spec keyed = *s_in;
+  const spec *s = &keyed;
+  spec_keys(&keyed);
   if (s->dt == WEFT_DTYPE_BOOL && s->op == WEFT_OP_AVERAGE) {
     run_bool_average(s);
     return;
   }
+  /* Elements per collective are at most 3 x the count (submit's shapes). */
+  size_t max_count = 0;
+  for (int c = 0; c < ncounts; c++)
+    if (3 * counts[c] > max_count) max_count = 3 * counts[c];
+  tabulate(&keyed, max_count);
+  job jobs[8];
+  memset(jobs, 0, sizeof jobs);
   mp_case("%s %s %s%s pre=%g post=%g", s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter",
           weft_dtype_name(s->dt), weft_reduce_op_name(s->op), s->kind == KIND_FULL ? " full-range" : "", s->pre,
           s->post);
   for (int c = 0; c < ncounts; c++) submit(s, c, counts[c], &jobs[c]);
   for (int c = 0; c < ncounts; c++) finish(s, &jobs[c]);
   mp_case_end();
+  free(keyed.exp_i);
+  free(keyed.exp_f);
 }
 
 int main(int argc, char **argv) {
@@ -301,6 +350,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
   }
   mp_setup();
+  if (mp_size > 16) mp_fatal("this test supports at most 16 ranks");
   size_t counts[5] = {0, 1, (size_t)mp_size - 1, 7, g_large};
   size_t full_counts[3] = {1, 7, 65537};
   size_t scale_counts[2] = {7, 65537};
@@ -310,7 +360,7 @@ int main(int argc, char **argv) {
   for (int coll = COLL_ALLREDUCE; coll <= COLL_REDUCESCATTER; coll++) {
     for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++)
       for (int op = 0; op < WEFT_OP_COUNT_; op++) {
-        spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_NORMAL, 1.0, 1.0, ++seed};
+        spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_NORMAL, .pre = 1, .post = 1, .seed = ++seed};
         run_case(&s, counts, 5);
       }
     for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++) {
@@ -319,7 +369,7 @@ int main(int argc, char **argv) {
         /* int64's wrapped sum is not exact in double: its average would
          * test double rounding, not the library. */
         if (dt == WEFT_DTYPE_INT64 && op == WEFT_OP_AVERAGE) continue;
-        spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_FULL, 1.0, 1.0, ++seed};
+        spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_FULL, .pre = 1, .post = 1, .seed = ++seed};
         run_case(&s, full_counts, 3);
       }
     }
@@ -327,7 +377,8 @@ int main(int argc, char **argv) {
       if (!mp_is_float((weft_dtype)dt)) continue;
       for (int op = 0; op < WEFT_OP_COUNT_; op++)
         for (int v = 0; v < 3; v++) {
-          spec s = {coll, (weft_dtype)dt, (weft_reduce_op)op, KIND_NORMAL, scales[v][0], scales[v][1], ++seed};
+          spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_NORMAL,
+                    .pre = scales[v][0], .post = scales[v][1], .seed = ++seed};
           run_case(&s, scale_counts, 2);
         }
     }
