@@ -14,7 +14,17 @@
  * A rank with a wrong secret fails at once with WEFT_ERR_AUTH; rank 0 cannot
  * tell it from an attacker, so it drops the connection, keeps waiting, and
  * at the deadline fails with WEFT_ERR_TIMEOUT naming the missing ranks and
- * the last rejected connection. */
+ * the last rejected connection.
+ *
+ * Statuses of rank 0's checks: world size disagrees -> WEFT_ERR_MISMATCH;
+ * duplicate or out-of-range rank -> WEFT_ERR_INVALID_ARGUMENT; a HELLO
+ * naming another rank than its handshake -> WEFT_ERR_AUTH. The ranks told
+ * by an ABORT return WEFT_ERR_ABORTED with rank 0's message.
+ *
+ * Mesh order: rank i dials 0 < j < i one at a time, then accepts j > i.
+ * Rank 1 dials nobody, so it accepts at once; by induction every rank gets
+ * to its accept loop, and a dial waits (up to the whole deadline, not the
+ * handshake timeout) in the peer's backlog until then. */
 #include "bootstrap/bootstrap.h"
 
 #include <errno.h>
@@ -148,7 +158,10 @@ static void missing_ranks(const boot *b, int mode, char *out, size_t outlen) {
   for (int r = mode == MODE_REGISTER ? 1 : b->rank + 1; r < b->size; r++) {
     if (b->fds[r] >= 0) continue;
     total++;
-    if (shown < 16 && n + 16 < outlen) n += (size_t)snprintf(out + n, outlen - n, "%s%d", shown ? ", " : "", r), shown++;
+    if (shown < 16 && n + 16 < outlen) {
+      n += (size_t)snprintf(out + n, outlen - n, "%s%d", shown ? ", " : "", r);
+      shown++;
+    }
   }
   if (total > shown && n + 16 < outlen) snprintf(out + n, outlen - n, ", ... (%d in all)", total);
 }
@@ -200,11 +213,13 @@ static weft_status step_hello(boot *b, pend *pd, int *have) {
     if (pd->off < sizeof pd->hdr) return WEFT_IN_PROGRESS;
     wf_frame_hdr h;
     st = wf_frame_hdr_decode(pd->hdr, HELLO_BUF, 0, &h, err, sizeof err);
-    if (st == WEFT_OK && (h.type != WF_MSG_HELLO || h.src != pd->rank)) {
-      snprintf(err, sizeof err, "expected a HELLO from rank %u, got message type %u from rank %u", pd->rank, h.type,
-               h.src);
+    if (st == WEFT_OK && h.type != WF_MSG_HELLO) {
+      snprintf(err, sizeof err, "expected a HELLO, got message type %u", h.type);
       st = WEFT_ERR_PROTOCOL;
     }
+    if (st == WEFT_OK && h.src != pd->rank)
+      return wf_err(WEFT_ERR_AUTH, "rank 0: connection from %s authenticated as rank %u but its HELLO says rank %u",
+                    pd->addr, pd->rank, h.src);
     if (st != WEFT_OK) return wf_err(st, "rank 0: rank %u at %s: %s", pd->rank, pd->addr, err);
     pd->phase = PH_BODY;
     pd->blen = (size_t)h.length;
@@ -553,11 +568,13 @@ static weft_status open_listener(boot *b) {
     la = via;
     la.sin_port = 0;
   }
-  if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&la))
+  if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&la)) {
+    wf_sock_addr_str(&la, b->listen_str, sizeof b->listen_str);
     return wf_err(WEFT_ERR_INVALID_ARGUMENT,
-                  "rank %d: bind address %s is not loopback, and without a job secret only 127.x addresses are "
+                  "rank %d: listen address %s is not loopback, and without a job secret only 127.x addresses are "
                   "allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
-                  b->rank, bind);
+                  b->rank, b->listen_str);
+  }
   struct sockaddr_in bound;
   weft_status st = wf_sock_listen(&la, &b->lfd, &bound, err, sizeof err);
   if (st != WEFT_OK) return wf_err(st, "rank %d: %s", b->rank, err);

@@ -20,8 +20,9 @@
 
 /* Parses "host:port" (need_port) or "host" / "host:port" (!need_port, port
  * 0 when absent) into an IPv4 address. host is a dotted quad or a name
- * (getaddrinfo, AF_INET). WEFT_ERR_INVALID_ARGUMENT on a malformed string or
- * an unresolvable name. */
+ * (getaddrinfo, AF_INET; a name lookup is the one step here without a
+ * deadline: use addresses where DNS may hang). WEFT_ERR_INVALID_ARGUMENT on a
+ * malformed string or an unresolvable name. */
 weft_status wf_sock_parse_addr(const char *s, int need_port, struct sockaddr_in *out, char *err, size_t errlen);
 
 /* "a.b.c.d:port" into buf (at least WF_ADDR_STR_MAX bytes). */

@@ -290,30 +290,27 @@ static weft_status post_round(weft_world *w) {
     const wf_step *s = &x->sched.steps[i];
     if (s->kind != WF_STEP_SEND && s->kind != WF_STEP_RECV) continue;
     int peer = ranks[s->peer];
-    if (w->departed[peer])
-      return wf_err(WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
-                    peer, w->peers[peer].host, x->req->msg.name);
     weft_status st = s->kind == WF_STEP_SEND
                          ? w->tr->ops->send(w->tr, peer, x->seq, x->send_idx[peer]++, s->src, s->bytes, &x->pending)
                          : w->tr->ops->recv(w->tr, peer, x->seq, x->recv_idx[peer]++, s->dst, s->bytes, &x->pending);
-    if (st != WEFT_OK) return st;
+    if (st != WEFT_OK) {
+      if (w->departed[peer])
+        return wf_err(WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
+                      peer, w->peers[peer].host, x->req->msg.name);
+      char why[512];
+      snprintf(why, sizeof why, "%s", wf_err_msg());
+      return wf_err(st, "collective '%s': %s (rank %d on %s)", x->req->msg.name, why, peer, w->peers[peer].host);
+    }
   }
   return WEFT_OK;
 }
 
 void wf_exec_peer_departed(weft_world *w, int peer) {
   wf_exec *x = &w->exec;
-  if (!x->active) return;
-  const int *ranks = x->req->group->ranks;
-  /* Steps of this round already posted to peer have their bytes here or
-   * will never get them; later rounds would need it. */
-  int needs = 0;
-  for (size_t i = x->round_first; i < x->sched.nsteps && !needs; i++) {
-    const wf_step *s = &x->sched.steps[i];
-    if ((s->kind == WF_STEP_RECV || s->kind == WF_STEP_SEND) && ranks[s->peer] == peer)
-      needs = i >= x->sched.round_end[x->round] || s->kind == WF_STEP_RECV;
-  }
-  if (needs && x->pending > 0)
+  /* Everything peer sent came before its BYE: a transfer with it that is
+   * still incomplete now never will be. Later receives from it are checked
+   * when posted (the transport satisfies them from what arrived, or fails). */
+  if (x->active && w->tr->ops->incomplete(w->tr, peer))
     wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
                   peer, w->peers[peer].host, x->req->msg.name);
 }

@@ -172,17 +172,27 @@ void wf_f32_to_f16_block(wf_u16u *restrict dst, const float *restrict src, size_
 }
 
 /* Blocked so gcc -O2 (whose cheap cost model will not vectorise a loop
- * that needs a scalar epilogue) vectorises the bulk. */
-WF_CLONES void wf_bf16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n) {
+ * that needs a scalar epilogue) vectorises the bulk. The clones are static
+ * behind plain functions: clang 14 emits no ifunc for an external
+ * target_clones function that its own file does not call. */
+WF_CLONES static void wf_bf16_to_f32_loop(float *restrict dst, const wf_u16u *restrict src, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64)
     for (size_t j = i; j < i + 64; j++) dst[j] = wf_bf16_to_f32_soft(src[j]);
   for (; i < n; i++) dst[i] = wf_bf16_to_f32_soft(src[i]);
 }
 
-WF_CLONES void wf_f32_to_bf16_block(wf_u16u *restrict dst, const float *restrict src, size_t n) {
+WF_CLONES static void wf_f32_to_bf16_loop(wf_u16u *restrict dst, const float *restrict src, size_t n) {
   size_t i = 0;
   for (; i + 64 <= n; i += 64)
     for (size_t j = i; j < i + 64; j++) dst[j] = wf_f32_to_bf16_soft(src[j]);
   for (; i < n; i++) dst[i] = wf_f32_to_bf16_soft(src[i]);
+}
+
+void wf_bf16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n) {
+  wf_bf16_to_f32_loop(dst, src, n);
+}
+
+void wf_f32_to_bf16_block(wf_u16u *restrict dst, const float *restrict src, size_t n) {
+  wf_f32_to_bf16_loop(dst, src, n);
 }

@@ -146,13 +146,48 @@ static void free_queues(conn *c, int keep_ctrl) {
   c->dunexp = NULL;
 }
 
+/* Closes the socket and drops what was queued for sending. Data already
+ * received (posted receives, early data) is kept: a peer that said BYE sent
+ * everything first, and receives posted later may still be satisfied from
+ * it. wf_tcp_destroy and cancel_data free the rest. */
 static void conn_close(conn *c) {
   if (c->fd >= 0) {
     epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
   }
-  free_queues(c, 0);
+  for (tx_item *i = c->data_head, *n; i; i = n) {
+    n = i->next;
+    free(i);
+  }
+  c->data_head = c->data_tail = NULL;
+  for (tx_item *i = c->ctrl_head, *n; i; i = n) {
+    n = i->next;
+    free(i->frame);
+    free(i);
+  }
+  c->ctrl_head = c->ctrl_tail = NULL;
+  if (c->cur && !c->cur->is_data) {
+    free(c->cur->frame);
+    free(c->cur);
+  }
+  c->cur = NULL;
+  if (c->rstate == RX_DATA && c->dunexp) { /* a chunk cut short is no data */
+    rx_unexp *u = c->dunexp;
+    c->dunexp = NULL;
+    rx_unexp **pp = &c->unexp_head, *prev = NULL;
+    while (*pp != u) {
+      prev = *pp;
+      pp = &(*pp)->next;
+    }
+    *pp = u->next;
+    if (c->unexp_tail == u) c->unexp_tail = prev;
+    c->unexp_bytes -= u->len;
+    free(u->data);
+    free(u);
+  }
+  c->rstate = RX_HDR;
+  c->dpost = NULL;
   free(c->cbuf);
   c->cbuf = NULL;
   c->queued = 0;
@@ -224,6 +259,7 @@ void wf_tcp_destroy(wf_tcp *t) {
   if (!t) return;
   for (int p = 0; p < t->size; p++) {
     conn_close(&t->conns[p]);
+    free_queues(&t->conns[p], 0);
     free(t->conns[p].rbuf);
   }
   free(t->conns);
@@ -393,8 +429,13 @@ static weft_status tcp_recv(wf_transport *tr, int peer, uint64_t seq, uint32_t i
                             int *pending) {
   wf_tcp *t = (wf_tcp *)tr;
   conn *c = &t->conns[peer];
-  if (c->fd < 0) return wf_err(WEFT_ERR_PEER_LOST, "no connection to rank %d", peer);
   if (len == 0) return WEFT_OK;
+  if (c->fd < 0) { /* closed: only data that already arrived can satisfy it */
+    size_t have = 0;
+    for (rx_unexp *u = c->unexp_head; u; u = u->next)
+      if (u->seq == seq && u->idx == idx) have += u->len;
+    if (have < len) return wf_err(WEFT_ERR_PEER_LOST, "the connection to rank %d is closed", peer);
+  }
   rx_post *p = calloc(1, sizeof *p);
   if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory posting a receive from rank %d", peer);
   p->seq = seq;
@@ -440,13 +481,9 @@ static void tcp_cancel_data(wf_transport *tr) {
   wf_tcp *t = (wf_tcp *)tr;
   for (int p = 0; p < t->size; p++) {
     conn *c = &t->conns[p];
-    if (c->fd < 0) continue;
     /* A data frame half written or half read leaves the stream unusable;
      * the world is failing anyway, so keep only whole control frames. */
-    if ((c->cur && c->cur->is_data) || c->rstate == RX_DATA) {
-      conn_close(c);
-      continue;
-    }
+    if ((c->cur && c->cur->is_data) || c->rstate == RX_DATA) conn_close(c);
     free_queues(c, 1);
     conn_update_events(c);
   }
@@ -675,7 +712,14 @@ void wf_tcp_on_event(wf_tcp *t, int peer, uint32_t events) {
   if (c->fd >= 0 && (events & EPOLLOUT)) conn_flush(t, c);
 }
 
+static int tcp_incomplete(wf_transport *tr, int peer) {
+  wf_tcp *t = (wf_tcp *)tr;
+  const conn *c = &t->conns[peer];
+  return c->post_head != NULL || c->data_head != NULL;
+}
+
 static const wf_transport_ops tcp_ops = {
+    .incomplete = tcp_incomplete,
     .name = "tcp",
     .send = tcp_send,
     .recv = tcp_recv,

@@ -29,6 +29,8 @@ typedef struct wf_transport_ops {
   /* Forgets every posted send and receive (the collective failed): the
    * transport no longer touches their buffers when this returns. */
   void (*cancel_data)(wf_transport *t);
+  /* 1 if a posted receive from peer or a send to it has not completed. */
+  int (*incomplete)(wf_transport *t, int peer);
 } wf_transport_ops;
 
 struct wf_transport {

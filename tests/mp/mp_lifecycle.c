@@ -2,9 +2,12 @@
  *  1. init, a checked collective, finalize; then init again (with an
  *     explicit weft_config) and again: every world works;
  *  2. finalize with requests still in flight (names no other rank submits,
- *     one of them already detached by weft_request_free): returns within 2 s;
- *     the requests then report WEFT_ERR_SHUTDOWN with a message, their
- *     callbacks ran exactly once with that status, and they can be freed;
+ *     one of them already detached by weft_request_free), first on the
+ *     coordinator, then on the last rank: it returns within 2 s, its
+ *     requests report WEFT_ERR_SHUTDOWN with a message; the other ranks'
+ *     pending requests fail naming the departed rank, and they finalize
+ *     within 2 s too; every callback ran exactly once with its request's
+ *     status, and every request can be freed after finalize;
  *  3. abort: one rank calls weft_abort while the others wait on a collective
  *     it never joins; they fail with WEFT_ERR_ABORTED naming the reason,
  *     later submissions fail too, weft_async_error reports it, finalize is
@@ -76,12 +79,18 @@ static void count_cb(weft_request *req, weft_status status, void *user) {
   atomic_fetch_add(&s->calls, 1);
 }
 
-static void finalize_in_flight(int cycle) {
+/* Finalize with requests in flight. Ranks finalize one after another, not
+ * at once: a rank that leaves fails the others' pending negotiations with an
+ * error naming it (they can never complete), which would otherwise race with
+ * each rank's own WEFT_ERR_SHUTDOWN. So `first` finalizes while everyone
+ * else still runs: its requests must report WEFT_ERR_SHUTDOWN. The others
+ * wait until their pending requests fail naming `first`, then finalize. */
+static void finalize_in_flight(int cycle, int first) {
   enum { N = 3 };
   static float bufs[N + 1][1024];
   static cb_slot slots[N];
   memset(slots, 0, sizeof slots);
-  mp_case("cycle %d: finalize with %d requests in flight", cycle, N + 1);
+  mp_case("cycle %d: finalize with %d requests in flight, rank %d first", cycle, N + 1, first);
   weft_request *reqs[N];
   int64_t shape[1] = {1024};
   for (int i = 0; i < N; i++) {
@@ -96,7 +105,7 @@ static void finalize_in_flight(int cycle) {
                             : weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, &opt, &reqs[i]);
     mp_submitted(st, &reqs[i], name);
   }
-  /* One more, detached at once: finalize must release it. */
+  /* One more, detached at once: finalize must release it (ASan: no leak). */
   {
     weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, bufs[N], WEFT_DEVICE_CPU};
     weft_request *req = NULL;
@@ -110,29 +119,46 @@ static void finalize_in_flight(int cycle) {
   mp_submitted(weft_barrier(mp_group, "inflight.sync", NULL, &sync), &sync, "inflight.sync");
   mp_wait_ok(sync, "inflight.sync");
   weft_request_free(sync);
-  for (int i = 0; i < N; i++)
-    if (weft_test(reqs[i]) != WEFT_IN_PROGRESS) mp_fail("request %d is not pending before finalize", i);
+
+  char departed[32];
+  snprintf(departed, sizeof departed, "rank %d", first);
+  weft_status want = WEFT_ERR_SHUTDOWN;
+  if (mp_rank == first) {
+    for (int i = 0; i < N; i++)
+      if (weft_test(reqs[i]) != WEFT_IN_PROGRESS) mp_fail("request %d is not pending before finalize", i);
+  } else {
+    /* Rank `first` leaves: our pending requests fail, naming it. */
+    weft_status st = weft_wait(reqs[0], 10.0);
+    if (st == WEFT_IN_PROGRESS || st >= 0)
+      mp_fail("pending request: %s 10 s after %s finalized, expected an error naming it", weft_status_string(st),
+              departed);
+    else if (!mp_contains(weft_request_error(reqs[0]), departed))
+      mp_fail("pending request failed with \"%s\", which does not name %s", weft_request_error(reqs[0]), departed);
+    want = st;
+  }
 
   double t0 = mp_now();
   weft_status st = weft_finalize(mp_world);
   double dt = mp_now() - t0;
   mp_world = NULL;
   mp_group = NULL;
-  if (st != WEFT_OK) mp_fail("weft_finalize: %s: %s", weft_status_string(st), weft_last_error());
+  if (st != WEFT_OK && mp_rank == first) mp_fail("weft_finalize: %s: %s", weft_status_string(st), weft_last_error());
   if (dt > 2.0) mp_fail("weft_finalize with requests in flight took %.2f s", dt);
   for (int i = 0; i < N; i++) {
+    /* Others: every request failed like the first, or at the latest with
+     * WEFT_ERR_SHUTDOWN when this rank finalized. */
     st = weft_wait(reqs[i], 1.0);
-    if (st != WEFT_ERR_SHUTDOWN)
-      mp_fail("request %d after finalize: %s, expected WEFT_ERR_SHUTDOWN", i, weft_status_string(st));
+    if (st != want && !(mp_rank != first && st == WEFT_ERR_SHUTDOWN))
+      mp_fail("request %d after finalize: %s, expected %s", i, weft_status_string(st), weft_status_string(want));
     else if (!weft_request_error(reqs[i])[0])
-      mp_fail("request %d: WEFT_ERR_SHUTDOWN without a message", i);
+      mp_fail("request %d: %s without a message", i, weft_status_string(st));
     if (weft_test(reqs[i]) != st) mp_fail("request %d: weft_test disagrees with weft_wait", i);
-    /* The callback ran before the request completed or soon after. */
+    /* The callback runs on the engine thread around completion. */
     double end = mp_now() + 2.0;
     while (atomic_load(&slots[i].calls) == 0 && mp_now() < end) mp_sleep_ms(1);
     if (atomic_load(&slots[i].calls) != 1) mp_fail("request %d: callback ran %d times", i, atomic_load(&slots[i].calls));
-    else if (atomic_load(&slots[i].status) != WEFT_ERR_SHUTDOWN)
-      mp_fail("request %d: callback status %d, expected WEFT_ERR_SHUTDOWN", i, atomic_load(&slots[i].status));
+    else if (atomic_load(&slots[i].status) != (int)st)
+      mp_fail("request %d: callback status %d, request status %d", i, atomic_load(&slots[i].status), (int)st);
     if (weft_request_free(reqs[i]) != WEFT_OK) mp_fail("request %d: weft_request_free after finalize failed", i);
   }
   mp_case_end();
@@ -190,12 +216,11 @@ int main(void) {
   collective(cycle);
   leave(cycle, 5.0);
 
-  join(++cycle, NULL);
   if (mp_size >= 2) {
-    finalize_in_flight(cycle);
-  } else {
-    collective(cycle);
-    leave(cycle, 5.0);
+    join(++cycle, NULL);
+    finalize_in_flight(cycle, 0); /* the coordinator first */
+    join(++cycle, NULL);
+    finalize_in_flight(cycle, mp_size - 1);
   }
 
   join(++cycle, NULL);

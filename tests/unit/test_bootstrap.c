@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/sockutil.h"
 #include "util/err.h"
@@ -371,6 +372,47 @@ static void test_stray_clients(void) {
   if (junk >= 0) close(junk);
 }
 
+/* A holder of the secret whose HELLO names another rank than its handshake
+ * did (in the frame header, or only in the payload): rank 0 fails with
+ * WEFT_ERR_AUTH and sends the liar an ABORT. */
+static void test_rank_mismatch(uint32_t frame_src) {
+  char addr[64], err[256];
+  addr_of(addr, sizeof addr);
+  struct sockaddr_in a;
+  CHECK(wf_sock_parse_addr(addr, 1, &a, err, sizeof err) == WEFT_OK, "%s", err);
+  memset(g_slots, 0, sizeof(slot) * MAXP);
+  g_nkids = 0;
+  spec s0 = {.rank = 0, .size = 3, .secret = "k", .timeout = 10};
+  pid_t pid = spawn(&s0, &g_slots[0], addr);
+  int fd = -1;
+  int64_t dl = wf_deadline_after(10);
+  while (fd < 0 && wf_now_ns() < dl)
+    if (wf_sock_connect(&a, dl, &fd, err, sizeof err) != WEFT_OK) sleep_s(0.01);
+  wf_auth_params ap = {(const uint8_t *)"k", 1, "test-job", 1, 3};
+  CHECK(fd >= 0 && wf_auth_connect(fd, &ap, 0, dl, err, sizeof err) == WEFT_OK, "handshake as rank 1: %s", err);
+  wf_hello_msg h;
+  memset(&h, 0, sizeof h);
+  h.rank = 2, h.size = 3, h.pid = (uint32_t)getpid();
+  snprintf(h.host, sizeof h.host, "liar");
+  snprintf(h.listen_addr, sizeof h.listen_addr, "127.0.0.1:9");
+  wf_buf buf = {0};
+  CHECK(wf_encode_hello(&buf, frame_src, &h) == WEFT_OK, "encode");
+  CHECK(fd >= 0 && wf_sock_write_all(fd, buf.data, buf.len, dl, NULL, err, sizeof err) == WEFT_OK, "%s", err);
+  wf_buf_free(&buf);
+  uint8_t hb[WF_FRAME_HDR_SIZE];
+  wf_frame_hdr fh = {0};
+  CHECK(fd >= 0 && wf_sock_read_all(fd, hb, sizeof hb, dl, NULL, err, sizeof err) == WEFT_OK &&
+            wf_frame_hdr_decode(hb, 1 << 16, 0, &fh, err, sizeof err) == WEFT_OK && fh.type == WF_MSG_ABORT,
+        "the liar should get an ABORT: %s (type %u)", err, fh.type);
+  int ws = 0;
+  waitpid(pid, &ws, 0);
+  g_nkids = 0;
+  if (fd >= 0) close(fd);
+  const char *want = "authenticated as rank 1 but its HELLO says rank 2";
+  CHECK(g_slots[0].status == WEFT_ERR_AUTH && strstr(g_slots[0].msg, want),
+        "rank mismatch, rank 0: %s: %s", weft_status_string(g_slots[0].status), g_slots[0].msg);
+}
+
 /* Without a secret only loopback is allowed. */
 static void test_loopback_rule(void) {
   wf_boot_cfg cfg = {.rank = 1, .size = 2, .addr = "10.11.12.13:5000", .job_id = "", .timeout_seconds = 2,
@@ -433,6 +475,8 @@ int main(void) {
   test_wrong_secret();
   test_rank0_late();
   test_stray_clients();
+  test_rank_mismatch(2);
+  test_rank_mismatch(1);
   test_loopback_rule();
   test_bad_config();
   if (g_failures) {
