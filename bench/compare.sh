@@ -93,7 +93,8 @@ log "peers available: ${PEER_LIBS[*]:-none}"
   echo "mode: $([ "${QUICK:-0}" = 1 ] && echo QUICK || echo full)"
   echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p') x $(nproc)"
   echo "kernel: $(uname -r)"
-  echo "weft build: $BUILD ($(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null))"
+  echo "weft build type: $(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
+  echo "weft sanitizer: $(sed -n 's/^WEFT_SANITIZE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)"
 } >"$RES/env.txt"
 
 # ---------------------------------------------------------------- launchers
@@ -130,10 +131,10 @@ launch_torch() { # N ARGS...: N torch_bench.py ranks, file:// rendezvous
 
 launch_weft() { # N OP: the small sizes (more warm-up), then the large ones
   local n=$1 op=$2 rc=0
-  timeout "$T" "$BUILD/weftrun" -np "$n" "$BUILD/weft-bench" --op "$op" --sizes "$WEFT_SMALL" \
+  timeout "$T" "$BUILD/weftrun" -np "$n" --no-tag-output "$BUILD/weft-bench" --op "$op" --sizes "$WEFT_SMALL" \
     -T "$TARGET" -w 20 --csv || rc=$?
   if [ -n "$WEFT_LARGE" ]; then
-    timeout "$T" "$BUILD/weftrun" -np "$n" "$BUILD/weft-bench" --op "$op" --sizes "$WEFT_LARGE" \
+    timeout "$T" "$BUILD/weftrun" -np "$n" --no-tag-output "$BUILD/weft-bench" --op "$op" --sizes "$WEFT_LARGE" \
       -T "$TARGET" -w 2 --csv || rc=$?
   fi
   return $rc
@@ -209,6 +210,12 @@ def size_name(b):
             return f"{b // div} {unit}"
     return f"{b} B"
 
+def factor(op, n):
+    return 2.0 * (n - 1) / n if op == "allreduce" else 1.0 if op == "broadcast" else (n - 1) / n
+
+def busbw(op, n, size, t_us):  # from the time, as make_report.py does: printed busbw is rounded
+    return size / (t_us * 1e-6) / 1e9 * factor(op, n) if t_us > 0 else 0.0
+
 def fmt_t(t):
     return f"{t:,.0f}" if t >= 1000 else f"{t:.1f}" if t >= 10 else f"{t:.2f}"
 
@@ -229,7 +236,8 @@ for f in sorted(glob.glob(os.path.join(res, "n*_*_*.txt"))):
         elif line.startswith("RES "):
             r = kv(line)
             cell = data.setdefault((n, op), {}).setdefault(int(r["bytes"]), {})
-            cell[r["lib"]] = (float(r["busbw"]), float(r["time_us"]))
+            t = float(r["time_us"])
+            cell[r["lib"]] = (busbw(op, n, int(r["bytes"]), t), t)
         elif line.startswith("# "):
             if line[2:] not in banners and ("nprocs" in line or "weft-bench" in line):
                 banners.append(line[2:])
@@ -238,7 +246,8 @@ for f in sorted(glob.glob(os.path.join(res, "n*_*_*.txt"))):
         elif cols and line.count(",") == len(cols) - 1:
             r = dict(zip(cols, line.split(",")))
             cell = data.setdefault((n, op), {}).setdefault(int(r["bytes"]), {})
-            cell["weft"] = (float(r["busbw_gbps"]), float(r["time_us"]))
+            t, k = float(r["time_us"]), int(r["tensors"])
+            cell["weft"] = (busbw(op, n, int(r["bytes"]) * k, t), t)
 
 def read(name):
     p = os.path.join(res, name)

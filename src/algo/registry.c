@@ -5,6 +5,7 @@
  * cheapest supporting algorithm by its alpha-beta model runs (ties go to
  * the earlier entry of the table). Every rank computes the same choice from
  * the same negotiated arguments, which the schedules rely on. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -44,7 +45,8 @@ static int span_ok(size_t off, size_t n, size_t es) {
  * every block addressable. Sets *total to the sum of counts. */
 static weft_status check_blocks(const wf_coll_args *a, const size_t *counts, const size_t *displs, const char *what,
                                 size_t *total) {
-  if (!counts || !displs) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %scounts/displs are NULL", coll_name(a->coll), what);
+  if (!counts || !displs)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %scounts/displs are NULL", coll_name(a->coll), what);
   size_t sum = 0;
   for (int i = 0; i < a->size; i++) {
     if (!span_ok(displs[i], counts[i], a->elem_size) || counts[i] > SIZE_MAX - sum)
@@ -70,7 +72,8 @@ static weft_status validate(const wf_coll_args *a) {
       if (a->count && !a->buf) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: NULL buffer", cn);
       if (a->coll == WF_COLL_BROADCAST && (a->root < 0 || a->root >= a->size))
         return wf_err(WEFT_ERR_INVALID_ARGUMENT, "broadcast: root %d out of range for size %d", a->root, a->size);
-      if (a->coll == WF_COLL_ALLREDUCE && ((unsigned)a->op >= WEFT_OP_COUNT_ || (unsigned)a->dtype >= WEFT_DTYPE_COUNT_))
+      if (a->coll == WF_COLL_ALLREDUCE &&
+          ((unsigned)a->op >= WEFT_OP_COUNT_ || (unsigned)a->dtype >= WEFT_DTYPE_COUNT_))
         return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allreduce: unknown op %d or dtype %d", (int)a->op, (int)a->dtype);
       return WEFT_OK;
     case WF_COLL_ALLGATHER:
@@ -100,6 +103,15 @@ static weft_status validate(const wf_coll_args *a) {
   }
 }
 
+/* A forced name is read for every collective: warn once per collective and
+ * kind (unknown, declined) instead of on every call. Relaxed: the flags only
+ * throttle log lines. */
+static _Atomic unsigned g_warned;
+static int first_warning(wf_coll c, int kind) {
+  unsigned bit = 1u << ((unsigned)c % 16 * 2 + (unsigned)kind);
+  return !(atomic_fetch_or_explicit(&g_warned, bit, memory_order_relaxed) & bit);
+}
+
 weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen) {
   if (chosen) *chosen = NULL;
   if (!a || !s) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_algo_build: NULL arguments");
@@ -111,13 +123,15 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
     const wf_algo *named = NULL;
     for (const wf_algo *const *it = g_table; *it; it++)
       if ((*it)->coll == a->coll && !strcmp((*it)->name, forced)) named = *it;
-    if (!named)
-      WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing by cost", cn, forced);
-    else if (!named->supports(a))
-      WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' declines these arguments (%zu elements, %d ranks); choosing by cost",
-              cn, forced, a->count, a->size);
-    else
+    if (!named) {
+      if (first_warning(a->coll, 0)) WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing by cost", cn, forced);
+    } else if (!named->supports(a)) {
+      if (first_warning(a->coll, 1))
+        WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' declines %zu elements on %d ranks; choosing by cost (warned once)",
+                cn, forced, a->count, a->size);
+    } else {
       pick = named;
+    }
   }
 
   if (!pick) {

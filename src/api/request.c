@@ -53,7 +53,9 @@ weft_status weft_wait(weft_request *r, double timeout_seconds) {
     int64_t ns = ts.tv_nsec + left;
     ts.tv_sec += ns / WF_NS_PER_SEC;
     ts.tv_nsec = ns % WF_NS_PER_SEC;
+    w->waiters++;
     pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
+    w->waiters--;
   }
   pthread_mutex_unlock(&w->mu);
   if (!done(r)) return WEFT_IN_PROGRESS;

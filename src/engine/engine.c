@@ -17,6 +17,7 @@
 
 #include "util/err.h"
 #include "util/log.h"
+#include "util/params.h"
 #include "util/time.h"
 
 #define EV_WAKE UINT32_MAX /* epoll data of the eventfd */
@@ -67,7 +68,7 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
   /* release: the result fields above become visible to a thread that reads
    * state == DONE with acquire (weft_test / weft_wait) */
   atomic_store_explicit(&r->state, WF_REQ_DONE, memory_order_release);
-  pthread_cond_broadcast(&w->done_cv);
+  if (w->waiters) pthread_cond_broadcast(&w->done_cv); /* no futex syscall when nobody sleeps */
   pthread_mutex_unlock(&w->mu);
   if (r->callback) r->callback(r, st, r->user_data);
   wf_request_unref(r);
@@ -208,8 +209,13 @@ static void drain_submissions(weft_world *w) {
 /* Rank 0: sends the coordinator's new responses to everyone (itself too). */
 static void publish_responses(weft_world *w) {
   if (!w->coord) return;
+  if (w->cycle_ns > 0) { /* hold ready responses for a cycle so more can fuse */
+    int64_t now = wf_now_ns();
+    if (now < w->next_publish) return;
+    w->next_publish = now + w->cycle_ns;
+  }
   wf_response_msg *resps;
-  size_t n = wf_coord_take(w->coord, &resps);
+  size_t n = wf_coord_take(w->coord, w->fusion_threshold, &resps);
   if (!n) return;
   wf_buf b = {0};
   if (wf_encode_responses(&b, 0, resps, (uint32_t)n) != WEFT_OK) b.oom = 1;
@@ -356,6 +362,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     if (c < d) d = c;
   }
   if (w->exec.active && w->exec.deadline < d) d = w->exec.deadline;
+  if (w->coord && w->cycle_ns > 0 && w->next_publish < d) d = w->next_publish;
   return d;
 }
 
@@ -448,6 +455,9 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
     return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator");
   wf_strmap_init(&w->table);
   w->next_hb_check = wf_now_ns();
+  int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
+  w->fusion_threshold = thr > 0 ? (uint64_t)thr : 0;
+  w->cycle_ns = wf_param_int("WEFT_CYCLE_TIME_US") * 1000;
   int rc = pthread_create(&w->thread, NULL, engine_main, w);
   if (rc) return wf_err(WEFT_ERR_SYSTEM, "pthread_create: %s", strerror(rc));
   w->thread_started = 1;
@@ -480,6 +490,9 @@ void wf_engine_stop(weft_world *w) {
   wf_coord_destroy(w->coord);
   w->coord = NULL;
   wf_strmap_free(&w->table);
+  free(w->fusion_buf);
+  w->fusion_buf = NULL;
+  w->fusion_cap = 0;
   free(w->departed);
   w->departed = NULL;
   if (w->evfd >= 0) close(w->evfd);

@@ -68,7 +68,9 @@ struct weft_request {
 typedef struct wf_exec {
   int active;
   uint64_t seq;
-  weft_request *req;
+  weft_request *req;         /* the first (or only) request of the response */
+  weft_request **fused;      /* all requests of a fused response (nfused > 1), else NULL */
+  uint32_t nfused;
   wf_response_msg resp;
   wf_sched sched;
   size_t round;              /* current round */
@@ -109,7 +111,8 @@ struct weft_world {
   int abort_send;            /* weft_abort: the engine tells the peers */
   char abort_reason[512];
   uint64_t barrier_count;
-  pthread_cond_t done_cv;    /* broadcast on every completion */
+  pthread_cond_t done_cv;    /* broadcast on a completion when someone waits */
+  int waiters;               /* threads blocked on done_cv */
 
   /* engine thread only */
   pthread_t thread;
@@ -125,6 +128,11 @@ struct weft_world {
   size_t nresps, resps_cap, resps_pos;
   uint64_t next_seq;         /* next response seq to execute */
   wf_exec exec;
+  void *fusion_buf;          /* persistent fusion buffer (engine thread) */
+  size_t fusion_cap;
+  uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
+  int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
+  int64_t next_publish;
   int *departed;             /* per rank: sent BYE */
   int64_t next_hb_check;
 };

@@ -29,15 +29,23 @@ static void exec_clear(weft_world *w) {
   free(x->recv_idx);
   free(x->tmp);
   free(x->arrays);
+  free(x->fused);
   memset(x, 0, sizeof *x);
 }
 
 static void exec_finish(weft_world *w, weft_status st, const char *msg) {
   wf_exec *x = &w->exec;
-  weft_request *r = x->req;
+  weft_request *one = x->req, **many = x->fused;
+  uint32_t n = x->nfused;
+  x->fused = NULL;
   if (st != WEFT_OK) w->tr->ops->cancel_data(w->tr);
   exec_clear(w);
-  if (r) wf_request_complete(w, r, st, msg);
+  if (many) {
+    for (uint32_t i = 0; i < n; i++) wf_request_complete(w, many[i], st, msg);
+    free(many);
+  } else if (one) {
+    wf_request_complete(w, one, st, msg);
+  }
 }
 
 void wf_exec_abort(weft_world *w, weft_status st, const char *msg) {
@@ -82,6 +90,26 @@ static weft_status prepare(weft_world *w, wf_coll_args *a, char *err, size_t err
   size_t *counts = x->arrays, *displs = counts + n, *sc = displs + n, *sd = sc + n, *rc = sd + n, *rd = rc + n;
   switch (m->coll) {
     case WF_COLL_ALLREDUCE:
+      if (x->nfused > 1) { /* pack every tensor (prescaled) into the fusion buffer */
+        size_t sum = 0;
+        for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)elems_of(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
+        if (sum * es > w->fusion_cap) {
+          void *nb = realloc(w->fusion_buf, sum * es);
+          if (!nb) return WEFT_ERR_NO_MEMORY;
+          w->fusion_buf = nb;
+          w->fusion_cap = sum * es;
+        }
+        size_t off = 0;
+        for (uint32_t i = 0; i < x->nfused; i++) {
+          weft_request *q = x->fused[i];
+          size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
+          wf_scale_copy(m->dtype, (char *)w->fusion_buf + off * es, q->in.data, k, m->prescale);
+          off += k;
+        }
+        a->buf = w->fusion_buf;
+        a->count = sum;
+        break;
+      }
       a->buf = r->out.data;
       a->count = total;
       if (r->in.data != r->out.data) wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale);
@@ -205,17 +233,51 @@ static const char *forced_algo(wf_coll c) {
   }
 }
 
+/* Integer average: an exact division of the (wrapped) sum, truncating
+ * toward zero, instead of a trip through double that loses int64 bits. */
+#define DIV_LOOP(T)                                                            \
+  do {                                                                         \
+    T *p = buf;                                                                \
+    for (size_t i = 0; i < count; i++) p[i] = (T)(p[i] / (T)n);                \
+  } while (0)
+static int divide_int(weft_dtype t, void *buf, size_t count, int n) {
+  switch (t) {
+    case WEFT_DTYPE_UINT8: DIV_LOOP(uint8_t); return 1;
+    case WEFT_DTYPE_INT8: DIV_LOOP(int8_t); return 1;
+    case WEFT_DTYPE_UINT16: DIV_LOOP(uint16_t); return 1;
+    case WEFT_DTYPE_INT16: DIV_LOOP(int16_t); return 1;
+    case WEFT_DTYPE_INT32: DIV_LOOP(int32_t); return 1;
+    case WEFT_DTYPE_INT64: DIV_LOOP(int64_t); return 1;
+    default: return 0;
+  }
+}
+
+/* Applies average (1/n) and postscale to count elements at buf. */
+static void post_process(const wf_request_msg *m, void *buf, size_t count, int n) {
+  double f = m->postscale;
+  if (m->reduce_op == WEFT_OP_AVERAGE && !divide_int((weft_dtype)m->dtype, buf, count, n)) f /= n;
+  wf_scale((weft_dtype)m->dtype, buf, count, f);
+}
+
 /* Output post-processing once the schedule has run. */
 static void finalize_output(weft_world *w) {
   wf_exec *x = &w->exec;
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
-  double f = m->postscale;
-  if (m->reduce_op == WEFT_OP_AVERAGE) f /= r->group->size;
-  if (m->coll == WF_COLL_ALLREDUCE) {
-    wf_scale(m->dtype, r->out.data, (size_t)elems_of(m->shape, 0, m->ndim), f);
+  int n = r->group->size;
+  if (m->coll == WF_COLL_ALLREDUCE && x->nfused > 1) { /* unpack, then post-process in place */
+    size_t es = weft_dtype_size(m->dtype), off = 0;
+    for (uint32_t i = 0; i < x->nfused; i++) {
+      weft_request *q = x->fused[i];
+      size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
+      memcpy(q->out.data, (char *)w->fusion_buf + off * es, k * es);
+      post_process(m, q->out.data, k, n);
+      off += k;
+    }
+  } else if (m->coll == WF_COLL_ALLREDUCE) {
+    post_process(m, r->out.data, (size_t)elems_of(m->shape, 0, m->ndim), n);
   } else if (m->coll == WF_COLL_REDUCESCATTER) {
-    wf_scale(m->dtype, r->result, x->arrays[r->group->rank], f);
+    post_process(m, r->result, x->arrays[r->group->rank], n);
   }
 }
 
@@ -242,20 +304,42 @@ static int start_next(weft_world *w) {
     wf_response_msg_free(&resp);
     return 1;
   }
+  weft_request **fused = NULL;
+  if (r && resp.nnames > 1) {
+    fused = malloc(sizeof *fused * resp.nnames);
+    for (uint32_t i = 0; fused && i < resp.nnames; i++) {
+      fused[i] = wf_strmap_get(&w->table, resp.names[i]);
+      if (!fused[i] || fused[i]->msg.coll != WF_COLL_ALLREDUCE) {
+        name = resp.names[i];
+        r = NULL;
+        break;
+      }
+    }
+    if (!fused) {
+      wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory starting a fused collective");
+      wf_response_msg_free(&resp);
+      return 1;
+    }
+  }
   if (!r) {
+    free(fused);
     wf_world_fail(w, WEFT_ERR_PROTOCOL, "the coordinator scheduled tensor '%s', which this rank did not submit", name);
     wf_response_msg_free(&resp);
     return 1;
   }
-  wf_strmap_del(&w->table, name);
+  for (uint32_t i = 0; i < resp.nnames; i++) {
+    weft_request *q = wf_strmap_del(&w->table, resp.names[i]);
+    atomic_store_explicit(&q->state, WF_REQ_RUNNING, memory_order_relaxed);
+  }
   wf_exec *x = &w->exec;
   memset(x, 0, sizeof *x);
   x->active = 1;
   x->req = r;
+  x->fused = fused;
+  x->nfused = fused ? resp.nnames : 1;
   x->resp = resp;
   x->seq = resp.seq;
   x->deadline = wf_deadline_after(w->timeout_seconds);
-  atomic_store_explicit(&r->state, WF_REQ_RUNNING, memory_order_relaxed);
   char err[512] = "";
   wf_coll_args a;
   weft_status st = prepare(w, &a, err, sizeof err);

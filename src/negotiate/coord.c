@@ -19,12 +19,21 @@ typedef struct entry {
   int64_t deadline;
 } entry;
 
+/* What fusion and ordering need to know about a ready response. */
+typedef struct meta {
+  int32_t priority;
+  uint64_t bytes;
+  uint8_t dtype, reduce_op;
+  double prescale, postscale;
+} meta;
+
 struct wf_coord {
   int size;
   double timeout;
   wf_strmap table;
   uint64_t next_seq;
-  wf_response_msg *ready;
+  wf_response_msg *ready; /* seq not yet assigned */
+  meta *meta;
   size_t nready, cap;
   uint8_t *departed; /* per rank: said BYE */
 };
@@ -61,24 +70,27 @@ void wf_coord_destroy(wf_coord *c) {
   wf_strmap_free(&c->table);
   for (size_t i = 0; i < c->nready; i++) wf_response_msg_free(&c->ready[i]);
   free(c->ready);
+  free(c->meta);
   free(c->departed);
   free(c);
 }
 
-/* Appends a response for name; takes resp's arrays. */
-static void emit(wf_coord *c, wf_response_msg *resp, const char *name) {
+/* Appends a response for name (seq assigned at take time); takes resp's
+ * arrays. m may be NULL (errors: never fused, priority 0). */
+static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m) {
   if (c->nready == c->cap) {
     size_t ncap = c->cap ? c->cap * 2 : 16;
     wf_response_msg *n = realloc(c->ready, ncap * sizeof *n);
-    if (!n) {
+    if (n) c->ready = n;
+    meta *nm = n ? realloc(c->meta, ncap * sizeof *nm) : NULL;
+    if (nm) c->meta = nm;
+    if (!n || !nm) {
       WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
       wf_response_msg_free(resp);
       return;
     }
-    c->ready = n;
     c->cap = ncap;
   }
-  resp->seq = c->next_seq++;
   resp->names = malloc(sizeof(char *));
   if (resp->names) resp->names[0] = strdup(name);
   if (!resp->names || !resp->names[0]) {
@@ -89,6 +101,8 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name) {
   } else {
     resp->nnames = 1;
   }
+  meta none = {0, 0, 0, 0, 1.0, 1.0};
+  c->meta[c->nready] = m ? *m : none;
   c->ready[c->nready++] = *resp;
 }
 
@@ -99,7 +113,7 @@ static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status 
   resp.coll = coll;
   resp.status = st;
   resp.error = strdup(msg);
-  emit(c, &resp, name);
+  emit(c, &resp, name, NULL);
 }
 
 static void finish(wf_coord *c, const char *name, entry *e) {
@@ -119,7 +133,12 @@ static void finish(wf_coord *c, const char *name, entry *e) {
     } else {
       resp.type = WF_RESP_OK;
       resp.coll = e->reqs[0].coll;
-      emit(c, &resp, name);
+      const wf_request_msg *q = &e->reqs[0];
+      meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale};
+      for (int d = 0; d < q->ndim; d++) m.bytes *= (uint64_t)q->shape[d];
+      for (int r = 1; r < c->size; r++)
+        if (e->reqs[r].priority > m.priority) m.priority = e->reqs[r].priority;
+      emit(c, &resp, name, &m);
     }
   }
   free(reqs);
@@ -195,12 +214,65 @@ void wf_coord_rank_departed(wf_coord *c, int rank) {
   }
 }
 
-size_t wf_coord_take(wf_coord *c, wf_response_msg **out) {
+/* Can response j join the fused response that starts at i? */
+static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
+  const wf_response_msg *a = &c->ready[i], *b = &c->ready[j];
+  const meta *ma = &c->meta[i], *mb = &c->meta[j];
+  return a->type == WF_RESP_OK && b->type == WF_RESP_OK && a->coll == WF_COLL_ALLREDUCE &&
+         b->coll == WF_COLL_ALLREDUCE && a->group_id == b->group_id && ma->dtype == mb->dtype &&
+         ma->reduce_op == mb->reduce_op && ma->prescale == mb->prescale && ma->postscale == mb->postscale &&
+         total + mb->bytes <= threshold;
+}
+
+size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out) {
   size_t n = c->nready;
+  *out = NULL;
+  if (!n) return 0;
+  /* Higher priority first; among equals, the order they became ready
+   * (insertion sort: stable, and batches are small). */
+  for (size_t i = 1; i < n; i++) {
+    wf_response_msg r = c->ready[i];
+    meta m = c->meta[i];
+    size_t j = i;
+    while (j > 0 && c->meta[j - 1].priority < m.priority) {
+      c->ready[j] = c->ready[j - 1];
+      c->meta[j] = c->meta[j - 1];
+      j--;
+    }
+    c->ready[j] = r;
+    c->meta[j] = m;
+  }
+  /* Fusion: consecutive compatible allreduces become one response naming
+   * them all, up to the threshold. */
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    uint64_t total = c->meta[i].bytes;
+    while (j < n && fusable(c, i, j, total, fusion_threshold)) total += c->meta[j++].bytes;
+    wf_response_msg r = c->ready[i];
+    if (j > i + 1) {
+      char **names = realloc(r.names, sizeof(char *) * (j - i));
+      if (!names) {
+        j = i + 1; /* no memory to fuse: send it alone */
+      } else {
+        r.names = names;
+        for (size_t m = i + 1; m < j; m++) {
+          r.names[r.nnames++] = c->ready[m].names[0];
+          c->ready[m].names[0] = NULL;
+          wf_response_msg_free(&c->ready[m]);
+        }
+      }
+    }
+    r.seq = c->next_seq++;
+    c->ready[k++] = r;
+    i = j;
+  }
   *out = c->ready;
   c->ready = NULL;
+  free(c->meta);
+  c->meta = NULL;
   c->nready = c->cap = 0;
-  return n;
+  return k;
 }
 
 void wf_coord_check_timeouts(wf_coord *c, int64_t now) {

@@ -24,9 +24,12 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m);
  * with an ERROR response naming it. */
 void wf_coord_rank_departed(wf_coord *c, int rank);
 
-/* Moves out the responses ready so far, in seq order. *out is a malloc'd
- * array (caller frees it with wf_response_msg_free on each + free). */
-size_t wf_coord_take(wf_coord *c, wf_response_msg **out);
+/* Moves out the responses ready so far: higher priority first, compatible
+ * allreduces (same group, dtype, reduce op, scales) fused into one response
+ * naming them all while their total stays within fusion_threshold bytes,
+ * then numbered in that order. *out is a malloc'd array (caller frees each
+ * with wf_response_msg_free, then the array). */
+size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out);
 
 /* Fails tensors that waited longer than the timeout for some rank: an ERROR
  * response (WEFT_ERR_TIMEOUT) naming the ranks that did not submit. */

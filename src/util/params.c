@@ -35,6 +35,10 @@ static const wf_param g_params[] = {
     {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of ring and chain algorithms"},
     {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "allreduce at most this size uses recursive doubling"},
     {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree"},
+    {"WEFT_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", WF_PARAM_INT, "134217728",
+     "ready allreduces of the same dtype/op/scales are fused into one up to this many bytes (0: off)"},
+    {"WEFT_CYCLE_TIME_US", NULL, WF_PARAM_INT, "0",
+     "the coordinator holds ready responses this long to fuse more (0: respond at once)"},
     {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn", "none|warn|info|debug|trace"},
     {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "comma list: init,engine,coord,tcp,shm,algo,boot,api"},
     {NULL, NULL, 0, NULL, NULL}};

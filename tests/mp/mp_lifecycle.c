@@ -13,7 +13,7 @@
  *     later submissions fail too, weft_async_error reports it, finalize is
  *     prompt, and a new world works afterwards.
  *
- * Usage (under weftrun -np N): mp_lifecycle */
+ * Usage (under weftrun -np N): mp_lifecycle [--abort-no-pause] */
 #include "mp_harness.c"
 
 static void join(int cycle, const weft_config *cfg) {
@@ -165,6 +165,10 @@ static void finalize_in_flight(int cycle, int first) {
 }
 
 /* ------------------------------------------------------------- abort */
+/* --abort-no-pause: finalize right after the abort (reproduces the race of a
+ * departure against an abort in flight). */
+static int g_abort_no_pause;
+
 static void abort_world(int cycle) {
   static const char reason[] = "lifecycle test abort";
   int aborter = mp_size - 1;
@@ -201,9 +205,15 @@ static void abort_world(int cycle) {
   else if (!mp_contains(weft_last_error(), reason))
     mp_fail("weft_async_error's message \"%s\" lacks the reason", weft_last_error());
   mp_case_end();
+  /* Let the abort reach every rank before anyone leaves: a rank that
+   * finalizes at once races its departure against the abort still on its
+   * way to the others (see g_abort_no_pause). */
+  if (!g_abort_no_pause) mp_sleep_ms(500);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--abort-no-pause")) g_abort_no_pause = 1;
   setvbuf(stdout, NULL, _IOLBF, 0);
   int cycle = 0;
   join(++cycle, NULL);

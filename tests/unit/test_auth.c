@@ -388,7 +388,9 @@ static void test_secret_loading(void) {
   CHECK(wf_auth_load_secret(buf, &len) == WEFT_OK && len == 7 && !memcmp(buf, "hunter2", 7), "env: len %zu", len);
   unsetenv("WEFT_SECRET");
 
-  char path[] = "/tmp/weft_test_secret_XXXXXX";
+  char path[512];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/weft_test_secret_XXXXXX", tmp && *tmp ? tmp : "/tmp");
   int fd = mkstemp(path);
   CHECK(fd >= 0, "mkstemp");
   if (fd < 0) return;

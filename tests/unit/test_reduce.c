@@ -29,7 +29,7 @@
 #endif
 #endif
 #if defined(__SANITIZE_THREAD__) || defined(TEST_TSAN)
-#define BIG_COUNT 100003
+#define BIG_COUNT 20011
 #else
 #define BIG_COUNT 1000003
 #endif
@@ -379,8 +379,9 @@ static void suite_reduce_random(int only_half) {
   for (int t = 0; t < WEFT_DTYPE_COUNT_; t++) {
     if (only_half && t != WEFT_DTYPE_FLOAT16) continue;
     for (int op = 0; op < WEFT_OP_COUNT_; op++) {
-      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
-        for (size_t off = 0; off < 4; off += 3) check_reduce((weft_dtype)t, (weft_reduce_op)op, counts[c], off, 1);
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) /* aligned and odd addresses */
+        for (size_t off = counts[c] > 1000 ? 3 : 0; off < 4; off += 3)
+          check_reduce((weft_dtype)t, (weft_reduce_op)op, counts[c], off, 1);
       check_reduce((weft_dtype)t, (weft_reduce_op)op, BIG_COUNT, 1, 0);
     }
   }
@@ -567,6 +568,29 @@ static void suite_conversions(int exhaustive) {
   for (uint32_t i = 0; i < 65536; i++)
     EXPECT(fbits(f[i]) == fbits(wf_bf16_to_f32(h[i])) && h2[i] == wf_f32_to_bf16(f[i]), "bf16 block 0x%04x", h[i]);
 
+  /* short blocks (the F16C tail) stay inside their buffers, at odd addresses */
+  for (size_t n = 0; n <= 19; n++) {
+    for (int hw = 1; hw >= 0; hw--) {
+      wf_half_allow_hw(hw);
+      buf_t hb = buf_new(n * 2, 1), fb = buf_new(n * 4, 0);
+      wf_f16_to_f32_block((float *)(void *)fb.p, (const wf_u16u *)(h + 0x3bf0), n);
+      for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, fb.p + 4 * i, 4);
+        EXPECT(v == wf_f16_to_f32((uint16_t)(0x3bf0 + i)), "f16 block n=%zu hw=%d elem %zu", n, hw, i);
+      }
+      wf_f32_to_f16_block((wf_u16u *)(void *)hb.p, (const float *)(const void *)fb.p, n);
+      EXPECT(n == 0 || !memcmp(hb.p, h + 0x3bf0, n * 2), "f16 block back n=%zu hw=%d", n, hw);
+      EXPECT(buf_guards_ok(&hb, 1) && buf_guards_ok(&fb, 0), "f16 block n=%zu hw=%d wrote outside", n, hw);
+      wf_bf16_to_f32_block((float *)(void *)fb.p, (const wf_u16u *)(h + 0x3f70), n);
+      wf_f32_to_bf16_block((wf_u16u *)(void *)hb.p, (const float *)(const void *)fb.p, n);
+      EXPECT(n == 0 || !memcmp(hb.p, h + 0x3f70, n * 2), "bf16 block round trip n=%zu", n);
+      EXPECT(buf_guards_ok(&hb, 1) && buf_guards_ok(&fb, 0), "bf16 block n=%zu wrote outside", n);
+      free(hb.raw), free(fb.raw);
+    }
+  }
+  wf_half_allow_hw(1);
+
   /* float32 -> 16 bits on random patterns (and all, with --exhaustive):
    * scalar against the reference, blocks (hw and sw) against the scalar */
   uint64_t total = exhaustive ? (1ull << 32) : (1ull << 21);
@@ -701,6 +725,10 @@ static void suite_scale_known(void) {
   KNOWN_SCALE(WEFT_DTYPE_UINT16, 65535, 1.5, 65535);
   KNOWN_SCALE(WEFT_DTYPE_INT16, 32767, -2.0, 0x8000);
   KNOWN_SCALE(WEFT_DTYPE_INT64, 1ll << 62, 4.0, INT64_MAX);
+  KNOWN_SCALE(WEFT_DTYPE_INT64, 1ll << 62, 2.0, INT64_MAX); /* exactly 2^63 */
+  KNOWN_SCALE(WEFT_DTYPE_INT32, 1 << 30, 2.0, INT32_MAX);   /* exactly 2^31 */
+  KNOWN_SCALE(WEFT_DTYPE_INT32, -(1 << 30), 2.0, 0x80000000u);
+  KNOWN_SCALE(WEFT_DTYPE_UINT16, 32768, 2.0, 65535);
   KNOWN_SCALE(WEFT_DTYPE_INT64, -(1ll << 62), 2.0, INT64_MIN);
   KNOWN_SCALE(WEFT_DTYPE_INT64, -(1ll << 62), 4.0, INT64_MIN);
   KNOWN_SCALE(WEFT_DTYPE_INT64, (1ll << 53) + 1, 1.0, (1ll << 53) + 1); /* no-op: exact */

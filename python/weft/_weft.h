@@ -1,0 +1,77 @@
+/* _weft.h - declarations shared by the C files of weft's Python extension
+ * (_weft.c: the module, the world and operation submission; _weft_handle.c:
+ * request handles, library-allocated output buffers, waiting).
+ *
+ * The extension is written against weft.h only: no torch or numpy headers.
+ * Tensors arrive either through the buffer protocol (numpy, bytearray, ...) or
+ * as a (data pointer, weft dtype, shape) triple that the Python layer builds
+ * from torch's tensor.data_ptr(). Every function here runs with the GIL held
+ * unless it says otherwise. */
+#ifndef WEFT_PY_WEFT_H
+#define WEFT_PY_WEFT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "weft.h"
+
+/* Operation kinds, as the handle needs to know how to collect results. */
+enum { WPY_ALLREDUCE, WPY_ALLGATHER, WPY_BROADCAST, WPY_ALLTOALL, WPY_REDUCESCATTER, WPY_BARRIER };
+
+/* One tensor argument while its operation runs. When it came through the
+ * buffer protocol, `view` is held (keeping the exporter alive and, for numpy,
+ * unresizable) until the operation completes. */
+typedef struct wpy_tensor {
+  weft_tensor t;
+  int64_t shape[WEFT_MAX_DIMS];
+  Py_buffer view;
+  int has_view;
+} wpy_tensor;
+
+/* The state of one submitted operation. It belongs to its Handle; when the
+ * Handle is dropped while the operation is still pending, it moves to the
+ * orphan list and is released once the operation completes (the engine may
+ * still write into the buffers it references until then). */
+typedef struct wpy_op {
+  weft_request *req;
+  int kind;
+  int lib_alloc;        /* outputs come from wpy_output_alloc (allgather, alltoall) */
+  wpy_tensor in, out;
+  PyObject *keep;       /* objects kept alive until completion, or NULL */
+  struct wpy_op *next;  /* orphan list link */
+} wpy_op;
+
+/* The world of this process (NULL when not initialized) and the shutdown
+ * gate: while `wpy_stopping` is set no new operation starts and waiting
+ * threads step out of weft_wait (weft_finalize destroys the world's condition
+ * variable, so nobody may be blocked on it then). */
+extern weft_world *wpy_world;
+extern int wpy_stopping;
+extern int wpy_waiters;
+
+extern PyObject *wpy_WeftError;
+extern PyTypeObject wpy_HandleType;
+extern PyTypeObject wpy_BufferType;
+
+/* Raises the Python exception for a failed weft call: ValueError for local
+ * misuse, NotImplementedError for a missing feature, WeftError otherwise
+ * (with .status and .status_name attributes). Returns NULL. */
+PyObject *wpy_raise(weft_status st, const char *msg);
+
+/* Allocator for library-sized outputs (engine thread, no GIL): plain malloc,
+ * so the memory can later be handed to a Buffer object. */
+void *wpy_output_alloc(size_t bytes, void *ctx);
+
+/* Wraps a submitted request in a new Handle that owns op (and frees it on
+ * failure). */
+PyObject *wpy_handle_new(wpy_op *op, const char *name);
+
+/* Releases what op holds (views, keep, request, unclaimed output memory) and
+ * frees it. The request must be complete or the world finalized. */
+void wpy_op_free(wpy_op *op);
+
+/* Releases the orphans whose operations have completed; all of them when
+ * `all` (after weft_finalize, when everything has completed). */
+void wpy_sweep_orphans(int all);
+
+#endif /* WEFT_PY_WEFT_H */

@@ -1,0 +1,98 @@
+/* shm.h - the shared-memory transport for ranks on one host (the data
+ * vtable of transport.h, like tcp.h, but through memory).
+ *
+ * One segment per job and host, created in /dev/shm by the lowest local rank,
+ * mapped by every local rank and unlinked as soon as all have mapped it: once
+ * wf_shm_create returns, no file exists, so a crash leaks nothing. The
+ * segment holds one single-producer/single-consumer ring of fixed-size slots
+ * per ordered pair of local ranks, plus a doorbell (futex word) per rank.
+ *
+ * A send copies the message into the ring slot by slot (a message larger than
+ * a slot takes consecutive slots) and completes when its last byte is in the
+ * ring; the receiver copies each slot out into the posted buffer as soon as it
+ * is published, so large messages stream through the ring pipelined. A
+ * message at the head of a ring whose receive is not posted yet stays there
+ * (backpressure: the ring fills, then the sender's send stays pending). Both
+ * sides post a pair's transfers in the same order, so the head always belongs
+ * to the earliest posted receive from that peer or to a later one.
+ *
+ * Threads: everything runs on the engine thread, except wf_shm_interrupt.
+ * Nothing here blocks except wf_shm_create (deadline) and wf_shm_wait
+ * (timeout). A dead peer never blocks progress: its transfers stay pending
+ * until cancel_data (the engine detects deaths over TCP). */
+#ifndef WF_SHM_H
+#define WF_SHM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/transport.h"
+
+typedef struct wf_shm wf_shm;
+
+/* How data is copied in and out of the rings. AUTO picks what measured
+ * fastest on this kind of machine (see shm.c). */
+enum { WF_SHM_COPY_AUTO = 0, WF_SHM_COPY_MEMCPY = 1, WF_SHM_COPY_NT = 2 };
+
+typedef struct wf_shm_cfg {
+  int rank, size;         /* world */
+  const int *local_ranks; /* world ranks on this host, ascending, nlocal entries (includes rank) */
+  int nlocal;
+  /* size entries: connected, authenticated sockets to every peer (fds[rank]
+   * == -1). Only the local peers' are used, and only during wf_shm_create,
+   * with strictly paired fixed-size records (nothing is left unread); they
+   * stay open and owned by the caller. */
+  int *fds;
+  const char *job_id;     /* part of the segment name (may be NULL or "") */
+  double timeout_seconds; /* deadline for the whole setup */
+  /* Ring geometry per ordered pair: slot payload bytes and slot count; 0 =
+   * defaults (64 KiB x 16, shrunk when many local ranks would make the
+   * segment large). The lowest local rank's values are used by all. */
+  size_t slot_bytes, nslots;
+  int copy_mode; /* WF_SHM_COPY_* */
+  /* Called (engine thread, from send/recv/progress) when a peer breaks the
+   * protocol (length or tag mismatch, malformed slot): st is
+   * WEFT_ERR_PROTOCOL. The pair carries nothing more. May be NULL. */
+  void *cb_ctx;
+  void (*on_error)(void *ctx, int peer, weft_status st, const char *msg);
+} wf_shm_cfg;
+
+/* Creates and maps the segment: collective among the local ranks, blocking,
+ * bounded by cfg->timeout_seconds. On failure nothing is left mapped or in
+ * /dev/shm, and the message (wf_err) says what failed and suggests
+ * WEFT_TRANSPORT=tcp. With nlocal == 1 no segment is made (nothing to talk
+ * to). */
+weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out);
+
+/* Unmaps the segment and frees everything (posted transfers are forgotten).
+ * Never leaves a file (it was unlinked at create). NULL is a no-op. */
+void wf_shm_destroy(wf_shm *s);
+
+/* The data vtable (transport.h) for local peers: send, recv, cancel_data,
+ * incomplete. Zero-byte transfers complete at once (nothing goes through the
+ * ring), as with TCP. send/recv to a non-local peer fail with
+ * WEFT_ERR_INVALID_ARGUMENT. send/recv already copy what they can. */
+wf_transport *wf_shm_transport(wf_shm *s);
+
+/* 1 if world_rank is another rank on this host (reachable through s). */
+int wf_shm_is_local(const wf_shm *s, int world_rank);
+
+/* Moves data: copies from posted sends into rings and from rings into posted
+ * receives; decrements the *pending counters of completed transfers. Returns
+ * 1 if anything moved. Engine thread only; never blocks. */
+int wf_shm_progress(wf_shm *s);
+
+/* Waits until there is something for wf_shm_progress to do (data at the head
+ * of a ring with a receive posted, room in a ring a send waits for), until
+ * wf_shm_interrupt, or until timeout_ns passed; returns at once if there is
+ * already something to do. Spins briefly (yielding the core), then blocks on
+ * this rank's futex word in the segment. May return early (spurious wake):
+ * callers loop. Peers wake it only when it is marked waiting, so the fast
+ * path of a send has no syscall. Engine thread only. */
+void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
+
+/* Makes a wf_shm_wait in progress (or the next one) return at once. Any
+ * thread; async-signal-safe. For the engine's own wake-ups (new
+ * submissions) while it waits on shared memory. */
+void wf_shm_interrupt(wf_shm *s);
+
+#endif
