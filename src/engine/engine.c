@@ -130,6 +130,7 @@ static void on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p
       else st = wf_decode_responses(p, n, &m->resps, err, sizeof err);
       break;
     case WF_MSG_ABORT:
+    case WF_MSG_STALL:
       st = wf_decode_abort(p, n, m->reason, sizeof m->reason, err, sizeof err);
       break;
     case WF_MSG_BYE:
@@ -300,6 +301,9 @@ static void process_inbox(weft_world *w) {
       case WF_MSG_BYE:
         peer_departed(w, m->peer);
         break;
+      case WF_MSG_STALL:
+        WF_WARN(WF_SUB_COORD, "this rank waits: %s (reported by the coordinator)", m->reason);
+        break;
     }
     free(m);
   }
@@ -364,6 +368,19 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   if (w->exec.active && w->exec.deadline < d) d = w->exec.deadline;
   if (w->coord && w->cycle_ns > 0 && w->next_publish < d) d = w->next_publish;
   return d;
+}
+
+/* Rank 0: tell every rank that waits for a stalled tensor, so the culprit
+ * is visible from any rank's log (rank 0 has logged it already). */
+static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
+  weft_world *w = ctx;
+  for (int p = 1; p < w->size; p++) {
+    if (!submitted[p] || w->departed[p] || !wf_tcp_alive(w->tcp, p)) continue;
+    wf_buf b = {0};
+    wf_encode_stall(&b, (uint32_t)w->rank, report);
+    wf_engine_send_frame(w, p, &b);
+    wf_buf_free(&b);
+  }
 }
 
 static void *engine_main(void *arg) {
@@ -451,8 +468,11 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   w->tr = wf_tcp_transport(w->tcp);
-  if (w->rank == 0 && wf_coord_create(w->size, w->timeout_seconds, &w->coord))
-    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator");
+  if (w->rank == 0) {
+    if (wf_coord_create(w->size, w->timeout_seconds, &w->coord))
+      return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator");
+    wf_coord_set_stall_handler(w->coord, on_stall, w);
+  }
   wf_strmap_init(&w->table);
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");

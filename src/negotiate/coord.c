@@ -9,6 +9,7 @@
 
 #include "negotiate/coord.h"
 #include "util/log.h"
+#include "util/params.h"
 #include "util/strmap.h"
 #include "util/time.h"
 
@@ -16,7 +17,9 @@ typedef struct entry {
   wf_request_msg *reqs; /* size entries */
   uint8_t *have;        /* size flags */
   int count;
-  int64_t deadline;
+  int64_t deadline;     /* negotiation fails after this (timeout / stall shutdown) */
+  int64_t first_ns;     /* when the first rank's request arrived */
+  int64_t next_warn;    /* next stall report */
 } entry;
 
 /* What fusion and ordering need to know about a ready response. */
@@ -30,6 +33,9 @@ typedef struct meta {
 struct wf_coord {
   int size;
   double timeout;
+  double stall_check, stall_shutdown;
+  wf_stall_fn on_stall;
+  void *stall_ctx;
   wf_strmap table;
   uint64_t next_seq;
   wf_response_msg *ready; /* seq not yet assigned */
@@ -43,6 +49,10 @@ weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out) {
   if (!c) return WEFT_ERR_NO_MEMORY;
   c->size = size;
   c->timeout = timeout_seconds;
+  c->stall_check = wf_param_double("WEFT_STALL_CHECK_SECONDS");
+  c->stall_shutdown = wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
+  /* a stall shutdown shortens the negotiation deadline */
+  if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
   c->departed = calloc((size_t)size, 1);
   if (!c->departed) {
     free(c);
@@ -171,6 +181,8 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
       return;
     }
     e->deadline = wf_deadline_after(c->timeout);
+    e->first_ns = wf_now_ns();
+    e->next_warn = c->stall_check > 0 ? e->first_ns + (int64_t)(c->stall_check * 1e9) : INT64_MAX;
   }
   if (e->have[rank]) {
     char msg[512];
@@ -275,11 +287,50 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   return k;
 }
 
+void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx) {
+  c->on_stall = fn;
+  c->stall_ctx = ctx;
+}
+
+/* Lists the ranks with (want = 1) or without (want = 0) a request. */
+static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, size_t n) {
+  size_t k = 0;
+  int first = 1;
+  out[0] = '\0';
+  for (int r = 0; r < c->size && k < n; r++)
+    if (!!e->have[r] == want) {
+      k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", r);
+      first = 0;
+    }
+  return k;
+}
+
+/* The stall inspector: a tensor some ranks submitted long ago and others
+ * never did is reported, naming exactly which ranks are missing, at rank 0
+ * and (through on_stall) on every rank that waits for it. */
+static void stall_report(wf_coord *c, const char *name, entry *e, int64_t now) {
+  char have[512], missing[512], msg[WF_ERRMSG_MAX];
+  rank_list(c, e, 1, have, sizeof have);
+  rank_list(c, e, 0, missing, sizeof missing);
+  uint8_t coll = 0;
+  for (int r = 0; r < c->size; r++)
+    if (e->have[r]) coll = e->reqs[r].coll;
+  snprintf(msg, sizeof msg,
+           "stalled: tensor '%s' (%s) was submitted by rank(s) %s %.0f s ago and is waiting for rank(s) %s to submit "
+           "it%s",
+           name, wf_coll_name(coll), have, (now - e->first_ns) / 1e9, missing,
+           c->stall_shutdown > 0 ? "; it will fail at the stall shutdown time" : "");
+  WF_WARN(WF_SUB_COORD, "%s", msg);
+  if (c->on_stall) c->on_stall(c->stall_ctx, msg, e->have);
+  e->next_warn = now + (int64_t)(c->stall_check * 1e9);
+}
+
 void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
   for (size_t i = 0; i < c->table.cap; i++) {
     wf_strmap_entry *s = &c->table.slots[i];
     if (!s->key || s->tomb) continue;
     entry *e = s->val;
+    if (e->next_warn <= now && e->deadline > now) stall_report(c, s->key, e, now);
     if (e->deadline > now) continue;
     char msg[WF_ERRMSG_MAX];
     size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", s->key,
@@ -308,7 +359,10 @@ int64_t wf_coord_next_deadline(const wf_coord *c) {
   int64_t d = INT64_MAX;
   for (size_t i = 0; i < c->table.cap; i++) {
     const wf_strmap_entry *s = &c->table.slots[i];
-    if (s->key && !s->tomb && ((entry *)s->val)->deadline < d) d = ((entry *)s->val)->deadline;
+    if (!s->key || s->tomb) continue;
+    const entry *e = s->val;
+    if (e->deadline < d) d = e->deadline;
+    if (e->next_warn < d) d = e->next_warn;
   }
   return d;
 }

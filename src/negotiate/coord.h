@@ -12,7 +12,15 @@
 
 typedef struct wf_coord wf_coord;
 
+/* Stall reports go to this handler: report is the message, submitted[r] is
+ * 1 for the ranks that wait for the tensor (they should hear about it). */
+typedef void (*wf_stall_fn)(void *ctx, const char *report, const uint8_t *submitted);
+
+/* timeout_seconds: how long a tensor may wait for some rank before it fails
+ * (shortened by WEFT_STALL_SHUTDOWN_SECONDS when that is set); stall reports
+ * every WEFT_STALL_CHECK_SECONDS while it waits. */
 weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out);
+void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx);
 void wf_coord_destroy(wf_coord *c);
 
 /* Records rank's request (copied). A second request for the same name from

@@ -48,7 +48,7 @@ typedef struct wf_shm_cfg {
    * defaults (64 KiB x 16, shrunk when many local ranks would make the
    * segment large). The lowest local rank's values are used by all. */
   size_t slot_bytes, nslots;
-  int copy_mode; /* WF_SHM_COPY_* */
+  int copy_mode; /* WF_SHM_COPY_*: AUTO streams large messages into receive buffers */
   /* Called (engine thread, from send/recv/progress) when a peer breaks the
    * protocol (length or tag mismatch, malformed slot): st is
    * WEFT_ERR_PROTOCOL. The pair carries nothing more. May be NULL. */

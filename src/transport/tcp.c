@@ -326,7 +326,9 @@ static void conn_flush(wf_tcp *t, conn *c) {
         iov[n++].iov_len = c->chunk_end - it->off;
       }
     }
-    ssize_t w = writev(c->fd, iov, n);
+    /* sendmsg with MSG_NOSIGNAL: a peer that died must not SIGPIPE us */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

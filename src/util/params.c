@@ -39,6 +39,10 @@ static const wf_param g_params[] = {
      "ready allreduces of the same dtype/op/scales are fused into one up to this many bytes (0: off)"},
     {"WEFT_CYCLE_TIME_US", NULL, WF_PARAM_INT, "0",
      "the coordinator holds ready responses this long to fuse more (0: respond at once)"},
+    {"WEFT_STALL_CHECK_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", WF_PARAM_DOUBLE, "60",
+     "rank 0 (and every waiting rank) reports a tensor some ranks have not submitted after this long (0: off)"},
+    {"WEFT_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", WF_PARAM_DOUBLE, "0",
+     "a stalled tensor fails on every rank after this long (0: only WEFT_TIMEOUT_SECONDS)"},
     {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn", "none|warn|info|debug|trace"},
     {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "comma list: init,engine,coord,tcp,shm,algo,boot,api"},
     {NULL, NULL, 0, NULL, NULL}};

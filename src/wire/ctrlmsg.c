@@ -398,13 +398,21 @@ void wf_responses_msg_free(wf_responses_msg *m) {
 }
 
 /* ------------------------------------------------------------------ ABORT, HEARTBEAT, BYE */
-weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason) {
-  if (!reason) reason = "";
-  size_t len = wf_str_len(reason, WF_ERRMSG_MAX);
+static weft_status encode_text(wf_buf *out, uint32_t src, wf_msg_type type, const char *text) {
+  if (!text) text = "";
+  size_t len = wf_str_len(text, WF_ERRMSG_MAX);
   if (len > WF_ERRMSG_MAX) len = WF_ERRMSG_MAX;
   size_t start = wf_frame_begin(out);
-  wf_buf_str(out, reason, len);
-  return wf_frame_end(out, start, src, WF_MSG_ABORT);
+  wf_buf_str(out, text, len);
+  return wf_frame_end(out, start, src, type);
+}
+
+weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason) {
+  return encode_text(out, src, WF_MSG_ABORT, reason);
+}
+
+weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report) {
+  return encode_text(out, src, WF_MSG_STALL, report);
 }
 
 weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t reason_len, char *err, size_t errlen) {

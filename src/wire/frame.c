@@ -17,6 +17,7 @@
  *   DATA       16 .. max_data          (sub-header included)
  *   HEARTBEAT   0, BYE 0
  *   ABORT       2 .. 2 + WF_ERRMSG_MAX, and <= max_ctrl
+ *   STALL       2 .. 2 + WF_ERRMSG_MAX, and <= max_ctrl (same payload as ABORT)
  *
  * DATA sub-header (16 bytes): u64 seq, u32 index, u32 reserved (must be 0). */
 #include <stdarg.h>
@@ -59,6 +60,7 @@ static const wf_type_info k_types[WF_MSG_TYPE_MAX_] = {
     [WF_MSG_HEARTBEAT] = {"HEARTBEAT", 0, 0},
     [WF_MSG_ABORT] = {"ABORT", 2, 2 + WF_ERRMSG_MAX},
     [WF_MSG_BYE] = {"BYE", 0, 0},
+    [WF_MSG_STALL] = {"STALL", 2, 2 + WF_ERRMSG_MAX},
 };
 
 /* ------------------------------------------------------------------ header */

@@ -35,7 +35,8 @@ typedef enum wf_msg_type {
   WF_MSG_HEARTBEAT = 6,  /* empty payload */
   WF_MSG_ABORT = 7,      /* payload: a string, the reason */
   WF_MSG_BYE = 8,        /* orderly shutdown of the sender; empty payload */
-  WF_MSG_TYPE_MAX_ = 9
+  WF_MSG_STALL = 9,      /* coordinator -> waiting ranks: a stall report (a string, like ABORT) */
+  WF_MSG_TYPE_MAX_ = 10
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -159,6 +160,7 @@ weft_status wf_encode_requests(wf_buf *out, uint32_t src, const wf_request_msg *
 weft_status wf_encode_responses(wf_buf *out, uint32_t src, const wf_response_msg *resps, uint32_t count);
 weft_status wf_encode_simple(wf_buf *out, uint32_t src, wf_msg_type type); /* HEARTBEAT, BYE */
 weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason);
+weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report);
 
 /* Decoders take a payload (without the frame header) and fill *m, allocating
  * arrays as documented above. On error they free what they allocated, leave
@@ -169,6 +171,7 @@ weft_status wf_decode_hello(const uint8_t *p, size_t n, wf_hello_msg *m, char *e
 weft_status wf_decode_peers(const uint8_t *p, size_t n, wf_peers_msg *m, char *err, size_t errlen);
 weft_status wf_decode_requests(const uint8_t *p, size_t n, wf_requests_msg *m, char *err, size_t errlen);
 weft_status wf_decode_responses(const uint8_t *p, size_t n, wf_responses_msg *m, char *err, size_t errlen);
+/* ABORT and STALL payloads (one string). */
 weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t reason_len, char *err, size_t errlen);
 
 void wf_peers_msg_free(wf_peers_msg *m);

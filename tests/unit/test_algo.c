@@ -787,6 +787,7 @@ static void test_allreduce(int p) {
     run_allreduce("rd", p, &k_dtops[0], n, 8, V_RANDOM);
     run_allreduce("rd", p, &k_f32max, n, 8, V_SPECIAL);
     run_allreduce(NULL, p, &k_dtops[0], n, 1 << 20, V_EXACT);
+    run_allreduce("ring", p, &k_dtops[0], n, 0, V_EXACT); /* 0: whole blocks */
   }
   /* k_dtops[0] float32 sum, [1] int32 max, [2] float64 prod, [3] uint8 sum, [4] int16 min */
   if (!any_big(p)) return;
@@ -815,6 +816,7 @@ static void test_broadcast(int p) {
         for (size_t s = 0; s < 3; s++) run_broadcast("chain", p, roots[ri], ess[e], counts[c], k_segs[s]);
       }
   run_broadcast(NULL, p, p / 2, 4, 1000, 8);
+  run_broadcast("chain", p, p - 1, 4, 1000, 0); /* 0: one segment */
   if (!any_big(p)) return;
   run_broadcast("chain", p, p / 2, 4, BIG, k_segs[1]);
   if (!big_p(p)) return;
@@ -836,6 +838,7 @@ static void test_gather_scatter(int p) {
   for (int pat = 0; pat < PAT_SPLIT_BIG; pat++)
     for (size_t d = 0; d < NDTOPS; d++)
       for (size_t s = 0; s < 3; s++) run_reducescatter(p, &k_dtops[d], pat, k_segs[s]);
+  run_reducescatter(p, &k_dtops[0], PAT_UNEVEN, 0); /* 0: whole blocks */
   if (!any_big(p)) return;
   run_allgather(p, 4, PAT_SPLIT_BIG, 0);
   run_alltoall(p, 4, 5);

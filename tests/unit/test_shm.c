@@ -670,8 +670,8 @@ int main(void) {
   wf_shm *s1 = NULL;
   CHECK(wf_shm_create(&one, &s1) == WEFT_OK && s1 && !wf_shm_is_local(s1, 0), "single local rank");
   wf_shm_destroy(s1);
-  int bad_ranks[2] = {1, 0};
-  wf_shm_cfg bad = {.rank = 0, .size = 2, .local_ranks = bad_ranks, .nlocal = 2, .fds = fds1};
+  int bad_ranks[2] = {1, 0}, fds2[2] = {-1, 5};
+  wf_shm_cfg bad = {.rank = 0, .size = 2, .local_ranks = bad_ranks, .nlocal = 2, .fds = fds2};
   CHECK(wf_shm_create(&bad, &s1) == WEFT_ERR_INVALID_ARGUMENT, "unsorted local ranks accepted");
 
   for (int n = 2; n <= MAXN; n++) {

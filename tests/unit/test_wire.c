@@ -567,7 +567,7 @@ static void test_headers(void) {
   expect_bad_hdr(hdr(M, 0, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 0");
   expect_bad_hdr(hdr(M, 1, 0, 0, 30, 1000, 1000, &h), &h, "type 0", "type 0");
   expect_bad_hdr(hdr(M, 1, 200, 0, 30, 1000, 1000, &h), &h, "type 200", "type 200");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 9", "type 9");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 10", "type 10");
   expect_bad_hdr(hdr(M, 1, WF_MSG_REQUESTS, 0, 1ull << 40, UINT64_MAX >> 30, 1000, &h), &h, "1099511627776",
                  "2^40 under a 2^34 cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 1ull << 40, 1ull << 50, 1u << 30, &h), &h, "DATA", "DATA 2^40");

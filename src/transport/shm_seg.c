@@ -1,0 +1,314 @@
+/* shm_seg.c - creates and maps the shared-memory segment (shm_seg.h): the
+ * lowest local rank creates it in /dev/shm, every other local rank maps it,
+ * and it is unlinked as soon as all have, so a crash leaks nothing.
+ *
+ * The name travels over the bootstrap sockets before the file exists: if the
+ * creator dies after creating it, the peers (who see its socket close) unlink
+ * it. The pages are reserved with posix_fallocate, so a full /dev/shm fails
+ * setup cleanly instead of SIGBUSing a rank on its first touch of a slot. */
+#include "transport/shm_seg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bootstrap/sockutil.h"
+#include "util/time.h"
+
+#define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
+#define SEG_VERSION 1
+#define PAGE 4096u
+#define DEF_SLOT_BYTES (64u << 10)
+#define DEF_NSLOTS 16u
+#define AUTO_MAX_BYTES (256u << 20) /* shrink default rings beyond this segment size */
+
+/* Records exchanged over the bootstrap sockets, all of this one size, strictly
+ * paired: creator -> each peer NAME, READY; peer -> creator ACK (only after a
+ * successful READY); creator -> peer VERDICT (only after its ACK). Both ends
+ * are on one host: native byte order. */
+enum { MSG_NAME = 1, MSG_READY = 2, MSG_ACK = 3, MSG_VERDICT = 4 };
+#define MSG_MAGIC 0x4d485357u /* "WSHM" */
+
+typedef struct setup_msg {
+  uint32_t magic, kind;
+  int32_t status;
+  uint32_t pad;
+  uint64_t size;
+  char text[232]; /* NAME: the segment name; errors: what failed */
+} setup_msg;
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Fills l from the geometry; 0 if the sizes overflow. */
+static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, wf_shm_layout *l) {
+  size_t pairs = (size_t)nlocal * (size_t)(nlocal - 1), ring, rings;
+  l->slot_bytes = round_up(slot_bytes, 64);
+  l->nslots = nslots;
+  l->stride = WF_SHM_SLOT_HDR + l->slot_bytes;
+  if (__builtin_mul_overflow(l->stride, nslots, &ring) || ring > SIZE_MAX / 2) return 0;
+  l->ring_bytes = round_up(sizeof(wf_shm_ring) + ring, PAGE);
+  l->bells_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * (size_t)nlocal, PAGE);
+  l->rings_off = l->bells_off + round_up(sizeof(wf_shm_bell) * (size_t)nlocal, PAGE);
+  if (__builtin_mul_overflow(l->ring_bytes, pairs, &rings) || __builtin_add_overflow(rings, l->rings_off, &l->size))
+    return 0;
+  return 1;
+}
+
+/* The geometry used when the config leaves it at 0: 64 KiB x 16 slots per
+ * ring, fewer slots then smaller ones when many local ranks would make the
+ * segment larger than AUTO_MAX_BYTES. */
+static int auto_layout(const wf_shm_cfg *cfg, wf_shm_layout *l) {
+  size_t slot = cfg->slot_bytes ? cfg->slot_bytes : DEF_SLOT_BYTES;
+  size_t n = cfg->nslots ? (cfg->nslots < 2 ? 2 : cfg->nslots) : DEF_NSLOTS;
+  if (slot > UINT32_MAX - 64) slot = UINT32_MAX - 64;
+  if (!make_layout(cfg->nlocal, slot, n, l)) return 0;
+  while (l->size > AUTO_MAX_BYTES && ((!cfg->nslots && n > 4) || (!cfg->slot_bytes && slot > 8192))) {
+    if (!cfg->nslots && n > 4) n /= 2;
+    else slot /= 2;
+    if (!make_layout(cfg->nlocal, slot, n, l)) return 0;
+  }
+  return 1;
+}
+
+static void sanitize(char *dst, size_t cap, const char *src) {
+  size_t k = 0;
+  for (; src && *src && k + 1 < cap; src++) {
+    char c = *src;
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+             c == '.';
+    dst[k++] = ok ? c : '_';
+  }
+  dst[k] = '\0';
+}
+
+/* "/weft-<job>-<host>-<random>": the job id lets an operator (and the tests)
+ * recognize a leak, the random suffix makes O_EXCL collisions impossible. */
+static void seg_name(const char *job_id, char *name, size_t cap) {
+  char job[48], host[48], hn[256] = "";
+  gethostname(hn, sizeof hn - 1);
+  sanitize(job, sizeof job, job_id && *job_id ? job_id : "nojob");
+  sanitize(host, sizeof host, hn[0] ? hn : "host");
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+    r = (uint64_t)wf_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+  snprintf(name, cap, "/weft-%s-%s-%016llx", job, host, (unsigned long long)r);
+}
+
+static weft_status msg_put(int fd, uint32_t kind, weft_status st, uint64_t size, const char *text, int64_t deadline,
+                           char *err, size_t errlen) {
+  setup_msg m = {.magic = MSG_MAGIC, .kind = kind, .status = st, .size = size};
+  if (text) snprintf(m.text, sizeof m.text, "%s", text);
+  return wf_sock_write_all(fd, &m, sizeof m, deadline, NULL, err, errlen);
+}
+
+static weft_status msg_get(int fd, uint32_t kind, setup_msg *m, int64_t deadline, char *err, size_t errlen) {
+  weft_status st = wf_sock_read_all(fd, m, sizeof *m, deadline, NULL, err, errlen);
+  if (st != WEFT_OK) return st;
+  if (m->magic != MSG_MAGIC || m->kind != kind) {
+    snprintf(err, errlen, "unexpected setup message (kind %u, expected %u)", m->kind, kind);
+    return WEFT_ERR_PROTOCOL;
+  }
+  m->text[sizeof m->text - 1] = '\0';
+  return WEFT_OK;
+}
+
+/* Creator: makes the file, reserves its pages and initializes the header. */
+static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_shm_layout *l, uint8_t **map, int *created,
+                            char *err, size_t errlen) {
+  int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "shm_open(/dev/shm%s): %s", name, strerror(errno));
+    return WEFT_ERR_SYSTEM;
+  }
+  *created = 1;
+  weft_status st = WEFT_ERR_SYSTEM;
+  int rc;
+  if (ftruncate(fd, (off_t)l->size)) {
+    snprintf(err, errlen, "ftruncate(/dev/shm%s, %zu): %s", name, l->size, strerror(errno));
+    goto out;
+  }
+  /* Reserve every page now: a full /dev/shm must fail here, not SIGBUS a
+   * rank later when it first touches a slot. */
+  while ((rc = posix_fallocate(fd, 0, (off_t)l->size)) == EINTR) {
+  }
+  if (rc) {
+    snprintf(err, errlen, "cannot reserve %zu MiB in /dev/shm (posix_fallocate: %s)", l->size >> 20, strerror(rc));
+    goto out;
+  }
+  void *m = mmap(NULL, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (m == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of %zu bytes: %s", l->size, strerror(errno));
+    goto out;
+  }
+  wf_shm_seg_hdr *h = m; /* the pages are zero: rings empty, doorbells idle */
+  h->version = SEG_VERSION;
+  h->nlocal = (uint32_t)cfg->nlocal;
+  h->slot_bytes = l->slot_bytes;
+  h->nslots = l->nslots;
+  h->ring_bytes = l->ring_bytes;
+  h->size = l->size;
+  for (int i = 0; i < cfg->nlocal; i++) h->ranks[i] = cfg->local_ranks[i];
+  h->magic = SEG_MAGIC; /* peers map only after READY, sent after this */
+  *map = m;
+  st = WEFT_OK;
+out:
+  close(fd);
+  return st;
+}
+
+/* Peer: maps the creator's segment and checks it is the one we expect. */
+static weft_status seg_attach(const char *name, size_t size, const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map,
+                              char *err, size_t errlen) {
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "shm_open(/dev/shm%s): %s", name, strerror(errno));
+    return WEFT_ERR_SYSTEM;
+  }
+  struct stat sb;
+  weft_status st = WEFT_ERR_SYSTEM;
+  if (fstat(fd, &sb) || (size_t)sb.st_size != size || size < PAGE) {
+    snprintf(err, errlen, "/dev/shm%.160s has the wrong size", name);
+    goto out;
+  }
+  void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (m == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of %zu bytes: %s", size, strerror(errno));
+    goto out;
+  }
+  const wf_shm_seg_hdr *h = m;
+  int ok = h->magic == SEG_MAGIC && h->version == SEG_VERSION && h->nlocal == (uint32_t)cfg->nlocal &&
+           h->size == size && h->nslots >= 2 && h->slot_bytes >= 64 && h->slot_bytes <= UINT32_MAX &&
+           make_layout(cfg->nlocal, h->slot_bytes, h->nslots, l) && l->size == size;
+  for (int i = 0; ok && i < cfg->nlocal; i++) ok = h->ranks[i] == cfg->local_ranks[i];
+  if (!ok) {
+    munmap(m, size);
+    snprintf(err, errlen, "the segment's header does not match this rank's view of the host's ranks");
+    st = WEFT_ERR_PROTOCOL;
+    goto out;
+  }
+  *map = m;
+  st = WEFT_OK;
+out:
+  close(fd);
+  return st;
+}
+
+/* Creator side of the exchange (see setup_msg). Every live peer gets the
+ * records it waits for, also on failure, so none is left hanging. */
+static weft_status setup_creator(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err,
+                                 size_t errlen) {
+  char name[200], e[256] = "";
+  seg_name(cfg->job_id, name, sizeof name);
+  int created = 0, n = cfg->nlocal;
+  weft_status st = WEFT_OK;
+  char *state = calloc((size_t)n, 1); /* per peer: 0 dead, 1 has NAME, 2 has READY ok, 3 ACK ok */
+  if (!state) {
+    snprintf(err, errlen, "out of memory");
+    return WEFT_ERR_NO_MEMORY;
+  }
+  /* The name goes out before the file exists: if we die after creating it,
+   * the peers (who see our socket close) unlink it. */
+  for (int i = 1; i < n; i++) {
+    int fd = cfg->fds[cfg->local_ranks[i]];
+    weft_status r = msg_put(fd, MSG_NAME, WEFT_OK, 0, name, dl, e, sizeof e);
+    if (r == WEFT_OK) state[i] = 1;
+    else if (st == WEFT_OK) st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
+  }
+  if (st == WEFT_OK && !auto_layout(cfg, l)) {
+    st = WEFT_ERR_INVALID_ARGUMENT;
+    snprintf(err, errlen, "ring geometry too large");
+  }
+  if (st == WEFT_OK) st = seg_make(name, cfg, l, map, &created, err, errlen);
+  for (int i = 1; i < n; i++) {
+    if (!state[i]) continue;
+    weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_READY, st, l->size, st ? err : NULL, dl, e, sizeof e);
+    if (r != WEFT_OK) {
+      state[i] = 0;
+      if (st == WEFT_OK) st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
+    } else if (state[i] == 1 && st == WEFT_OK) {
+      state[i] = 2;
+    }
+  }
+  for (int i = 1; i < n; i++) {
+    if (state[i] != 2) continue;
+    setup_msg m;
+    weft_status r = msg_get(cfg->fds[cfg->local_ranks[i]], MSG_ACK, &m, dl, e, sizeof e);
+    if (r == WEFT_OK) state[i] = 3;
+    if (st != WEFT_OK) continue;
+    if (r != WEFT_OK) st = r, snprintf(err, errlen, "waiting for rank %d to map the segment: %s", cfg->local_ranks[i], e);
+    else if (m.status != WEFT_OK)
+      st = (weft_status)m.status, snprintf(err, errlen, "rank %d could not map the segment: %s", cfg->local_ranks[i],
+                                          m.text);
+  }
+  /* Everyone who will ever map it has: the name can go. */
+  if (created && shm_unlink(name) && st == WEFT_OK) {
+    st = WEFT_ERR_SYSTEM;
+    snprintf(err, errlen, "shm_unlink(/dev/shm%s): %s", name, strerror(errno));
+  }
+  for (int i = 1; i < n; i++)
+    if (state[i] == 3) {
+      weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_VERDICT, st, 0, st ? err : NULL, dl, e, sizeof e);
+      if (r != WEFT_OK && st == WEFT_OK)
+        st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
+    }
+  free(state);
+  if (st != WEFT_OK && *map) {
+    munmap(*map, l->size);
+    *map = NULL;
+  }
+  return st;
+}
+
+/* Peer side: NAME, READY, map, ACK, VERDICT. */
+static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err, size_t errlen) {
+  int creator = cfg->local_ranks[0], fd = cfg->fds[creator];
+  char name[sizeof ((setup_msg *)0)->text], e[256] = "";
+  setup_msg m;
+  weft_status st = msg_get(fd, MSG_NAME, &m, dl, e, sizeof e);
+  if (st != WEFT_OK) {
+    snprintf(err, errlen, "waiting for rank %d to name the segment: %s", creator, e);
+    return st;
+  }
+  snprintf(name, sizeof name, "%s", m.text);
+  st = msg_get(fd, MSG_READY, &m, dl, e, sizeof e);
+  if (st != WEFT_OK) {
+    shm_unlink(name); /* the creator may have died holding it */
+    snprintf(err, errlen, "waiting for rank %d to create the segment: %s", creator, e);
+    return st;
+  }
+  if (m.status != WEFT_OK) {
+    snprintf(err, errlen, "rank %d could not create the segment: %s", creator, m.text);
+    return (weft_status)m.status;
+  }
+  weft_status mine = seg_attach(name, m.size, cfg, l, map, e, sizeof e);
+  st = msg_put(fd, MSG_ACK, mine, 0, mine ? e : NULL, dl, e, sizeof e);
+  if (st == WEFT_OK) st = msg_get(fd, MSG_VERDICT, &m, dl, e, sizeof e);
+  if (st != WEFT_OK) {
+    shm_unlink(name); /* the creator may have died before unlinking */
+    snprintf(err, errlen, "setting up the segment with rank %d: %s", creator, e);
+  } else if (mine != WEFT_OK) {
+    st = mine;
+    snprintf(err, errlen, "%s", e);
+  } else if (m.status != WEFT_OK) {
+    st = (weft_status)m.status;
+    snprintf(err, errlen, "%s", m.text);
+  }
+  if (st != WEFT_OK && *map) {
+    munmap(*map, l->size);
+    *map = NULL;
+  }
+  return st;
+}
+
+weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, int64_t deadline, wf_shm_layout *l, uint8_t **map, char *err,
+                             size_t errlen) {
+  *map = NULL;
+  return cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, l, map, deadline, err, errlen)
+                                          : setup_peer(cfg, l, map, deadline, err, errlen);
+}
