@@ -283,6 +283,17 @@ WEFT_API weft_status weft_request_recv_splits(weft_request *req, const int64_t *
  * must stay valid until that happens (or until weft_finalize returns). */
 WEFT_API weft_status weft_request_free(weft_request *req);
 
+/* ------------------------------------------------------------------ timeline */
+/* Starts writing a Chrome-trace JSON timeline (chrome://tracing, Perfetto)
+ * to path: one lane per tensor with NEGOTIATE_<OP> and <OP> phases (bytes,
+ * algorithm), on rank 0 a mark when each rank became ready, CYCLE_START marks
+ * if mark_cycles. Only rank 0 writes, unless path contains "%r" (replaced by
+ * the rank: every rank writes its own). WEFT_TIMELINE=path does this at init.
+ * WEFT_ERR_MISUSE if a timeline is already being written. Any thread. */
+WEFT_API weft_status weft_timeline_start(weft_world *world, const char *path, int mark_cycles);
+/* Finishes and closes the timeline (valid JSON from then on). Idempotent. */
+WEFT_API weft_status weft_timeline_stop(weft_world *world);
+
 /* ------------------------------------------------------------------ info */
 /* "0.1.0" */
 WEFT_API const char *weft_version(void);

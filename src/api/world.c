@@ -45,6 +45,7 @@ static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE"
 static void world_free(weft_world *w) {
   if (!w) return;
   wf_engine_stop(w);
+  wf_tl_destroy(&w->tl);
   wf_strmap_free(&w->inflight);
   free(w->peers);
   free(w->world_group.ranks);
@@ -86,6 +87,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->done_cv, NULL);
   wf_strmap_init(&w->inflight);
+  wf_tl_init(&w->tl, rank);
   w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_TIMEOUT_SECONDS");
   if (!(w->timeout_seconds > 0)) w->timeout_seconds = 300;
   w->hb_interval = wf_param_double("WEFT_HEARTBEAT_INTERVAL");
@@ -161,6 +163,10 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   w->local_size = env_int(LSIZE_VARS, w->local_size, NULL);
   w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
   w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
+  const char *tl_path = wf_param_str("WEFT_TIMELINE");
+  if (*tl_path && (rank == 0 || strstr(tl_path, "%r")) &&
+      (st = wf_tl_start(&w->tl, tl_path, (int)wf_param_int("WEFT_TIMELINE_MARK_CYCLES"))) != WEFT_OK)
+    goto fail;
   if ((st = wf_engine_start(w, fds)) != WEFT_OK) goto fail;
   free(fds);
   WF_INFO(WF_SUB_INIT, "rank %d of %d up (local %d/%d, cross %d/%d)", rank, size, w->local_rank, w->local_size,
@@ -214,6 +220,18 @@ weft_status weft_abort(weft_world *w, const char *reason) {
   pthread_mutex_unlock(&w->mu);
   wf_engine_wake(w);
   return WEFT_OK;
+}
+
+weft_status weft_timeline_start(weft_world *w, const char *path, int mark_cycles) {
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_timeline_start: not a live world handle");
+  if (!path) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_timeline_start: path is NULL");
+  if (w->rank != 0 && !strstr(path, "%r")) return WEFT_OK; /* one file: rank 0's */
+  return wf_tl_start(&w->tl, path, mark_cycles);
+}
+
+weft_status weft_timeline_stop(weft_world *w) {
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_timeline_stop: not a live world handle");
+  return wf_tl_stop(&w->tl);
 }
 
 weft_status weft_async_error(weft_world *w) {

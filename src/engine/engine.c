@@ -86,6 +86,24 @@ void wf_engine_submit(weft_world *w, weft_request *r) {
 
 static void handle_responses(weft_world *w, wf_response_msg *resps, uint32_t n);
 
+const char *wf_phase_negotiate(int coll) {
+  static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE", "NEGOTIATE_ALLGATHER", "NEGOTIATE_BROADCAST",
+                                                "NEGOTIATE_ALLTOALL", "NEGOTIATE_REDUCESCATTER", "NEGOTIATE_BARRIER"};
+  return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "NEGOTIATE";
+}
+
+const char *wf_phase_run(int coll) {
+  static const char *const n[WF_COLL_COUNT_] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER",
+                                                "BARRIER"};
+  return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "RUN";
+}
+
+uint64_t wf_request_bytes(const weft_request *r) {
+  uint64_t b = weft_dtype_size((weft_dtype)r->msg.dtype);
+  for (int d = 0; d < r->msg.ndim; d++) b *= (uint64_t)r->msg.shape[d];
+  return r->msg.coll == WF_COLL_BARRIER ? 0 : b;
+}
+
 void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame) {
   if (frame->oom) {
     wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory encoding a message for rank %d", peer);
@@ -182,7 +200,9 @@ static void drain_submissions(weft_world *w) {
       continue;
     }
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
+    wf_tl_begin(&w->tl, r->msg.name, wf_phase_negotiate(r->msg.coll), wf_request_bytes(r), NULL);
     if (w->rank == 0) {
+      wf_tl_mark(&w->tl, r->msg.name, "rank 0 ready");
       wf_coord_add(w->coord, 0, &r->msg);
       continue;
     }
@@ -287,7 +307,14 @@ static void process_inbox(weft_world *w) {
     if (!w->in_head) w->in_tail = NULL;
     switch (m->type) {
       case WF_MSG_REQUESTS:
-        for (uint32_t i = 0; i < m->reqs.count; i++) wf_coord_add(w->coord, m->peer, &m->reqs.reqs[i]);
+        for (uint32_t i = 0; i < m->reqs.count; i++) {
+          if (wf_tl_on(&w->tl)) {
+            char what[32];
+            snprintf(what, sizeof what, "rank %d ready", m->peer);
+            wf_tl_mark(&w->tl, m->reqs.reqs[i].name, what);
+          }
+          wf_coord_add(w->coord, m->peer, &m->reqs.reqs[i]);
+        }
         wf_requests_msg_free(&m->reqs);
         break;
       case WF_MSG_RESPONSES:
@@ -394,6 +421,7 @@ static void *engine_main(void *arg) {
       wf_world_fail(w, WEFT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
       n = 0;
     }
+    wf_tl_cycle(&w->tl);
     for (int i = 0; i < n; i++) {
       if (evs[i].data.u32 == EV_WAKE) {
         uint64_t v;

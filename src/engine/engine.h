@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "algo/sched.h"
+#include "engine/timeline.h"
 #include "negotiate/coord.h"
 #include "transport/tcp.h"
 #include "util/strmap.h"
@@ -97,6 +98,7 @@ struct weft_world {
   uint32_t magic;
   int rank, size, local_rank, local_size, cross_rank, cross_size;
   wf_peer_info *peers;       /* size entries */
+  wf_timeline tl;            /* Chrome-trace timeline (off unless started) */
   weft_group world_group;
   double timeout_seconds;
   double hb_interval, hb_timeout;
@@ -159,6 +161,12 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) __attrib
 void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg);
 /* Drops one reference; frees at zero. */
 void wf_request_unref(weft_request *r);
+
+/* Timeline phase names: "NEGOTIATE_ALLREDUCE" / "ALLREDUCE" ... */
+const char *wf_phase_negotiate(int coll);
+const char *wf_phase_run(int coll);
+/* Bytes of a request's input (for the timeline). */
+uint64_t wf_request_bytes(const weft_request *r);
 
 /* Executor (exec.c, engine thread). */
 /* Starts executing the next response if idle; progresses the current one. */

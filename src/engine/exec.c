@@ -41,9 +41,13 @@ static void exec_finish(weft_world *w, weft_status st, const char *msg) {
   if (st != WEFT_OK) w->tr->ops->cancel_data(w->tr);
   exec_clear(w);
   if (many) {
-    for (uint32_t i = 0; i < n; i++) wf_request_complete(w, many[i], st, msg);
+    for (uint32_t i = 0; i < n; i++) {
+      wf_tl_end(&w->tl, many[i]->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
+      wf_request_complete(w, many[i], st, msg);
+    }
     free(many);
   } else if (one) {
+    wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
     wf_request_complete(w, one, st, msg);
   }
 }
@@ -299,6 +303,7 @@ static int start_next(weft_world *w) {
     /* A timeout may name a tensor this rank never submitted: nothing to fail. */
     if (r) {
       wf_strmap_del(&w->table, name);
+      wf_tl_end(&w->tl, name, resp.error ? resp.error : "error");
       wf_request_complete(w, r, resp.status < 0 ? (weft_status)resp.status : WEFT_ERR_INTERNAL, resp.error);
     }
     wf_response_msg_free(&resp);
@@ -359,6 +364,13 @@ static int start_next(weft_world *w) {
     snprintf(msg, sizeof msg, "tensor '%s': %s", name, err[0] ? err : weft_status_string(st));
     exec_finish(w, st, msg);
     return 1;
+  }
+  if (wf_tl_on(&w->tl)) {
+    for (uint32_t i = 0; i < x->nfused; i++) {
+      weft_request *q = x->fused ? x->fused[i] : r;
+      wf_tl_end(&w->tl, q->msg.name, NULL);
+      wf_tl_begin(&w->tl, q->msg.name, wf_phase_run(q->msg.coll), wf_request_bytes(q), x->algo ? x->algo : "-");
+    }
   }
   WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' seq %llu with %s (%zu rounds)", wf_coll_name(r->msg.coll), name,
            (unsigned long long)x->seq, x->algo ? x->algo : "-", x->sched.nrounds);

@@ -43,6 +43,10 @@ static const wf_param g_params[] = {
      "rank 0 (and every waiting rank) reports a tensor some ranks have not submitted after this long (0: off)"},
     {"WEFT_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", WF_PARAM_DOUBLE, "0",
      "a stalled tensor fails on every rank after this long (0: only WEFT_TIMEOUT_SECONDS)"},
+    {"WEFT_TIMELINE", "HOROVOD_TIMELINE", WF_PARAM_STRING, "",
+     "write a Chrome-trace timeline to this path (rank 0; \"%r\" in the path: every rank, %r = rank)"},
+    {"WEFT_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", WF_PARAM_INT, "0",
+     "1: mark every engine loop iteration in the timeline"},
     {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn", "none|warn|info|debug|trace"},
     {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "comma list: init,engine,coord,tcp,shm,algo,boot,api"},
     {NULL, NULL, 0, NULL, NULL}};

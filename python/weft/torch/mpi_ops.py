@@ -1,0 +1,608 @@
+"""weft.torch's collectives with Horovod's signatures and semantics (CPU
+tensors). Tensors go to weft without copies when contiguous (their
+data_ptr() is passed as it is); non-contiguous ones are made contiguous
+first, and in-place operations copy the result back. Every Request keeps the
+tensors it uses alive until the operation completes.
+
+The differentiable forms (allreduce, allgather, broadcast, alltoall,
+reducescatter and their grouped forms) have the gradients of the
+distributed computation: allreduce's is the allreduce of the gradient (same op
+and scales), allgather's this rank's slice of the summed gradient,
+broadcast's the summed gradient on the root (zero elsewhere), alltoall's the
+reverse alltoall, reducescatter's the allgather of the gradient (scaled)."""
+
+import warnings
+
+import torch
+
+from .. import _core, _weft
+from .._core import GroupRequest, Request, WeftError, op_name, reducescatter_rows
+from .compression import Compression
+
+HorovodInternalError = WeftError
+
+# Horovod's values for the reduction ops.
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+_WEFT_OPS = {Average: _weft.OP_AVERAGE, Sum: _weft.OP_SUM, Min: _weft.OP_MIN, Max: _weft.OP_MAX,
+             Product: _weft.OP_PRODUCT}
+
+_DTYPES = {
+    torch.uint8: _weft.DTYPE_UINT8, torch.int8: _weft.DTYPE_INT8, torch.int16: _weft.DTYPE_INT16,
+    torch.int32: _weft.DTYPE_INT32, torch.int64: _weft.DTYPE_INT64, torch.float16: _weft.DTYPE_FLOAT16,
+    torch.bfloat16: _weft.DTYPE_BFLOAT16, torch.float32: _weft.DTYPE_FLOAT32,
+    torch.float64: _weft.DTYPE_FLOAT64, torch.bool: _weft.DTYPE_BOOL,
+}
+
+# ---------------------------------------------------------------- basics
+size = _core.size
+rank = _core.rank
+local_size = _core.local_size
+local_rank = _core.local_rank
+cross_size = _core.cross_size
+cross_rank = _core.cross_rank
+shutdown = _core.shutdown
+is_initialized = _core.is_initialized
+
+
+def mpi_threads_supported():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return local_size() * cross_size() == size()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("start_timeline: weft has no timeline yet (the C API has no tracing hook)")
+
+
+def stop_timeline():
+    raise NotImplementedError("stop_timeline: weft has no timeline yet (the C API has no tracing hook)")
+
+
+def join(device=-1):
+    raise NotImplementedError("join: weft has no join yet (the C API has no way for a rank to contribute zeros "
+                              "to the others' collectives)")
+
+
+# ---------------------------------------------------------------- process sets
+class ProcessSet(object):
+    """A set of ranks. weft's C API cannot create sub-groups yet, so only the
+    global process set (or one listing every rank) can run operations."""
+
+    def __init__(self, ranks):
+        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
+        self.process_set_id = 0 if ranks is None else None
+
+    def size(self):
+        return size() if self.ranks is None else len(self.ranks)
+
+    def rank(self):
+        if self.ranks is None:
+            return rank()
+        return self.ranks.index(rank()) if rank() in self.ranks else -1
+
+    def included(self):
+        return self.ranks is None or rank() in self.ranks
+
+    def __repr__(self):
+        return "ProcessSet(%s)" % ("global" if self.ranks is None else self.ranks)
+
+
+global_process_set = ProcessSet(None)
+
+
+def add_process_set(process_set):
+    raise NotImplementedError("add_process_set: weft supports only the global process set (the C API has no group "
+                              "creation yet)")
+
+
+def remove_process_set(process_set):
+    raise NotImplementedError("remove_process_set: weft supports only the global process set")
+
+
+def _check_process_set(ps, fn):
+    if ps is None or ps is global_process_set:
+        return
+    if isinstance(ps, ProcessSet) and ps.ranks == list(range(size())):
+        return
+    raise NotImplementedError("%s: weft supports only the global process set, not %r" % (fn, ps))
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (ranks and the rendezvous address come from weftrun's
+    environment). comm (an MPI communicator or rank list) is not supported;
+    process_sets may only name the global set."""
+    if comm is not None:
+        raise NotImplementedError("init(comm=...): weft takes its ranks from the launcher's environment")
+    _core.init()
+    for ps in process_sets or []:
+        if isinstance(ps, ProcessSet) and ps.ranks is not None and ps.ranks != list(range(size())):
+            raise NotImplementedError("init: weft supports only the global process set, not %r" % (ps,))
+
+
+# ---------------------------------------------------------------- helpers
+def _code(t, fn):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s: expected a torch.Tensor, got %s" % (fn, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("%s: weft supports CPU tensors only (cuda_built() is False); got a tensor on %s"
+                         % (fn, t.device))
+    if t.layout != torch.strided:
+        raise ValueError("%s: sparse tensors are not supported; densify with .to_dense()" % fn)
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise ValueError("%s: dtype %s is not supported (uint8, int8, int16, int32, int64, float16, bfloat16, "
+                         "float32, float64, bool)" % (fn, t.dtype))
+
+
+def _desc(t, code):
+    return (t.data_ptr(), code, tuple(t.shape))
+
+
+def _from_buffer(buf, dtype, shape):
+    """A tensor over weft-allocated output memory (no copy)."""
+    if len(buf) == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+
+def _resolve_op(op, average, fn):
+    if average is not None:
+        if op is not None:
+            raise ValueError("%s: the op parameter supersedes average; give only one of them" % fn)
+        warnings.warn("%s: parameter `average` is deprecated; use op=Average or op=Sum" % fn, DeprecationWarning,
+                      stacklevel=3)
+        op = Average if average else Sum
+    elif op is None:
+        op = Average
+    if op == Adasum:
+        raise NotImplementedError("%s: op=Adasum is not implemented by weft; use Average or Sum" % fn)
+    if op not in _WEFT_OPS:
+        raise ValueError("%s: unknown reduction op %r" % (fn, op))
+    return op
+
+
+def _copy_back(tensor, buf):
+    """Finisher of in-place operations on non-contiguous tensors."""
+    def finish(_h):
+        with torch.no_grad():
+            tensor.copy_(buf)
+        return tensor
+    return finish
+
+
+def _returns(t):
+    return lambda _h: t
+
+
+def poll(handle):
+    """True if the operation behind handle has completed."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Waits for the operation (GIL released) and returns its output; raises
+    HorovodInternalError (WeftError) if it failed."""
+    return handle.synchronize()
+
+
+def barrier(process_set=global_process_set):
+    _check_process_set(process_set, "barrier")
+    Request(_weft.barrier(None)).synchronize()
+
+
+# ---------------------------------------------------------------- allreduce
+def _allreduce_async(tensor, inplace, wname, op, prescale, postscale, process_set, fn):
+    """wname: the full weft name (see op_name)."""
+    code = _code(tensor, fn)
+    _check_process_set(process_set, fn)
+    src = tensor if tensor.is_contiguous() else tensor.contiguous()
+    if inplace:
+        dst = src
+        finish = _returns(tensor) if src is tensor else _copy_back(tensor, src)
+    else:
+        dst = torch.empty_like(src)
+        finish = _returns(dst)
+    h = _weft.allreduce(wname, _desc(src, code), _desc(dst, code), _WEFT_OPS[op], float(prescale), float(postscale),
+                        0, (src, dst))
+    return Request(h, finish)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts an allreduce (default op: Average) into a new tensor; returns a handle for poll/synchronize."""
+    op = _resolve_op(op, average, "allreduce_async")
+    return _allreduce_async(tensor, False, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+                            "allreduce_async")
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts an in-place allreduce; returns a handle for poll/synchronize."""
+    op = _resolve_op(op, average, "allreduce_async_")
+    return _allreduce_async(tensor, True, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+                            "allreduce_async_")
+
+
+class _AllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.args = (op, prescale, postscale, process_set)
+        return _allreduce_async(tensor, False, op_name("allreduce", name), op, prescale, postscale, process_set, "allreduce").synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale, postscale, process_set = ctx.args
+        return (_AllreduceFn.apply(grad, None, op, prescale, postscale, process_set),
+                None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """op (default Average) of tensor over all ranks, times the scale factors,
+    as a new tensor (differentiable). The input is not modified."""
+    op = _resolve_op(op, average, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    reduced = _AllreduceFn.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce; returns tensor."""
+    op = _resolve_op(op, average, "allreduce_")
+    return _allreduce_async(tensor, True, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+                            "allreduce_").synchronize()
+
+
+def _grouped_names(prefix, name, n):
+    base = op_name(prefix, name)
+    return ["%s.%d" % (base, i) for i in range(n)]
+
+
+def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, process_set, fn):
+    tensors = list(tensors)
+    names = _grouped_names("grouped_allreduce", name, len(tensors))
+    return GroupRequest([_allreduce_async(t, inplace, nm, op, prescale, postscale, process_set, fn)
+                         for t, nm in zip(tensors, names)])
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    op = _resolve_op(op, average, "grouped_allreduce_async")
+    return _grouped_allreduce_async(tensors, False, name, op, prescale_factor, postscale_factor, process_set,
+                                    "grouped_allreduce_async")
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = _resolve_op(op, average, "grouped_allreduce_async_")
+    return _grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor, process_set,
+                                    "grouped_allreduce_async_")
+
+
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.args = (op, prescale, postscale, process_set)
+        return tuple(_grouped_allreduce_async(tensors, False, name, op, prescale, postscale, process_set,
+                                              "grouped_allreduce").synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale, postscale, process_set = ctx.args
+        return (None, None, None, None, None) + tuple(
+            _GroupedAllreduceFn.apply(None, op, prescale, postscale, process_set, *grads))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """allreduce of each tensor of a list (differentiable); returns a list."""
+    op = _resolve_op(op, average, "grouped_allreduce")
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                        *[c for c, _ in compressed])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    op = _resolve_op(op, average, "grouped_allreduce_")
+    return _grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor, process_set,
+                                    "grouped_allreduce_").synchronize()
+
+
+# ---------------------------------------------------------------- allgather
+def _allgather_async(tensor, wname, process_set, fn):
+    code = _code(tensor, fn)
+    _check_process_set(process_set, fn)
+    src = tensor.contiguous()
+    h = _weft.allgather(wname, _desc(src, code), 0, (src,))
+    dtype = tensor.dtype
+    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape))
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather; synchronize() returns the rank-ordered concatenation along dim 0."""
+    return _allgather_async(tensor, op_name("allgather", name), process_set, "allgather_async")
+
+
+def _allgather_grad(grad, dim0, process_set):
+    """This rank's rows of the gradient summed over ranks."""
+    summed = _allreduce_async(grad, False, op_name("allreduce", None), Sum, 1.0, 1.0, process_set, "allgather backward").synchronize()
+    dims = _allgather_async(torch.tensor([dim0], dtype=torch.int64), op_name("allgather", None), process_set,
+                            "allgather backward").synchronize()
+    offset = int(dims[:rank()].sum())
+    return summed.narrow(0, offset, dim0)
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0 = tensor.shape[0] if tensor.dim() else 0
+        ctx.process_set = process_set
+        return _allgather_async(tensor, op_name("allgather", name), process_set, "allgather").synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _allgather_grad(grad, ctx.dim0, ctx.process_set), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation along dim 0 of every rank's tensor, in rank order (dim 0
+    may differ between ranks). Differentiable."""
+    return _AllgatherFn.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    tensors = list(tensors)
+    names = _grouped_names("grouped_allgather", name, len(tensors))
+    return GroupRequest([_allgather_async(t, nm, process_set, "grouped_allgather_async")
+                         for t, nm in zip(tensors, names)])
+
+
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(grouped_allgather_async(tensors, name, process_set).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None) + tuple(_allgather_grad(g, d, ctx.process_set) for g, d in zip(grads, ctx.dims))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """allgather of each tensor of a list (differentiable); returns a list."""
+    return list(_GroupedAllgatherFn.apply(name, process_set, *tensors))
+
+
+# ---------------------------------------------------------------- broadcast
+def _broadcast_async(tensor, inplace, root_rank, wname, process_set, fn):
+    code = _code(tensor, fn)
+    _check_process_set(process_set, fn)
+    if inplace:
+        buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+        finish = _returns(tensor) if buf is tensor else _copy_back(tensor, buf)
+    else:
+        buf = tensor.detach().clone(memory_format=torch.contiguous_format)
+        finish = _returns(buf)
+    h = _weft.broadcast(wname, _desc(buf, code), int(root_rank), 0, (buf,))
+    return Request(h, finish)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of root_rank's tensor into a new tensor."""
+    return _broadcast_async(tensor, False, root_rank, op_name("broadcast", name), process_set, "broadcast_async")
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts an in-place broadcast of root_rank's tensor."""
+    return _broadcast_async(tensor, True, root_rank, op_name("broadcast", name), process_set, "broadcast_async_")
+
+
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return _broadcast_async(tensor, False, root_rank, op_name("broadcast", name), process_set, "broadcast").synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        summed = _allreduce_async(grad, False, op_name("allreduce", None), Sum, 1.0, 1.0, ctx.process_set,
+                                  "broadcast backward").synchronize()
+        if rank() != ctx.root_rank:
+            summed.zero_()
+        return summed, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """root_rank's tensor on every rank, as a new tensor (differentiable)."""
+    return _BroadcastFn.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites tensor with root_rank's; returns it."""
+    return _broadcast_async(tensor, True, root_rank, op_name("broadcast", name), process_set, "broadcast_").synchronize()
+
+
+# ---------------------------------------------------------------- alltoall
+def _split_list(splits, fn):
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype == torch.bool:
+            raise ValueError("%s: splits must be integers, got %s" % (fn, splits.dtype))
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    return [int(s) for s in splits]
+
+
+def _alltoall_async(tensor, splits, wname, process_set, fn):
+    code = _code(tensor, fn)
+    _check_process_set(process_set, fn)
+    src = tensor.contiguous()
+    h = _weft.alltoall(wname, _desc(src, code), _split_list(splits, fn), 0, (src,))
+    dtype = tensor.dtype
+    return Request(h, lambda h: (_from_buffer(h.output, dtype, h.shape),
+                                 torch.tensor(h.recv_splits, dtype=torch.int32)))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall; synchronize() returns (output, received_splits)."""
+    return _alltoall_async(tensor, splits, op_name("alltoall", name), process_set, "alltoall_async")
+
+
+class _AlltoallFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        sp = _split_list(splits, "alltoall")
+        out, received = _alltoall_async(tensor, sp, op_name("alltoall", name), process_set, "alltoall").synchronize()
+        ctx.dim0 = tensor.shape[0] if tensor.dim() else 0
+        ctx.sent = sum(sp) if sp is not None else ctx.dim0
+        ctx.received = received
+        ctx.process_set = process_set
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, _grad_splits):
+        back, _ = _alltoall_async(grad, ctx.received, op_name("alltoall", None), ctx.process_set, "alltoall backward").synchronize()
+        if ctx.sent < ctx.dim0:  # rows that were not sent get no gradient
+            back = torch.cat([back, back.new_zeros((ctx.dim0 - ctx.sent,) + tuple(back.shape[1:]))])
+        return back, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends rows [sum(splits[:j]), +splits[j]) of tensor (dim 0) to rank j
+    (even splits when None) and returns the rows received, in rank order.
+    As in Horovod, with splits given the result is (output, received_splits)
+    (an int32 tensor of the rows received from each rank); without, the
+    output alone. Differentiable (the gradient is the reverse alltoall)."""
+    out, received = _AlltoallFn.apply(tensor, splits, name, process_set)
+    return out if splits is None else (out, received)
+
+
+# ---------------------------------------------------------------- reducescatter
+def _reducescatter_async(tensor, wname, op, prescale, postscale, process_set, fn):
+    code = _code(tensor, fn)
+    _check_process_set(process_set, fn)
+    src = tensor.contiguous()
+    out = None
+    if src.dim() > 0:
+        rows = reducescatter_rows(src.shape[0], size(), rank())
+        out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+    h = _weft.reducescatter(wname, _desc(src, code), None if out is None else _desc(out, code), _WEFT_OPS[op],
+                            float(prescale), float(postscale), 0, (src, out))
+    if out is not None:
+        return Request(h, _returns(out))
+    dtype = src.dtype
+    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape))
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts a reducescatter; synchronize() returns this rank's slice."""
+    op = _resolve_op(op, None, "reducescatter_async")
+    return _reducescatter_async(tensor, op_name("reducescatter", name), op, prescale_factor, postscale_factor, process_set,
+                                "reducescatter_async")
+
+
+def _reducescatter_scale(op, prescale, postscale):
+    return prescale * postscale / (size() if op == Average else 1)
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.scale = _reducescatter_scale(op, prescale, postscale)
+        ctx.process_set = process_set
+        return _reducescatter_async(tensor, op_name("reducescatter", name), op, prescale, postscale, process_set, "reducescatter").synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        gathered = _allgather_async(grad, op_name("allgather", None), ctx.process_set, "reducescatter backward").synchronize()
+        return gathered * ctx.scale, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """This rank's slice (dim 0; the first dim0 % size ranks get one extra
+    row) of op over ranks of tensor (differentiable)."""
+    op = _resolve_op(op, None, "reducescatter")
+    compressed, ctx = compression.compress(tensor)
+    out = _ReducescatterFn.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    op = _resolve_op(op, None, "grouped_reducescatter_async")
+    tensors = list(tensors)
+    names = _grouped_names("grouped_reducescatter", name, len(tensors))
+    return GroupRequest([_reducescatter_async(t, nm, op, prescale_factor, postscale_factor, process_set,
+                                              "grouped_reducescatter_async") for t, nm in zip(tensors, names)])
+
+
+class _GroupedReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.scale = _reducescatter_scale(op, prescale, postscale)
+        ctx.process_set = process_set
+        return tuple(grouped_reducescatter_async(tensors, name, op, process_set, prescale,
+                                                 postscale).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gathered = grouped_allgather_async(grads, None, ctx.process_set).synchronize()
+        return (None, None, None, None, None) + tuple(g * ctx.scale for g in gathered)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor of a list (differentiable); returns a list."""
+    op = _resolve_op(op, None, "grouped_reducescatter")
+    compressed = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                         *[c for c, _ in compressed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, compressed)]

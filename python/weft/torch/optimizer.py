@@ -1,0 +1,221 @@
+"""DistributedOptimizer: wraps a torch optimizer so that every gradient is
+allreduced across ranks, each one started the moment backward produces it
+(communication overlaps the rest of backward), and step() waits for them.
+
+How it hooks in: on torch >= 2.1 through
+Tensor.register_post_accumulate_grad_hook; before that through a hook on each
+parameter's gradient accumulator node (reached as
+p.expand_as(p).grad_fn.next_functions[0][0]), which runs right after the
+gradient has been accumulated into p.grad."""
+
+import contextlib
+import warnings
+
+import torch
+
+from .compression import Compression
+from .mpi_ops import (Average, _allreduce_async, _check_process_set, _resolve_op, global_process_set, op_name,
+                      size)
+
+
+class _DistributedOptimizer(object):
+    """Methods mixed into a subclass of the wrapped optimizer's class (see
+    DistributedOptimizer); `_weft_base` is that original class."""
+
+    def _weft_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                    groups, sparse_as_dense, process_set):
+        self._compression = compression
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._sparse_as_dense = sparse_as_dense
+        self._process_set = process_set
+        self.backward_passes_per_step = backward_passes_per_step
+
+        params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+                raise ValueError("named_parameters should be a sequence of (name, parameter) tuples, "
+                                 "usually model.named_parameters()")
+            names = [n for n, _ in named]
+            dups = sorted(set(n for n in names if names.count(n) > 1))
+            if dups:
+                raise ValueError("named_parameters must have unique names; duplicates: %s" % ", ".join(dups))
+            known = set(id(p) for _, p in named)
+            unnamed = [i for i, p in enumerate(params) if id(p) not in known]
+            if unnamed:
+                raise ValueError("named_parameters was given but does not name every parameter of the optimizer "
+                                 "(unnamed parameter positions: %s)" % unnamed)
+        else:
+            named = [("noname.%d" % i, p) for i, p in enumerate(params)]
+        by_id = dict((id(p), n) for n, p in named)
+        self._params = params
+        self._names = dict((p, by_id[id(p)]) for p in params)
+
+        # groups: lists of parameters allreduced together once all of them are ready
+        self._group_of = {}
+        if isinstance(groups, int):
+            if groups > 0:
+                per = -(-len(params) // groups)
+                groups = [params[i:i + per] for i in range(0, len(params), per)]
+            else:
+                groups = None
+        if groups is not None:
+            for gid, group in enumerate(groups):
+                for p in group:
+                    if p not in self._names:
+                        raise ValueError("groups lists a tensor that is not a parameter of the optimizer")
+                    self._group_of[p] = gid
+            self._groups = [list(g) for g in groups]
+        else:
+            self._groups = []
+        self._group_ready = [set() for _ in self._groups]
+
+        self._handles = {}  # p -> (Request or None, compression ctx, sent tensor)
+        self._delay = dict((p, backward_passes_per_step) for p in params)
+        self._requires_update = [p for p in params if p.requires_grad]
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hook_refs = []
+        if size() > 1:
+            self._register_hooks()
+
+    def _register_hooks(self):
+        post_hook = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
+        for p in self._requires_update:
+            if post_hook:
+                self._hook_refs.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            else:
+                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                accumulator.register_hook(self._make_hook(p))
+                self._hook_refs.append(accumulator)  # it must outlive this call for the hook to stay
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
+                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
+                                     "step(); raise backward_passes_per_step to accumulate gradients locally")
+            self._delay[p] -= 1
+            entry = (None, None, None)
+            if self._delay[p] == 0:
+                gid = self._group_of.get(p)
+                if gid is None:
+                    entry = self._allreduce_grad_async(p)
+                else:
+                    ready = self._group_ready[gid]
+                    ready.add(p)
+                    if len(ready) == len(self._groups[gid]):
+                        for q in self._groups[gid]:  # the whole group, back to back
+                            if q is not p:
+                                self._handles[q] = self._allreduce_grad_async(q)
+                        entry = self._allreduce_grad_async(p)
+                        ready.clear()
+            self._handles[p] = entry
+        return hook
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:  # a parameter that took no part in this backward
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            p.grad = p.grad.to_dense()  # weft reduces dense tensors
+        sent, ctx = self._compression.compress(p.grad)
+        if self._op == Average:
+            # split the average: divide before summing (overflow) and after
+            prescale, postscale = 1.0 / self._predivide, self._predivide
+        else:
+            prescale, postscale = 1.0, 1.0
+        request = _allreduce_async(sent, True, op_name("allreduce", self._names[p]), self._op, prescale, postscale,
+                                   self._process_set, "DistributedOptimizer")
+        return request, ctx, sent
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hooks did
+        not fire, e.g. unused parameters), leaving the averaged gradients in
+        p.grad."""
+        if size() == 1:
+            self._synchronized = True
+            return
+        for p in self._requires_update:  # same order on every rank
+            entry = self._handles.get(p)
+            if entry is None or entry[0] is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        for gid in range(len(self._groups)):
+            self._group_ready[gid].clear()
+        try:
+            for p in self._requires_update:
+                request, ctx, sent = self._handles[p]
+                request.synchronize()
+                if sent is not p.grad:
+                    with torch.no_grad():
+                        p.grad.copy_(self._compression.decompress(sent, ctx))
+                self._delay[p] = self.backward_passes_per_step
+        finally:
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Within this context step() does not synchronize (call synchronize()
+        yourself first, e.g. to clip gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are allreduced once more")
+            self.synchronize()
+        self._synchronized = False
+        return self._weft_base.step(self, closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(): the gradients are still being "
+                                 "allreduced")
+        return self._weft_base.zero_grad(self, *args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False, process_set=global_process_set):
+    """Returns an optimizer of the same class as `optimizer` (same parameter
+    groups and hyperparameters, and its state) whose step() first averages
+    the gradients over all ranks.
+
+    named_parameters: model.named_parameters(), to name the allreduces
+      (otherwise parameters are numbered; ranks must build the optimizer alike).
+    backward_passes_per_step: backward passes accumulated locally per step().
+    op: Average (default) or Sum. Adasum is not implemented.
+    gradient_predivide_factor: with Average, divide by it before the sum and
+      multiply after (the result is still the average).
+    num_groups / groups: allreduce parameters in groups (an int: that many
+      groups of consecutive parameters; a list of parameter lists), each group
+      started when all its gradients are ready.
+    """
+    op = _resolve_op(op, None, "DistributedOptimizer")
+    _check_process_set(process_set, "DistributedOptimizer")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor only applies to op=Average")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    if num_groups and groups is not None:
+        raise ValueError("give either num_groups or groups, not both")
+    if num_groups:
+        warnings.warn("num_groups is deprecated; use groups=<int>", DeprecationWarning, stacklevel=2)
+        groups = int(num_groups)
+    base = optimizer.__class__
+    methods = dict((k, v) for k, v in vars(_DistributedOptimizer).items() if not k.startswith("__"))
+    methods["_weft_base"] = base
+    cls = type(base.__name__, (base,), methods)
+    new = cls.__new__(cls)
+    base.__init__(new, optimizer.param_groups)  # hyperparameters travel in the groups
+    for p, state in optimizer.state.items():
+        new.state[p] = state
+    new._weft_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                    groups, sparse_as_dense, process_set)
+    return new
