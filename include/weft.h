@@ -165,6 +165,21 @@ WEFT_API int weft_cross_size(const weft_world *world);
 /* The group of all ranks. Owned by the world; never free it. */
 WEFT_API weft_group *weft_world_group(weft_world *world);
 
+/* Process sets. Creates a group of the listed world ranks (any order, no
+ * duplicates; this rank must be one of them). Collective over the members
+ * only: each member calls it with the same list; it returns when all have
+ * (a barrier in the new group; deadline WEFT_TIMEOUT_SECONDS). Operations on
+ * the group involve only its members, and each group negotiates on its own,
+ * so a stalled group never blocks another. Blocking; must not be called from
+ * a completion callback. */
+WEFT_API weft_status weft_group_create(weft_world *world, const int *ranks, int n, weft_group **out);
+/* Collective over the members (a barrier), then frees the group. No
+ * operation may be in flight in it. The handle is invalid afterwards. */
+WEFT_API weft_status weft_group_destroy(weft_group *group);
+/* This rank's index in the group and the group's size (-1: invalid). */
+WEFT_API int weft_group_rank(const weft_group *group);
+WEFT_API int weft_group_size(const weft_group *group);
+
 /* Stop the world: every pending and future request fails with
  * WEFT_ERR_ABORTED and "aborted: <reason>"; peers are told and fail too.
  * Sticky and idempotent. Non-blocking. */

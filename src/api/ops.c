@@ -79,6 +79,7 @@ static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, 
   r->msg.postscale = o ? o->postscale : 1.0;
   r->msg.priority = o ? o->priority : 0;
   snprintf(r->msg.name, sizeof r->msg.name, "%s", name);
+  snprintf(r->key, sizeof r->key, "%u/%s", g->id, name);
   if (in) {
     r->in = *in;
     r->msg.dtype = (uint8_t)in->dtype;
@@ -106,10 +107,10 @@ static weft_status submit(weft_request *r, weft_request **out) {
     st = wf_err(w->fail_status, "%s", w->fail_msg);
   } else if (w->stopping) {
     st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  } else if (wf_strmap_get(&w->inflight, r->msg.name)) {
+  } else if (wf_strmap_get(&w->inflight, r->key)) {
     st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll), r->msg.name,
                  w->rank);
-  } else if (wf_strmap_put(&w->inflight, r->msg.name, r)) {
+  } else if (wf_strmap_put(&w->inflight, r->key, r)) {
     st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
   }
   pthread_mutex_unlock(&w->mu);

@@ -47,6 +47,7 @@ static void world_free(weft_world *w) {
   wf_engine_stop(w);
   wf_tl_destroy(&w->tl);
   wf_strmap_free(&w->inflight);
+  wf_strmap_free(&w->group_counts);
   free(w->peers);
   free(w->world_group.ranks);
   pthread_cond_destroy(&w->done_cv);
@@ -87,6 +88,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->done_cv, NULL);
   wf_strmap_init(&w->inflight);
+  wf_strmap_init(&w->group_counts);
   wf_tl_init(&w->tl, rank);
   w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_TIMEOUT_SECONDS");
   if (!(w->timeout_seconds > 0)) w->timeout_seconds = 300;

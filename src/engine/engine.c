@@ -64,7 +64,7 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
   r->status = st;
   if (st != WEFT_OK && msg) r->error = strdup(msg);
   pthread_mutex_lock(&w->mu);
-  if (wf_strmap_get(&w->inflight, r->msg.name) == r) wf_strmap_del(&w->inflight, r->msg.name);
+  if (wf_strmap_get(&w->inflight, r->key) == r) wf_strmap_del(&w->inflight, r->key);
   /* release: the result fields above become visible to a thread that reads
    * state == DONE with acquire (weft_test / weft_wait) */
   atomic_store_explicit(&r->state, WF_REQ_DONE, memory_order_release);
@@ -84,7 +84,6 @@ void wf_engine_submit(weft_world *w, weft_request *r) {
   wf_engine_wake(w);
 }
 
-static void handle_responses(weft_world *w, wf_response_msg *resps, uint32_t n);
 
 const char *wf_phase_negotiate(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE", "NEGOTIATE_ALLGATHER", "NEGOTIATE_BROADCAST",
@@ -139,13 +138,11 @@ static void on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p
   m->type = h->type;
   weft_status st = WEFT_OK;
   switch (h->type) {
-    case WF_MSG_REQUESTS:
-      if (w->rank != 0) st = WEFT_ERR_PROTOCOL, snprintf(err, sizeof err, "requests sent to a non-coordinator");
-      else st = wf_decode_requests(p, n, &m->reqs, err, sizeof err);
+    case WF_MSG_REQUESTS: /* whose coordinator it reaches is checked per group */
+      st = wf_decode_requests(p, n, &m->reqs, err, sizeof err);
       break;
     case WF_MSG_RESPONSES:
-      if (peer != 0) st = WEFT_ERR_PROTOCOL, snprintf(err, sizeof err, "responses from a non-coordinator");
-      else st = wf_decode_responses(p, n, &m->resps, err, sizeof err);
+      st = wf_decode_responses(p, n, &m->resps, err, sizeof err);
       break;
     case WF_MSG_ABORT:
     case WF_MSG_STALL:
@@ -175,127 +172,192 @@ static void on_error(void *ctx, int peer, weft_status st, const char *msg) {
 
 /* ------------------------------------------------------------------ loop pieces */
 
-/* Moves new submissions into the tensor table and sends their requests to
- * the coordinator in one batch. */
+/* New and destroyed groups, in the order the callers made them (before any
+ * request submitted after a creation). */
+static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
+  /* the list is newest first: register in creation order */
+  weft_group *rev = NULL;
+  while (add) {
+    weft_group *next = add->next;
+    add->next = rev;
+    rev = add;
+    add = next;
+  }
+  for (weft_group *g = rev, *next; g; g = next) {
+    next = g->next;
+    if (wf_gs_add(w, g) != WEFT_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", wf_err_msg());
+      wf_world_fail(w, WEFT_ERR_NO_MEMORY, "%s", msg);
+      free(g->ranks);
+      free(g);
+    }
+  }
+  for (weft_group *g = del, *next; g; g = next) {
+    next = g->next;
+    wf_gstate *gs = wf_gs_find(w, g->id);
+    if (gs && gs->group == g) {
+      wf_gs_remove(w, gs); /* frees g */
+    } else {
+      free(g->ranks);
+      free(g);
+    }
+  }
+  /* requests that came for a group before it was registered here */
+  if (rev && w->orphans) {
+    wf_inbox *o = w->orphans;
+    w->orphans = NULL;
+    while (o) {
+      wf_inbox *next = o->next;
+      o->next = NULL;
+      if (w->in_tail) w->in_tail->next = o;
+      else w->in_head = o;
+      w->in_tail = o;
+      o = next;
+    }
+  }
+}
+
+/* Moves new submissions into their group's tensor table and sends their
+ * requests to each group's coordinator, one batch per coordinator. */
 static void drain_submissions(weft_world *w) {
   pthread_mutex_lock(&w->mu);
   weft_request *r = w->q_head;
   w->q_head = w->q_tail = NULL;
+  /* groups under the same lock: a group created before a request on it is
+   * registered before the request is seen */
+  weft_group *add = w->new_groups, *del = w->dead_groups;
+  w->new_groups = w->dead_groups = NULL;
   weft_status fail = w->fail_status;
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", w->fail_msg);
   pthread_mutex_unlock(&w->mu);
-  if (!r) return;
-  wf_request_msg *batch = NULL;
+  if (add || del) drain_groups(w, add, NULL);
+  if (!r) {
+    if (del) drain_groups(w, NULL, del);
+    return;
+  }
+  wf_request_msg *batch = NULL; /* grouped by destination below */
+  int *dest = NULL;
   uint32_t nb = 0, cap = 0;
   for (weft_request *next; r; r = next) {
     next = r->next;
     r->next = NULL;
-    if (fail != WEFT_OK) {
-      wf_request_complete(w, r, fail, msg);
+    wf_gstate *gs = wf_gs_find(w, r->msg.group_id);
+    if (fail != WEFT_OK || !gs) {
+      wf_request_complete(w, r, fail != WEFT_OK ? fail : WEFT_ERR_MISUSE,
+                          fail != WEFT_OK ? msg : "the group was destroyed");
       continue;
     }
-    if (wf_strmap_put(&w->table, r->msg.name, r)) {
+    if (wf_strmap_put(&gs->table, r->msg.name, r)) {
       wf_request_complete(w, r, WEFT_ERR_NO_MEMORY, "out of memory in the tensor table");
       continue;
     }
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
     wf_tl_begin(&w->tl, r->msg.name, wf_phase_negotiate(r->msg.coll), wf_request_bytes(r), NULL);
-    if (w->rank == 0) {
+    if (gs->coord) {
       wf_tl_mark(&w->tl, r->msg.name, "rank 0 ready");
-      wf_coord_add(w->coord, 0, &r->msg);
+      wf_coord_add(gs->coord, gs->group->rank, &r->msg);
       continue;
     }
     if (nb == cap) {
       cap = cap ? cap * 2 : 16;
       wf_request_msg *nbatch = realloc(batch, cap * sizeof *nbatch);
-      if (!nbatch) {
+      int *ndest = nbatch ? realloc(dest, cap * sizeof *ndest) : NULL;
+      if (nbatch) batch = nbatch;
+      if (ndest) dest = ndest;
+      if (!nbatch || !ndest) {
         free(batch);
+        free(dest);
         wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
         return;
       }
-      batch = nbatch;
     }
+    dest[nb] = gs->coord_rank;
     batch[nb++] = r->msg; /* shallow: the encoder only reads */
   }
-  if (nb) {
+  /* one REQUESTS frame per coordinator, requests in submission order */
+  wf_request_msg *one = nb ? malloc(nb * sizeof *one) : NULL;
+  if (nb && !one) wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
+  for (uint32_t i = 0; one && i < nb; i++) {
+    int d = dest[i];
+    if (d < 0) continue;
+    uint32_t k = 0;
+    for (uint32_t j = i; j < nb; j++)
+      if (dest[j] == d) {
+        one[k++] = batch[j];
+        dest[j] = -1;
+      }
     wf_buf b = {0};
-    if (wf_encode_requests(&b, (uint32_t)w->rank, batch, nb) != WEFT_OK) b.oom = 1;
-    wf_engine_send_frame(w, 0, &b);
+    if (wf_encode_requests(&b, (uint32_t)w->rank, one, k) != WEFT_OK) b.oom = 1;
+    wf_engine_send_frame(w, d, &b);
     wf_buf_free(&b);
   }
+  free(one);
   free(batch);
+  free(dest);
+  if (del) drain_groups(w, NULL, del);
 }
 
-/* Rank 0: sends the coordinator's new responses to everyone (itself too). */
+/* Coordinators: send each group's new responses to its members (and queue
+ * them here: the coordinator is a member). */
 static void publish_responses(weft_world *w) {
-  if (!w->coord) return;
-  if (w->cycle_ns > 0) { /* hold ready responses for a cycle so more can fuse */
-    int64_t now = wf_now_ns();
-    if (now < w->next_publish) return;
-    w->next_publish = now + w->cycle_ns;
-  }
-  wf_response_msg *resps;
-  size_t n = wf_coord_take(w->coord, w->fusion_threshold, &resps);
-  if (!n) return;
-  wf_buf b = {0};
-  if (wf_encode_responses(&b, 0, resps, (uint32_t)n) != WEFT_OK) b.oom = 1;
-  for (int p = 1; p < w->size; p++) {
-    if (w->departed[p]) continue;
-    wf_buf copy = {0};
-    if (b.oom || !(copy.data = malloc(b.len))) copy.oom = 1;
-    else memcpy(copy.data, b.data, copy.len = copy.cap = b.len);
-    wf_engine_send_frame(w, p, &copy);
-    wf_buf_free(&copy);
-  }
-  wf_buf_free(&b);
-  handle_responses(w, resps, (uint32_t)n); /* takes the array's contents */
-  free(resps);
-}
-
-/* Queues responses for execution (takes their arrays). */
-static void handle_responses(weft_world *w, wf_response_msg *resps, uint32_t n) {
-  if (w->nresps + n > w->resps_cap) {
-    /* compact first */
-    if (w->resps_pos) {
-      memmove(w->resps, w->resps + w->resps_pos, (w->nresps - w->resps_pos) * sizeof *w->resps);
-      w->nresps -= w->resps_pos;
-      w->resps_pos = 0;
+  int64_t now = 0;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    if (!gs->coord) continue;
+    if (w->cycle_ns > 0) { /* hold ready responses for a cycle so more can fuse */
+      if (!now) now = wf_now_ns();
+      if (now < gs->next_publish) continue;
     }
-    size_t ncap = w->resps_cap ? w->resps_cap : 16;
-    while (ncap < w->nresps + n) ncap *= 2;
-    wf_response_msg *nr = realloc(w->resps, ncap * sizeof *nr);
-    if (!nr) {
-      for (uint32_t i = 0; i < n; i++) wf_response_msg_free(&resps[i]);
-      wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory queueing responses");
-      return;
+    wf_response_msg *resps;
+    size_t n = wf_coord_take(gs->coord, w->fusion_threshold, &resps);
+    if (!n) continue;
+    if (w->cycle_ns > 0) gs->next_publish = now + w->cycle_ns;
+    for (size_t i = 0; i < n; i++) resps[i].group_id = gs->id;
+    wf_buf b = {0};
+    if (wf_encode_responses(&b, (uint32_t)w->rank, resps, (uint32_t)n) != WEFT_OK) b.oom = 1;
+    for (int i = 0; i < gs->group->size; i++) {
+      int p = gs->group->ranks[i];
+      if (p == w->rank || w->departed[p]) continue;
+      wf_buf copy = {0};
+      if (b.oom || !(copy.data = malloc(b.len))) copy.oom = 1;
+      else memcpy(copy.data, b.data, copy.len = copy.cap = b.len);
+      wf_engine_send_frame(w, p, &copy);
+      wf_buf_free(&copy);
     }
-    w->resps = nr;
-    w->resps_cap = ncap;
+    wf_buf_free(&b);
+    wf_gs_queue_responses(gs, resps, (uint32_t)n); /* takes the array's contents */
+    free(resps);
   }
-  memcpy(w->resps + w->nresps, resps, n * sizeof *resps);
-  w->nresps += n;
 }
 
 /* A peer said goodbye after its last operation: everything it sent us is
- * already here (same stream). Work that still needs it fails: the
- * coordinator fails tensors it never submitted; the executor fails a
- * collective still waiting for its data; without the coordinator, tensors
- * with no response queued can never run. */
+ * already here (same stream). Work that still needs it fails: coordinators
+ * fail tensors it never submitted; an executor still waiting for its data
+ * fails; a group whose coordinator left cannot run tensors with no response
+ * queued. */
 static void peer_departed(weft_world *w, int peer) {
-  if (w->coord) wf_coord_rank_departed(w->coord, peer);
   wf_exec_peer_departed(w, peer);
-  if (peer != 0) return;
-  for (size_t i = 0; i < w->table.cap; i++) {
-    wf_strmap_entry *e = &w->table.slots[i];
-    if (!e->key || e->tomb) continue;
-    int queued = 0;
-    for (size_t k = w->resps_pos; k < w->nresps && !queued; k++)
-      for (uint32_t j = 0; j < w->resps[k].nnames && !queued; j++) queued = !strcmp(w->resps[k].names[j], e->key);
-    if (!queued) {
-      wf_world_fail(w, WEFT_ERR_PEER_LOST, "the coordinator (rank 0 on %s) has shut down (weft_finalize) while '%s' "
-                    "was being negotiated", w->peers[0].host, e->key);
-      return;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    int gr = wf_group_index(gs->group, peer);
+    if (gr < 0) continue;
+    if (gs->coord) wf_coord_rank_departed(gs->coord, gr);
+    if (peer != gs->coord_rank) continue;
+    for (size_t i = 0; i < gs->table.cap; i++) {
+      wf_strmap_entry *e = &gs->table.slots[i];
+      if (!e->key || e->tomb) continue;
+      int queued = 0;
+      for (size_t k = gs->resps_pos; k < gs->nresps && !queued; k++)
+        for (uint32_t j = 0; j < gs->resps[k].nnames && !queued; j++) queued = !strcmp(gs->resps[k].names[j], e->key);
+      if (!queued) {
+        wf_world_fail(w, WEFT_ERR_PEER_LOST,
+                      "the coordinator of group %u (rank %d on %s) has shut down (weft_finalize) while '%s' was being "
+                      "negotiated",
+                      gs->id, peer, w->peers[peer].host, e->key);
+        return;
+      }
     }
   }
 }
@@ -305,20 +367,53 @@ static void process_inbox(weft_world *w) {
     wf_inbox *m = w->in_head;
     w->in_head = m->next;
     if (!w->in_head) w->in_tail = NULL;
+    m->next = NULL;
     switch (m->type) {
-      case WF_MSG_REQUESTS:
+      case WF_MSG_REQUESTS: {
+        uint32_t kept = 0;
         for (uint32_t i = 0; i < m->reqs.count; i++) {
+          wf_request_msg *q = &m->reqs.reqs[i];
+          wf_gstate *gs = wf_gs_find(w, q->group_id);
+          if (!gs) { /* not registered here yet: keep it for later */
+            m->reqs.reqs[kept++] = *q;
+            continue;
+          }
+          int gr = wf_group_index(gs->group, m->peer);
+          if (!gs->coord || gr < 0) {
+            wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent a request for '%s' in group %u to a rank that does not "
+                          "coordinate it", m->peer, q->name, q->group_id);
+            free(q->splits);
+            continue;
+          }
           if (wf_tl_on(&w->tl)) {
             char what[32];
             snprintf(what, sizeof what, "rank %d ready", m->peer);
-            wf_tl_mark(&w->tl, m->reqs.reqs[i].name, what);
+            wf_tl_mark(&w->tl, q->name, what);
           }
-          wf_coord_add(w->coord, m->peer, &m->reqs.reqs[i]);
+          wf_coord_add(gs->coord, gr, q);
+          free(q->splits);
         }
-        wf_requests_msg_free(&m->reqs);
+        if (kept) {
+          m->reqs.count = kept;
+          m->next = w->orphans;
+          w->orphans = m;
+          continue; /* keep m */
+        }
+        free(m->reqs.reqs);
         break;
+      }
       case WF_MSG_RESPONSES:
-        handle_responses(w, m->resps.resps, m->resps.count);
+        for (uint32_t i = 0; i < m->resps.count; i++) {
+          wf_response_msg *q = &m->resps.resps[i];
+          wf_gstate *gs = wf_gs_find(w, q->group_id);
+          if (!gs || gs->coord_rank != m->peer) {
+            wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent a response for group %u, which it does not coordinate",
+                          m->peer, q->group_id);
+            wf_response_msg_free(q);
+            continue;
+          }
+          wf_gs_queue_responses(gs, q, 1);
+        }
         free(m->resps.resps);
         break;
       case WF_MSG_ABORT:
@@ -329,7 +424,7 @@ static void process_inbox(weft_world *w) {
         peer_departed(w, m->peer);
         break;
       case WF_MSG_STALL:
-        WF_WARN(WF_SUB_COORD, "this rank waits: %s (reported by the coordinator)", m->reason);
+        WF_WARN(WF_SUB_COORD, "this rank waits: %s (reported by rank %d)", m->reason, m->peer);
         break;
     }
     free(m);
@@ -346,15 +441,18 @@ static void fail_all(weft_world *w) {
   if (st == WEFT_OK) return;
   wf_exec_abort(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
-  for (size_t i = 0; i < w->table.cap; i++) {
-    wf_strmap_entry *e = &w->table.slots[i];
-    if (!e->key || e->tomb) continue;
-    weft_request *r = e->val;
-    wf_strmap_del(&w->table, e->key);
-    wf_request_complete(w, r, st, msg);
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    for (size_t i = 0; i < gs->table.cap; i++) {
+      wf_strmap_entry *e = &gs->table.slots[i];
+      if (!e->key || e->tomb) continue;
+      weft_request *r = e->val;
+      wf_strmap_del(&gs->table, e->key);
+      wf_request_complete(w, r, st, msg);
+    }
+    for (size_t i = gs->resps_pos; i < gs->nresps; i++) wf_response_msg_free(&gs->resps[i]);
+    gs->resps_pos = gs->nresps = 0;
   }
-  for (size_t i = w->resps_pos; i < w->nresps; i++) wf_response_msg_free(&w->resps[i]);
-  w->resps_pos = w->nresps = 0;
 }
 
 static void heartbeats(weft_world *w, int64_t now) {
@@ -386,28 +484,20 @@ static void send_abort(weft_world *w, const char *reason) {
 static int64_t next_deadline(weft_world *w, int64_t now) {
   /* Work queued without a socket event (a message handled while posting a
    * receive, a response for an idle executor) must not wait for one. */
-  if (w->in_head || (!w->exec.active && w->resps_pos < w->nresps)) return now;
+  if (w->in_head) return now;
   int64_t d = now + (int64_t)(w->hb_interval * 1e9);
-  if (w->coord) {
-    int64_t c = wf_coord_next_deadline(w->coord);
-    if (c < d) d = c;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    if (!gs->exec.active && gs->resps_pos < gs->nresps) return now;
+    if (gs->coord) {
+      int64_t c = wf_coord_next_deadline(gs->coord);
+      if (c < d) d = c;
+      if (w->cycle_ns > 0 && gs->next_publish < d) d = gs->next_publish;
+    }
   }
-  if (w->exec.active && w->exec.deadline < d) d = w->exec.deadline;
-  if (w->coord && w->cycle_ns > 0 && w->next_publish < d) d = w->next_publish;
-  return d;
-}
-
-/* Rank 0: tell every rank that waits for a stalled tensor, so the culprit
- * is visible from any rank's log (rank 0 has logged it already). */
-static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
-  weft_world *w = ctx;
-  for (int p = 1; p < w->size; p++) {
-    if (!submitted[p] || w->departed[p] || !wf_tcp_alive(w->tcp, p)) continue;
-    wf_buf b = {0};
-    wf_encode_stall(&b, (uint32_t)w->rank, report);
-    wf_engine_send_frame(w, p, &b);
-    wf_buf_free(&b);
-  }
+  const char *name;
+  int64_t x = wf_exec_deadline(w, &name);
+  return x < d ? x : d;
 }
 
 static void *engine_main(void *arg) {
@@ -449,14 +539,13 @@ static void *engine_main(void *arg) {
     wf_exec_progress(w);
     publish_responses(w);
     now = wf_now_ns();
-    if (w->coord) wf_coord_check_timeouts(w->coord, now);
+    for (int gi = 0; gi < w->ngs; gi++)
+      if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
-    if (w->exec.active && now >= w->exec.deadline) {
-      char msg[512];
-      snprintf(msg, sizeof msg, "collective '%s' (%s) timed out after %g s", w->exec.req->msg.name,
-               w->exec.algo ? w->exec.algo : "?", w->timeout_seconds);
-      wf_world_fail(w, WEFT_ERR_TIMEOUT, "%s", msg);
-    }
+    const char *late;
+    if (wf_exec_deadline(w, &late) <= now)
+      wf_world_fail(w, WEFT_ERR_TIMEOUT, "collective '%s' timed out after %g s: its data did not arrive", late,
+                    w->timeout_seconds);
     if (now >= w->next_hb_check) {
       heartbeats(w, now);
       w->next_hb_check = now + (int64_t)(w->hb_interval * 1e9 / 2);
@@ -496,12 +585,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   w->tr = wf_tcp_transport(w->tcp);
-  if (w->rank == 0) {
-    if (wf_coord_create(w->size, w->timeout_seconds, &w->coord))
-      return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator");
-    wf_coord_set_stall_handler(w->coord, on_stall, w);
-  }
-  wf_strmap_init(&w->table);
+  WF_CHECK(wf_gs_add(w, &w->world_group));
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
   w->fusion_threshold = thr > 0 ? (uint64_t)thr : 0;
@@ -529,18 +613,32 @@ void wf_engine_stop(weft_world *w) {
     free(m);
   }
   w->in_tail = NULL;
-  for (size_t i = w->resps_pos; i < w->nresps; i++) wf_response_msg_free(&w->resps[i]);
-  free(w->resps);
-  w->resps = NULL;
-  w->nresps = w->resps_pos = w->resps_cap = 0;
+  while (w->orphans) {
+    wf_inbox *m = w->orphans;
+    w->orphans = m->next;
+    wf_requests_msg_free(&m->reqs);
+    free(m);
+  }
+  while (w->ngs > 0) wf_gs_remove(w, w->gs[w->ngs - 1]);
+  free(w->gs);
+  w->gs = NULL;
+  /* groups created or destroyed but never seen by the engine */
+  for (weft_group *g = w->new_groups, *next; g; g = next) {
+    next = g->next;
+    free(g->ranks);
+    g->magic = 0;
+    free(g);
+  }
+  w->new_groups = NULL;
+  for (weft_group *g = w->dead_groups, *next; g; g = next) {
+    next = g->next;
+    free(g->ranks);
+    g->magic = 0;
+    free(g);
+  }
+  w->dead_groups = NULL;
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
-  wf_coord_destroy(w->coord);
-  w->coord = NULL;
-  wf_strmap_free(&w->table);
-  free(w->fusion_buf);
-  w->fusion_buf = NULL;
-  w->fusion_cap = 0;
   free(w->departed);
   w->departed = NULL;
   if (w->evfd >= 0) close(w->evfd);

@@ -30,10 +30,11 @@ enum wf_req_state { WF_REQ_QUEUED = 0, WF_REQ_NEGOTIATING = 1, WF_REQ_RUNNING = 
 
 struct weft_group {
   uint32_t magic;
-  uint32_t id;        /* 0: the world group */
+  uint32_t id;        /* 0: the world group; else derived from the members (groups.c) */
   weft_world *world;
   int size, rank;     /* this rank's index in the group, -1 if not a member */
-  int *ranks;         /* group rank -> world rank */
+  int *ranks;         /* group rank -> world rank, ascending */
+  struct weft_group *next; /* registration / removal lists */
 };
 
 struct weft_request {
@@ -46,6 +47,7 @@ struct weft_request {
 
   /* what was asked (immutable after submission) */
   wf_request_msg msg;        /* the wire description (name, coll, dtype, shape, ...) */
+  char key[WF_NAME_MAX + 16];/* "<group id>/<name>": the in-flight set's key */
   weft_tensor in, out;       /* descriptors; shapes point into in_shape/out_shape */
   int64_t in_shape[WEFT_MAX_DIMS], out_shape[WEFT_MAX_DIMS];
   weft_done_fn callback;
@@ -59,16 +61,21 @@ struct weft_request {
   char *error;               /* malloc'd message or NULL */
   void *result;              /* allgather/alltoall/reducescatter output data */
   int result_owned;          /* the request frees result */
+  int alloc_failed;          /* the caller's allocator returned NULL: ran into a
+                                private buffer, then failed with NO_MEMORY */
   int64_t result_shape[WEFT_MAX_DIMS];
   int result_ndim;
   int64_t *recv_splits;      /* alltoall: group size entries */
   int nrecv_splits;
 };
 
-/* The collective being executed (one at a time, in response order). */
+/* The collective a group is executing (one at a time per group, in the
+ * group's response order; groups run concurrently so that two groups whose
+ * members overlap can never wait for each other). */
 typedef struct wf_exec {
   int active;
   uint64_t seq;
+  uint64_t tag;              /* transport tag: group id and seq */
   weft_request *req;         /* the first (or only) request of the response */
   weft_request **fused;      /* all requests of a fused response (nfused > 1), else NULL */
   uint32_t nfused;
@@ -83,6 +90,23 @@ typedef struct wf_exec {
   const char *algo;
   int64_t deadline;
 } wf_exec;
+
+/* Engine-side state of one group (the world group or a process set). */
+typedef struct wf_gstate {
+  weft_world *world;
+  weft_group *group;
+  uint32_t id;
+  int coord_rank;            /* world rank of the group's coordinator: its first member */
+  wf_coord *coord;           /* on the coordinator only */
+  wf_strmap table;           /* name -> request submitted here, not yet executed */
+  wf_response_msg *resps;    /* responses received, not yet executed (seq order) */
+  size_t nresps, resps_cap, resps_pos;
+  uint64_t next_seq;         /* next response seq to execute */
+  wf_exec exec;
+  void *fusion_buf;          /* persistent fusion buffer */
+  size_t fusion_cap;
+  int64_t next_publish;      /* cycle time: when the coordinator publishes next */
+} wf_gstate;
 
 /* A control message received, waiting for the engine to act on it. */
 typedef struct wf_inbox {
@@ -106,7 +130,10 @@ struct weft_world {
   /* shared with callers, under mu */
   pthread_mutex_t mu;
   weft_request *q_head, *q_tail; /* submitted, not yet seen by the engine */
-  wf_strmap inflight;        /* name -> request, for duplicate detection */
+  wf_strmap inflight;        /* "<group id>/<name>" -> request, for duplicate detection */
+  weft_group *new_groups;    /* created, not yet seen by the engine */
+  weft_group *dead_groups;   /* destroyed, for the engine to forget and free */
+  wf_strmap group_counts;    /* member list -> groups created with it (ids) */
   weft_status fail_status;   /* sticky: WEFT_OK while healthy */
   char fail_msg[1024];
   int stopping;
@@ -123,18 +150,12 @@ struct weft_world {
   _Atomic int wake_pending;  /* an eventfd write is outstanding */
   wf_tcp *tcp;
   wf_transport *tr;
-  wf_strmap table;           /* name -> request: submitted here, not yet executed */
-  wf_coord *coord;           /* rank 0 only */
+  wf_gstate **gs;            /* groups this rank is a member of; gs[0]: the world */
+  int ngs;
   wf_inbox *in_head, *in_tail;
-  wf_response_msg *resps;    /* responses received, not yet executed (seq order) */
-  size_t nresps, resps_cap, resps_pos;
-  uint64_t next_seq;         /* next response seq to execute */
-  wf_exec exec;
-  void *fusion_buf;          /* persistent fusion buffer (engine thread) */
-  size_t fusion_cap;
+  wf_inbox *orphans;         /* requests for a group not registered here yet */
   uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
-  int64_t next_publish;
   int *departed;             /* per rank: sent BYE */
   int64_t next_hb_check;
 };
@@ -171,11 +192,26 @@ uint64_t wf_request_bytes(const weft_request *r);
 /* Executor (exec.c, engine thread). */
 /* Starts executing the next response if idle; progresses the current one. */
 void wf_exec_progress(weft_world *w);
-/* peer said goodbye: fails the executing collective if it still needs
- * data from peer. */
+/* peer said goodbye: fails the world if a group's executing collective
+ * still needs data from peer. */
 void wf_exec_peer_departed(weft_world *w, int peer);
-/* Fails the executing collective (if any) with st/msg. */
+/* Fails every group's executing collective (if any) with st/msg. */
 void wf_exec_abort(weft_world *w, weft_status st, const char *msg);
+/* The earliest deadline of an executing collective (INT64_MAX if none);
+ * *name gets its tensor name. */
+int64_t wf_exec_deadline(weft_world *w, const char **name);
+
+/* Groups (groups.c, engine thread unless noted). */
+wf_gstate *wf_gs_find(weft_world *w, uint32_t id);
+/* Registers g with the engine: its state, and its coordinator if this rank
+ * is g's first member. */
+weft_status wf_gs_add(weft_world *w, weft_group *g);
+/* Forgets g's state and frees g. */
+void wf_gs_remove(weft_world *w, wf_gstate *gs);
+/* g's index of world rank r, or -1. Any thread. */
+int wf_group_index(const weft_group *g, int r);
+/* Responses received for gs (takes their arrays). */
+void wf_gs_queue_responses(wf_gstate *gs, wf_response_msg *resps, uint32_t n);
 
 /* Sends an encoded frame (taken) to peer, or handles it locally when peer
  * is this rank (engine thread). */

@@ -21,8 +21,8 @@ static int64_t elems_of(const int64_t *shape, int from, int ndim) {
   return n;
 }
 
-static void exec_clear(weft_world *w) {
-  wf_exec *x = &w->exec;
+static void exec_clear(wf_gstate *gs) {
+  wf_exec *x = &gs->exec;
   wf_sched_free(&x->sched);
   wf_response_msg_free(&x->resp);
   free(x->send_idx);
@@ -33,13 +33,21 @@ static void exec_clear(weft_world *w) {
   memset(x, 0, sizeof *x);
 }
 
-static void exec_finish(weft_world *w, weft_status st, const char *msg) {
-  wf_exec *x = &w->exec;
+/* Completes the group's executing collective. Its transfers must be done
+ * or cancelled (wf_exec_abort cancels them all first). */
+static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char *msg) {
+  wf_exec *x = &gs->exec;
   weft_request *one = x->req, **many = x->fused;
   uint32_t n = x->nfused;
   x->fused = NULL;
-  if (st != WEFT_OK) w->tr->ops->cancel_data(w->tr);
-  exec_clear(w);
+  exec_clear(gs);
+  if (one && one->alloc_failed && st == WEFT_OK) {
+    if (one->result_owned) free(one->result);
+    one->result = NULL;
+    one->result_owned = 0;
+    st = WEFT_ERR_NO_MEMORY;
+    msg = "the output allocator returned NULL: this rank took part in the collective but its result was discarded";
+  }
   if (many) {
     for (uint32_t i = 0; i < n; i++) {
       wf_tl_end(&w->tl, many[i]->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
@@ -53,7 +61,25 @@ static void exec_finish(weft_world *w, weft_status st, const char *msg) {
 }
 
 void wf_exec_abort(weft_world *w, weft_status st, const char *msg) {
-  if (w->exec.active) exec_finish(w, st, msg);
+  int any = 0;
+  for (int gi = 0; gi < w->ngs; gi++) any |= w->gs[gi]->exec.active;
+  if (!any) return;
+  w->tr->ops->cancel_data(w->tr); /* the transports forget every buffer first */
+  for (int gi = 0; gi < w->ngs; gi++)
+    if (w->gs[gi]->exec.active) exec_finish(w, w->gs[gi], st, msg);
+}
+
+int64_t wf_exec_deadline(weft_world *w, const char **name) {
+  int64_t d = INT64_MAX;
+  *name = "";
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_exec *x = &w->gs[gi]->exec;
+    if (x->active && x->deadline < d) {
+      d = x->deadline;
+      *name = x->req->msg.name;
+    }
+  }
+  return d;
 }
 
 /* Allocates an output of bytes through the user's allocator or malloc. */
@@ -61,8 +87,12 @@ static weft_status alloc_output(weft_request *r, size_t bytes) {
   if (r->alloc) {
     r->result = r->alloc(bytes, r->alloc_ctx);
     r->result_owned = 0;
-    if (!r->result && bytes) return WEFT_ERR_NO_MEMORY;
-  } else {
+    if (r->result || !bytes) return WEFT_OK;
+    /* The other ranks run this collective anyway: take part with a private
+     * buffer so nobody waits, and report NO_MEMORY for this request. */
+    r->alloc_failed = 1;
+  }
+  {
     r->result = malloc(bytes ? bytes : 1);
     r->result_owned = 1;
     if (!r->result) return WEFT_ERR_NO_MEMORY;
@@ -71,8 +101,8 @@ static weft_status alloc_output(weft_request *r, size_t bytes) {
 }
 
 /* Fills args for the response's collective; allocates outputs. */
-static weft_status prepare(weft_world *w, wf_coll_args *a, char *err, size_t errlen) {
-  wf_exec *x = &w->exec;
+static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
+  wf_exec *x = &gs->exec;
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
   weft_group *g = r->group;
@@ -97,20 +127,20 @@ static weft_status prepare(weft_world *w, wf_coll_args *a, char *err, size_t err
       if (x->nfused > 1) { /* pack every tensor (prescaled) into the fusion buffer */
         size_t sum = 0;
         for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)elems_of(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
-        if (sum * es > w->fusion_cap) {
-          void *nb = realloc(w->fusion_buf, sum * es);
+        if (sum * es > gs->fusion_cap) {
+          void *nb = realloc(gs->fusion_buf, sum * es);
           if (!nb) return WEFT_ERR_NO_MEMORY;
-          w->fusion_buf = nb;
-          w->fusion_cap = sum * es;
+          gs->fusion_buf = nb;
+          gs->fusion_cap = sum * es;
         }
         size_t off = 0;
         for (uint32_t i = 0; i < x->nfused; i++) {
           weft_request *q = x->fused[i];
           size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
-          wf_scale_copy(m->dtype, (char *)w->fusion_buf + off * es, q->in.data, k, m->prescale);
+          wf_scale_copy(m->dtype, (char *)gs->fusion_buf + off * es, q->in.data, k, m->prescale);
           off += k;
         }
-        a->buf = w->fusion_buf;
+        a->buf = gs->fusion_buf;
         a->count = sum;
         break;
       }
@@ -264,8 +294,8 @@ static void post_process(const wf_request_msg *m, void *buf, size_t count, int n
 }
 
 /* Output post-processing once the schedule has run. */
-static void finalize_output(weft_world *w) {
-  wf_exec *x = &w->exec;
+static void finalize_output(wf_gstate *gs) {
+  wf_exec *x = &gs->exec;
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
   int n = r->group->size;
@@ -274,7 +304,7 @@ static void finalize_output(weft_world *w) {
     for (uint32_t i = 0; i < x->nfused; i++) {
       weft_request *q = x->fused[i];
       size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
-      memcpy(q->out.data, (char *)w->fusion_buf + off * es, k * es);
+      memcpy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
       post_process(m, q->out.data, k, n);
       off += k;
     }
@@ -285,24 +315,24 @@ static void finalize_output(weft_world *w) {
   }
 }
 
-/* Starts the next queued response. Returns 1 if one was taken. */
-static int start_next(weft_world *w) {
-  if (w->resps_pos >= w->nresps) return 0;
-  wf_response_msg resp = w->resps[w->resps_pos++];
-  if (w->resps_pos == w->nresps) w->resps_pos = w->nresps = 0;
-  if (resp.seq != w->next_seq) {
-    wf_world_fail(w, WEFT_ERR_PROTOCOL, "response %llu arrived when %llu was expected (coordinator rank 0)",
-                  (unsigned long long)resp.seq, (unsigned long long)w->next_seq);
+/* Starts the group's next queued response. Returns 1 if one was taken. */
+static int start_next(weft_world *w, wf_gstate *gs) {
+  if (gs->resps_pos >= gs->nresps) return 0;
+  wf_response_msg resp = gs->resps[gs->resps_pos++];
+  if (gs->resps_pos == gs->nresps) gs->resps_pos = gs->nresps = 0;
+  if (resp.seq != gs->next_seq) {
+    wf_world_fail(w, WEFT_ERR_PROTOCOL, "group %u: response %llu arrived when %llu was expected (coordinator rank %d)",
+                  gs->id, (unsigned long long)resp.seq, (unsigned long long)gs->next_seq, gs->coord_rank);
     wf_response_msg_free(&resp);
     return 1;
   }
-  w->next_seq++;
+  gs->next_seq++;
   const char *name = resp.nnames ? resp.names[0] : "";
-  weft_request *r = resp.nnames ? wf_strmap_get(&w->table, name) : NULL;
+  weft_request *r = resp.nnames ? wf_strmap_get(&gs->table, name) : NULL;
   if (resp.type == WF_RESP_ERROR) {
     /* A timeout may name a tensor this rank never submitted: nothing to fail. */
     if (r) {
-      wf_strmap_del(&w->table, name);
+      wf_strmap_del(&gs->table, name);
       wf_tl_end(&w->tl, name, resp.error ? resp.error : "error");
       wf_request_complete(w, r, resp.status < 0 ? (weft_status)resp.status : WEFT_ERR_INTERNAL, resp.error);
     }
@@ -313,7 +343,7 @@ static int start_next(weft_world *w) {
   if (r && resp.nnames > 1) {
     fused = malloc(sizeof *fused * resp.nnames);
     for (uint32_t i = 0; fused && i < resp.nnames; i++) {
-      fused[i] = wf_strmap_get(&w->table, resp.names[i]);
+      fused[i] = wf_strmap_get(&gs->table, resp.names[i]);
       if (!fused[i] || fused[i]->msg.coll != WF_COLL_ALLREDUCE) {
         name = resp.names[i];
         r = NULL;
@@ -328,15 +358,16 @@ static int start_next(weft_world *w) {
   }
   if (!r) {
     free(fused);
-    wf_world_fail(w, WEFT_ERR_PROTOCOL, "the coordinator scheduled tensor '%s', which this rank did not submit", name);
+    wf_world_fail(w, WEFT_ERR_PROTOCOL, "the coordinator of group %u scheduled tensor '%s', which this rank did not "
+                  "submit", gs->id, name);
     wf_response_msg_free(&resp);
     return 1;
   }
   for (uint32_t i = 0; i < resp.nnames; i++) {
-    weft_request *q = wf_strmap_del(&w->table, resp.names[i]);
+    weft_request *q = wf_strmap_del(&gs->table, resp.names[i]);
     atomic_store_explicit(&q->state, WF_REQ_RUNNING, memory_order_relaxed);
   }
-  wf_exec *x = &w->exec;
+  wf_exec *x = &gs->exec;
   memset(x, 0, sizeof *x);
   x->active = 1;
   x->req = r;
@@ -344,10 +375,12 @@ static int start_next(weft_world *w) {
   x->nfused = fused ? resp.nnames : 1;
   x->resp = resp;
   x->seq = resp.seq;
+  /* data tags of different groups never collide: group id in the top bits */
+  x->tag = ((uint64_t)gs->id << 40) | (resp.seq & ((1ull << 40) - 1));
   x->deadline = wf_deadline_after(w->timeout_seconds);
   char err[512] = "";
   wf_coll_args a;
-  weft_status st = prepare(w, &a, err, sizeof err);
+  weft_status st = prepare(gs, &a, err, sizeof err);
   if (st == WEFT_OK) {
     x->send_idx = calloc((size_t)w->size, sizeof *x->send_idx);
     x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
@@ -360,9 +393,13 @@ static int start_next(weft_world *w) {
   }
   if (st == WEFT_OK) st = wf_sched_finish(&x->sched);
   if (st != WEFT_OK) {
+    /* The other ranks run this collective: one that cannot leaves them
+     * waiting, so the whole world fails, naming the tensor and the cause. */
     char msg[768];
-    snprintf(msg, sizeof msg, "tensor '%s': %s", name, err[0] ? err : weft_status_string(st));
-    exec_finish(w, st, msg);
+    snprintf(msg, sizeof msg, "tensor '%s' cannot run on rank %d: %s", name, w->rank,
+             err[0] ? err : weft_status_string(st));
+    exec_finish(w, gs, st, msg);
+    wf_world_fail(w, st, "%s", msg);
     return 1;
   }
   if (wf_tl_on(&w->tl)) {
@@ -372,23 +409,23 @@ static int start_next(weft_world *w) {
       wf_tl_begin(&w->tl, q->msg.name, wf_phase_run(q->msg.coll), wf_request_bytes(q), x->algo ? x->algo : "-");
     }
   }
-  WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' seq %llu with %s (%zu rounds)", wf_coll_name(r->msg.coll), name,
-           (unsigned long long)x->seq, x->algo ? x->algo : "-", x->sched.nrounds);
+  WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' group %u seq %llu with %s (%zu rounds)", wf_coll_name(r->msg.coll), name,
+           gs->id, (unsigned long long)x->seq, x->algo ? x->algo : "-", x->sched.nrounds);
   return 1;
 }
 
 /* Posts the transfers of the current round. Returns WEFT_OK or an error. */
-static weft_status post_round(weft_world *w) {
-  wf_exec *x = &w->exec;
-  const int *ranks = x->req->group->ranks;
+static weft_status post_round(weft_world *w, wf_gstate *gs) {
+  wf_exec *x = &gs->exec;
+  const int *ranks = gs->group->ranks;
   size_t end = x->sched.round_end[x->round];
   for (size_t i = x->round_first; i < end; i++) {
     const wf_step *s = &x->sched.steps[i];
     if (s->kind != WF_STEP_SEND && s->kind != WF_STEP_RECV) continue;
     int peer = ranks[s->peer];
     weft_status st = s->kind == WF_STEP_SEND
-                         ? w->tr->ops->send(w->tr, peer, x->seq, x->send_idx[peer]++, s->src, s->bytes, &x->pending)
-                         : w->tr->ops->recv(w->tr, peer, x->seq, x->recv_idx[peer]++, s->dst, s->bytes, &x->pending);
+                         ? w->tr->ops->send(w->tr, peer, x->tag, x->send_idx[peer]++, s->src, s->bytes, &x->pending)
+                         : w->tr->ops->recv(w->tr, peer, x->tag, x->recv_idx[peer]++, s->dst, s->bytes, &x->pending);
     if (st != WEFT_OK) {
       if (w->departed[peer])
         return wf_err(WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
@@ -402,30 +439,35 @@ static weft_status post_round(weft_world *w) {
 }
 
 void wf_exec_peer_departed(weft_world *w, int peer) {
-  wf_exec *x = &w->exec;
   /* Everything peer sent came before its BYE: a transfer with it that is
    * still incomplete now never will be. Later receives from it are checked
    * when posted (the transport satisfies them from what arrived, or fails). */
-  if (x->active && w->tr->ops->incomplete(w->tr, peer))
-    wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
-                  peer, w->peers[peer].host, x->req->msg.name);
+  if (!w->tr->ops->incomplete(w->tr, peer)) return;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_exec *x = &w->gs[gi]->exec;
+    if (x->active && wf_group_index(w->gs[gi]->group, peer) >= 0) {
+      wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
+                    peer, w->peers[peer].host, x->req->msg.name);
+      return;
+    }
+  }
 }
 
-void wf_exec_progress(weft_world *w) {
-  wf_exec *x = &w->exec;
+static void progress_group(weft_world *w, wf_gstate *gs) {
+  wf_exec *x = &gs->exec;
   for (;;) {
     weft_status st = WEFT_OK;
     if (!x->active) {
-      if (!start_next(w)) return;
+      if (!start_next(w, gs)) return;
       if (!x->active) continue;
-      if (x->sched.nrounds > 0) st = post_round(w);
+      if (x->sched.nrounds > 0) st = post_round(w, gs);
     } else if (x->pending > 0) {
       return;
     } else {
       /* The round's transfers are complete: run its local steps. */
       wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
       x->round_first = x->sched.round_end[x->round];
-      if (++x->round < x->sched.nrounds) st = post_round(w);
+      if (++x->round < x->sched.nrounds) st = post_round(w, gs);
     }
     if (st != WEFT_OK) {
       /* A transfer could not be posted: the peer is gone, or memory. */
@@ -435,8 +477,12 @@ void wf_exec_progress(weft_world *w) {
       return;
     }
     if (x->round >= x->sched.nrounds) {
-      finalize_output(w);
-      exec_finish(w, WEFT_OK, NULL);
+      finalize_output(gs);
+      exec_finish(w, gs, WEFT_OK, NULL);
     }
   }
+}
+
+void wf_exec_progress(weft_world *w) {
+  for (int gi = 0; gi < w->ngs; gi++) progress_group(w, w->gs[gi]);
 }

@@ -21,33 +21,33 @@
 /* Clamp before converting: a value in (MAX, MAX + 1) truncates to MAX
  * anyway, and the bounds are exact in double for widths up to 32 bits. */
 static inline uint8_t wf_sat_u8(double v) {
-  v = v != v ? 0.0 : v;
-  v = v < 0.0 ? 0.0 : v;
-  v = v > 255.0 ? 255.0 : v;
+  v = v == v ? v : 0.0;
+  v = v > 0.0 ? v : 0.0;
+  v = v < 255.0 ? v : 255.0;
   return (uint8_t)v;
 }
 static inline int8_t wf_sat_i8(double v) {
-  v = v != v ? 0.0 : v;
-  v = v < -128.0 ? -128.0 : v;
-  v = v > 127.0 ? 127.0 : v;
+  v = v == v ? v : 0.0;
+  v = v > -128.0 ? v : -128.0;
+  v = v < 127.0 ? v : 127.0;
   return (int8_t)v;
 }
 static inline uint16_t wf_sat_u16(double v) {
-  v = v != v ? 0.0 : v;
-  v = v < 0.0 ? 0.0 : v;
-  v = v > 65535.0 ? 65535.0 : v;
+  v = v == v ? v : 0.0;
+  v = v > 0.0 ? v : 0.0;
+  v = v < 65535.0 ? v : 65535.0;
   return (uint16_t)v;
 }
 static inline int16_t wf_sat_i16(double v) {
-  v = v != v ? 0.0 : v;
-  v = v < -32768.0 ? -32768.0 : v;
-  v = v > 32767.0 ? 32767.0 : v;
+  v = v == v ? v : 0.0;
+  v = v > -32768.0 ? v : -32768.0;
+  v = v < 32767.0 ? v : 32767.0;
   return (int16_t)v;
 }
 static inline int32_t wf_sat_i32(double v) {
-  v = v != v ? 0.0 : v;
-  v = v < -2147483648.0 ? -2147483648.0 : v;
-  v = v > 2147483647.0 ? 2147483647.0 : v;
+  v = v == v ? v : 0.0;
+  v = v > -2147483648.0 ? v : -2147483648.0;
+  v = v < 2147483647.0 ? v : 2147483647.0;
   return (int32_t)v;
 }
 /* INT64_MAX is not a double: test against 2^63 instead of clamping. */

@@ -42,30 +42,31 @@ def _from_bytes_tensor(t):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """root_rank's obj (pickled, sent as a uint8 tensor), on every rank."""
-    name = name or type(obj).__name__
+    """root_rank's obj (pickled, sent as a uint8 tensor), on every rank.
+    Other ranks' obj is ignored (None is fine)."""
+    base = op_name("broadcast_object", name)
     if rank() == root_rank:
         payload = _to_bytes_tensor(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
         payload = None
         length = torch.zeros(1, dtype=torch.int64)
-    _broadcast_async(length, True, root_rank, op_name("broadcast", name + ".sz"), process_set,
+    _broadcast_async(length, True, root_rank, base + ".sz", process_set,
                      "broadcast_object").synchronize()
     if payload is None:
         payload = torch.empty(int(length[0]), dtype=torch.uint8)
-    _broadcast_async(payload, True, root_rank, op_name("broadcast", name + ".t"), process_set,
+    _broadcast_async(payload, True, root_rank, base + ".t", process_set,
                      "broadcast_object").synchronize()
     return _from_bytes_tensor(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's obj (picklable), in rank order."""
-    name = name or type(obj).__name__
+    base = op_name("allgather_object", name)
     payload = _to_bytes_tensor(obj)
-    sizes = _allgather_async(torch.tensor([payload.numel()], dtype=torch.int64), op_name("allgather", name + ".sz"),
-                             process_set, "allgather_object").synchronize()
-    data = _allgather_async(payload, op_name("allgather", name + ".t"), process_set, "allgather_object").synchronize()
+    length = torch.tensor([payload.numel()], dtype=torch.int64)
+    sizes = _allgather_async(length, base + ".sz", process_set, "allgather_object").synchronize()
+    data = _allgather_async(payload, base + ".t", process_set, "allgather_object").synchronize()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(_from_bytes_tensor(data[offset:offset + n]))

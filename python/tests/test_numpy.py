@@ -1,0 +1,188 @@
+"""weft's numpy API: every collective, dtype and reduce op against
+references computed here from every rank's known input."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import weft
+from conftest import ranks
+
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
+OPS = {weft.SUM: np.add.reduce, weft.MIN: np.minimum.reduce, weft.MAX: np.maximum.reduce,
+       weft.PRODUCT: np.multiply.reduce}
+
+
+def contribution(r, n_elems, dtype):
+    """Rank r's input: small values (products of a few ranks stay exact)."""
+    if dtype == np.bool_:
+        return (np.arange(n_elems) + r) % 3 == 0
+    return ((np.arange(n_elems) * 7 + r * 5) % 3 + 1).astype(dtype)
+
+
+def test_ranks_and_sizes():
+    r, n = ranks()
+    assert r == int(os.environ.get("WEFT_RANK", 0))
+    assert n == int(os.environ.get("WEFT_SIZE", 1))
+    # weftrun runs every rank on this host
+    assert (weft.local_rank(), weft.local_size(), weft.cross_rank(), weft.cross_size()) == (r, n, 0, 1)
+    assert weft.is_initialized()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", sorted(OPS), ids=["sum", "min", "max", "product"])
+def test_allreduce_dtype_op(dtype, op):
+    r, n = ranks()
+    count = 37
+    got = weft.allreduce(contribution(r, count, dtype), op=op)
+    expect = OPS[op](np.stack([contribution(k, count, dtype) for k in range(n)]), axis=0)
+    assert got.dtype == np.dtype(dtype) and got.shape == (count,)
+    if dtype == np.float16:
+        np.testing.assert_allclose(got.astype(np.float32), expect.astype(np.float32), rtol=1e-3)
+    else:
+        np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_allreduce_average(dtype):
+    r, n = ranks()
+    got = weft.allreduce(contribution(r, 10, dtype), op="average")
+    total = sum(contribution(k, 10, dtype).astype(np.int64) for k in range(n))
+    if np.issubdtype(dtype, np.integer):
+        np.testing.assert_array_equal(got, total // n)  # non-negative: truncation == floor
+    else:
+        np.testing.assert_allclose(got, total / n, rtol=1e-6)
+
+
+def test_allreduce_scales_inplace_and_out():
+    r, n = ranks()
+    x = np.full((3, 4), r + 1.0)
+    expect = 0.5 * 3.0 * sum(k + 1.0 for k in range(n))
+    np.testing.assert_allclose(weft.allreduce(x, prescale=3.0, postscale=0.5), expect)
+    assert np.all(x == r + 1.0)  # input untouched
+    out = np.empty_like(x)
+    assert weft.allreduce(x, out=out) is out
+    np.testing.assert_allclose(out, sum(k + 1.0 for k in range(n)))
+    assert weft.allreduce_(x) is x
+    np.testing.assert_allclose(x, sum(k + 1.0 for k in range(n)))
+    with pytest.raises(ValueError):
+        weft.allreduce_(np.ones((4, 4))[:, 1])  # in place needs a contiguous array
+
+
+def test_allreduce_large_and_scalar_and_empty():
+    r, n = ranks()
+    x = np.arange(1 << 20, dtype=np.float32) + r
+    got = weft.allreduce(x)
+    expect = np.arange(1 << 20, dtype=np.float64) * n + n * (n - 1) / 2
+    np.testing.assert_allclose(got, expect, rtol=1e-6)
+    s = weft.allreduce(np.float64(r), op="max")
+    assert s.shape == () and s == n - 1
+    e = weft.allreduce(np.zeros((0, 3), np.float32))
+    assert e.shape == (0, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_allgather_uneven(dtype):
+    r, n = ranks()
+    mine = np.stack([contribution(r + i, 3, dtype) for i in range(r)]).reshape(r, 3) if r else np.zeros((0, 3), dtype)
+    got = weft.allgather(mine)
+    expect = np.concatenate([np.stack([contribution(k + i, 3, dtype) for i in range(k)]).reshape(k, 3)
+                             if k else np.zeros((0, 3), dtype) for k in range(n)])
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, expect)
+    assert got.flags.writeable
+
+
+def test_broadcast_every_root():
+    r, n = ranks()
+    for root in range(n):
+        x = np.full((2, 5), r * 10 + 1, dtype=np.int32)
+        got = weft.broadcast(x, root)
+        np.testing.assert_array_equal(got, np.full((2, 5), root * 10 + 1))
+        assert np.all(x == r * 10 + 1)  # out of place
+        assert weft.broadcast_(x, root) is x
+        np.testing.assert_array_equal(x, np.full((2, 5), root * 10 + 1))
+
+
+def test_alltoall_even_and_uneven():
+    r, n = ranks()
+    x = np.arange(2 * n * 3, dtype=np.float32).reshape(2 * n, 3) + 100 * r
+    out, splits = weft.alltoall(x)
+    expect = np.concatenate([(np.arange(2 * n * 3, dtype=np.float32).reshape(2 * n, 3) + 100 * k)[2 * r:2 * r + 2]
+                             for k in range(n)])
+    np.testing.assert_array_equal(out, expect)
+    np.testing.assert_array_equal(splits, [2] * n)
+
+    # rank k sends j+k rows to rank j (some zero), and keeps a spare row unsent
+    def sends(k):
+        return [(j + k) % 3 for j in range(n)]
+
+    def data(k):
+        return np.arange(sum(sends(k)) + 1, dtype=np.int64) + 1000 * k
+    out, splits = weft.alltoall(data(r), splits=sends(r))
+    pieces = []
+    for k in range(n):
+        start = sum(sends(k)[:r])
+        pieces.append(data(k)[start:start + sends(k)[r]])
+    np.testing.assert_array_equal(out, np.concatenate(pieces))
+    np.testing.assert_array_equal(splits, [sends(k)[r] for k in range(n)])
+
+
+def test_reducescatter_uneven():
+    r, n = ranks()
+    rows = 2 * n + 1  # the first rank gets one extra row
+    x = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) * (r + 1)
+    got = weft.reducescatter(x)
+    total = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) * sum(k + 1 for k in range(n))
+    counts = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
+    start = sum(counts[:r])
+    np.testing.assert_allclose(got, total[start:start + counts[r]])
+    got = weft.reducescatter(x, op="max", postscale=2.0)
+    np.testing.assert_allclose(got, 2 * n * np.arange(rows * 2, dtype=np.float64).reshape(rows, 2)[start:start +
+                                                                                                  counts[r]])
+
+
+def test_async_many_in_flight_out_of_order():
+    r, n = ranks()
+    reqs = [weft.allreduce_async(np.full(100, i + r, np.int64), name="many.%d" % i) for i in range(20)]
+    assert reqs[0].name == "allreduce.many.0"
+    for i, req in reversed(list(enumerate(reqs))):
+        np.testing.assert_array_equal(req.synchronize(), i * n + n * (n - 1) // 2)
+        assert req.poll()
+    unnamed = weft.allgather_async(np.array([r]))
+    assert unnamed.name.startswith("allgather.noname.")
+    np.testing.assert_array_equal(unnamed.wait(), np.arange(n))
+
+
+def test_gil_released_while_waiting():
+    """A thread keeps running while the main thread waits for an allreduce
+    that rank 0 delays (the C extension waits with the GIL released)."""
+    r, n = ranks()
+    ticks = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        if r == 0:
+            time.sleep(0.5)
+        ticks[0] = 0
+        start = time.monotonic()
+        weft.allreduce(np.ones(4))
+        waited = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join()
+    if r != 0 and waited > 0.3:  # this rank really was blocked for a while
+        assert ticks[0] > 1000, "only %d ticks in %.2f s: the GIL was held" % (ticks[0], waited)
+
+
+def test_barrier():
+    weft.barrier()
+    weft.barrier("named")

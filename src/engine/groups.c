@@ -1,0 +1,104 @@
+/* groups.c - the engine's per-group state: every group this rank belongs to
+ * (the world, and process sets created at run time) negotiates and executes
+ * independently: its own coordinator (its first member), tensor table,
+ * response sequence and executor. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/log.h"
+
+int wf_group_index(const weft_group *g, int r) {
+  for (int i = 0; i < g->size; i++)
+    if (g->ranks[i] == r) return i;
+  return -1;
+}
+
+wf_gstate *wf_gs_find(weft_world *w, uint32_t id) {
+  for (int i = 0; i < w->ngs; i++)
+    if (w->gs[i]->id == id) return w->gs[i];
+  return NULL;
+}
+
+/* Rank 0 of a group tells the members that wait for a stalled tensor, so
+ * the culprit is visible from any member's log (the coordinator has logged
+ * it already). submitted[] is indexed by group rank. */
+static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
+  wf_gstate *gs = ctx;
+  weft_world *w = gs->world;
+  for (int i = 0; i < gs->group->size; i++) {
+    int p = gs->group->ranks[i];
+    if (p == w->rank || !submitted[i] || w->departed[p] || !wf_tcp_alive(w->tcp, p)) continue;
+    wf_buf b = {0};
+    wf_encode_stall(&b, (uint32_t)w->rank, report);
+    wf_engine_send_frame(w, p, &b);
+    wf_buf_free(&b);
+  }
+}
+
+weft_status wf_gs_add(weft_world *w, weft_group *g) {
+  if (wf_gs_find(w, g->id)) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "group id %u is already in use", g->id);
+  wf_gstate **ngs = realloc(w->gs, sizeof *ngs * (size_t)(w->ngs + 1));
+  if (!ngs) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering group %u", g->id);
+  w->gs = ngs;
+  wf_gstate *gs = calloc(1, sizeof *gs);
+  if (!gs) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering group %u", g->id);
+  gs->world = w;
+  gs->group = g;
+  gs->id = g->id;
+  gs->coord_rank = g->ranks[0];
+  wf_strmap_init(&gs->table);
+  if (gs->coord_rank == w->rank) {
+    if (wf_coord_create(g->size, w->timeout_seconds, &gs->coord)) {
+      free(gs);
+      return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator of group %u", g->id);
+    }
+    wf_coord_set_stall_handler(gs->coord, on_stall, gs);
+  }
+  w->gs[w->ngs++] = gs;
+  WF_INFO(WF_SUB_ENGINE, "group %u registered (%d members, coordinator rank %d)", g->id, g->size, gs->coord_rank);
+  return WEFT_OK;
+}
+
+void wf_gs_remove(weft_world *w, wf_gstate *gs) {
+  for (int i = 0; i < w->ngs; i++)
+    if (w->gs[i] == gs) {
+      memmove(w->gs + i, w->gs + i + 1, sizeof *w->gs * (size_t)(w->ngs - i - 1));
+      w->ngs--;
+      break;
+    }
+  wf_coord_destroy(gs->coord);
+  wf_strmap_free(&gs->table);
+  for (size_t i = gs->resps_pos; i < gs->nresps; i++) wf_response_msg_free(&gs->resps[i]);
+  free(gs->resps);
+  free(gs->fusion_buf);
+  if (gs->group != &w->world_group) {
+    free(gs->group->ranks);
+    gs->group->magic = 0;
+    free(gs->group);
+  }
+  free(gs);
+}
+
+void wf_gs_queue_responses(wf_gstate *gs, wf_response_msg *resps, uint32_t n) {
+  if (gs->nresps + n > gs->resps_cap) {
+    if (gs->resps_pos) { /* compact first */
+      memmove(gs->resps, gs->resps + gs->resps_pos, (gs->nresps - gs->resps_pos) * sizeof *gs->resps);
+      gs->nresps -= gs->resps_pos;
+      gs->resps_pos = 0;
+    }
+    size_t ncap = gs->resps_cap ? gs->resps_cap : 16;
+    while (ncap < gs->nresps + n) ncap *= 2;
+    wf_response_msg *nr = realloc(gs->resps, ncap * sizeof *nr);
+    if (!nr) {
+      for (uint32_t i = 0; i < n; i++) wf_response_msg_free(&resps[i]);
+      wf_world_fail(gs->world, WEFT_ERR_NO_MEMORY, "out of memory queueing responses");
+      return;
+    }
+    gs->resps = nr;
+    gs->resps_cap = ncap;
+  }
+  memcpy(gs->resps + gs->nresps, resps, n * sizeof *resps);
+  gs->nresps += n;
+}
