@@ -268,6 +268,15 @@ WEFT_API weft_status weft_reducescatter(weft_group *g, const char *name, const w
 WEFT_API weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt,
                                   weft_request **req);
 
+/* This rank has no more data (uneven epochs): until every rank of the group
+ * has joined, it takes part in the others' allreduces with the identity of
+ * their op (zeros for sum/average, +inf for min, ...; average still divides
+ * by the group size) and in their barriers; allgather, broadcast, alltoall
+ * and reducescatter fail on every rank while a rank has joined. Completes
+ * when every rank has joined; weft_request_last_joined() then gives the rank
+ * that joined last. One join in flight per rank and group. Non-blocking. */
+WEFT_API weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **req);
+
 /* ------------------------------------------------------------------ requests */
 /* Non-blocking: WEFT_IN_PROGRESS while pending, else the final status. */
 WEFT_API weft_status weft_test(weft_request *req);
@@ -292,6 +301,9 @@ WEFT_API weft_status weft_request_output(weft_request *req, weft_tensor *out);
 /* Alltoall: the number of dim-0 rows received from each rank (group-size
  * entries, owned by the request). */
 WEFT_API weft_status weft_request_recv_splits(weft_request *req, const int64_t **splits, int *n);
+
+/* Join: the rank (in the group) that joined last. */
+WEFT_API weft_status weft_request_last_joined(weft_request *req, int *rank);
 
 /* Frees the handle (and library-owned outputs). A pending request is
  * detached: it completes in the background and is freed then; its buffers

@@ -40,6 +40,7 @@ def test_pending_request_fails_with_shutdown():
     req = weft.allreduce_async(buf, name="never.%d" % r)  # nobody else submits it
     dropped = weft.allgather_async(np.ones(3), name="dropped.%d" % r)
     del dropped  # orphaned: freed when shutdown completes it
+    weft.barrier()  # every rank has submitted before any leaves
     weft.shutdown()
     with pytest.raises(weft.WeftError) as e:
         req.synchronize()
@@ -53,17 +54,22 @@ def test_pending_request_fails_with_shutdown():
 
 def test_stalled_tensor_times_out_naming_ranks():
     """Every rank submits a tensor no other rank submits: each fails with a
-    timeout naming it (the world keeps its 1.5 s operation timeout)."""
+    timeout naming the missing ranks. (A rank that shut down early would
+    fail the others' tensors with PEER_LOST instead: hence the barrier, well
+    within the 2 s operation timeout, as the timeouts fire together.)"""
     r, n = ranks()
     weft.shutdown()
-    weft.init(timeout=1.5)
+    weft.init(timeout=2.0)
     try:
         start = time.monotonic()
         with pytest.raises(weft.WeftError) as e:
             weft.allreduce(np.ones(4), name="stalled.%d" % r)
         assert e.value.status_name == "WEFT_ERR_TIMEOUT", str(e.value)
         assert "stalled.%d" % r in str(e.value)
+        others = [k for k in range(n) if k != r]
+        assert str(others[0]) in str(e.value).split("stalled")[1], str(e.value)
         assert time.monotonic() - start < 15
+        weft.barrier("after-stall")
     finally:
         weft.shutdown()
         weft.init()

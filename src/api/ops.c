@@ -269,3 +269,12 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   return submit(r, req);
 }
+
+weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_join");
+  WF_CHECK(check_opts("weft_join", "weft.join", opt));
+  weft_request *r = new_request(g, WF_COLL_JOIN, "weft.join", NULL, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->last_joined = -1;
+  return submit(r, req);
+}

@@ -117,3 +117,13 @@ weft_status weft_request_free(weft_request *r) {
   wf_request_unref(r);
   return WEFT_OK;
 }
+
+weft_status weft_request_last_joined(weft_request *r, int *rank) {
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_last_joined: not a live request handle");
+  if (!rank) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_last_joined: rank is NULL");
+  if (r->msg.coll != WF_COLL_JOIN)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_last_joined: '%s' is not a join", r->msg.name);
+  if (!done(r)) return wf_err(WEFT_IN_PROGRESS, "weft_request_last_joined: the join has not completed");
+  *rank = r->last_joined;
+  return r->status;
+}

@@ -86,21 +86,22 @@ void wf_engine_submit(weft_world *w, weft_request *r) {
 
 
 const char *wf_phase_negotiate(int coll) {
-  static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE", "NEGOTIATE_ALLGATHER", "NEGOTIATE_BROADCAST",
-                                                "NEGOTIATE_ALLTOALL", "NEGOTIATE_REDUCESCATTER", "NEGOTIATE_BARRIER"};
+  static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE",     "NEGOTIATE_ALLGATHER",
+                                                "NEGOTIATE_BROADCAST",     "NEGOTIATE_ALLTOALL",
+                                                "NEGOTIATE_REDUCESCATTER", "NEGOTIATE_BARRIER", "NEGOTIATE_JOIN"};
   return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "NEGOTIATE";
 }
 
 const char *wf_phase_run(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER",
-                                                "BARRIER"};
+                                                "BARRIER",   "JOIN"};
   return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "RUN";
 }
 
 uint64_t wf_request_bytes(const weft_request *r) {
   uint64_t b = weft_dtype_size((weft_dtype)r->msg.dtype);
   for (int d = 0; d < r->msg.ndim; d++) b *= (uint64_t)r->msg.shape[d];
-  return r->msg.coll == WF_COLL_BARRIER ? 0 : b;
+  return r->msg.coll == WF_COLL_BARRIER || r->msg.coll == WF_COLL_JOIN ? 0 : b;
 }
 
 void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame) {

@@ -61,6 +61,8 @@ struct weft_request {
   char *error;               /* malloc'd message or NULL */
   void *result;              /* allgather/alltoall/reducescatter output data */
   int result_owned;          /* the request frees result */
+  int phantom;               /* made by the engine for a joined rank's part: freed, never completed */
+  int last_joined;           /* join: the rank that joined last */
   int alloc_failed;          /* the caller's allocator returned NULL: ran into a
                                 private buffer, then failed with NO_MEMORY */
   int64_t result_shape[WEFT_MAX_DIMS];

@@ -3,6 +3,7 @@
  * response revealed), asks the registry for a schedule, runs its rounds on
  * the transport without blocking, applies postscale/average, completes the
  * request. Engine thread only. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,12 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
   uint32_t n = x->nfused;
   x->fused = NULL;
   exec_clear(gs);
+  if (one && one->phantom) { /* a joined rank's part: nobody waits for it */
+    wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg);
+    free(one->in.data);
+    free(one);
+    return;
+  }
   if (one && one->alloc_failed && st == WEFT_OK) {
     if (one->result_owned) free(one->result);
     one->result = NULL;
@@ -248,6 +255,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       break;
     }
     case WF_COLL_BARRIER:
+    case WF_COLL_JOIN:
       break;
     default:
       snprintf(err, errlen, "unknown collective %u", m->coll);
@@ -315,7 +323,70 @@ static void finalize_output(wf_gstate *gs) {
   }
 }
 
+/* The identity of op for dtype, written count times: what a joined rank
+ * contributes so the others' result is unchanged. */
+#define FILL(T, v)                                                             \
+  do {                                                                         \
+    T *p_ = buf;                                                               \
+    for (size_t i_ = 0; i_ < count; i_++) p_[i_] = (v);                        \
+  } while (0)
+static void fill_identity(weft_dtype t, weft_reduce_op op, void *buf, size_t count) {
+  int lo = op == WEFT_OP_MAX, hi = op == WEFT_OP_MIN, one = op == WEFT_OP_PRODUCT;
+  if (!lo && !hi && !one) { /* sum, average */
+    memset(buf, 0, count * weft_dtype_size(t));
+    return;
+  }
+  switch (t) {
+    case WEFT_DTYPE_UINT8: FILL(uint8_t, one ? 1 : hi ? UINT8_MAX : 0); break;
+    case WEFT_DTYPE_INT8: FILL(int8_t, one ? 1 : hi ? INT8_MAX : INT8_MIN); break;
+    case WEFT_DTYPE_UINT16: FILL(uint16_t, one ? 1 : hi ? UINT16_MAX : 0); break;
+    case WEFT_DTYPE_INT16: FILL(int16_t, one ? 1 : hi ? INT16_MAX : INT16_MIN); break;
+    case WEFT_DTYPE_INT32: FILL(int32_t, one ? 1 : hi ? INT32_MAX : INT32_MIN); break;
+    case WEFT_DTYPE_INT64: FILL(int64_t, one ? 1 : hi ? INT64_MAX : INT64_MIN); break;
+    case WEFT_DTYPE_FLOAT16: FILL(uint16_t, one ? 0x3C00 : hi ? 0x7C00 : 0xFC00); break;
+    case WEFT_DTYPE_BFLOAT16: FILL(uint16_t, one ? 0x3F80 : hi ? 0x7F80 : 0xFF80); break;
+    case WEFT_DTYPE_FLOAT32: FILL(float, one ? 1.0f : hi ? INFINITY : -INFINITY); break;
+    case WEFT_DTYPE_FLOAT64: FILL(double, one ? 1.0 : hi ? INFINITY : -INFINITY); break;
+    case WEFT_DTYPE_BOOL: FILL(uint8_t, one || hi ? 1 : 0); break; /* and: true; or: false */
+    default: break;
+  }
+}
+
+/* This rank has joined: a request standing in for its part in a collective
+ * the others submitted (allreduce: the identity; barrier: nothing). */
+static weft_request *phantom(weft_world *w, wf_gstate *gs, const wf_response_msg *resp) {
+  weft_request *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->phantom = 1;
+  p->world = w;
+  p->group = gs->group;
+  p->msg.group_id = gs->id;
+  p->msg.coll = resp->coll;
+  p->msg.prescale = p->msg.postscale = 1.0;
+  p->msg.root = -1;
+  snprintf(p->msg.name, sizeof p->msg.name, "%s", resp->names[0]);
+  if (resp->coll == WF_COLL_ALLREDUCE && resp->nsizes >= 3) {
+    int64_t n = 0;
+    for (uint32_t i = 2; i < resp->nsizes; i++) n += resp->sizes[i];
+    p->msg.dtype = (uint8_t)resp->sizes[0];
+    p->msg.reduce_op = (uint8_t)resp->sizes[1];
+    p->msg.ndim = 1;
+    p->msg.shape[0] = n;
+    size_t bytes = (size_t)n * weft_dtype_size((weft_dtype)p->msg.dtype);
+    p->in.data = malloc(bytes ? bytes : 1);
+    if (!p->in.data) {
+      free(p);
+      return NULL;
+    }
+    fill_identity((weft_dtype)p->msg.dtype, (weft_reduce_op)p->msg.reduce_op, p->in.data, (size_t)n);
+    p->out.data = p->in.data;
+  }
+  return p;
+}
+
 /* Starts the group's next queued response. Returns 1 if one was taken. */
+static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, const char *name);
+
 static int start_next(weft_world *w, wf_gstate *gs) {
   if (gs->resps_pos >= gs->nresps) return 0;
   wf_response_msg resp = gs->resps[gs->resps_pos++];
@@ -337,6 +408,34 @@ static int start_next(weft_world *w, wf_gstate *gs) {
       wf_request_complete(w, r, resp.status < 0 ? (weft_status)resp.status : WEFT_ERR_INTERNAL, resp.error);
     }
     wf_response_msg_free(&resp);
+    return 1;
+  }
+  weft_request *joined = wf_strmap_get(&gs->table, "weft.join");
+  if (!r && joined && (resp.coll == WF_COLL_ALLREDUCE || resp.coll == WF_COLL_BARRIER)) {
+    /* joined: take part with the identity; the fused tensors count as one */
+    r = phantom(w, gs, &resp);
+    if (!r) {
+      wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory taking part in '%s' after joining", name);
+      wf_response_msg_free(&resp);
+      return 1;
+    }
+    wf_exec *x = &gs->exec;
+    memset(x, 0, sizeof *x);
+    x->active = 1;
+    x->req = r;
+    x->nfused = 1;
+    x->resp = resp;
+    x->seq = resp.seq;
+    x->tag = ((uint64_t)gs->id << 40) | (resp.seq & ((1ull << 40) - 1));
+    x->deadline = wf_deadline_after(w->timeout_seconds);
+    return start_built(w, gs, r, name);
+  }
+  if (r && resp.coll == WF_COLL_JOIN) {
+    wf_strmap_del(&gs->table, name);
+    r->last_joined = resp.nsizes ? (int)resp.sizes[0] : -1;
+    wf_tl_end(&w->tl, name, NULL);
+    wf_response_msg_free(&resp);
+    wf_request_complete(w, r, WEFT_OK, NULL);
     return 1;
   }
   weft_request **fused = NULL;
@@ -378,6 +477,13 @@ static int start_next(weft_world *w, wf_gstate *gs) {
   /* data tags of different groups never collide: group id in the top bits */
   x->tag = ((uint64_t)gs->id << 40) | (resp.seq & ((1ull << 40) - 1));
   x->deadline = wf_deadline_after(w->timeout_seconds);
+  return start_built(w, gs, r, name);
+}
+
+/* Prepares buffers and builds the schedule of the collective set up in
+ * gs->exec for request r. Returns 1 (a response was taken). */
+static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, const char *name) {
+  wf_exec *x = &gs->exec;
   char err[512] = "";
   wf_coll_args a;
   weft_status st = prepare(gs, &a, err, sizeof err);
@@ -387,7 +493,7 @@ static int start_next(weft_world *w, wf_gstate *gs) {
     if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
   }
   wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
-  if (st == WEFT_OK && r->msg.coll != WF_COLL_BARRIER) {
+  if (st == WEFT_OK && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
     st = wf_algo_build(&a, forced_algo(r->msg.coll), &x->sched, &x->algo);
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
   }

@@ -42,6 +42,9 @@ struct wf_coord {
   meta *meta;
   size_t nready, cap;
   uint8_t *departed; /* per rank: said BYE */
+  uint8_t *joined;   /* per rank: weft_join pending */
+  int njoined, last_joined;
+  char join_name[WF_NAME_MAX + 1];
 };
 
 weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out) {
@@ -54,7 +57,10 @@ weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out) {
   /* a stall shutdown shortens the negotiation deadline */
   if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
   c->departed = calloc((size_t)size, 1);
-  if (!c->departed) {
+  c->joined = calloc((size_t)size, 1);
+  if (!c->departed || !c->joined) {
+    free(c->departed);
+    free(c->joined);
     free(c);
     return WEFT_ERR_NO_MEMORY;
   }
@@ -82,6 +88,7 @@ void wf_coord_destroy(wf_coord *c) {
   free(c->ready);
   free(c->meta);
   free(c->departed);
+  free(c->joined);
   free(c);
 }
 
@@ -126,34 +133,125 @@ static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status 
   emit(c, &resp, name, NULL);
 }
 
+/* Validates the entry (ranks that joined stand in with the first request
+ * present: they take part with the operation's identity) and emits its
+ * response. */
 static void finish(wf_coord *c, const char *name, entry *e) {
   const wf_request_msg **reqs = malloc(sizeof *reqs * (size_t)c->size);
   wf_response_msg resp;
   memset(&resp, 0, sizeof resp);
   char err[WF_ERRMSG_MAX];
+  const wf_request_msg *q = NULL;
+  for (int r = 0; r < c->size && !q; r++)
+    if (e->have[r]) q = &e->reqs[r];
   if (!reqs) {
-    emit_error(c, e->reqs[0].coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+    emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
   } else {
-    for (int r = 0; r < c->size; r++) reqs[r] = &e->reqs[r];
+    for (int r = 0; r < c->size; r++) reqs[r] = e->have[r] ? &e->reqs[r] : q;
     weft_status st = wf_validate(reqs, c->size, &resp, err, sizeof err);
+    if (st == WEFT_OK && q->coll == WF_COLL_ALLREDUCE) {
+      /* what a joined rank needs to take part: dtype, op, element count */
+      resp.sizes = malloc(3 * sizeof(int64_t));
+      if (!resp.sizes) {
+        st = WEFT_ERR_NO_MEMORY;
+        snprintf(err, sizeof err, "tensor '%s': out of memory at the coordinator", name);
+      } else {
+        int64_t n = 1;
+        for (int d = 0; d < q->ndim; d++) n *= q->shape[d];
+        resp.sizes[0] = q->dtype;
+        resp.sizes[1] = q->reduce_op;
+        resp.sizes[2] = n;
+        resp.nsizes = 3;
+      }
+    }
     if (st != WEFT_OK) {
       free(resp.sizes);
       WF_INFO(WF_SUB_COORD, "%s", err);
-      emit_error(c, e->reqs[0].coll, name, st, err);
+      emit_error(c, q->coll, name, st, err);
     } else {
       resp.type = WF_RESP_OK;
-      resp.coll = e->reqs[0].coll;
-      const wf_request_msg *q = &e->reqs[0];
+      resp.coll = q->coll;
       meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale};
       for (int d = 0; d < q->ndim; d++) m.bytes *= (uint64_t)q->shape[d];
-      for (int r = 1; r < c->size; r++)
-        if (e->reqs[r].priority > m.priority) m.priority = e->reqs[r].priority;
+      for (int r = 0; r < c->size; r++)
+        if (e->have[r] && e->reqs[r].priority > m.priority) m.priority = e->reqs[r].priority;
       emit(c, &resp, name, &m);
     }
   }
   free(reqs);
   wf_strmap_del(&c->table, name);
   entry_free(e, c->size);
+}
+
+/* Completes the entry if every rank has submitted it or joined. Returns 1
+ * if the entry is gone. */
+static int try_complete(wf_coord *c, const char *name, entry *e) {
+  if (e->count == c->size) {
+    finish(c, name, e);
+    return 1;
+  }
+  int waiting = 0;
+  for (int r = 0; r < c->size; r++) waiting += !e->have[r] && !c->joined[r];
+  if (waiting || !c->njoined) return 0;
+  uint8_t coll = 0;
+  for (int r = 0; r < c->size; r++)
+    if (e->have[r]) coll = e->reqs[r].coll;
+  if (coll == WF_COLL_ALLREDUCE || coll == WF_COLL_BARRIER) {
+    finish(c, name, e);
+    return 1;
+  }
+  char list[512], msg[WF_ERRMSG_MAX];
+  size_t k = 0;
+  for (int r = 0; r < c->size && k < sizeof list; r++)
+    if (c->joined[r] && !e->have[r]) k += (size_t)snprintf(list + k, sizeof list - k, k ? ", %d" : "%d", r);
+  snprintf(msg, sizeof msg,
+           "tensor '%s': %s is not possible while rank(s) %s have joined (weft_join): only allreduce and barrier can "
+           "complete without them",
+           name, wf_coll_name(coll), list);
+  emit_error(c, coll, name, WEFT_ERR_INVALID_ARGUMENT, msg);
+  wf_strmap_del(&c->table, name);
+  entry_free(e, c->size);
+  return 1;
+}
+
+/* rank called weft_join: it takes part in the others' allreduces with the
+ * identity. When every rank has joined, the join completes everywhere with
+ * the rank that joined last. */
+static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
+  if (c->joined[rank]) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "rank %d joined twice", rank);
+    emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg);
+    return;
+  }
+  c->joined[rank] = 1;
+  c->njoined++;
+  c->last_joined = rank;
+  snprintf(c->join_name, sizeof c->join_name, "%s", m->name);
+  if (c->njoined == c->size) {
+    wf_response_msg resp;
+    memset(&resp, 0, sizeof resp);
+    resp.type = WF_RESP_OK;
+    resp.coll = WF_COLL_JOIN;
+    resp.sizes = malloc(sizeof(int64_t));
+    if (resp.sizes) {
+      resp.sizes[0] = c->last_joined;
+      resp.nsizes = 1;
+    }
+    emit(c, &resp, c->join_name, NULL);
+    memset(c->joined, 0, (size_t)c->size);
+    c->njoined = 0;
+    return;
+  }
+  /* entries that only waited for this rank can now complete (or fail) */
+  for (size_t i = 0; i < c->table.cap; i++) {
+    wf_strmap_entry *s = &c->table.slots[i];
+    if (!s->key || s->tomb) continue;
+    char *key = strdup(s->key);
+    if (!key) continue;
+    try_complete(c, key, s->val);
+    free(key);
+  }
 }
 
 static void fail_departed(wf_coord *c, const char *name, entry *e, int gone) {
@@ -168,6 +266,10 @@ static void fail_departed(wf_coord *c, const char *name, entry *e, int gone) {
 }
 
 void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
+  if (m->coll == WF_COLL_JOIN) {
+    add_join(c, rank, m);
+    return;
+  }
   entry *e = wf_strmap_get(&c->table, m->name);
   if (!e) {
     e = calloc(1, sizeof *e);
@@ -203,10 +305,8 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
     memcpy(e->reqs[rank].splits, m->splits, sizeof(int64_t) * m->nsplits);
   }
   e->have[rank] = 1;
-  if (++e->count == c->size) {
-    finish(c, m->name, e);
-    return;
-  }
+  e->count++;
+  if (try_complete(c, m->name, e)) return;
   for (int r = 0; r < c->size; r++)
     if (c->departed[r] && !e->have[r]) {
       fail_departed(c, m->name, e, r);
@@ -260,16 +360,19 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     uint64_t total = c->meta[i].bytes;
-    while (j < n && fusable(c, i, j, total, fusion_threshold)) total += c->meta[j++].bytes;
+    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->meta[j++].bytes;
     wf_response_msg r = c->ready[i];
     if (j > i + 1) {
       char **names = realloc(r.names, sizeof(char *) * (j - i));
-      if (!names) {
+      if (names) r.names = names;
+      int64_t *sizes = names ? realloc(r.sizes, sizeof(int64_t) * (2 + (j - i))) : NULL;
+      if (!names || !sizes) {
         j = i + 1; /* no memory to fuse: send it alone */
       } else {
-        r.names = names;
+        r.sizes = sizes; /* dtype, op, then each tensor's count */
         for (size_t m = i + 1; m < j; m++) {
           r.names[r.nnames++] = c->ready[m].names[0];
+          r.sizes[r.nsizes++] = c->ready[m].sizes ? c->ready[m].sizes[2] : 0;
           c->ready[m].names[0] = NULL;
           wf_response_msg_free(&c->ready[m]);
         }

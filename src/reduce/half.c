@@ -1,12 +1,12 @@
-/* half.c - IEEE float16 and bfloat16 <-> float32 conversions: the scalar ones
- * of reduce.h and the block ones the f16/bf16 kernels use (reduce_impl.h).
+/* half.c - IEEE float16 and bfloat16 <-> float32 conversions (the scalar
+ * ones of reduce.h, float16 blocks for the software path) and the F16C
+ * float16 kernels.
  *
- * float16 blocks use F16C when the CPU has it; the software code must then
- * give the very same bits, so it copies the hardware's choices: round to
- * nearest even, a NaN is quieted (its top payload bits kept), f16 subnormals
- * are exact in float32, float32 values below half the smallest f16 subnormal
- * become +-0. Both assume the default floating-point environment (no
- * flush-to-zero). bfloat16 is plain integer code the compiler vectorises. */
+ * F16C and the software code must give the very same bits, so the software
+ * code copies the hardware's choices: round to nearest even, a NaN is
+ * quieted (its top payload bits kept), f16 subnormals are exact in float32,
+ * float32 values at or below half the smallest f16 subnormal become +-0.
+ * Both assume the default floating-point environment (no flush-to-zero). */
 #include <stdatomic.h>
 #include <string.h>
 
@@ -69,19 +69,10 @@ static inline uint16_t wf_f32_to_f16_soft(float f) {
   return (uint16_t)(sign | r);
 }
 
-static inline float wf_bf16_to_f32_soft(uint16_t h) { return wf_bits_f32((uint32_t)h << 16); }
-
-static inline uint16_t wf_f32_to_bf16_soft(float f) {
-  uint32_t x = wf_f32_bits(f);
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* carries up to inf */
-  uint32_t quiet_nan = (x >> 16) | 0x40u;
-  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-
 float wf_f16_to_f32(uint16_t h) { return wf_f16_to_f32_soft(h); }
 uint16_t wf_f32_to_f16(float f) { return wf_f32_to_f16_soft(f); }
-float wf_bf16_to_f32(uint16_t h) { return wf_bf16_to_f32_soft(h); }
-uint16_t wf_f32_to_bf16(float f) { return wf_f32_to_bf16_soft(f); }
+float wf_bf16_to_f32(uint16_t h) { return wf_bf16_to_f32_inl(h); }
+uint16_t wf_f32_to_bf16(float f) { return wf_f32_to_bf16_inl(f); }
 
 /* ------------------------------------------------------------ F16C path */
 /* 0 = not probed yet, 1 = no F16C, 2 = F16C. Probing twice is harmless, so
@@ -118,37 +109,148 @@ void wf_half_allow_hw(int allow) {
 }
 
 #ifdef WF_HAVE_F16C_CODE
-/* The tail (< 8 elements) goes through a padded copy so every element takes
- * the hardware path. */
-__attribute__((target("avx2,f16c"))) static void wf_f16_to_f32_f16c(float *restrict dst,
-                                                                   const wf_u16u *restrict src, size_t n) {
+#define WF_F16C __attribute__((target("avx2,f16c")))
+#define WF_F16C_INLINE __attribute__((target("avx2,f16c"), always_inline)) static inline
+
+/* 8 float16 at any address <-> 8 float32 lanes. */
+WF_F16C_INLINE __m256 wf_load8(const wf_u16u *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+WF_F16C_INLINE void wf_store8(wf_u16u *p, __m256 v) {
+  _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* The float32 ops of reduce.c, 8 lanes, same results: IEEE add and multiply;
+ * minimum/maximum take a if a is NaN, if a < b (a > b), or if a == b and a
+ * is negative (positive), else b. blendv picks by the mask's sign bit, so
+ * "a == b and a negative" is the equal-mask ANDed with a itself. */
+WF_F16C_INLINE __m256 wf_min8(__m256 a, __m256 b) {
+  __m256 take_a = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)),
+                               _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ), a));
+  return _mm256_blendv_ps(b, a, take_a);
+}
+WF_F16C_INLINE __m256 wf_max8(__m256 a, __m256 b) {
+  __m256 take_a = _mm256_or_ps(_mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)),
+                               _mm256_andnot_ps(a, _mm256_cmp_ps(a, b, _CMP_EQ_OQ)));
+  return _mm256_blendv_ps(b, a, take_a);
+}
+WF_F16C_INLINE __m256 wf_op8(weft_reduce_op op, __m256 a, __m256 b) {
+  switch (op) {
+    case WEFT_OP_MIN: return wf_min8(a, b);
+    case WEFT_OP_MAX: return wf_max8(a, b);
+    case WEFT_OP_PRODUCT: return _mm256_mul_ps(a, b);
+    default: return _mm256_add_ps(a, b); /* sum, average */
+  }
+}
+
+/* d = a op b, 8 at a time; each group is loaded before it is stored, so d
+ * may equal a or b. The tail goes through padded copies so every element
+ * takes the hardware path. op is a constant in each caller below, so the
+ * switch in wf_op8 folds away. */
+WF_F16C_INLINE void wf_f16c_reduce_loop(weft_reduce_op op, wf_u16u *d, const wf_u16u *a, const wf_u16u *b,
+                                        size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+  for (; i + 8 <= n; i += 8) wf_store8(d + i, wf_op8(op, wf_load8(a + i), wf_load8(b + i)));
+  if (i < n) {
+    uint16_t ta[8] = {0}, tb[8] = {0}, td[8];
+    memcpy(ta, (const void *)(a + i), (n - i) * 2);
+    memcpy(tb, (const void *)(b + i), (n - i) * 2);
+    wf_store8(td, wf_op8(op, wf_load8(ta), wf_load8(tb)));
+    memcpy((void *)(d + i), td, (n - i) * 2);
+  }
+}
+WF_F16C static void wf_f16c_sum(wf_u16u *d, const wf_u16u *a, const wf_u16u *b, size_t n) {
+  wf_f16c_reduce_loop(WEFT_OP_SUM, d, a, b, n);
+}
+WF_F16C static void wf_f16c_min(wf_u16u *d, const wf_u16u *a, const wf_u16u *b, size_t n) {
+  wf_f16c_reduce_loop(WEFT_OP_MIN, d, a, b, n);
+}
+WF_F16C static void wf_f16c_max(wf_u16u *d, const wf_u16u *a, const wf_u16u *b, size_t n) {
+  wf_f16c_reduce_loop(WEFT_OP_MAX, d, a, b, n);
+}
+WF_F16C static void wf_f16c_prod(wf_u16u *d, const wf_u16u *a, const wf_u16u *b, size_t n) {
+  wf_f16c_reduce_loop(WEFT_OP_PRODUCT, d, a, b, n);
+}
+
+/* 4 float32 -> times f in double -> float32 ready for the f16 rounding:
+ * wf_f32_for_16bit (reduce_impl.h) on 4 lanes. */
+WF_F16C_INLINE __m128 wf_scale4(__m128 x, __m256d f) {
+  const __m256i low = _mm256_set1_epi64x((1ll << 39) - 1);
+  const __m256i bit39 = _mm256_set1_epi64x(1ll << 39);
+  __m256i u = _mm256_castpd_si256(_mm256_mul_pd(_mm256_cvtps_pd(x), f));
+  __m256i sticky = _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_and_si256(u, low), _mm256_setzero_si256()), bit39);
+  u = _mm256_or_si256(_mm256_andnot_si256(low, u), sticky);
+  return _mm256_cvtpd_ps(_mm256_castsi256_pd(u));
+}
+WF_F16C_INLINE __m256 wf_scale8(__m256 x, __m256d f) {
+  __m128 lo = wf_scale4(_mm256_castps256_ps128(x), f);
+  __m128 hi = wf_scale4(_mm256_extractf128_ps(x, 1), f);
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+WF_F16C static void wf_f16c_scale(wf_u16u *d, const wf_u16u *s, size_t n, double factor) {
+  __m256d f = _mm256_set1_pd(factor);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) wf_store8(d + i, wf_scale8(wf_load8(s + i), f));
+  if (i < n) {
+    uint16_t ts[8] = {0}, td[8];
+    memcpy(ts, (const void *)(s + i), (n - i) * 2);
+    wf_store8(td, wf_scale8(wf_load8(ts), f));
+    memcpy((void *)(d + i), td, (n - i) * 2);
+  }
+}
+
+WF_F16C static void wf_f16_to_f32_f16c(float *restrict dst, const wf_u16u *restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, wf_load8(src + i));
   if (i < n) {
     uint16_t in[8] = {0};
     float out[8];
     memcpy(in, (const void *)(src + i), (n - i) * sizeof *in);
-    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)in)));
+    _mm256_storeu_ps(out, wf_load8(in));
     memcpy(dst + i, out, (n - i) * sizeof *out);
   }
 }
 
-__attribute__((target("avx2,f16c"))) static void wf_f32_to_f16_f16c(wf_u16u *restrict dst,
-                                                                   const float *restrict src, size_t n) {
+WF_F16C static void wf_f32_to_f16_f16c(wf_u16u *restrict dst, const float *restrict src, size_t n) {
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(void *)(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i + 8 <= n; i += 8) wf_store8(dst + i, _mm256_loadu_ps(src + i));
   if (i < n) {
     float in[8] = {0};
     uint16_t out[8];
     memcpy(in, src + i, (n - i) * sizeof *in);
-    _mm_storeu_si128((__m128i *)(void *)out, _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT));
+    wf_store8(out, _mm256_loadu_ps(in));
     memcpy((void *)(dst + i), out, (n - i) * sizeof *out);
   }
 }
 #endif
+
+/* ------------------------------------------------------- F16C kernels */
+int wf_f16_reduce_hw(weft_reduce_op op, void *d, const void *a, const void *b, size_t n) {
+#ifdef WF_HAVE_F16C_CODE
+  if (!wf_half_hw_active()) return 0;
+  switch (op) {
+    case WEFT_OP_MIN: wf_f16c_min(d, a, b, n); break;
+    case WEFT_OP_MAX: wf_f16c_max(d, a, b, n); break;
+    case WEFT_OP_PRODUCT: wf_f16c_prod(d, a, b, n); break;
+    default: wf_f16c_sum(d, a, b, n); break;
+  }
+  return 1;
+#else
+  (void)op, (void)d, (void)a, (void)b, (void)n;
+  return 0;
+#endif
+}
+
+int wf_f16_scale_hw(void *d, const void *s, size_t n, double factor) {
+#ifdef WF_HAVE_F16C_CODE
+  if (!wf_half_hw_active()) return 0;
+  wf_f16c_scale(d, s, n, factor);
+  return 1;
+#else
+  (void)d, (void)s, (void)n, (void)factor;
+  return 0;
+#endif
+}
 
 /* --------------------------------------------------------- block entry */
 void wf_f16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n) {
@@ -171,28 +273,3 @@ void wf_f32_to_f16_block(wf_u16u *restrict dst, const float *restrict src, size_
   for (size_t i = 0; i < n; i++) dst[i] = wf_f32_to_f16_soft(src[i]);
 }
 
-/* Blocked so gcc -O2 (whose cheap cost model will not vectorise a loop
- * that needs a scalar epilogue) vectorises the bulk. The clones are static
- * behind plain functions: clang 14 emits no ifunc for an external
- * target_clones function that its own file does not call. */
-WF_CLONES static void wf_bf16_to_f32_loop(float *restrict dst, const wf_u16u *restrict src, size_t n) {
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    for (size_t j = i; j < i + 64; j++) dst[j] = wf_bf16_to_f32_soft(src[j]);
-  for (; i < n; i++) dst[i] = wf_bf16_to_f32_soft(src[i]);
-}
-
-WF_CLONES static void wf_f32_to_bf16_loop(wf_u16u *restrict dst, const float *restrict src, size_t n) {
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64)
-    for (size_t j = i; j < i + 64; j++) dst[j] = wf_f32_to_bf16_soft(src[j]);
-  for (; i < n; i++) dst[i] = wf_f32_to_bf16_soft(src[i]);
-}
-
-void wf_bf16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n) {
-  wf_bf16_to_f32_loop(dst, src, n);
-}
-
-void wf_f32_to_bf16_block(wf_u16u *restrict dst, const float *restrict src, size_t n) {
-  wf_f32_to_bf16_loop(dst, src, n);
-}

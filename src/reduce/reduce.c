@@ -11,7 +11,9 @@
  *
  * Integers: sum and product wrap, so they are computed in the unsigned type
  * of the width, which gives the same bits for signed types (no signed
- * overflow). Floats: float16/bfloat16 go through float32 scratch blocks. */
+ * overflow). bfloat16: each element widened to float32, the float32 op,
+ * rounded back, all in one vectorised loop. float16: the F16C kernels of
+ * half.c, else float32 scratch blocks with the software conversions. */
 #include "reduce/reduce.h"
 
 #include <string.h>
@@ -69,6 +71,20 @@ static inline float wf_min_f32(float a, float b) { return (a != a || a < b || (a
 static inline float wf_max_f32(float a, float b) { return (a != a || a > b || (a == b && !wf_neg_f32(a))) ? a : b; }
 static inline double wf_min_f64(double a, double b) { return (a != a || a < b || (a == b && wf_neg_f64(a))) ? a : b; }
 static inline double wf_max_f64(double a, double b) { return (a != a || a > b || (a == b && !wf_neg_f64(a))) ? a : b; }
+
+/* bfloat16: the float32 op, rounded back to nearest even. */
+static inline uint16_t wf_add_bf16(uint16_t a, uint16_t b) {
+  return wf_f32_to_bf16_inl(wf_bf16_to_f32_inl(a) + wf_bf16_to_f32_inl(b));
+}
+static inline uint16_t wf_mul_bf16(uint16_t a, uint16_t b) {
+  return wf_f32_to_bf16_inl(wf_bf16_to_f32_inl(a) * wf_bf16_to_f32_inl(b));
+}
+static inline uint16_t wf_min_bf16(uint16_t a, uint16_t b) {
+  return wf_f32_to_bf16_inl(wf_min_f32(wf_bf16_to_f32_inl(a), wf_bf16_to_f32_inl(b)));
+}
+static inline uint16_t wf_max_bf16(uint16_t a, uint16_t b) {
+  return wf_f32_to_bf16_inl(wf_max_f32(wf_bf16_to_f32_inl(a), wf_bf16_to_f32_inl(b)));
+}
 
 /* bool: any nonzero byte is true, the result is 0 or 1. */
 static inline uint8_t wf_or_bool(uint8_t a, uint8_t b) { return (uint8_t)((a != 0) | (b != 0)); }
@@ -131,6 +147,11 @@ WF_DEF_REDUCE(wf_prod_f64_acc, wf_prod_f64_k3, wf_f64u, wf_mul_f64)
 WF_DEF_REDUCE(wf_min_f64_acc, wf_min_f64_k3, wf_f64u, wf_min_f64)
 WF_DEF_REDUCE(wf_max_f64_acc, wf_max_f64_k3, wf_f64u, wf_max_f64)
 
+WF_DEF_REDUCE(wf_sum_bf16_acc, wf_sum_bf16_k3, wf_u16u, wf_add_bf16)
+WF_DEF_REDUCE(wf_prod_bf16_acc, wf_prod_bf16_k3, wf_u16u, wf_mul_bf16)
+WF_DEF_REDUCE(wf_min_bf16_acc, wf_min_bf16_k3, wf_u16u, wf_min_bf16)
+WF_DEF_REDUCE(wf_max_bf16_acc, wf_max_bf16_k3, wf_u16u, wf_max_bf16)
+
 WF_DEF_REDUCE(wf_or_bool_acc, wf_or_bool_k3, wf_u8u, wf_or_bool)
 WF_DEF_REDUCE(wf_and_bool_acc, wf_and_bool_k3, wf_u8u, wf_and_bool)
 
@@ -141,9 +162,8 @@ typedef struct wf_kernel {
 } wf_kernel;
 
 /* One row per dtype; columns in weft_reduce_op order: sum, average (= sum),
- * min, max, product. float16/bfloat16 rows use the float32 kernels on
- * converted blocks. Signed sum/product share the unsigned kernel of the
- * width (same bits). */
+ * min, max, product. Signed sum/product share the unsigned kernel of the
+ * width (same bits). float16 has no row: see wf_reduce_f16. */
 static const wf_kernel wf_table[WEFT_DTYPE_COUNT_][WEFT_OP_COUNT_] = {
     [WEFT_DTYPE_UINT8] = {{wf_sum_u8_acc, wf_sum_u8_k3}, {wf_sum_u8_acc, wf_sum_u8_k3},
                           {wf_min_u8_acc, wf_min_u8_k3}, {wf_max_u8_acc, wf_max_u8_k3},
@@ -169,6 +189,9 @@ static const wf_kernel wf_table[WEFT_DTYPE_COUNT_][WEFT_OP_COUNT_] = {
     [WEFT_DTYPE_FLOAT64] = {{wf_sum_f64_acc, wf_sum_f64_k3}, {wf_sum_f64_acc, wf_sum_f64_k3},
                             {wf_min_f64_acc, wf_min_f64_k3}, {wf_max_f64_acc, wf_max_f64_k3},
                             {wf_prod_f64_acc, wf_prod_f64_k3}},
+    [WEFT_DTYPE_BFLOAT16] = {{wf_sum_bf16_acc, wf_sum_bf16_k3}, {wf_sum_bf16_acc, wf_sum_bf16_k3},
+                             {wf_min_bf16_acc, wf_min_bf16_k3}, {wf_max_bf16_acc, wf_max_bf16_k3},
+                             {wf_prod_bf16_acc, wf_prod_bf16_k3}},
     [WEFT_DTYPE_BOOL] = {{wf_or_bool_acc, wf_or_bool_k3}, {wf_or_bool_acc, wf_or_bool_k3},
                          {wf_and_bool_acc, wf_and_bool_k3}, {wf_or_bool_acc, wf_or_bool_k3},
                          {wf_and_bool_acc, wf_and_bool_k3}},
@@ -182,28 +205,21 @@ static int wf_valid(weft_dtype t, weft_reduce_op op) {
   return 0;
 }
 
-/* float16/bfloat16: d = a op b through float32 scratch, block by block. All
- * of a block is read before any of it is written, so d may equal a and/or
- * b. */
-static void wf_reduce_half(weft_dtype t, weft_reduce_op op, void *d, const void *a, const void *b, size_t n) {
+/* float16: the F16C kernel, else d = a op b through float32 scratch with
+ * the software conversions. All of a block is read before any of it is
+ * written, so d may equal a and/or b. */
+static void wf_reduce_f16(weft_reduce_op op, void *d, const void *a, const void *b, size_t n) {
+  if (wf_f16_reduce_hw(op, d, a, b, n)) return;
   float fa[WF_HALF_BLOCK], fb[WF_HALF_BLOCK];
   wf_acc_fn acc = wf_table[WEFT_DTYPE_FLOAT32][op].acc;
   wf_u16u *dp = d;
   const wf_u16u *ap = a, *bp = b;
   for (size_t i = 0; i < n; i += WF_HALF_BLOCK) {
     size_t m = n - i < WF_HALF_BLOCK ? n - i : WF_HALF_BLOCK;
-    if (t == WEFT_DTYPE_FLOAT16) {
-      wf_f16_to_f32_block(fa, ap + i, m);
-      wf_f16_to_f32_block(fb, bp + i, m);
-    } else {
-      wf_bf16_to_f32_block(fa, ap + i, m);
-      wf_bf16_to_f32_block(fb, bp + i, m);
-    }
+    wf_f16_to_f32_block(fa, ap + i, m);
+    wf_f16_to_f32_block(fb, bp + i, m);
     acc(fa, fb, m);
-    if (t == WEFT_DTYPE_FLOAT16)
-      wf_f32_to_f16_block(dp + i, fa, m);
-    else
-      wf_f32_to_bf16_block(dp + i, fa, m);
+    wf_f32_to_f16_block(dp + i, fa, m);
   }
 }
 
@@ -212,8 +228,8 @@ static void wf_reduce_half(weft_dtype t, weft_reduce_op op, void *d, const void 
 
 void wf_reduce3(weft_dtype t, weft_reduce_op op, void *dst, const void *a, const void *b, size_t count) {
   if (count == 0 || !wf_valid(t, op)) return;
-  if (t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16) {
-    wf_reduce_half(t, op, dst, a, b, count);
+  if (t == WEFT_DTYPE_FLOAT16) {
+    wf_reduce_f16(op, dst, a, b, count);
     return;
   }
   const wf_kernel *k = &wf_table[t][op];

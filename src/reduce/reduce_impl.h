@@ -1,11 +1,12 @@
 /* reduce_impl.h - private to src/reduce: what reduce.c, scale.c and half.c
- * share (the clone attribute, byte-aligned element types, the float16 /
- * bfloat16 block conversions) and a test hook. Not for other modules: they
- * use reduce.h. */
+ * share (the clone attribute, byte-aligned element types, bfloat16 inline
+ * conversions, the F16C float16 kernels) and a test hook. Other modules use
+ * reduce.h. */
 #ifndef WF_REDUCE_IMPL_H
 #define WF_REDUCE_IMPL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "weft.h"
 
@@ -13,7 +14,8 @@
  * time through an ifunc. Not under ThreadSanitizer: the ifunc resolvers run
  * while the dynamic loader is still relocating, before the TSan runtime is
  * up, and the process dies (seen with gcc 12 and clang 14). WF_NO_CLONES
- * turns them off by hand. */
+ * turns them off by hand. Clone only static functions: clang 14 emits no
+ * ifunc for an external one that its own file does not call. */
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define WF_REDUCE_TSAN 1
@@ -60,17 +62,57 @@ static inline size_t wf_reduce_elem_size(weft_dtype t) {
   }
 }
 
-/* Elements per block when float16/bfloat16 go through float32 scratch. */
+/* bfloat16 is the top half of a float32: plain integer code the compiler
+ * vectorises inside the kernels. Round to nearest even (the carry runs into
+ * the exponent, up to inf); a NaN is quieted so dropping payload bits cannot
+ * turn it into inf. */
+static inline float wf_bf16_to_f32_inl(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline uint16_t wf_f32_to_bf16_inl(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (x >> 16) | 0x40u;
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+/* A double rounded to float32 such that rounding that float to float16 or
+ * bfloat16 (nearest even) gives the correctly rounded double. A plain
+ * (float) cast first could create a false tie (1 + 2^-11 + 2^-40 would
+ * become the f16 tie 1 + 2^-11 and go down). So: keep 13 fraction bits and
+ * fold the rest into the last one ("round to odd", Boldo & Melquiond: exact
+ * whenever 2 or more extra bits remain; f16 has 10, bf16 7). The float cast
+ * is then exact wherever the 16-bit result is not simply 0 or inf. NaN
+ * stays NaN. */
+static inline float wf_f32_for_16bit(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  const uint64_t low = (1ull << 39) - 1;
+  u = (u & ~low) | ((uint64_t)((u & low) != 0) << 39);
+  memcpy(&d, &u, sizeof d);
+  return (float)d;
+}
+
+/* Elements per block when float16 goes through float32 scratch (software
+ * path). */
 #define WF_HALF_BLOCK 512
 
-/* Block conversions between 16-bit floats (any alignment) and float32
- * scratch. Bit-identical whichever path runs: F16C (when the CPU has it and
- * the hook allows it) or the exact software code. Round to nearest even,
- * NaN stays NaN (quieted), overflow becomes inf. */
+/* float16 <-> float32 blocks (16-bit side at any address). F16C when the CPU
+ * has it and the hook allows, else the exact software code: the same bits
+ * either way. Round to nearest even, NaN stays NaN (quieted), overflow is
+ * inf. */
 void wf_f16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n);
 void wf_f32_to_f16_block(wf_u16u *restrict dst, const float *restrict src, size_t n);
-void wf_bf16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n);
-void wf_f32_to_bf16_block(wf_u16u *restrict dst, const float *restrict src, size_t n);
+
+/* F16C float16 kernels, with reduce.c's float32 semantics. Return 0 (doing
+ * nothing) when F16C is not in use; the caller then takes the software
+ * path. d may equal a, b or s; no other overlap. */
+int wf_f16_reduce_hw(weft_reduce_op op, void *d, const void *a, const void *b, size_t n);
+int wf_f16_scale_hw(void *d, const void *s, size_t n, double factor);
 
 /* Test hook: allow (1, the default) or forbid (0) the F16C path, so a test
  * can run the software path on a machine that has F16C. Thread-safe. */

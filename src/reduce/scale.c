@@ -4,10 +4,10 @@
  * The product is computed in double. Integers truncate toward zero and
  * saturate at the type's limits (NaN -> 0), so a huge or infinite factor
  * never reaches an out-of-range float->int conversion, which is undefined
- * behaviour in C. Floats round to nearest even. float16/bfloat16 go through
- * float32 scratch; to round the double product correctly to 16 bits despite
- * that extra step, it is first rounded to float32 with round-to-odd (see
- * wf_f32_round_odd). Loops are blocked like reduce.c's for gcc -O2. */
+ * behaviour in C. Floats round to nearest even; float16/bfloat16 pass
+ * through float32 on the way back, in a way that keeps the rounding of the
+ * double product correct (wf_f32_for_16bit). float16 uses the F16C kernel
+ * of half.c when it can. Loops are blocked like reduce.c's for gcc -O2. */
 #include <math.h>
 #include <string.h>
 
@@ -60,60 +60,49 @@ static inline int64_t wf_sat_i64(double v) {
 static inline float wf_to_f32(double v) { return (float)v; }
 static inline double wf_to_f64(double v) { return v; }
 
-/* The double rounded to float32 toward zero, with the last bit set when that
- * was inexact ("round to odd"). Rounding that to nearest even at 11 or 8
- * significant bits gives the same result as rounding the double directly,
- * because float32 keeps more than two extra bits (Boldo & Melquiond). A
- * plain (float) cast first could create a false tie. */
-static inline float wf_f32_round_odd(double d) {
-  float r = (float)d;
-  double back = (double)r;
-  uint32_t u;
-  memcpy(&u, &r, sizeof u);
-  /* sign-magnitude: u - 1 is the neighbour toward zero (never below 0 here,
-   * since |r| > |d| >= 0 means r != 0) */
-  uint32_t toward_zero = fabs(back) > fabs(d) ? u - 1u : u;
-  u = back != d ? (toward_zero | 1u) : u; /* NaN: stays NaN */
-  memcpy(&r, &u, sizeof r);
-  return r;
-}
+static inline double wf_bf16_to_f64(uint16_t h) { return wf_bf16_to_f32_inl(h); }
+static inline uint16_t wf_f64_to_bf16(double v) { return wf_f32_to_bf16_inl(wf_f32_for_16bit(v)); }
+#define WF_DBL(x) ((double)(x))
 
 /* ---------------------------------------------------------- the kernels */
 typedef void (*wf_scale_fn)(void *x, size_t n, double f);
 typedef void (*wf_scale_copy_fn)(void *restrict d, const void *restrict s, size_t n, double f);
 
-/* in place: x[i] = CONV(x[i] * f); copy: d[i] = CONV(s[i] * f). */
-#define WF_DEF_SCALE(inplace_name, copy_name, T, CONV)                                             \
+/* in place: x[i] = CONV(LOAD(x[i]) * f); copy: d[i] = CONV(LOAD(s[i]) * f).
+ * LOAD widens an element to double. */
+#define WF_DEF_SCALE(inplace_name, copy_name, T, LOAD, CONV)                                             \
   WF_CLONES static void inplace_name(void *xv, size_t n, double f) {                              \
     T *x = xv;                                                                                     \
     size_t i = 0;                                                                                  \
     for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV((double)x[j] * f);                       \
-    for (; i < n; i++) x[i] = CONV((double)x[i] * f);                                              \
+      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV(LOAD(x[j]) * f);                       \
+    for (; i < n; i++) x[i] = CONV(LOAD(x[i]) * f);                                              \
   }                                                                                                \
   WF_CLONES static void copy_name(void *restrict dv, const void *restrict sv, size_t n, double f) { \
     T *restrict d = dv;                                                                            \
     const T *restrict s = sv;                                                                      \
     size_t i = 0;                                                                                  \
     for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV((double)s[j] * f);                       \
-    for (; i < n; i++) d[i] = CONV((double)s[i] * f);                                              \
+      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV(LOAD(s[j]) * f);                       \
+    for (; i < n; i++) d[i] = CONV(LOAD(s[i]) * f);                                              \
   }
 
-WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, wf_sat_u8)
-WF_DEF_SCALE(wf_scale_i8, wf_scale_copy_i8, wf_i8u, wf_sat_i8)
-WF_DEF_SCALE(wf_scale_u16, wf_scale_copy_u16, wf_u16u, wf_sat_u16)
-WF_DEF_SCALE(wf_scale_i16, wf_scale_copy_i16, wf_i16u, wf_sat_i16)
-WF_DEF_SCALE(wf_scale_i32, wf_scale_copy_i32, wf_i32u, wf_sat_i32)
-WF_DEF_SCALE(wf_scale_i64, wf_scale_copy_i64, wf_i64u, wf_sat_i64)
-WF_DEF_SCALE(wf_scale_f32, wf_scale_copy_f32, wf_f32u, wf_to_f32)
-WF_DEF_SCALE(wf_scale_f64, wf_scale_copy_f64, wf_f64u, wf_to_f64)
-/* float32 scratch of a 16-bit float block, in place */
-WF_CLONES static void wf_scale_f32_odd(float *x, size_t n, double f) {
+WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, WF_DBL, wf_sat_u8)
+WF_DEF_SCALE(wf_scale_i8, wf_scale_copy_i8, wf_i8u, WF_DBL, wf_sat_i8)
+WF_DEF_SCALE(wf_scale_u16, wf_scale_copy_u16, wf_u16u, WF_DBL, wf_sat_u16)
+WF_DEF_SCALE(wf_scale_i16, wf_scale_copy_i16, wf_i16u, WF_DBL, wf_sat_i16)
+WF_DEF_SCALE(wf_scale_i32, wf_scale_copy_i32, wf_i32u, WF_DBL, wf_sat_i32)
+WF_DEF_SCALE(wf_scale_i64, wf_scale_copy_i64, wf_i64u, WF_DBL, wf_sat_i64)
+WF_DEF_SCALE(wf_scale_f32, wf_scale_copy_f32, wf_f32u, WF_DBL, wf_to_f32)
+WF_DEF_SCALE(wf_scale_f64, wf_scale_copy_f64, wf_f64u, WF_DBL, wf_to_f64)
+WF_DEF_SCALE(wf_scale_bf16, wf_scale_copy_bf16, wf_u16u, wf_bf16_to_f64, wf_f64_to_bf16)
+
+/* float32 scratch of a float16 block (software path), in place */
+WF_CLONES static void wf_scale_f32_for_16bit(float *x, size_t n, double f) {
   size_t i = 0;
   for (; i + WF_BLK <= n; i += WF_BLK)
-    for (size_t j = i; j < i + WF_BLK; j++) x[j] = wf_f32_round_odd((double)x[j] * f);
-  for (; i < n; i++) x[i] = wf_f32_round_odd((double)x[i] * f);
+    for (size_t j = i; j < i + WF_BLK; j++) x[j] = wf_f32_for_16bit((double)x[j] * f);
+  for (; i < n; i++) x[i] = wf_f32_for_16bit((double)x[i] * f);
 }
 
 /* bool: x becomes (x != 0 && f != 0); f is the same for every element. */
@@ -147,28 +136,24 @@ static const struct {
     [WEFT_DTYPE_INT64] = {wf_scale_i64, wf_scale_copy_i64},
     [WEFT_DTYPE_FLOAT32] = {wf_scale_f32, wf_scale_copy_f32},
     [WEFT_DTYPE_FLOAT64] = {wf_scale_f64, wf_scale_copy_f64},
+    [WEFT_DTYPE_BFLOAT16] = {wf_scale_bf16, wf_scale_copy_bf16},
     [WEFT_DTYPE_BOOL] = {wf_scale_bool, wf_scale_copy_bool},
-    /* FLOAT16, BFLOAT16: wf_scale_half */
+    /* FLOAT16: wf_scale_f16 */
 };
 
-/* 16-bit floats: convert a block, scale it in float32 scratch, convert
- * back. The whole block is read before it is written, so dst may equal
- * src. */
-static void wf_scale_half(weft_dtype t, void *dst, const void *src, size_t n, double f) {
+/* float16: the F16C kernel, else convert a block, scale it in float32
+ * scratch, convert back. The whole block is read before it is written, so
+ * dst may equal src. */
+static void wf_scale_f16(void *dst, const void *src, size_t n, double f) {
+  if (wf_f16_scale_hw(dst, src, n, f)) return;
   float tmp[WF_HALF_BLOCK];
   wf_u16u *d = dst;
   const wf_u16u *s = src;
   for (size_t i = 0; i < n; i += WF_HALF_BLOCK) {
     size_t m = n - i < WF_HALF_BLOCK ? n - i : WF_HALF_BLOCK;
-    if (t == WEFT_DTYPE_FLOAT16) {
-      wf_f16_to_f32_block(tmp, s + i, m);
-      wf_scale_f32_odd(tmp, m, f);
-      wf_f32_to_f16_block(d + i, tmp, m);
-    } else {
-      wf_bf16_to_f32_block(tmp, s + i, m);
-      wf_scale_f32_odd(tmp, m, f);
-      wf_f32_to_bf16_block(d + i, tmp, m);
-    }
+    wf_f16_to_f32_block(tmp, s + i, m);
+    wf_scale_f32_for_16bit(tmp, m, f);
+    wf_f32_to_f16_block(d + i, tmp, m);
   }
 }
 
@@ -182,8 +167,8 @@ void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, doubl
     if (dst != src) memcpy(dst, src, count * wf_reduce_elem_size(t));
     return;
   }
-  if (t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16)
-    wf_scale_half(t, dst, src, count, factor);
+  if (t == WEFT_DTYPE_FLOAT16)
+    wf_scale_f16(dst, src, count, factor);
   else if (dst == src)
     wf_scale_table[t].inplace(dst, count, factor);
   else

@@ -299,7 +299,8 @@ static weft_status shm_send(wf_transport *tr, int peer_rank, uint64_t seq, uint3
   if (len == 0) return WEFT_OK;
   tx *t = s->tx_free;
   if (t) s->tx_free = t->next;
-  else if (!(t = malloc(sizeof *t))) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory queueing data to rank %d", peer_rank);
+  else if (!(t = malloc(sizeof *t)))
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory queueing data to rank %d", peer_rank);
   *t = (tx){.seq = seq, .idx = idx, .buf = buf, .len = len, .pending = pending};
   (*pending)++;
   if (p->txt) p->txt->next = t;

@@ -118,9 +118,14 @@ static weft_status msg_get(int fd, uint32_t kind, setup_msg *m, int64_t deadline
   return WEFT_OK;
 }
 
+/* A failure status from a peer's record (anything else is a protocol error). */
+static weft_status remote_status(int32_t st) {
+  return st < 0 && st >= WEFT_ERR_INTERNAL ? (weft_status)st : WEFT_ERR_PROTOCOL;
+}
+
 /* Creator: makes the file, reserves its pages and initializes the header. */
-static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_shm_layout *l, uint8_t **map, int *created,
-                            char *err, size_t errlen) {
+static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_shm_layout *l, uint8_t **map,
+                            int *created, char *err, size_t errlen) {
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     snprintf(err, errlen, "shm_open(/dev/shm%s): %s", name, strerror(errno));
@@ -241,10 +246,11 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_
     weft_status r = msg_get(cfg->fds[cfg->local_ranks[i]], MSG_ACK, &m, dl, e, sizeof e);
     if (r == WEFT_OK) state[i] = 3;
     if (st != WEFT_OK) continue;
-    if (r != WEFT_OK) st = r, snprintf(err, errlen, "waiting for rank %d to map the segment: %s", cfg->local_ranks[i], e);
+    if (r != WEFT_OK)
+      st = r, snprintf(err, errlen, "waiting for rank %d to map the segment: %s", cfg->local_ranks[i], e);
     else if (m.status != WEFT_OK)
-      st = (weft_status)m.status, snprintf(err, errlen, "rank %d could not map the segment: %s", cfg->local_ranks[i],
-                                          m.text);
+      st = remote_status(m.status),
+      snprintf(err, errlen, "rank %d could not map the segment: %s", cfg->local_ranks[i], m.text);
   }
   /* Everyone who will ever map it has: the name can go. */
   if (created && shm_unlink(name) && st == WEFT_OK) {
@@ -266,7 +272,8 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_
 }
 
 /* Peer side: NAME, READY, map, ACK, VERDICT. */
-static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err, size_t errlen) {
+static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err,
+                              size_t errlen) {
   int creator = cfg->local_ranks[0], fd = cfg->fds[creator];
   char name[sizeof ((setup_msg *)0)->text], e[256] = "";
   setup_msg m;
@@ -284,19 +291,20 @@ static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t *
   }
   if (m.status != WEFT_OK) {
     snprintf(err, errlen, "rank %d could not create the segment: %s", creator, m.text);
-    return (weft_status)m.status;
+    return remote_status(m.status);
   }
-  weft_status mine = seg_attach(name, m.size, cfg, l, map, e, sizeof e);
-  st = msg_put(fd, MSG_ACK, mine, 0, mine ? e : NULL, dl, e, sizeof e);
+  char why[256] = "";
+  weft_status mine = seg_attach(name, m.size, cfg, l, map, why, sizeof why);
+  st = msg_put(fd, MSG_ACK, mine, 0, mine ? why : NULL, dl, e, sizeof e);
   if (st == WEFT_OK) st = msg_get(fd, MSG_VERDICT, &m, dl, e, sizeof e);
   if (st != WEFT_OK) {
     shm_unlink(name); /* the creator may have died before unlinking */
     snprintf(err, errlen, "setting up the segment with rank %d: %s", creator, e);
   } else if (mine != WEFT_OK) {
     st = mine;
-    snprintf(err, errlen, "%s", e);
+    snprintf(err, errlen, "%s", why);
   } else if (m.status != WEFT_OK) {
-    st = (weft_status)m.status;
+    st = remote_status(m.status);
     snprintf(err, errlen, "%s", m.text);
   }
   if (st != WEFT_OK && *map) {

@@ -36,6 +36,7 @@ const char *wf_coll_name(wf_coll c) {
     case WF_COLL_ALLTOALL: return "alltoall";
     case WF_COLL_REDUCESCATTER: return "reducescatter";
     case WF_COLL_BARRIER: return "barrier";
+    case WF_COLL_JOIN: return "join";
     case WF_COLL_COUNT_: break;
   }
   return "unknown";

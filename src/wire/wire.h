@@ -47,7 +47,8 @@ typedef enum wf_coll {
   WF_COLL_ALLTOALL = 3,
   WF_COLL_REDUCESCATTER = 4,
   WF_COLL_BARRIER = 5,
-  WF_COLL_COUNT_ = 6
+  WF_COLL_JOIN = 6,      /* weft_join: this rank has no more data */
+  WF_COLL_COUNT_ = 7
 } wf_coll;
 
 const char *wf_coll_name(wf_coll c); /* "allreduce", ...; "unknown" */
@@ -133,7 +134,10 @@ typedef struct wf_response_msg {
   uint32_t nnames;     /* tensors covered (fusion: > 1) */
   char **names;        /* nnames NUL-terminated strings; malloc'd */
   uint32_t nsizes;     /* allgather: dim-0 per rank (size entries);
-                          alltoall: the size x size split matrix, row = sender */
+                          alltoall: the size x size split matrix, row = sender;
+                          allreduce: dtype, reduce op, then each tensor's element
+                          count (what a joined rank needs to take part);
+                          join: the rank that joined last */
   int64_t *sizes;      /* malloc'd */
   char *error;         /* ERROR: message (NUL-terminated, <= WF_ERRMSG_MAX); else NULL */
 } wf_response_msg;

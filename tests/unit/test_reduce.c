@@ -530,7 +530,7 @@ static void suite_conversions(int exhaustive) {
   EXPECT(bf_isnan(wf_f32_to_bf16(bitsf(0x7f800001u))), "bf16 sNaN with low payload must stay NaN");
 
   /* every float16 / bfloat16 pattern: to float32 and back */
-  uint16_t *h = xmalloc(65536 * 2), *h2 = xmalloc(65536 * 2), *h3 = xmalloc(65536 * 2);
+  uint16_t *h = xmalloc(65536 * 2), *h2 = xmalloc(65536 * 2);
   float *f = xmalloc(65536 * 4), *fsw = xmalloc(65536 * 4);
   for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
   for (uint32_t i = 0; i < 65536; i++) {
@@ -552,7 +552,7 @@ static void suite_conversions(int exhaustive) {
       EXPECT((double)bv == bwant && !signbit(bv) == !signbit(bwant) && bback == h[i], "bf16 0x%04x -> %a -> 0x%04x",
              h[i], (double)bv, bback);
   }
-  /* block conversions, both float16 paths, agree with the scalar ones bit
+  /* float16 block conversions, both paths, agree with the scalar ones bit
    * for bit (NaNs included: both quiet them the same way) */
   for (int hw = 1; hw >= 0; hw--) {
     wf_half_allow_hw(hw);
@@ -566,10 +566,6 @@ static void suite_conversions(int exhaustive) {
     }
   }
   wf_half_allow_hw(1);
-  wf_bf16_to_f32_block(f, h, 65536);
-  wf_f32_to_bf16_block(h2, f, 65536);
-  for (uint32_t i = 0; i < 65536; i++)
-    EXPECT(fbits(f[i]) == fbits(wf_bf16_to_f32(h[i])) && h2[i] == wf_f32_to_bf16(f[i]), "bf16 block 0x%04x", h[i]);
 
   /* short blocks (the F16C tail) stay inside their buffers, at odd addresses */
   for (size_t n = 0; n <= 19; n++) {
@@ -585,10 +581,6 @@ static void suite_conversions(int exhaustive) {
       wf_f32_to_f16_block((wf_u16u *)(void *)hb.p, (const float *)(const void *)fb.p, n);
       EXPECT(n == 0 || !memcmp(hb.p, h + 0x3bf0, n * 2), "f16 block back n=%zu hw=%d", n, hw);
       EXPECT(buf_guards_ok(&hb, 1) && buf_guards_ok(&fb, 0), "f16 block n=%zu hw=%d wrote outside", n, hw);
-      wf_bf16_to_f32_block((float *)(void *)fb.p, (const wf_u16u *)(h + 0x3f70), n);
-      wf_f32_to_bf16_block((wf_u16u *)(void *)hb.p, (const float *)(const void *)fb.p, n);
-      EXPECT(n == 0 || !memcmp(hb.p, h + 0x3f70, n * 2), "bf16 block round trip n=%zu", n);
-      EXPECT(buf_guards_ok(&hb, 1) && buf_guards_ok(&fb, 0), "bf16 block n=%zu wrote outside", n);
       free(hb.raw), free(fb.raw);
     }
   }
@@ -623,12 +615,9 @@ static void suite_conversions(int exhaustive) {
         EXPECT(h2[i] == wf_f32_to_f16(fsw[i]), "f16 block (hw=%d) 0x%08x -> 0x%04x", hw, fbits(fsw[i]), h2[i]);
     }
     wf_half_allow_hw(1);
-    wf_f32_to_bf16_block(h3, fsw, 65536);
-    for (uint32_t i = 0; i < 65536; i++)
-      EXPECT(h3[i] == wf_f32_to_bf16(fsw[i]), "bf16 block 0x%08x -> 0x%04x", fbits(fsw[i]), h3[i]);
     if (g_failures > 40) break;
   }
-  free(h), free(h2), free(h3), free(f), free(fsw);
+  free(h), free(h2), free(f), free(fsw);
 }
 
 /* ---------------------------------------------------------- scaling */
@@ -756,6 +745,29 @@ static void suite_scale_known(void) {
   KNOWN_SCALE(WEFT_DTYPE_BFLOAT16, 0x3f80, 0.5, 0x3f00);
 }
 
+/* Near ties: for every finite nonzero 16-bit float x, factors that put x * f
+ * just above and just below the midpoint between x and its neighbour away
+ * from zero. Only a correct rounding of the double product gets all of them
+ * right (a cast to float32 first lands exactly on the tie). */
+static void suite_scale_ties(void) {
+  for (int bf = 0; bf < 2; bf++) {
+    weft_dtype t = bf ? WEFT_DTYPE_BFLOAT16 : WEFT_DTYPE_FLOAT16;
+    int bad = 0;
+    for (uint32_t x = 1; x < 0x10000; x++) {
+      uint16_t h = (uint16_t)x, next = (uint16_t)(x + 1);
+      double v = bf ? ref_bf2d(h) : ref_h2d(h), vn = bf ? ref_bf2d(next) : ref_h2d(next);
+      if (!isfinite(v) || !isfinite(vn) || v == 0 || (x & 0x7fff) == 0x7fff) continue;
+      for (int sgn = -1; sgn <= 1; sgn += 2) {
+        double f = (v + vn) / 2 / v * (1 + sgn * 0x1p-40);
+        uint16_t got = h, want = bf ? ref_d2bf(v * f) : ref_d2h(v * f);
+        wf_scale(t, &got, 1, f);
+        if (got != want && bad++ < 3)
+          fail_at(__LINE__, "%s scale(0x%04x, %a) = 0x%04x, want 0x%04x", DT[t].name, h, f, got, want);
+      }
+    }
+  }
+}
+
 /* ------------------------------------------------------- threads */
 /* One thread reduces float16 while another flips the F16C hook: both
  * paths give the same bits, so every result must match. (TSan checks the
@@ -823,6 +835,7 @@ int main(int argc, char **argv) {
   suite_count_zero();
   g_ctx = "scale";
   suite_scale_known();
+  suite_scale_ties();
   g_ctx = "scale random";
   suite_scale_random(0);
   g_ctx = "reduce random";
@@ -833,6 +846,7 @@ int main(int argc, char **argv) {
     suite_known();
     g_ctx = "scale, software f16";
     suite_scale_known();
+    suite_scale_ties();
     suite_scale_random(1);
     g_ctx = "reduce random, software f16";
     suite_reduce_random(1);

@@ -38,6 +38,11 @@
 #define SANITIZED 0
 #define PERF_REPS 5
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define BIG_MSG (2 * MIB) /* TSan checks every byte memcpy moves: 10 MiB x 12 pairs x 12 runs takes minutes */
+#else
+#define BIG_MSG (10 * MIB)
+#endif
 
 static int g_failures; /* in a child: its own failures; in the parent: all */
 #define CHECK(cond, ...)                                                       \
@@ -59,7 +64,7 @@ typedef struct report {
 static report *g_rep;
 
 typedef struct ctx {
-  int rank, n, nlocal;
+  int rank, n, nlocal, world; /* n processes; world size as the transport sees it (>= n) */
   int fds[MAXN];  /* this child's ends of the socketpairs, -1 for itself */
   int local[MAXN];
   char job[64];
@@ -139,7 +144,7 @@ static void on_error(void *ctx, int peer, weft_status st, const char *msg) {
 static weft_status mk(ctx *c, size_t slot, size_t nslots, int mode, double timeout) {
   int fds[MAXN];
   for (int i = 0; i < MAXN; i++) fds[i] = c->fds[i];
-  wf_shm_cfg cfg = {.rank = c->rank, .size = c->n, .local_ranks = c->local, .nlocal = c->nlocal, .fds = fds,
+  wf_shm_cfg cfg = {.rank = c->rank, .size = c->world, .local_ranks = c->local, .nlocal = c->nlocal, .fds = fds,
                     .job_id = c->job, .timeout_seconds = timeout, .slot_bytes = slot, .nslots = nslots,
                     .copy_mode = mode, .on_error = on_error};
   weft_status st = wf_shm_create(&cfg, &c->s);
@@ -190,7 +195,7 @@ static void await_peer(ctx *c, int p) {
  * >= 0: that rank may die (the parent SIGKILLs it after kill_after seconds
  * unless kill_after < 0, when it kills itself). */
 static int run_ex(int n, scenario fn, const void *arg, int kill_rank, double kill_after, const char *what) {
-  ctx c = {.n = n, .nlocal = n, .arg = arg};
+  ctx c = {.n = n, .nlocal = n, .world = n, .arg = arg};
   snprintf(c.job, sizeof c.job, "tshm%dx%d", (int)getpid(), g_jobno++);
   for (int i = 0; i < n; i++) c.local[i] = i;
   for (int i = 0; i < n; i++)
@@ -294,12 +299,12 @@ typedef struct msg_arg {
 } msg_arg;
 
 #define NSIZES 7
-/* Sizes 0, 1, 7, slot-1, slot, slot+1 and 10 MiB between all pairs. */
+/* Sizes 0, 1, 7, slot-1, slot, slot+1 and 10 MiB (BIG_MSG) between all pairs. */
 static void sc_messages(ctx *c) {
   const msg_arg *a = c->arg;
   mk_or_die(c, a->slot, a->nslots, WF_SHM_COPY_AUTO);
   size_t slot = a->slot ? a->slot : 65536;
-  size_t sizes[NSIZES] = {0, 1, 7, slot - 1, slot, slot + 1, 10 * MIB};
+  size_t sizes[NSIZES] = {0, 1, 7, slot - 1, slot, slot + 1, BIG_MSG};
   uint8_t *sb[MAXN][NSIZES] = {{0}}, *rb[MAXN][NSIZES] = {{0}};
   const uint64_t seq = 42;
   for (int p = 0; p < c->n; p++) {
@@ -566,6 +571,30 @@ static void sc_wait(ctx *c) {
   wf_shm_destroy(c->s);
 }
 
+/* Rank 2 disagrees about which ranks share the host: everyone fails. */
+static void sc_mismatch(ctx *c) {
+  c->world = 4;
+  if (c->rank == 2) c->local[1] = 2, c->local[2] = 3;
+  weft_status st = mk(c, 4096, 4, WF_SHM_COPY_AUTO, 10);
+  CHECK(st == WEFT_ERR_PROTOCOL, "got %s: %s", weft_status_string(st), wf_err_msg());
+  if (c->rank == 0) CHECK(strstr(wf_err_msg(), "rank 2 could not map") != NULL, "message: %s", wf_err_msg());
+  if (st == WEFT_OK) wf_shm_destroy(c->s);
+}
+
+/* A local rank that never joins: the others time out, nothing leaks. */
+static void sc_timeout(ctx *c) {
+  if (c->rank == 1) {
+    usleep(600000);
+    return;
+  }
+  double t = now_s();
+  weft_status st = mk(c, 4096, 4, WF_SHM_COPY_AUTO, 0.2);
+  CHECK(st == WEFT_ERR_TIMEOUT, "got %s: %s", weft_status_string(st), wf_err_msg());
+  CHECK(now_s() - t < 0.5, "timed out after %.3f s", now_s() - t);
+  CHECK(strstr(wf_err_msg(), "WEFT_TRANSPORT=tcp") != NULL, "message: %s", wf_err_msg());
+  CHECK(shm_files(c->job) == 0, "segment file left after a timeout");
+}
+
 /* Setup with a large segment (so it takes a while) while the parent
  * SIGKILLs one rank: survivors fail or succeed cleanly, nothing leaks. */
 static void sc_setup_killed(ctx *c) {
@@ -720,6 +749,8 @@ int main(void) {
   printf("wait: idle CPU %.1f%% of wall time; wake-up latency median %.0f us, max %.0f us\n", 100 * g_rep->cpu_frac,
          g_rep->wake_med_us, g_rep->wake_max_us);
 
+  run(3, sc_mismatch, NULL, "local ranks mismatch");
+  run(2, sc_timeout, NULL, "setup timeout");
   int ok = 0, failed = 0;
   const double delays[] = {0, 0.001, 0.005, 0.02, 0.06, 0.15, 0.4};
   for (int victim = 0; victim < 2; victim++)
