@@ -18,7 +18,10 @@
  *  slow          COUNT connections trickle a plausible HELLO (valid header
  *                first) at one byte per second for SECONDS, reconnecting
  *                when dropped: each is dropped within the handshake timeout
- *                + 0.5 s of connecting.
+ *                + 0.5 s of connecting (of 2 timeouts + 0.5 s when COUNT > 1:
+ *                beyond rank 0's handshake slots a connection waits in the
+ *                listen backlog first). The bound that matters, the late
+ *                rank's rendezvous time, is checked by fault_test.sh.
  *
  * The capture runs the library's own connector (wf_auth_connect) against a
  * listener of this program, so this links the internal library. */
@@ -228,7 +231,10 @@ static void slow(int count, double seconds) {
   fx_info("slow: %d connection(s) for %.1f s, %d drop(s), longest hold %.2f s", count, seconds, drops, worst);
   char what[64];
   snprintf(what, sizeof what, "slow_x%d_longest_hold", count);
-  fx_measure("9", what, g_hs + 0.5, drops ? worst : -1);
+  /* Alone, a connection is dropped at its handshake deadline. Among many,
+   * one may first wait in the listen backlog while rank 0's handshake slots
+   * are full, for at most one more handshake timeout. */
+  fx_measure("9", what, g_hs * (count > 1 ? 2 : 1) + 0.5, drops ? worst : -1);
 }
 
 int main(int argc, char **argv) {

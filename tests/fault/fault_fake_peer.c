@@ -17,7 +17,10 @@
  * reserved field), count (REQUESTS claiming 2^32-1 entries in 60 bytes),
  * src (a heartbeat claiming to come from rank 0), responses (RESPONSES sent
  * to the coordinator), hello (a HELLO after the rendezvous), abortlen (an
- * ABORT whose string overruns its payload), random (4 KiB of noise).
+ * ABORT whose string overruns its payload), random (4 KiB of noise),
+ * orphans (40 MiB of well-formed requests for a group rank 0 never heard of,
+ * which it may hold back for a while but not without limit; then a bad
+ * magic ends the case: the RSS cap is the point).
  *
  * Links the internal library (weft_internal) for wf_bootstrap and the wire
  * encoders; rank 0 uses only weft.h. */
@@ -49,8 +52,11 @@ static const fcase k_cases[] = {
     {"truncated", 0, 0, 1}, {"stall", 0, 1, 0},  {"type0", 1, 0, 0},    {"type200", 1, 0, 0},
     {"version", 1, 0, 0},  {"magic", 1, 0, 0},   {"reserved", 1, 0, 0}, {"count", 1, 0, 0},
     {"src", 1, 0, 0},      {"responses", 1, 0, 0}, {"hello", 1, 0, 0},  {"abortlen", 1, 0, 0},
-    {"random", 1, 0, 0},
+    {"random", 1, 0, 0},   {"orphans", 1, 0, 0},
 };
+
+#define ORPHAN_FRAMES 40         /* x ~1 MiB of requests for an unknown group */
+#define ORPHAN_PER_FRAME 24000   /* 44 wire bytes each */
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
   for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -170,6 +176,7 @@ static size_t build(const fcase *fc, uint8_t *buf, size_t cap) {
   else if (!strcmp(c, "magic")) hdr(buf, 0x50545448u /* "HTTP" */, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
   else if (!strcmp(c, "reserved")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 1, 0xdead, 0);
   else if (!strcmp(c, "src")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 0, 0, 0);
+  else if (!strcmp(c, "orphans")) hdr(buf, 0x50545448u, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
   else if (!strcmp(c, "count")) {
     hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 64);
     put_le(buf + 24, 0xffffffffu, 4);
@@ -237,6 +244,25 @@ static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t c
   static uint8_t bad[8192];
   uint8_t hb[24];
   hdr(hb, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 1, 0, 0); /* fresh: the stall case must not time out early */
+  if (!strcmp(fc->name, "orphans")) { /* well-formed, but for group 777 */
+    wf_request_msg *q = calloc(ORPHAN_PER_FRAME, sizeof *q);
+    if (!q) fx_fail("out of memory");
+    for (int i = 0; q && i < ORPHAN_PER_FRAME; i++) {
+      q[i].group_id = 777, q[i].coll = WF_COLL_BARRIER, q[i].root = -1, q[i].device = WEFT_DEVICE_CPU;
+      q[i].prescale = q[i].postscale = 1.0;
+      snprintf(q[i].name, sizeof q[i].name, "%c%c", 'a' + i % 26, 'a' + i / 26 % 26);
+    }
+    for (int f = 0; q && f < ORPHAN_FRAMES; f++) {
+      wf_buf ob = {0};
+      if (wf_encode_requests(&ob, 1, q, ORPHAN_PER_FRAME) != WEFT_OK || write_all(fd, ob.data, ob.len) != 0) {
+        fx_info("the flood stopped after %d frames: %s", f, strerror(errno));
+        wf_buf_free(&ob);
+        break;
+      }
+      wf_buf_free(&ob);
+    }
+    free(q);
+  }
   size_t n = build(fc, bad, sizeof bad);
   double t_send = fx_now();
   if (write_all(fd, hb, sizeof hb) != 0 || write_all(fd, bad, n) != 0) fx_info("the bad frame was cut short: %s", strerror(errno));
@@ -279,7 +305,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], k_cases[i].name)) fc = &k_cases[i];
   if (!fc) {
     fprintf(stderr, "usage: fault_fake_peer CASE (len2e40, data2e40, lenneg, len0, truncated, stall, type0, type200, "
-                    "version, magic, reserved, count, src, responses, hello, abortlen, random)\n");
+                    "version, magic, reserved, count, src, responses, hello, abortlen, random, orphans)\n");
     return 2;
   }
   /* a port free now, on loopback (rank 0 listens there) */
