@@ -234,6 +234,15 @@ WEFT_API weft_status weft_allreduce(weft_group *g, const char *name, const weft_
                                     const weft_tensor *out, weft_reduce_op op,
                                     const weft_op_options *opt, weft_request **req);
 
+/* n allreduces enqueued atomically, negotiated together (fused when they
+ * fit the fusion buffer) and completed as one request: tensor i is named
+ * "<name>.<i>" (name at most 248 bytes). ins[i]/outs[i] as for
+ * weft_allreduce. The request completes when all have, with the first
+ * error if any; opt->callback runs once, for the whole group. */
+WEFT_API weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                            const weft_tensor *outs, weft_reduce_op op,
+                                            const weft_op_options *opt, weft_request **req);
+
 /* Concatenation along dim 0 of every rank's in, in rank order. in->ndim >= 1;
  * dims 1.. agree across ranks; dim 0 may differ. The output is available
  * through weft_request_output() (library-owned or from opt->alloc). */

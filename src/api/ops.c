@@ -130,9 +130,9 @@ static weft_status submit(weft_request *r, weft_request **out) {
   *req = NULL;                                                                 \
   WF_CHECK(check_group(fn, g))
 
-weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
-                           weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
-  BEGIN("weft_allreduce");
+/* Checks an allreduce and builds its request (not yet submitted). */
+static weft_status make_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                                  weft_reduce_op op, const weft_op_options *opt, weft_request **rp) {
   size_t n, m;
   WF_CHECK(check_name("weft_allreduce", name));
   WF_CHECK(check_tensor("weft_allreduce", name, "input", in, &n));
@@ -158,6 +158,15 @@ weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *i
   r->out = *out;
   r->out.shape = r->in_shape;
   r->msg.reduce_op = (uint8_t)op;
+  *rp = r;
+  return WEFT_OK;
+}
+
+weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                           weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_allreduce");
+  weft_request *r;
+  WF_CHECK(make_allreduce(g, name, in, out, op, opt, &r));
   return submit(r, req);
 }
 
@@ -277,4 +286,76 @@ weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->last_joined = -1;
   return submit(r, req);
+}
+
+weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                   const weft_tensor *outs, weft_reduce_op op, const weft_op_options *opt,
+                                   weft_request **req) {
+  BEGIN("weft_grouped_allreduce");
+  WF_CHECK(check_name("weft_grouped_allreduce", name));
+  if (n < 1 || n > 65536) return INVALID("weft_grouped_allreduce('%s'): n must be 1..65536, got %d", name, n);
+  if (!ins || !outs) return INVALID("weft_grouped_allreduce('%s'): ins/outs is NULL", name);
+  if (strlen(name) + 7 > WF_NAME_MAX) return INVALID("weft_grouped_allreduce('%s'): name too long for a group", name);
+  weft_request *parent = new_request(g, WF_COLL_ALLREDUCE, name, NULL, opt);
+  weft_request **kids = calloc((size_t)n, sizeof *kids);
+  weft_status st = parent && kids ? WEFT_OK : wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  /* every tensor checked, and its child request built, before anything is
+   * enqueued: the group goes in whole or not at all */
+  weft_op_options child_opt = opt ? *opt : (weft_op_options)WEFT_OP_OPTIONS_INIT;
+  child_opt.callback = NULL;
+  child_opt.user_data = NULL;
+  for (int i = 0; st == WEFT_OK && i < n; i++) {
+    char cname[WF_NAME_MAX + 1];
+    snprintf(cname, sizeof cname, "%s.%d", name, i);
+    weft_request *k = NULL;
+    st = make_allreduce(g, cname, &ins[i], &outs[i], op, &child_opt, &k);
+    if (st == WEFT_OK) {
+      k->parent = parent;
+      atomic_store_explicit(&k->refs, 1, memory_order_relaxed); /* the engine's only: the user holds the parent */
+      kids[i] = k;
+    }
+  }
+  if (st != WEFT_OK) {
+    for (int i = 0; kids && i < n; i++)
+      if (kids[i]) {
+        free(kids[i]->msg.splits);
+        free(kids[i]);
+      }
+    free(kids);
+    free(parent);
+    return st;
+  }
+  atomic_store_explicit(&parent->remaining, n, memory_order_relaxed);
+  weft_world *w = g->world;
+  pthread_mutex_lock(&w->mu);
+  if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
+  else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
+  for (int i = 0; st == WEFT_OK && i < n; i++)
+    if (wf_strmap_get(&w->inflight, kids[i]->key))
+      st = INVALID("weft_grouped_allreduce: a tensor named '%s' is already in flight on rank %d", kids[i]->msg.name,
+                   w->rank);
+  int put = 0;
+  for (; st == WEFT_OK && put < n; put++)
+    if (wf_strmap_put(&w->inflight, kids[put]->key, kids[put])) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  if (st != WEFT_OK) {
+    for (int i = 0; i < put; i++) wf_strmap_del(&w->inflight, kids[i]->key);
+  } else {
+    for (int i = 0; i < n; i++) { /* one lock: the engine sees all of them in the same drain */
+      kids[i]->next = NULL;
+      if (w->q_tail) w->q_tail->next = kids[i];
+      else w->q_head = kids[i];
+      w->q_tail = kids[i];
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (st != WEFT_OK) {
+    for (int i = 0; i < n; i++) free(kids[i]);
+    free(kids);
+    free(parent);
+    return st;
+  }
+  free(kids);
+  wf_engine_wake(w);
+  *req = parent;
+  return WEFT_OK;
 }

@@ -56,6 +56,7 @@ void wf_request_unref(weft_request *r) {
   free(r->error);
   if (r->result_owned) free(r->result);
   free(r->recv_splits);
+  free(r->child_error);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
   free(r);
 }
@@ -71,7 +72,21 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
   if (w->waiters) pthread_cond_broadcast(&w->done_cv); /* no futex syscall when nobody sleeps */
   pthread_mutex_unlock(&w->mu);
   if (r->callback) r->callback(r, st, r->user_data);
+  weft_request *parent = r->parent;
   wf_request_unref(r);
+  if (!parent) return;
+  /* grouped op: the user's request completes with its last child, carrying
+   * the first error */
+  if (st != WEFT_OK && parent->child_status == WEFT_OK) {
+    parent->child_status = st;
+    parent->child_error = msg ? strdup(msg) : NULL;
+  }
+  if (atomic_fetch_sub_explicit(&parent->remaining, 1, memory_order_acq_rel) == 1) {
+    char *m = parent->child_error;
+    parent->child_error = NULL;
+    wf_request_complete(w, parent, parent->child_status, m);
+    free(m);
+  }
 }
 
 void wf_engine_submit(weft_world *w, weft_request *r) {

@@ -62,6 +62,10 @@ struct weft_request {
   void *result;              /* allgather/alltoall/reducescatter output data */
   int result_owned;          /* the request frees result */
   int phantom;               /* made by the engine for a joined rank's part: freed, never completed */
+  struct weft_request *parent; /* grouped op: the request the user holds */
+  _Atomic int remaining;     /* grouped op (parent): children not yet complete */
+  weft_status child_status;  /* grouped op (parent): the first child's error */
+  char *child_error;
   int last_joined;           /* join: the rank that joined last */
   int alloc_failed;          /* the caller's allocator returned NULL: ran into a
                                 private buffer, then failed with NO_MEMORY */

@@ -135,7 +135,8 @@ static int capture_hello(const char *secret, const char *job, uint8_t hello[HELL
       getsockname(ls, (struct sockaddr *)&a, &len))
     return fx_fail("capture: cannot listen: %s", strerror(errno));
   cap c = {{(const uint8_t *)secret, strlen(secret), job, 1, 2}, socket(AF_INET, SOCK_STREAM, 0)};
-  if (c.fd < 0 || connect(c.fd, (struct sockaddr *)&a, sizeof a)) return fx_fail("capture: connect: %s", strerror(errno));
+  if (c.fd < 0 || connect(c.fd, (struct sockaddr *)&a, sizeof a))
+    return fx_fail("capture: connect: %s", strerror(errno));
   int as = accept(ls, NULL, NULL);
   pthread_t th;
   if (as < 0 || pthread_create(&th, NULL, connector, &c)) return fx_fail("capture: accept/thread failed");
@@ -179,12 +180,16 @@ static void one_shot(const char *mode) {
   } else {
     if (!check_challenge(ch, read_n(fd, ch, sizeof ch, 5), mode)) return;
     t0 = fx_now();
-    if (!strcmp(mode, "junk")) send_some(fd, junk, sizeof junk);
-    else if (replay) send_some(fd, hello, sizeof hello);
-    else bound = g_hs + 0.5; /* silent */
+    if (!strcmp(mode, "junk"))
+      send_some(fd, junk, sizeof junk);
+    else if (replay)
+      send_some(fd, hello, sizeof hello);
+    else
+      bound = g_hs + 0.5; /* silent */
   }
   size_t unread = !strcmp(mode, "nohandshake") ? CHALLENGE_SIZE : 0;
-  fx_measure(getenv("FAULT_ITEM") ? getenv("FAULT_ITEM") : "8", mode, bound, wait_hangup(fd, t0, bound + 2, mode, unread));
+  fx_measure(getenv("FAULT_ITEM") ? getenv("FAULT_ITEM") : "8", mode, bound,
+             wait_hangup(fd, t0, bound + 2, mode, unread));
   close(fd);
 }
 
@@ -240,7 +245,8 @@ static void slow(int count, double seconds) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 3 || parse_addr(argv[2], &g_addr) != 0) {
-    fprintf(stderr, "usage: fault_attacker junk|nohandshake|silent|replay|replay_other|slow HOST:PORT [COUNT SECONDS]\n");
+    fprintf(stderr,
+            "usage: fault_attacker junk|nohandshake|silent|replay|replay_other|slow HOST:PORT [COUNT SECONDS]\n");
     return 2;
   }
   const char *h = getenv("WEFT_HANDSHAKE_TIMEOUT");
@@ -248,8 +254,10 @@ int main(int argc, char **argv) {
   char who[64];
   snprintf(who, sizeof who, "attacker.%s", argv[1]);
   fx_open_verdict(who);
-  if (!strcmp(argv[1], "slow")) slow(argc > 3 ? atoi(argv[3]) : 1, argc > 4 ? strtod(argv[4], NULL) : 3);
-  else one_shot(argv[1]);
+  if (!strcmp(argv[1], "slow"))
+    slow(argc > 3 ? atoi(argv[3]) : 1, argc > 4 ? strtod(argv[4], NULL) : 3);
+  else
+    one_shot(argv[1]);
   if (!fx_failures) fx_pass("%s", argv[1]);
   fx_line(fx_failures ? "FAILED" : "DONE", "%d failure(s)", fx_failures);
   return fx_failures ? 1 : 0;

@@ -30,7 +30,7 @@
 #define FX_FN static __attribute__((unused))
 #define FX_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-static FILE *fx_verdict;   /* $FAULT_DIR/verdict.<who>, or NULL */
+static FILE *fx_verdict; /* $FAULT_DIR/verdict.<who>, or NULL */
 static int fx_failures;
 static char fx_who[64] = "?";
 
@@ -171,7 +171,9 @@ FX_FN int fx_count_fds(void) {
   return n < 0 ? n : n - 1;
 }
 
-FX_FN int fx_count_threads(void) { return fx_count_dir("/proc/self/task"); }
+FX_FN int fx_count_threads(void) {
+  return fx_count_dir("/proc/self/task");
+}
 
 /* Processes whose parent is this process (live or zombie). */
 FX_FN int fx_count_children(void) {
@@ -238,7 +240,9 @@ FX_FN int fx_shm_new(const char *before, char *out, size_t n) {
 
 /* ------------------------------------------------------------ messages */
 
-FX_FN int fx_has(const char *hay, const char *needle) { return hay && needle && strcasestr(hay, needle) != NULL; }
+FX_FN int fx_has(const char *hay, const char *needle) {
+  return hay && needle && strcasestr(hay, needle) != NULL;
+}
 
 /* 1 if msg names rank r: "rank r", "ranks r", "rank(s) r" (r not followed
  * by another digit), also in lists like "rank(s) 0, 1". */
@@ -248,8 +252,10 @@ FX_FN int fx_names_rank(const char *msg, int r) {
   int nl = snprintf(num, sizeof num, "%d", r);
   for (const char *p = msg; (p = strcasestr(p, "rank")); p += 4) {
     const char *q = p + 4;
-    if (*q == 's') q++;
-    else if (!strncmp(q, "(s)", 3)) q += 3;
+    if (*q == 's')
+      q++;
+    else if (!strncmp(q, "(s)", 3))
+      q += 3;
     if (*q != ' ') continue;
     /* the number list after it: digits, commas, spaces */
     for (q++; *q && (isdigit((unsigned char)*q) || *q == ',' || *q == ' ');) {

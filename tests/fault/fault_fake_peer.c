@@ -48,15 +48,14 @@ typedef struct fcase {
 } fcase;
 
 static const fcase k_cases[] = {
-    {"len2e40", 1, 0, 0}, {"data2e40", 1, 0, 0}, {"lenneg", 1, 0, 0},   {"len0", 1, 0, 0},
-    {"truncated", 0, 0, 1}, {"stall", 0, 1, 0},  {"type0", 1, 0, 0},    {"type200", 1, 0, 0},
-    {"version", 1, 0, 0},  {"magic", 1, 0, 0},   {"reserved", 1, 0, 0}, {"count", 1, 0, 0},
-    {"src", 1, 0, 0},      {"responses", 1, 0, 0}, {"hello", 1, 0, 0},  {"abortlen", 1, 0, 0},
-    {"random", 1, 0, 0},   {"orphans", 1, 0, 0},
+    {"len2e40", 1, 0, 0},  {"data2e40", 1, 0, 0}, {"lenneg", 1, 0, 0},  {"len0", 1, 0, 0},      {"truncated", 0, 0, 1},
+    {"stall", 0, 1, 0},    {"type0", 1, 0, 0},    {"type200", 1, 0, 0}, {"version", 1, 0, 0},   {"magic", 1, 0, 0},
+    {"reserved", 1, 0, 0}, {"count", 1, 0, 0},    {"src", 1, 0, 0},     {"responses", 1, 0, 0}, {"hello", 1, 0, 0},
+    {"abortlen", 1, 0, 0}, {"random", 1, 0, 0},   {"orphans", 1, 0, 0},
 };
 
-#define ORPHAN_FRAMES 40         /* x ~1 MiB of requests for an unknown group */
-#define ORPHAN_PER_FRAME 24000   /* 44 wire bytes each */
+#define ORPHAN_FRAMES 40       /* x ~1 MiB of requests for an unknown group */
+#define ORPHAN_PER_FRAME 24000 /* 44 wire bytes each */
 
 static void put_le(uint8_t *p, uint64_t v, int n) {
   for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -117,8 +116,9 @@ static int rank0(const fcase *fc, const char *addr, int rd, int wr) {
   weft_request *probe = NULL, *victim = NULL;
   st = weft_barrier(g, "probe", NULL, &probe);
   if (st == WEFT_OK) st = weft_wait(probe, 10);
-  if (st != WEFT_OK) fx_fail("the fake rank's barrier did not complete: %s: %s", weft_status_string(st),
-                             probe ? weft_request_error(probe) : weft_last_error());
+  if (st != WEFT_OK)
+    fx_fail("the fake rank's barrier did not complete: %s: %s", weft_status_string(st),
+            probe ? weft_request_error(probe) : weft_last_error());
   weft_request_free(probe);
   float x[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
@@ -153,7 +153,9 @@ static int rank0(const fcase *fc, const char *addr, int rd, int wr) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   fx_info("peak RSS %ld KiB", ru.ru_maxrss);
-  if (ru.ru_maxrss > RSS_CAP_KIB) fx_fail("peak RSS %ld KiB is over %d KiB: a frame-sized allocation?", ru.ru_maxrss, RSS_CAP_KIB);
+  if (ru.ru_maxrss > RSS_CAP_KIB)
+    fx_fail("peak RSS %ld KiB is over %d KiB: memory sized or multiplied by what the peer sent?", ru.ru_maxrss,
+            RSS_CAP_KIB);
   if (!fx_failures) fx_pass("rank 0: %s rejected cleanly", fc->name);
   return fx_failures ? 1 : 0;
 }
@@ -164,19 +166,32 @@ static int rank0(const fcase *fc, const char *addr, int rd, int wr) {
 static size_t build(const fcase *fc, uint8_t *buf, size_t cap) {
   const char *c = fc->name;
   size_t n = 24;
-  if (!strcmp(c, "len2e40")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 1ULL << 40);
-  else if (!strcmp(c, "data2e40")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_DATA, 1, 0, 1ULL << 40);
-  else if (!strcmp(c, "lenneg")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, UINT64_MAX - 15);
-  else if (!strcmp(c, "len0")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 0);
-  else if (!strcmp(c, "truncated")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 100), memset(buf + 24, 0, 40), n = 64;
-  else if (!strcmp(c, "stall")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 100), n = 12;
-  else if (!strcmp(c, "type0")) hdr(buf, WF_WIRE_MAGIC, 1, 0, 1, 0, 0);
-  else if (!strcmp(c, "type200")) hdr(buf, WF_WIRE_MAGIC, 1, 200, 1, 0, 8), memset(buf + 24, 0, 8), n = 32;
-  else if (!strcmp(c, "version")) hdr(buf, WF_WIRE_MAGIC, 2, WF_MSG_HEARTBEAT, 1, 0, 0);
-  else if (!strcmp(c, "magic")) hdr(buf, 0x50545448u /* "HTTP" */, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
-  else if (!strcmp(c, "reserved")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 1, 0xdead, 0);
-  else if (!strcmp(c, "src")) hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 0, 0, 0);
-  else if (!strcmp(c, "orphans")) hdr(buf, 0x50545448u, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
+  if (!strcmp(c, "len2e40"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 1ULL << 40);
+  else if (!strcmp(c, "data2e40"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_DATA, 1, 0, 1ULL << 40);
+  else if (!strcmp(c, "lenneg"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, UINT64_MAX - 15);
+  else if (!strcmp(c, "len0"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 0);
+  else if (!strcmp(c, "truncated"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 100), memset(buf + 24, 0, 40), n = 64;
+  else if (!strcmp(c, "stall"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 100), n = 12;
+  else if (!strcmp(c, "type0"))
+    hdr(buf, WF_WIRE_MAGIC, 1, 0, 1, 0, 0);
+  else if (!strcmp(c, "type200"))
+    hdr(buf, WF_WIRE_MAGIC, 1, 200, 1, 0, 8), memset(buf + 24, 0, 8), n = 32;
+  else if (!strcmp(c, "version"))
+    hdr(buf, WF_WIRE_MAGIC, 2, WF_MSG_HEARTBEAT, 1, 0, 0);
+  else if (!strcmp(c, "magic"))
+    hdr(buf, 0x50545448u /* "HTTP" */, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
+  else if (!strcmp(c, "reserved"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 1, 0xdead, 0);
+  else if (!strcmp(c, "src"))
+    hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 0, 0, 0);
+  else if (!strcmp(c, "orphans"))
+    hdr(buf, 0x50545448u, 1, WF_MSG_HEARTBEAT, 1, 0, 0);
   else if (!strcmp(c, "count")) {
     hdr(buf, WF_WIRE_MAGIC, 1, WF_MSG_REQUESTS, 1, 0, 64);
     put_le(buf + 24, 0xffffffffu, 4);
@@ -219,9 +234,15 @@ static size_t build(const fcase *fc, uint8_t *buf, size_t cap) {
 
 static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t child) {
   fx_open_verdict("fake");
-  wf_boot_cfg bc = {.rank = 1, .size = 2, .addr = addr, .secret = (const uint8_t *)SECRET,
-                    .secret_len = strlen(SECRET), .job_id = getenv("WEFT_JOB_ID"), .hostname = "fake-rank",
-                    .timeout_seconds = 10, .handshake_timeout = 5};
+  wf_boot_cfg bc = {.rank = 1,
+                    .size = 2,
+                    .addr = addr,
+                    .secret = (const uint8_t *)SECRET,
+                    .secret_len = strlen(SECRET),
+                    .job_id = getenv("WEFT_JOB_ID"),
+                    .hostname = "fake-rank",
+                    .timeout_seconds = 10,
+                    .handshake_timeout = 5};
   wf_boot_result br;
   weft_status st = wf_bootstrap(&bc, &br);
   if (st != WEFT_OK) {
@@ -244,7 +265,7 @@ static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t c
   static uint8_t bad[8192];
   uint8_t hb[24];
   hdr(hb, WF_WIRE_MAGIC, 1, WF_MSG_HEARTBEAT, 1, 0, 0); /* fresh: the stall case must not time out early */
-  if (!strcmp(fc->name, "orphans")) { /* well-formed, but for group 777 */
+  if (!strcmp(fc->name, "orphans")) {                   /* well-formed, but for group 777 */
     wf_request_msg *q = calloc(ORPHAN_PER_FRAME, sizeof *q);
     if (!q) fx_fail("out of memory");
     for (int i = 0; q && i < ORPHAN_PER_FRAME; i++) {
@@ -265,7 +286,8 @@ static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t c
   }
   size_t n = build(fc, bad, sizeof bad);
   double t_send = fx_now();
-  if (write_all(fd, hb, sizeof hb) != 0 || write_all(fd, bad, n) != 0) fx_info("the bad frame was cut short: %s", strerror(errno));
+  if (write_all(fd, hb, sizeof hb) != 0 || write_all(fd, bad, n) != 0)
+    fx_info("the bad frame was cut short: %s", strerror(errno));
   if (!strcmp(fc->name, "truncated")) {
     t_send = fx_now();
     close(fd);
@@ -292,8 +314,10 @@ static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t c
   while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
   }
   wf_boot_result_free(&br);
-  if (WIFSIGNALED(ws)) fx_fail("rank 0 died of signal %d", WTERMSIG(ws));
-  else if (WEXITSTATUS(ws) != 0) fx_fail("rank 0 exited %d", WEXITSTATUS(ws));
+  if (WIFSIGNALED(ws))
+    fx_fail("rank 0 died of signal %d", WTERMSIG(ws));
+  else if (WEXITSTATUS(ws) != 0)
+    fx_fail("rank 0 exited %d", WEXITSTATUS(ws));
   if (!fx_failures) fx_pass("%s", fc->name);
   return fx_failures ? 1 : 0;
 }
@@ -304,8 +328,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; argc == 2 && i < sizeof k_cases / sizeof k_cases[0]; i++)
     if (!strcmp(argv[1], k_cases[i].name)) fc = &k_cases[i];
   if (!fc) {
-    fprintf(stderr, "usage: fault_fake_peer CASE (len2e40, data2e40, lenneg, len0, truncated, stall, type0, type200, "
-                    "version, magic, reserved, count, src, responses, hello, abortlen, random, orphans)\n");
+    fprintf(stderr,
+            "usage: fault_fake_peer CASE (len2e40, data2e40, lenneg, len0, truncated, stall, type0, type200, "
+            "version, magic, reserved, count, src, responses, hello, abortlen, random, orphans)\n");
     return 2;
   }
   /* a port free now, on loopback (rank 0 listens there) */

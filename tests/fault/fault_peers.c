@@ -66,14 +66,15 @@ static void barrier_ok(const char *name) {
   weft_request *req = NULL;
   weft_status st = weft_barrier(G, name, NULL, &req);
   if (st == WEFT_OK) st = fr_wait(req, 30, name);
-  if (st != WEFT_OK) fr_fatal("barrier %s: %s: %s", name, weft_status_string(st), req ? weft_request_error(req) : weft_last_error());
+  if (st != WEFT_OK)
+    fr_fatal("barrier %s: %s: %s", name, weft_status_string(st), req ? weft_request_error(req) : weft_last_error());
   weft_request_free(req);
 }
 
 /* The outcome of an operation that must fail. */
 typedef struct outcome {
   weft_status st;
-  double t;       /* fx_now() when it completed (or was rejected) */
+  double t; /* fx_now() when it completed (or was rejected) */
   char msg[1024];
 } outcome;
 
@@ -100,8 +101,10 @@ static outcome later_barrier(const char *name) {
   } else {
     snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
   }
-  if (o.st >= 0) fx_fail("%s after the failure: %s, expected an error", name, weft_status_string(o.st));
-  else if (o.t - t0 > 1.0) fx_fail("%s after the failure took %.2f s to fail", name, o.t - t0);
+  if (o.st >= 0)
+    fx_fail("%s after the failure: %s, expected an error", name, weft_status_string(o.st));
+  else if (o.t - t0 > 1.0)
+    fx_fail("%s after the failure took %.2f s to fail", name, o.t - t0);
   return o;
 }
 
@@ -144,8 +147,10 @@ static int case_sigkill(void) {
     fx_info("the allreduce completed before the kill; the next barrier must fail");
     weft_request *req = NULL;
     weft_status st = weft_barrier(G, "next", NULL, &req);
-    if (st == WEFT_OK) o = finish(req, T + 10, "next barrier");
-    else o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
+    if (st == WEFT_OK)
+      o = finish(req, T + 10, "next barrier");
+    else
+      o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
   }
   check_failure(&o, WEFT_ERR_PEER_LOST, victim, fx_get_num("t_kill", 10), "sigkill_detect");
   check_async(WEFT_ERR_PEER_LOST, victim);
@@ -158,7 +163,8 @@ static int case_sigkill(void) {
   if (thr1 != thr0) fx_fail("threads: %d before weft_init, %d after weft_finalize", thr0, thr1);
   if (kids1 != kids0) fx_fail("child processes: %d before weft_init, %d after weft_finalize", kids0, kids1);
   if (fx_shm_new(shm0, leaked, sizeof leaked)) fx_fail("new /dev/shm entry after weft_finalize: %s", leaked);
-  if (!fx_failures) fx_pass("survivor rank %d: failure named rank %d, no leaks (%d fds, %d threads)", R, victim, fds1, thr1);
+  if (!fx_failures)
+    fx_pass("survivor rank %d: failure named rank %d, no leaks (%d fds, %d threads)", R, victim, fds1, thr1);
   return fr_end();
 }
 
@@ -186,8 +192,10 @@ static int case_sigstop(int peers_stay) {
     if (o.st == WEFT_OK) {
       weft_request *b = NULL;
       weft_status st = weft_barrier(G, "next", NULL, &b);
-      if (st == WEFT_OK) o = finish(b, 60, "next barrier (stopped rank)");
-      else o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
+      if (st == WEFT_OK)
+        o = finish(b, 60, "next barrier (stopped rank)");
+      else
+        o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
     }
     double t_cont = fx_get_num("t_cont", 5);
     if (o.st >= 0) fx_fail("the resumed rank's work ended %s, expected an error", weft_status_string(o.st));
@@ -205,8 +213,10 @@ static int case_sigstop(int peers_stay) {
     fx_info("the allreduce completed before the stop; the next barrier must fail");
     weft_request *b = NULL;
     weft_status st = weft_barrier(G, "next", NULL, &b);
-    if (st == WEFT_OK) o = finish(b, T + 10, "next barrier");
-    else o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
+    if (st == WEFT_OK)
+      o = finish(b, T + 10, "next barrier");
+    else
+      o = (outcome){st, fx_now(), ""}, snprintf(o.msg, sizeof o.msg, "%s", weft_last_error());
   }
   check_failure(&o, WEFT_ERR_PEER_LOST, victim, fx_get_num("t_stop", 10), "sigstop_detect");
   if (!fx_has(o.msg, "unresponsive")) fx_fail("message \"%s\" does not say \"unresponsive\"", o.msg);
@@ -364,8 +374,10 @@ static int case_finalize_stopped(void) {
     if (o.st == WEFT_OK) { /* the stop came after its part: the next barrier */
       weft_request *b = NULL;
       weft_status st = weft_barrier(G, "next", NULL, &b);
-      if (st == WEFT_OK) o = finish(b, 60, "next barrier (stopped rank)");
-      else o = (outcome){st, fx_now(), ""};
+      if (st == WEFT_OK)
+        o = finish(b, 60, "next barrier (stopped rank)");
+      else
+        o = (outcome){st, fx_now(), ""};
       if (o.st >= 0) fx_fail("a barrier with departed peers ended %s", weft_status_string(o.st));
     }
     fx_measure(ITEM, "resumed_fails", T, t_cont >= 0 ? o.t - t_cont : -1);
@@ -404,15 +416,18 @@ static int case_abort(int then_exit) {
   weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU};
   weft_request *r1 = NULL, *r2 = NULL;
   if (R == aborter) {
-    if (weft_allreduce(G, "abort.own", &t, &t, WEFT_OP_SUM, NULL, &r1) != WEFT_OK) fr_fatal("submit: %s", weft_last_error());
+    if (weft_allreduce(G, "abort.own", &t, &t, WEFT_OP_SUM, NULL, &r1) != WEFT_OK)
+      fr_fatal("submit: %s", weft_last_error());
     fx_sleep(0.3); /* the others are negotiating work this rank never joins */
     double t_abort = fx_now();
     fx_put("t_abort", "%.9f", t_abort);
     if (weft_abort(W, reason) != WEFT_OK) fx_fail("weft_abort failed: %s", weft_last_error());
     if (weft_abort(W, "a second reason") != WEFT_OK) fx_fail("a second weft_abort failed: %s", weft_last_error());
     outcome o = finish(r1, T + 10, "abort.own");
-    if (o.st != WEFT_ERR_ABORTED) fx_fail("own pending request ended %s, expected WEFT_ERR_ABORTED", weft_status_string(o.st));
-    if (!fx_has(o.msg, "aborted") || !fx_has(o.msg, reason)) fx_fail("own message \"%s\" lacks \"aborted: %s\"", o.msg, reason);
+    if (o.st != WEFT_ERR_ABORTED)
+      fx_fail("own pending request ended %s, expected WEFT_ERR_ABORTED", weft_status_string(o.st));
+    if (!fx_has(o.msg, "aborted") || !fx_has(o.msg, reason))
+      fx_fail("own message \"%s\" lacks \"aborted: %s\"", o.msg, reason);
     fx_measure(ITEM, "abort_local", T, o.t - t_abort);
   } else {
     if (weft_barrier(G, "abort.wait", NULL, &r1) != WEFT_OK ||
@@ -422,7 +437,8 @@ static int case_abort(int then_exit) {
     double t_abort = fx_get_num("t_abort", 10);
     const outcome *os[2] = {&o1, &o2};
     for (int k = 0; k < 2; k++) {
-      if (os[k]->st != WEFT_ERR_ABORTED) fx_fail("pending request ended %s, expected WEFT_ERR_ABORTED", weft_status_string(os[k]->st));
+      if (os[k]->st != WEFT_ERR_ABORTED)
+        fx_fail("pending request ended %s, expected WEFT_ERR_ABORTED", weft_status_string(os[k]->st));
       if (!fx_has(os[k]->msg, "aborted") || !fx_has(os[k]->msg, reason) || !fx_names_rank(os[k]->msg, aborter))
         fx_fail("message \"%s\" lacks \"aborted\", the reason or rank %d", os[k]->msg, aborter);
     }

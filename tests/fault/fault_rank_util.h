@@ -97,7 +97,8 @@ FX_FN int fr_allreduce_ok(const char *name, int n) {
     ok = 1;
     for (int i = 0; i < n && ok; i++) {
       int64_t want = 1000003LL * N * (N - 1) / 2 + (int64_t)N * (i * 7 + 1);
-      if (v[i] != want) ok = fx_fail("%s: element %d is %lld, expected %lld", name, i, (long long)v[i], (long long)want);
+      if (v[i] != want)
+        ok = fx_fail("%s: element %d is %lld, expected %lld", name, i, (long long)v[i], (long long)want);
     }
   }
   if (req) weft_request_free(req);

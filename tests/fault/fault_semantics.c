@@ -90,13 +90,30 @@ static weft_status submit_mismatch(int k, const char *name, float *buf, weft_req
   weft_tensor f6 = tensor(WEFT_DTYPE_FLOAT32, 1, s6, buf), i6 = tensor(WEFT_DTYPE_INT32, 1, s6, buf);
   weft_tensor at = tensor(WEFT_DTYPE_FLOAT32, 2, a2, buf);
   switch (k) {
-    case 0: return weft_allreduce(G, name, odd ? &i6 : &f6, odd ? &i6 : &f6, WEFT_OP_SUM, NULL, req);
-    case 1: return weft_allreduce(G, name, &f6, &f6, odd ? WEFT_OP_MAX : WEFT_OP_SUM, NULL, req);
-    case 2: return weft_broadcast(G, name, &f6, odd ? 2 : 0, NULL, req);
-    case 3: return odd ? weft_allgather(G, name, &f6, NULL, req) : weft_allreduce(G, name, &f6, &f6, WEFT_OP_SUM, NULL, req);
-    case 4: return weft_alltoall(G, name, &at, NULL, NULL, req);
-    default: return weft_reducescatter(G, name, &f6, NULL, odd ? WEFT_OP_MIN : WEFT_OP_SUM, NULL, req);
+    case 0:
+      return weft_allreduce(G, name, odd ? &i6 : &f6, odd ? &i6 : &f6, WEFT_OP_SUM, NULL, req);
+    case 1:
+      return weft_allreduce(G, name, &f6, &f6, odd ? WEFT_OP_MAX : WEFT_OP_SUM, NULL, req);
+    case 2:
+      return weft_broadcast(G, name, &f6, odd ? 2 : 0, NULL, req);
+    case 3:
+      return odd ? weft_allgather(G, name, &f6, NULL, req) : weft_allreduce(G, name, &f6, &f6, WEFT_OP_SUM, NULL, req);
+    case 4:
+      return weft_alltoall(G, name, &at, NULL, NULL, req);
+    default:
+      return weft_reducescatter(G, name, &f6, NULL, odd ? WEFT_OP_MIN : WEFT_OP_SUM, NULL, req);
   }
+}
+
+/* A call that must be rejected locally: WEFT_ERR_INVALID_ARGUMENT, *req
+ * NULL, a message naming the tensor. Re-arms the sentinel for the next. */
+static void expect_invalid(const char *what, weft_status st, weft_request **req) {
+  if (st != WEFT_ERR_INVALID_ARGUMENT)
+    fx_fail("%s: %s, expected WEFT_ERR_INVALID_ARGUMENT", what, weft_status_string(st));
+  else if (!fx_has(weft_last_error(), what))
+    fx_fail("%s: message \"%s\" does not name the tensor", what, weft_last_error());
+  if (*req) fx_fail("%s: *req is not NULL after a rejected call", what);
+  *req = (weft_request *)1;
 }
 
 static void local_misuse(void) {
@@ -108,30 +125,17 @@ static void local_misuse(void) {
   int64_t neg[64], big[64];
   for (int j = 0; j < N; j++) neg[j] = j == 1 ? -1 : 0, big[j] = 2;
   big[0] = 2 * (int64_t)N; /* sums to more than dim 0 */
-  struct {
-    const char *what;
-    weft_status st;
-  } cases[16];
-  int n = 0;
-  weft_request *req;
-#define TRY(label, call) (req = (weft_request *)1, cases[n].st = (call), cases[n].what = (label), \
-                          (req ? fx_fail("%s: *req not NULL after a rejected call", label) : 0), n++)
-  TRY("local.op", weft_allreduce(G, "local.op", &f6, &f6, (weft_reduce_op)99, NULL, &req));
-  TRY("local.rsop", weft_reducescatter(G, "local.rsop", &f6, NULL, (weft_reduce_op)99, NULL, &req));
-  TRY("local.dtype", weft_allreduce(G, "local.dtype", &u6, &u6, WEFT_OP_SUM, NULL, &req));
-  TRY("local.shape", weft_allreduce(G, "local.shape", &f6, &f5, WEFT_OP_SUM, NULL, &req));
-  TRY("local.root", weft_broadcast(G, "local.root", &f6, -1, NULL, &req));
-  TRY("local.rootn", weft_broadcast(G, "local.rootn", &f6, N, NULL, &req));
-  TRY("local.splitneg", weft_alltoall(G, "local.splitneg", &at, neg, NULL, &req));
-  TRY("local.splitsum", weft_alltoall(G, "local.splitsum", &at, big, NULL, &req));
-  TRY("local.splitdiv", weft_alltoall(G, "local.splitdiv", &nd, NULL, NULL, &req));
-#undef TRY
-  for (int i = 0; i < n; i++) {
-    if (cases[i].st != WEFT_ERR_INVALID_ARGUMENT)
-      fx_fail("%s: %s, expected WEFT_ERR_INVALID_ARGUMENT", cases[i].what, weft_status_string(cases[i].st));
-  }
-  /* Each message names the call and the tensor (checked one by one, since
-   * weft_last_error holds only the last). */
+  /* req starts as a sentinel: a rejected call must set it to NULL */
+  weft_request *req = (weft_request *)1;
+  expect_invalid("local.op", weft_allreduce(G, "local.op", &f6, &f6, (weft_reduce_op)99, NULL, &req), &req);
+  expect_invalid("local.rsop", weft_reducescatter(G, "local.rsop", &f6, NULL, (weft_reduce_op)99, NULL, &req), &req);
+  expect_invalid("local.dtype", weft_allreduce(G, "local.dtype", &u6, &u6, WEFT_OP_SUM, NULL, &req), &req);
+  expect_invalid("local.shape", weft_allreduce(G, "local.shape", &f6, &f5, WEFT_OP_SUM, NULL, &req), &req);
+  expect_invalid("local.root", weft_broadcast(G, "local.root", &f6, -1, NULL, &req), &req);
+  expect_invalid("local.rootn", weft_broadcast(G, "local.rootn", &f6, N, NULL, &req), &req);
+  expect_invalid("local.splitneg", weft_alltoall(G, "local.splitneg", &at, neg, NULL, &req), &req);
+  expect_invalid("local.splitsum", weft_alltoall(G, "local.splitsum", &at, big, NULL, &req), &req);
+  expect_invalid("local.splitdiv", weft_alltoall(G, "local.splitdiv", &nd, NULL, NULL, &req), &req);
   req = NULL;
   if (weft_alltoall(G, "local.msg", &at, big, NULL, &req) != WEFT_ERR_INVALID_ARGUMENT ||
       !fx_has(weft_last_error(), "weft_alltoall") || !fx_has(weft_last_error(), "local.msg"))
@@ -171,7 +175,8 @@ static void uneven_alltoall(void) {
       const float *o = out.data;
       int64_t at = 0;
       for (int s = 0; s < N; s++) {
-        if (rs[s] != (s + R) % 3) fx_fail("uneven alltoall: %lld rows from rank %d, expected %d", (long long)rs[s], s, (s + R) % 3);
+        if (rs[s] != (s + R) % 3)
+          fx_fail("uneven alltoall: %lld rows from rank %d, expected %d", (long long)rs[s], s, (s + R) % 3);
         for (int64_t k = 0; k < rs[s] && k < 3; k++, at++)
           if (o[at * 2] != (float)(s * 1000 + R * 100 + k) || o[at * 2 + 1] != o[at * 2])
             fx_fail("uneven alltoall: row %lld from rank %d is %g, expected %d", (long long)k, s, o[at * 2],
@@ -228,7 +233,8 @@ static int case_order(void) {
     weft_tensor t = tensor(WEFT_DTYPE_INT64, 1, shape, bufs[i]);
     char name[16];
     snprintf(name, sizeof name, "t.%d", i);
-    if (weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &reqs[i]) != WEFT_OK) fr_fatal("submit: %s", weft_last_error());
+    if (weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &reqs[i]) != WEFT_OK)
+      fr_fatal("submit: %s", weft_last_error());
   }
   /* then the other 22 shuffled with a seed of this rank's own */
   unsigned seed = 12345u + (unsigned)R * 7919u;
@@ -245,7 +251,8 @@ static int case_order(void) {
     weft_tensor t = tensor(WEFT_DTYPE_INT64, 1, shape, bufs[i]);
     char name[16];
     snprintf(name, sizeof name, "t.%d", i);
-    if (weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &reqs[i]) != WEFT_OK) fr_fatal("submit: %s", weft_last_error());
+    if (weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &reqs[i]) != WEFT_OK)
+      fr_fatal("submit: %s", weft_last_error());
   }
   for (int i = 0; i < NT; i++) {
     char name[16];
@@ -282,7 +289,8 @@ static int case_never(void) {
     weft_tensor t = tensor(WEFT_DTYPE_FLOAT32, 1, shape, buf);
     weft_request *req = NULL;
     double t0 = fx_now();
-    if (weft_allreduce(G, "ghost", &t, &t, WEFT_OP_SUM, NULL, &req) != WEFT_OK) fr_fatal("submit: %s", weft_last_error());
+    if (weft_allreduce(G, "ghost", &t, &t, WEFT_OP_SUM, NULL, &req) != WEFT_OK)
+      fr_fatal("submit: %s", weft_last_error());
     weft_status st = fr_wait(req, timeout + 10, "ghost");
     double dt = fx_now() - t0;
     snprintf(msg, sizeof msg, "%s", weft_request_error(req));
@@ -329,8 +337,7 @@ static int expect_init_failure(const weft_config *cfg, weft_status want, weft_st
     return fr_end();
   }
   if (w) fx_fail("%s: *out not NULL after a failed weft_init", what);
-  if (st != want && st != want2)
-    fx_fail("%s: %s, expected %s", what, weft_status_string(st), weft_status_string(want));
+  if (st != want && st != want2) fx_fail("%s: %s, expected %s", what, weft_status_string(st), weft_status_string(want));
   for (; frags && *frags; frags++)
     if (!fx_has(msg, *frags)) fx_fail("%s: message \"%s\" lacks \"%s\"", what, msg, *frags);
   if (dt < lo) fx_fail("%s: failed after %.3f s, before %.1f s", what, dt, lo);
@@ -389,7 +396,9 @@ static int case_rendezvous(void) {
   double t0 = fx_now();
   fr_join();
   double dt = fx_now() - t0;
-  if (R != 0) fx_measure(ITEM, getenv("FAULT_WHAT") ? getenv("FAULT_WHAT") : "rendezvous", fx_env_num("FAULT_INIT_BOUND", 10), dt);
+  if (R != 0)
+    fx_measure(ITEM, getenv("FAULT_WHAT") ? getenv("FAULT_WHAT") : "rendezvous", fx_env_num("FAULT_INIT_BOUND", 10),
+               dt);
   if (fr_allreduce_ok("after.rendezvous", 1000) && !fx_failures) fx_pass("rank %d: the job completed", R);
   fr_finalize(1.0);
   return fr_end();
@@ -404,6 +413,7 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "wrongsecret") || !strcmp(c, "wrongjob") || !strcmp(c, "wrongsize") || !strcmp(c, "duprank"))
     return fr_begin("10"), case_join_wrong(c);
   if (!strcmp(c, "rendezvous")) return fr_begin("8"), case_rendezvous();
-  fprintf(stderr, "usage: fault_semantics shape|mismatch|order|never|wrongsecret|wrongjob|wrongsize|duprank|rendezvous\n");
+  fprintf(stderr,
+          "usage: fault_semantics shape|mismatch|order|never|wrongsecret|wrongjob|wrongsize|duprank|rendezvous\n");
   return 2;
 }

@@ -61,7 +61,7 @@ verdicts() {
   for w in "$@"; do
     f="$D/verdict.$w"
     [ -s "$f" ] || fail "no verdict from $w"
-    grep -q '^FAIL' "$f" && fail "$w reported failures"
+    grep -q "^FAIL" "$f" && fail "verdict.$w has FAIL lines"
     grep -q '^\(DONE\|PASS\)' "$f" || fail "$w never finished"
   done
 }

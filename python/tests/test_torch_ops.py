@@ -1,0 +1,237 @@
+"""weft.torch as horovod.torch: every collective and dtype (bfloat16 too),
+in-place and async forms, zero-copy and non-contiguous tensors, op
+constants, grouped forms, object and state broadcasts, and the parts that
+report themselves as missing."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import weft.torch as hvd  # noqa: E402
+from conftest import ranks  # noqa: E402
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64, torch.bool]
+IDS = [str(d).replace("torch.", "") for d in DTYPES]
+
+
+def value(r, n_elems, dtype):
+    """Rank r's input: small values, exact in every dtype and product."""
+    if dtype == torch.bool:
+        return (torch.arange(n_elems) + r) % 3 == 0
+    return ((torch.arange(n_elems) * 7 + r * 5) % 3 + 1).to(dtype)
+
+
+def reference(op, dtype, n_elems, n):
+    stack = torch.stack([value(k, n_elems, dtype).double() for k in range(n)])
+    if op == hvd.Sum:
+        out = stack.sum(0)
+    elif op == hvd.Min:
+        out = stack.min(0).values
+    elif op == hvd.Max:
+        out = stack.max(0).values
+    elif op == hvd.Product:
+        out = stack.prod(0)
+    else:
+        out = stack.sum(0) / n
+        if not dtype.is_floating_point:
+            out = torch.div(stack.sum(0), n, rounding_mode="trunc")
+    if dtype == torch.bool:
+        return (out != 0)
+    return out.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_allreduce_every_dtype_and_op(dtype):
+    r, n = ranks()
+    ops = [hvd.Sum, hvd.Min, hvd.Max, hvd.Product] + ([] if dtype == torch.bool else [hvd.Average])
+    for op in ops:
+        got = hvd.allreduce(value(r, 33, dtype), op=op)
+        assert got.dtype == dtype
+        expect = reference(op, dtype, 33, n)
+        if dtype in (torch.float16, torch.bfloat16):
+            assert torch.allclose(got.double(), expect.double(), rtol=1e-2), (op, got, expect)
+        else:
+            assert torch.equal(got, expect), (op, got, expect)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_gather_broadcast_alltoall_every_dtype(dtype):
+    r, n = ranks()
+    got = hvd.allgather(value(r, r + 1, dtype))
+    assert torch.equal(got, torch.cat([value(k, k + 1, dtype) for k in range(n)]))
+    got = hvd.broadcast(value(r, 5, dtype), root_rank=n - 1)
+    assert torch.equal(got, value(n - 1, 5, dtype))
+    out, received = hvd.alltoall(value(r, 2 * n, dtype), splits=torch.full((n,), 2, dtype=torch.int32))
+    assert torch.equal(out, torch.cat([value(k, 2 * n, dtype)[2 * r:2 * r + 2] for k in range(n)]))
+    assert received.dtype == torch.int32 and received.tolist() == [2] * n
+    if dtype != torch.bool:
+        got = hvd.reducescatter(value(r, 2 * n + 1, dtype), op=hvd.Sum)
+        total = reference(hvd.Sum, dtype, 2 * n + 1, n)
+        counts = [(2 * n + 1) // n + (1 if k < (2 * n + 1) % n else 0) for k in range(n)]
+        start = sum(counts[:r])
+        assert torch.allclose(got.double(), total[start:start + counts[r]].double(), rtol=1e-2)
+
+
+def test_inplace_zero_copy_and_noncontiguous():
+    r, n = ranks()
+    t = torch.full((4, 3), float(r + 1))
+    ptr = t.data_ptr()
+    out = hvd.allreduce_(t, op=hvd.Sum)
+    assert out is t and t.data_ptr() == ptr  # reduced where it lies
+    assert torch.all(t == sum(k + 1.0 for k in range(n)))
+    base = torch.zeros(4, 6)
+    column = base[:, 2]  # non-contiguous view
+    column.fill_(r + 1)
+    hvd.allreduce_(column, op=hvd.Max)
+    assert torch.all(base[:, 2] == n) and torch.all(base[:, :2] == 0) and torch.all(base[:, 3:] == 0)
+    view = torch.arange(12.0).reshape(3, 4).t() * (r + 1)  # transposed input, out of place
+    got = hvd.allreduce(view, op=hvd.Sum)
+    assert torch.equal(got, torch.arange(12.0).reshape(3, 4).t() * sum(k + 1 for k in range(n)))
+    b = torch.zeros(3, 4)[:, 1]
+    b.fill_(r)
+    hvd.broadcast_(b, root_rank=0)
+    assert torch.all(b == 0)
+
+
+def test_async_poll_synchronize_and_names():
+    r, n = ranks()
+    h = hvd.allreduce_async(torch.ones(5) * r, name="async.one", op=hvd.Sum)
+    assert h.name == "allreduce.async.one"
+    assert torch.equal(hvd.synchronize(h), torch.full((5,), float(n * (n - 1) // 2)))
+    assert hvd.poll(h)
+    t = torch.ones(3)
+    h = hvd.allreduce_async_(t, op=hvd.Sum)
+    assert h.name.startswith("allreduce.noname.")
+    assert hvd.synchronize(h) is t and torch.all(t == n)
+    h = hvd.allgather_async(torch.tensor([r]))
+    assert hvd.synchronize(h).tolist() == list(range(n))
+    t = torch.tensor([float(r)])
+    assert hvd.synchronize(hvd.broadcast_async_(t, 0)) is t and t.item() == 0
+    assert hvd.synchronize(hvd.broadcast_async(torch.tensor([float(r)]), n - 1)).item() == n - 1
+    out, received = hvd.synchronize(hvd.alltoall_async(torch.arange(n) + 10 * r))
+    assert out.tolist() == [10 * k + r for k in range(n)] and received.tolist() == [1] * n
+    got = hvd.synchronize(hvd.reducescatter_async(torch.ones(n, 2) * (r + 1), op=hvd.Sum))
+    assert torch.all(got == sum(k + 1 for k in range(n))) and got.shape == (1, 2)
+
+
+def test_ops_average_alias_scales_and_adasum():
+    r, n = ranks()
+    x = torch.full((3,), float(r + 1))
+    mean = sum(k + 1.0 for k in range(n)) / n
+    assert torch.allclose(hvd.allreduce(x), torch.full((3,), mean))  # default Average
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert torch.allclose(hvd.allreduce(x, average=False), torch.full((3,), mean * n))
+        assert torch.allclose(hvd.allreduce(x, average=True), torch.full((3,), mean))
+    assert any(issubclass(i.category, DeprecationWarning) for i in w)
+    with pytest.raises(ValueError):
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(x, op=hvd.Adasum)
+    got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
+    assert torch.allclose(got, torch.full((3,), 0.5 * mean * n))
+    ints = hvd.allreduce(torch.tensor([r * 3 + 1]), op=hvd.Average)  # integer average truncates
+    assert ints.item() == sum(k * 3 + 1 for k in range(n)) // n
+
+
+def test_compression_fp16():
+    r, n = ranks()
+    x = torch.full((8,), 0.5 * (r + 1), dtype=torch.float32)
+    got = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, torch.full((8,), 0.5 * sum(k + 1 for k in range(n))))
+    ints = hvd.allreduce(torch.ones(2, dtype=torch.int32), op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert ints.dtype == torch.int32 and ints.tolist() == [n, n]
+
+
+def test_grouped_forms():
+    r, n = ranks()
+    xs = [torch.full((2,), float(r)), torch.full((3, 2), float(2 * r)), torch.tensor([r], dtype=torch.int64)]
+    out = hvd.grouped_allreduce(xs, op=hvd.Sum)
+    s = n * (n - 1) // 2
+    assert [o.tolist() for o in out] == [[float(s)] * 2, [[2.0 * s] * 2] * 3, [s]]
+    h = hvd.grouped_allreduce_async(xs, op=hvd.Max, name="grp")
+    assert [o.max().item() for o in hvd.synchronize(h)] == [n - 1, 2 * (n - 1), n - 1]
+    ys = [torch.ones(2), torch.ones(4)]
+    assert hvd.grouped_allreduce_(ys, op=hvd.Sum)[0] is ys[0] and torch.all(ys[1] == n)
+    ys = [torch.ones(2), torch.ones(4)]
+    for y in hvd.synchronize(hvd.grouped_allreduce_async_(ys, op=hvd.Sum)):
+        assert torch.all(y == n)
+    gathered = hvd.grouped_allgather([torch.tensor([r]), torch.full((r + 1, 2), r)])
+    assert gathered[0].tolist() == list(range(n)) and gathered[1].shape == (n * (n + 1) // 2, 2)
+    scattered = hvd.grouped_reducescatter([torch.ones(n, 3), torch.ones(2 * n)], op=hvd.Sum)
+    assert scattered[0].shape == (1, 3) and torch.all(scattered[0] == n) and scattered[1].tolist() == [n, n]
+
+
+def test_broadcast_parameters_and_optimizer_state():
+    r, n = ranks()
+    torch.manual_seed(100 + r)  # different initial weights on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
+    model(torch.randn(5, 4))  # BatchNorm running stats differ too
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    torch.manual_seed(100)
+    ref = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 1))
+    ref(torch.randn(5, 4))
+    for (k, a), (_, b) in zip(sorted(model.state_dict().items()), sorted(ref.state_dict().items())):
+        assert torch.equal(a, b), k
+    hvd.broadcast_parameters(list(model.named_parameters()), root_rank=n - 1)
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()  # state (exp_avg, step) differs per rank
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01)
+    states = hvd.allgather_object({k: {s: v.tolist() if torch.is_tensor(v) else v for s, v in st.items()}
+                                   for k, st in opt.state_dict()["state"].items()})
+    assert all(s == states[0] for s in states)
+
+
+def test_broadcast_and_allgather_object():
+    r, n = ranks()
+    obj = {"rank": r, "data": list(range(r * 100))}
+    got = hvd.broadcast_object(obj if r == n - 1 else None, root_rank=n - 1)
+    assert got == {"rank": n - 1, "data": list(range((n - 1) * 100))}
+    assert hvd.allgather_object(("r", r, "x" * r)) == [("r", k, "x" * k) for k in range(n)]
+
+
+def test_basics_and_missing_features():
+    r, n = ranks()
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (r, n, r, n)
+    assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
+    assert hvd.is_initialized()
+    for fn in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built, hvd.ccl_built,
+               hvd.cuda_built, hvd.rocm_built, hvd.mpi_threads_supported):
+        assert fn() is False
+    assert issubclass(hvd.HorovodInternalError, RuntimeError)
+    ps = hvd.global_process_set
+    assert (ps.size(), ps.rank(), ps.included()) == (n, r, True)
+    with pytest.raises(NotImplementedError, match="join"):
+        hvd.join()
+    with pytest.raises(NotImplementedError, match="timeline"):
+        hvd.start_timeline("/tmp/never-written.json")
+    with pytest.raises(NotImplementedError, match="process set"):
+        hvd.add_process_set(hvd.ProcessSet([0]))
+    if n > 1:
+        with pytest.raises(NotImplementedError, match="process set"):
+            hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=hvd.ProcessSet(range(n))).item() == n
+    hvd.barrier()
+
+
+def test_errors():
+    r, n = ranks()
+    with pytest.raises(hvd.HorovodInternalError, match="shape"):
+        hvd.allreduce(torch.ones(r + 1), name="torch.shapes")
+    with pytest.raises(hvd.HorovodInternalError):
+        hvd.allreduce(torch.ones(2, dtype=torch.float32 if r else torch.bfloat16), name="torch.dtypes")
+    with pytest.raises(ValueError, match="one per rank"):
+        hvd.alltoall(torch.ones(4), splits=[1] * (n + 1))
+    with pytest.raises(ValueError, match="dtype"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError):
+        hvd.allreduce([1.0, 2.0])
+    with pytest.raises(ValueError, match="sparse"):
+        hvd.allreduce(torch.eye(2).to_sparse())
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == n
