@@ -53,6 +53,9 @@ static size_t seg_elems(const wf_coll_args *a, size_t maxblk) {
   return e ? e : 1;
 }
 
+/* Scratch slot of rank i's piece on rank r: ranks in order, skipping r. */
+static size_t slot_of(int i, int r) { return (size_t)(i < r ? i : i - 1); }
+
 static int direct_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLREDUCE && a->size >= 1; }
 
 static double direct_cost(const wf_coll_args *a) {
@@ -93,7 +96,7 @@ static weft_status direct_build(const wf_coll_args *a, wf_sched *s) {
       if (k * seg < jn) wf_sched_send(s, j, buf + (joff + k * seg) * es, min_sz(seg, jn - k * seg) * es);
       if (k >= 1 && (k - 1) * seg < mn)
         wf_sched_send(s, j, buf + (moff + (k - 1) * seg) * es, min_sz(seg, mn - (k - 1) * seg) * es);
-      if (k * seg < mn) wf_sched_recv(s, j, tmp + (size_t)(j < r ? j : j - 1) * slot, min_sz(seg, mn - k * seg) * es);
+      if (k * seg < mn) wf_sched_recv(s, j, tmp + slot_of(j, r) * slot, min_sz(seg, mn - k * seg) * es);
       if (k >= 1 && (k - 1) * seg < jn)
         wf_sched_recv(s, j, buf + (joff + (k - 1) * seg) * es, min_sz(seg, jn - (k - 1) * seg) * es);
     }
@@ -105,7 +108,7 @@ static weft_status direct_build(const wf_coll_args *a, wf_sched *s) {
       size_t m = min_sz(seg, mn - k * seg);
       char *mine = buf + (moff + k * seg) * es;
       char *acc = r == 0 ? mine : tmp;
-      for (int i = 1; i < p; i++) wf_sched_reduce(s, acc, i == r ? mine : tmp + (size_t)(i < r ? i : i - 1) * slot, m);
+      for (int i = 1; i < p; i++) wf_sched_reduce(s, acc, i == r ? mine : tmp + slot_of(i, r) * slot, m);
       if (r != 0) wf_sched_copy(s, mine, acc, m * es);
     }
     wf_sched_end_round(s);

@@ -2,9 +2,17 @@
  * Arguments are validated once here (ranges, NULL buffers, byte-size
  * overflow) so the algorithms can trust them. Then a forced name runs if it
  * exists for the collective and supports the arguments; otherwise the
- * cheapest supporting algorithm by its alpha-beta model runs (ties go to
- * the earlier entry of the table). Every rank computes the same choice from
- * the same negotiated arguments, which the schedules rely on. */
+ * collective's default runs if it has one and it supports the arguments;
+ * otherwise the cheapest supporting algorithm by its alpha-beta model runs
+ * (ties go to the earlier entry of the table). Every rank computes the same
+ * choice from the same negotiated arguments, which the schedules rely on.
+ *
+ * Reductions (allreduce, reducescatter) default to "direct" at every size,
+ * whatever the cost models say: it folds every element in rank order, so a
+ * result's bits do not depend on the size, the element's position or the
+ * fusion of small tensors into one buffer. Switching algorithms with the
+ * size (rd below a threshold, ring above) would change the bits of a tensor
+ * when it is fused with others. ring and rd remain for WEFT_ALGO_<COLL>. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -13,20 +21,41 @@
 #include "util/err.h"
 #include "util/log.h"
 
+extern const wf_algo wf_algo_allreduce_direct;
 extern const wf_algo wf_algo_allreduce_rd;
 extern const wf_algo wf_algo_allreduce_ring;
 extern const wf_algo wf_algo_allgather_ring;
 extern const wf_algo wf_algo_broadcast_tree;
 extern const wf_algo wf_algo_broadcast_chain;
 extern const wf_algo wf_algo_alltoall_pairwise;
+extern const wf_algo wf_algo_reducescatter_direct;
 extern const wf_algo wf_algo_reducescatter_ring;
 
 static const wf_algo *const g_table[] = {
-    &wf_algo_allreduce_rd,     &wf_algo_allreduce_ring,    &wf_algo_allgather_ring,
-    &wf_algo_broadcast_tree,   &wf_algo_broadcast_chain,   &wf_algo_alltoall_pairwise,
-    &wf_algo_reducescatter_ring, NULL};
+    &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
+    &wf_algo_allgather_ring,      &wf_algo_broadcast_tree,      &wf_algo_broadcast_chain,
+    &wf_algo_alltoall_pairwise,   &wf_algo_reducescatter_direct, &wf_algo_reducescatter_ring,
+    NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }
+
+/* The automatic choice of a collective, or NULL to go by cost alone. */
+static const char *default_name(wf_coll c) {
+  switch (c) {
+    case WF_COLL_ALLREDUCE:
+    case WF_COLL_REDUCESCATTER:
+      return "direct"; /* canonical reduction order: see the top of the file */
+    default:
+      return NULL;
+  }
+}
+
+/* The collective's algorithm of that name, or NULL. */
+static const wf_algo *find(wf_coll c, const char *name) {
+  for (const wf_algo *const *it = g_table; *it; it++)
+    if ((*it)->coll == c && !strcmp((*it)->name, name)) return *it;
+  return NULL;
+}
 
 /* Local names: the collective's wire name lives in wire.c, which the
  * algorithms do not otherwise need. */
@@ -120,18 +149,23 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
   const wf_algo *pick = NULL;
 
   if (forced && *forced) {
-    const wf_algo *named = NULL;
-    for (const wf_algo *const *it = g_table; *it; it++)
-      if ((*it)->coll == a->coll && !strcmp((*it)->name, forced)) named = *it;
+    const wf_algo *named = find(a->coll, forced);
     if (!named) {
-      if (first_warning(a->coll, 0)) WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing by cost", cn, forced);
+      if (first_warning(a->coll, 0))
+        WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing automatically", cn, forced);
     } else if (!named->supports(a)) {
       if (first_warning(a->coll, 1))
-        WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' declines %zu elements on %d ranks; choosing by cost (warned once)",
-                cn, forced, a->count, a->size);
+        WF_WARN(WF_SUB_ALGO,
+                "%s algorithm '%s' declines %zu elements on %d ranks; choosing automatically (warned once)", cn,
+                forced, a->count, a->size);
     } else {
       pick = named;
     }
+  }
+
+  if (!pick && default_name(a->coll)) {
+    const wf_algo *d = find(a->coll, default_name(a->coll));
+    if (d && d->supports(a)) pick = d;
   }
 
   if (!pick) {
