@@ -31,6 +31,8 @@ void wf_engine_wake(weft_world *w) {
   uint64_t one = 1;
   ssize_t r = write(w->evfd, &one, sizeof one);
   (void)r;
+  /* the engine may be waiting on shared memory instead of epoll */
+  if (w->shm) wf_shm_interrupt(w->shm);
 }
 
 void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) {
@@ -516,13 +518,76 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   return x < d ? x : d;
 }
 
+static int exec_active(weft_world *w) {
+  for (int gi = 0; gi < w->ngs; gi++)
+    if (w->gs[gi]->exec.active) return 1;
+  return 0;
+}
+
+static void on_shm_error(void *ctx, int peer, weft_status st, const char *msg) {
+  weft_world *w = ctx;
+  wf_world_fail(w, st, "%s (shared memory, rank %d on %s)", msg, peer, w->peers[peer].host);
+}
+
+/* Shared memory for the ranks on this host (WEFT_TRANSPORT: auto, shm,
+ * tcp). Uses the blocking bootstrap sockets, before TCP takes them. */
+static weft_status start_shm(weft_world *w, int *fds) {
+  const char *tp = wf_param_str("WEFT_TRANSPORT");
+  if (!strcmp(tp, "tcp") || w->size == 1) return WEFT_OK;
+  if (*tp && strcmp(tp, "shm") && strcmp(tp, "auto"))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=%s: use auto, shm or tcp", tp);
+  int *local = malloc(sizeof(int) * (size_t)w->size), nlocal = 0;
+  if (!local) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < w->size; i++) {
+    if (w->peers[i].cross_rank == w->peers[w->rank].cross_rank) local[nlocal++] = i;
+    else if (!strcmp(tp, "shm")) {
+      free(local);
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=shm, but rank %d is on another host (%s)", i,
+                    w->peers[i].host);
+    }
+  }
+  weft_status st = WEFT_OK;
+  if (nlocal > 1) {
+    wf_shm_cfg cfg = {.rank = w->rank,
+                      .size = w->size,
+                      .local_ranks = local,
+                      .nlocal = nlocal,
+                      .fds = fds,
+                      .job_id = wf_param_str("WEFT_JOB_ID"),
+                      .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
+                      .copy_mode = WF_SHM_COPY_AUTO,
+                      .cb_ctx = w,
+                      .on_error = on_shm_error};
+    st = wf_shm_create(&cfg, &w->shm);
+    if (st != WEFT_OK && strcmp(tp, "shm")) {
+      WF_WARN(WF_SUB_SHM, "shared memory is not available (%s); using TCP between local ranks", wf_err_msg());
+      st = WEFT_OK;
+    }
+  }
+  free(local);
+  return st;
+}
+
 static void *engine_main(void *arg) {
   weft_world *w = arg;
   struct epoll_event evs[64];
   wf_log_set_rank(w->rank);
   for (;;) {
     int64_t now = wf_now_ns();
-    int n = epoll_wait(w->epfd, evs, 64, wf_ms_until(next_deadline(w, now)));
+    int64_t dl = next_deadline(w, now);
+    int n;
+    if (w->shm && exec_active(w)) {
+      /* a collective runs: its shared-memory peers do not wake epoll, so
+       * wait on the segment (spin, then futex) for at most a millisecond,
+       * then look at the sockets without blocking */
+      if (!wf_shm_progress(w->shm)) {
+        int64_t t = dl - now;
+        wf_shm_wait(w->shm, t < 1000000 ? (t > 0 ? t : 0) : 1000000);
+      }
+      n = epoll_wait(w->epfd, evs, 64, 0);
+    } else {
+      n = epoll_wait(w->epfd, evs, 64, wf_ms_until(dl));
+    }
     if (n < 0 && errno != EINTR) {
       wf_world_fail(w, WEFT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
       n = 0;
@@ -538,6 +603,7 @@ static void *engine_main(void *arg) {
       }
       wf_tcp_on_event(w->tcp, (int)evs[i].data.u32, evs[i].events);
     }
+    if (w->shm) wf_shm_progress(w->shm);
     pthread_mutex_lock(&w->mu);
     int stopping = w->stopping;
     weft_status fail = w->fail_status;
@@ -598,9 +664,11 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
     return wf_err(WEFT_ERR_SYSTEM, "epoll_ctl(eventfd): %s", strerror(errno));
   w->departed = calloc((size_t)w->size, sizeof *w->departed);
   if (!w->departed) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
+  WF_CHECK(start_shm(w, fds));
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
-  w->tr = wf_tcp_transport(w->tcp);
+  wf_mux_init(&w->mux, wf_tcp_transport(w->tcp), w->shm);
+  w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
@@ -655,6 +723,8 @@ void wf_engine_stop(weft_world *w) {
   w->dead_groups = NULL;
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
+  wf_shm_destroy(w->shm);
+  w->shm = NULL;
   free(w->departed);
   w->departed = NULL;
   if (w->evfd >= 0) close(w->evfd);

@@ -16,6 +16,8 @@
 #include "algo/sched.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
+#include "transport/mux.h"
+#include "transport/shm.h"
 #include "transport/tcp.h"
 #include "util/strmap.h"
 #include "weft.h"
@@ -155,7 +157,9 @@ struct weft_world {
   int epfd, evfd;
   _Atomic int wake_pending;  /* an eventfd write is outstanding */
   wf_tcp *tcp;
-  wf_transport *tr;
+  wf_shm *shm;               /* NULL: no local peers, or WEFT_TRANSPORT=tcp */
+  wf_mux mux;                /* data: shm for local peers, else tcp */
+  wf_transport *tr;          /* &mux.base */
   wf_gstate **gs;            /* groups this rank is a member of; gs[0]: the world */
   int ngs;
   wf_inbox *in_head, *in_tail;

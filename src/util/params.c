@@ -27,6 +27,8 @@ static const wf_param g_params[] = {
     {"WEFT_HANDSHAKE_TIMEOUT", NULL, WF_PARAM_DOUBLE, "5", "deadline for a connection's authentication handshake"},
     {"WEFT_MAX_MESSAGE_BYTES", NULL, WF_PARAM_INT, "67108864", "cap on a control message a peer may send"},
     {"WEFT_TCP_CHUNK_BYTES", NULL, WF_PARAM_INT, "1048576", "data frame size on TCP (large sends are pipelined in these)"},
+    {"WEFT_TRANSPORT", NULL, WF_PARAM_STRING, "auto",
+     "auto: shared memory between ranks on one host, TCP across hosts; shm or tcp forces one"},
     {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "", "force an allreduce algorithm (ring, rd)"},
     {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "", "force an allgather algorithm (ring)"},
     {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "", "force a broadcast algorithm (tree, chain)"},
