@@ -64,8 +64,7 @@ static inline uint16_t wf_f32_to_f16_soft(float f) {
   uint32_t r = m >> shift;
   uint32_t rem = m & ((1u << shift) - 1u);
   uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (r & 1u)))
-    r++; /* may carry into the smallest normal, which is the right answer */
+  if (rem > half || (rem == half && (r & 1u))) r++; /* may carry into the smallest normal, which is the right answer */
   return (uint16_t)(sign | r);
 }
 
@@ -104,9 +103,7 @@ int wf_half_hw_active(void) {
   return st == 2 && atomic_load_explicit(&wf_f16c_allowed, memory_order_relaxed);
 }
 
-void wf_half_allow_hw(int allow) {
-  atomic_store_explicit(&wf_f16c_allowed, allow != 0, memory_order_relaxed);
-}
+void wf_half_allow_hw(int allow) { atomic_store_explicit(&wf_f16c_allowed, allow != 0, memory_order_relaxed); }
 
 #ifdef WF_HAVE_F16C_CODE
 #define WF_F16C __attribute__((target("avx2,f16c")))
@@ -147,8 +144,7 @@ WF_F16C_INLINE __m256 wf_op8(weft_reduce_op op, __m256 a, __m256 b) {
  * may equal a or b. The tail goes through padded copies so every element
  * takes the hardware path. op is a constant in each caller below, so the
  * switch in wf_op8 folds away. */
-WF_F16C_INLINE void wf_f16c_reduce_loop(weft_reduce_op op, wf_u16u *d, const wf_u16u *a, const wf_u16u *b,
-                                        size_t n) {
+WF_F16C_INLINE void wf_f16c_reduce_loop(weft_reduce_op op, wf_u16u *d, const wf_u16u *a, const wf_u16u *b, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) wf_store8(d + i, wf_op8(op, wf_load8(a + i), wf_load8(b + i)));
   if (i < n) {
@@ -272,4 +268,3 @@ void wf_f32_to_f16_block(wf_u16u *restrict dst, const float *restrict src, size_
 #endif
   for (size_t i = 0; i < n; i++) dst[i] = wf_f32_to_f16_soft(src[i]);
 }
-

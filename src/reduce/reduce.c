@@ -96,24 +96,23 @@ static inline uint8_t wf_and_bool(uint8_t a, uint8_t b) { return (uint8_t)((a !=
 typedef void (*wf_acc_fn)(void *restrict x, const void *restrict y, size_t n);
 typedef void (*wf_k3_fn)(void *restrict d, const void *restrict a, const void *restrict b, size_t n);
 
-#define WF_DEF_REDUCE(acc_name, k3_name, T, OP)                                                    \
-  WF_CLONES static void acc_name(void *restrict xv, const void *restrict yv, size_t n) {          \
-    T *restrict x = xv;                                                                            \
-    const T *restrict y = yv;                                                                      \
-    size_t i = 0;                                                                                  \
-    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) x[j] = OP(x[j], y[j]);                               \
-    for (; i < n; i++) x[i] = OP(x[i], y[i]);                                                      \
-  }                                                                                                \
-  WF_CLONES static void k3_name(void *restrict dv, const void *restrict av, const void *restrict bv, \
-                                size_t n) {                                                        \
-    T *restrict d = dv;                                                                            \
-    const T *restrict a = av;                                                                      \
-    const T *restrict b = bv;                                                                      \
-    size_t i = 0;                                                                                  \
-    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) d[j] = OP(a[j], b[j]);                               \
-    for (; i < n; i++) d[i] = OP(a[i], b[i]);                                                      \
+#define WF_DEF_REDUCE(acc_name, k3_name, T, OP)                                                                  \
+  WF_CLONES static void acc_name(void *restrict xv, const void *restrict yv, size_t n) {                         \
+    T *restrict x = xv;                                                                                          \
+    const T *restrict y = yv;                                                                                    \
+    size_t i = 0;                                                                                                \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                                         \
+      for (size_t j = i; j < i + WF_BLK; j++) x[j] = OP(x[j], y[j]);                                             \
+    for (; i < n; i++) x[i] = OP(x[i], y[i]);                                                                    \
+  }                                                                                                              \
+  WF_CLONES static void k3_name(void *restrict dv, const void *restrict av, const void *restrict bv, size_t n) { \
+    T *restrict d = dv;                                                                                          \
+    const T *restrict a = av;                                                                                    \
+    const T *restrict b = bv;                                                                                    \
+    size_t i = 0;                                                                                                \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                                         \
+      for (size_t j = i; j < i + WF_BLK; j++) d[j] = OP(a[j], b[j]);                                             \
+    for (; i < n; i++) d[i] = OP(a[i], b[i]);                                                                    \
   }
 
 WF_DEF_REDUCE(wf_sum_u8_acc, wf_sum_u8_k3, wf_u8u, wf_add_u8)
@@ -164,6 +163,7 @@ typedef struct wf_kernel {
 /* One row per dtype; columns in weft_reduce_op order: sum, average (= sum),
  * min, max, product. Signed sum/product share the unsigned kernel of the
  * width (same bits). float16 has no row: see wf_reduce_f16. */
+/* clang-format off */
 static const wf_kernel wf_table[WEFT_DTYPE_COUNT_][WEFT_OP_COUNT_] = {
     [WEFT_DTYPE_UINT8] = {{wf_sum_u8_acc, wf_sum_u8_k3}, {wf_sum_u8_acc, wf_sum_u8_k3},
                           {wf_min_u8_acc, wf_min_u8_k3}, {wf_max_u8_acc, wf_max_u8_k3},
@@ -196,6 +196,7 @@ static const wf_kernel wf_table[WEFT_DTYPE_COUNT_][WEFT_OP_COUNT_] = {
                          {wf_and_bool_acc, wf_and_bool_k3}, {wf_or_bool_acc, wf_or_bool_k3},
                          {wf_and_bool_acc, wf_and_bool_k3}},
 };
+/* clang-format on */
 
 /* Callers validate dtype and op long before data moves, so a bad one here
  * is a bug in weft: say so loudly rather than write garbage. */

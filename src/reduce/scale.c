@@ -8,7 +8,6 @@
  * through float32 on the way back, in a way that keeps the rounding of the
  * double product correct (wf_f32_for_16bit). float16 uses the F16C kernel
  * of half.c when it can. Loops are blocked like reduce.c's for gcc -O2. */
-#include <math.h>
 #include <string.h>
 
 #include "reduce/reduce.h"
@@ -70,21 +69,21 @@ typedef void (*wf_scale_copy_fn)(void *restrict d, const void *restrict s, size_
 
 /* in place: x[i] = CONV(LOAD(x[i]) * f); copy: d[i] = CONV(LOAD(s[i]) * f).
  * LOAD widens an element to double. */
-#define WF_DEF_SCALE(inplace_name, copy_name, T, LOAD, CONV)                                             \
-  WF_CLONES static void inplace_name(void *xv, size_t n, double f) {                              \
-    T *x = xv;                                                                                     \
-    size_t i = 0;                                                                                  \
-    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV(LOAD(x[j]) * f);                       \
-    for (; i < n; i++) x[i] = CONV(LOAD(x[i]) * f);                                              \
-  }                                                                                                \
+#define WF_DEF_SCALE(inplace_name, copy_name, T, LOAD, CONV)                                        \
+  WF_CLONES static void inplace_name(void *xv, size_t n, double f) {                                \
+    T *x = xv;                                                                                      \
+    size_t i = 0;                                                                                   \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                            \
+      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV(LOAD(x[j]) * f);                          \
+    for (; i < n; i++) x[i] = CONV(LOAD(x[i]) * f);                                                 \
+  }                                                                                                 \
   WF_CLONES static void copy_name(void *restrict dv, const void *restrict sv, size_t n, double f) { \
-    T *restrict d = dv;                                                                            \
-    const T *restrict s = sv;                                                                      \
-    size_t i = 0;                                                                                  \
-    for (; i + WF_BLK <= n; i += WF_BLK)                                                           \
-      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV(LOAD(s[j]) * f);                       \
-    for (; i < n; i++) d[i] = CONV(LOAD(s[i]) * f);                                              \
+    T *restrict d = dv;                                                                             \
+    const T *restrict s = sv;                                                                       \
+    size_t i = 0;                                                                                   \
+    for (; i + WF_BLK <= n; i += WF_BLK)                                                            \
+      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV(LOAD(s[j]) * f);                          \
+    for (; i < n; i++) d[i] = CONV(LOAD(s[i]) * f);                                                 \
   }
 
 WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, WF_DBL, wf_sat_u8)
@@ -175,6 +174,4 @@ void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, doubl
     wf_scale_table[t].copy(dst, src, count, factor);
 }
 
-void wf_scale(weft_dtype t, void *buf, size_t count, double factor) {
-  wf_scale_copy(t, buf, buf, count, factor);
-}
+void wf_scale(weft_dtype t, void *buf, size_t count, double factor) { wf_scale_copy(t, buf, buf, count, factor); }
