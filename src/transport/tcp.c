@@ -111,12 +111,12 @@ static void conn_update_events(conn *c) {
 }
 
 static void free_queues(conn *c, int keep_ctrl) {
+  if (c->cur && c->cur->is_data) c->cur = NULL; /* it is the data list's head */
   for (tx_item *i = c->data_head, *n; i; i = n) {
     n = i->next;
     free(i);
   }
   c->data_head = c->data_tail = NULL;
-  if (c->cur && c->cur->is_data) c->cur = NULL;
   if (!keep_ctrl) {
     for (tx_item *i = c->ctrl_head, *n; i; i = n) {
       n = i->next;
@@ -156,6 +156,13 @@ static void conn_close(conn *c) {
     close(c->fd);
     c->fd = -1;
   }
+  /* the frame being written: a control item was taken off its list; a data
+   * item is still the head of the data list (freed with it below) */
+  if (c->cur && !c->cur->is_data) {
+    free(c->cur->frame);
+    free(c->cur);
+  }
+  c->cur = NULL;
   for (tx_item *i = c->data_head, *n; i; i = n) {
     n = i->next;
     free(i);
@@ -167,11 +174,6 @@ static void conn_close(conn *c) {
     free(i);
   }
   c->ctrl_head = c->ctrl_tail = NULL;
-  if (c->cur && !c->cur->is_data) {
-    free(c->cur->frame);
-    free(c->cur);
-  }
-  c->cur = NULL;
   if (c->rstate == RX_DATA && c->dunexp) { /* a chunk cut short is no data */
     rx_unexp *u = c->dunexp;
     c->dunexp = NULL;
