@@ -555,11 +555,17 @@ static weft_status start_shm(weft_world *w, int *fds) {
                       .fds = fds,
                       .job_id = wf_param_str("WEFT_JOB_ID"),
                       .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
-                      .copy_mode = WF_SHM_COPY_AUTO,
+                      .slot_bytes = (size_t)wf_param_int("WEFT_SHM_SLOT_BYTES"),
+                      .nslots = (size_t)wf_param_int("WEFT_SHM_SLOTS"),
+                      .copy_mode = !strcmp(wf_param_str("WEFT_SHM_COPY"), "memcpy") ? WF_SHM_COPY_MEMCPY
+                                   : !strcmp(wf_param_str("WEFT_SHM_COPY"), "nt")   ? WF_SHM_COPY_NT
+                                                                                    : WF_SHM_COPY_AUTO,
                       .cb_ctx = w,
                       .on_error = on_shm_error};
     st = wf_shm_create(&cfg, &w->shm);
-    if (st != WEFT_OK && strcmp(tp, "shm")) {
+    /* fall back to TCP only when every local rank failed the same way and
+     * the sockets are clean: not after a timeout or a lost peer */
+    if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST && strcmp(tp, "shm")) {
       WF_WARN(WF_SUB_SHM, "shared memory is not available (%s); using TCP between local ranks", wf_err_msg());
       st = WEFT_OK;
     }

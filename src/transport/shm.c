@@ -191,10 +191,11 @@ static void pair_fail(wf_shm *s, peer *p, const char *fmt, ...) {
 
 static uint8_t *slot_at(const wf_shm *s, uint8_t *slots, uint64_t k) { return slots + (k % s->nslots) * s->stride; }
 
-/* Copies the queued sends to p into free slots, in order. */
+/* Copies the queued sends to p into free slots, in order: at most one ring's
+ * worth per call, so a long stream does not hold the engine thread. */
 static int push(wf_shm *s, peer *p) {
   int moved = 0;
-  while (p->txh && !p->broken) {
+  for (size_t budget = s->nslots; p->txh && !p->broken && budget > 0; budget--) {
     tx *t = p->txh;
     if (p->out_head - p->out_tail == s->nslots) {
       /* acquire: the consumer's reads of the slots it released happen before
@@ -232,10 +233,11 @@ static int push(wf_shm *s, peer *p) {
   return moved;
 }
 
-/* Copies published slots from p into the earliest posted receive. */
+/* Copies published slots from p into the earliest posted receive (at most
+ * one ring's worth per call). */
 static int pull(wf_shm *s, peer *p) {
   int moved = 0;
-  while (p->rxh && !p->broken) {
+  for (size_t budget = s->nslots; p->rxh && !p->broken && budget > 0; budget--) {
     if (p->in_tail == p->in_head) {
       /* acquire: the producer's writes of the slots happen before we read them. */
       p->in_head = atomic_load_explicit(&p->in->head, memory_order_acquire);
@@ -462,14 +464,22 @@ static weft_status check_cfg(const wf_shm_cfg *c) {
 weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out) {
   *out = NULL;
   WF_CHECK(check_cfg(cfg));
-  weft_status st = WEFT_ERR_NO_MEMORY;
-  char err[512] = "out of memory";
+  weft_status st = WEFT_OK;
+  char err[512] = "";
   wf_shm_layout l = {0};
   uint8_t *map = NULL;
   wf_shm *s = calloc(1, sizeof *s);
   if (!s || !(s->lidx = malloc(sizeof(int) * (size_t)cfg->size)) ||
-      !(s->peers = calloc((size_t)cfg->nlocal, sizeof *s->peers)))
-    goto fail;
+      !(s->peers = calloc((size_t)cfg->nlocal, sizeof *s->peers))) {
+    st = WEFT_ERR_NO_MEMORY;
+    snprintf(err, sizeof err, "out of memory");
+    if (cfg->nlocal == 1) goto fail;
+  }
+  if (cfg->nlocal > 1) {
+    /* Also when out of memory: the others must learn that we decline. */
+    st = wf_shm_seg_setup(cfg, st, wf_deadline_after(cfg->timeout_seconds), &l, &map, err, sizeof err);
+    if (st != WEFT_OK) goto fail;
+  }
   s->base.ops = &shm_ops;
   s->rank = cfg->rank;
   s->size = cfg->size;
@@ -490,8 +500,6 @@ weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out) {
    * measured 20-40% faster for 64 MiB; copies into the ring stay plain (the
    * consumer reads them next, from cache: streaming there was slower). */
   s->nt_copy = cfg->copy_mode != WF_SHM_COPY_MEMCPY ? nt_copy() : NULL;
-  st = wf_shm_seg_setup(cfg, wf_deadline_after(cfg->timeout_seconds), &l, &map, err, sizeof err);
-  if (st != WEFT_OK) goto fail;
   s->map = map;
   s->map_size = l.size;
   s->slot_bytes = l.slot_bytes;

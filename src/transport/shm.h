@@ -14,7 +14,10 @@
  * message at the head of a ring whose receive is not posted yet stays there
  * (backpressure: the ring fills, then the sender's send stays pending). Both
  * sides post a pair's transfers in the same order, so the head always belongs
- * to the earliest posted receive from that peer or to a later one.
+ * to the earliest posted receive from that peer or to a later one; a tag or
+ * length mismatch there is a protocol error. After cancel_data, what is left
+ * of a message cut short is dropped by the receiver once it posts a receive
+ * of a later collective (tags carry the collective's sequence number).
  *
  * Threads: everything runs on the engine thread, except wf_shm_interrupt.
  * Nothing here blocks except wf_shm_create (deadline) and wf_shm_wait
@@ -29,8 +32,11 @@
 
 typedef struct wf_shm wf_shm;
 
-/* How data is copied in and out of the rings. AUTO picks what measured
- * fastest on this kind of machine (see shm.c). */
+/* How data is copied out of the rings into receive buffers. Copies into the
+ * rings are always plain (the consumer reads them next, from cache). AUTO and
+ * NT: non-temporal (streaming) stores for receives of 4 MiB or more, which
+ * skip reading the destination into cache (measured 20-40% faster on 64 MiB);
+ * MEMCPY: plain memcpy always. */
 enum { WF_SHM_COPY_AUTO = 0, WF_SHM_COPY_MEMCPY = 1, WF_SHM_COPY_NT = 2 };
 
 typedef struct wf_shm_cfg {
@@ -39,16 +45,16 @@ typedef struct wf_shm_cfg {
   int nlocal;
   /* size entries: connected, authenticated sockets to every peer (fds[rank]
    * == -1). Only the local peers' are used, and only during wf_shm_create,
-   * with strictly paired fixed-size records (nothing is left unread); they
-   * stay open and owned by the caller. */
-  int *fds;
+   * with strictly paired fixed-size records (see wf_shm_create for what a
+   * failure leaves). They stay open and owned by the caller. */
+  const int *fds;
   const char *job_id;     /* part of the segment name (may be NULL or "") */
   double timeout_seconds; /* deadline for the whole setup */
   /* Ring geometry per ordered pair: slot payload bytes and slot count; 0 =
    * defaults (64 KiB x 16, shrunk when many local ranks would make the
    * segment large). The lowest local rank's values are used by all. */
   size_t slot_bytes, nslots;
-  int copy_mode; /* WF_SHM_COPY_*: AUTO streams large messages into receive buffers */
+  int copy_mode; /* WF_SHM_COPY_* */
   /* Called (engine thread, from send/recv/progress) when a peer breaks the
    * protocol (length or tag mismatch, malformed slot): st is
    * WEFT_ERR_PROTOCOL. The pair carries nothing more. May be NULL. */
@@ -57,10 +63,17 @@ typedef struct wf_shm_cfg {
 } wf_shm_cfg;
 
 /* Creates and maps the segment: collective among the local ranks, blocking,
- * bounded by cfg->timeout_seconds. On failure nothing is left mapped or in
- * /dev/shm, and the message (wf_err) says what failed and suggests
- * WEFT_TRANSPORT=tcp. With nlocal == 1 no segment is made (nothing to talk
- * to). */
+ * bounded by cfg->timeout_seconds. With nlocal == 1 no segment is made
+ * (nothing to talk to). On failure nothing is left mapped or in /dev/shm,
+ * and the message (wf_err) says what failed and suggests WEFT_TRANSPORT=tcp.
+ *
+ * Which failures the local ranks share: WEFT_ERR_INVALID_ARGUMENT (a bad
+ * cfg) is found before any exchange. WEFT_ERR_TIMEOUT and WEFT_ERR_PEER_LOST
+ * (a rank too slow or gone) may leave the ranks disagreeing and setup bytes
+ * unread in the sockets: fail the job. Any other failure (no space in
+ * /dev/shm, permissions, out of memory, ranks disagreeing about the host's
+ * ranks) is decided in the exchange: every local rank fails and nothing is
+ * left unread, so all may fall back to TCP together. */
 weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out);
 
 /* Unmaps the segment and frees everything (posted transfers are forgotten).
@@ -87,7 +100,8 @@ int wf_shm_progress(wf_shm *s);
  * already something to do. Spins briefly (yielding the core), then blocks on
  * this rank's futex word in the segment. May return early (spurious wake):
  * callers loop. Peers wake it only when it is marked waiting, so the fast
- * path of a send has no syscall. Engine thread only. */
+ * path of a send has no syscall. Returns at once when there is no local
+ * peer (nlocal == 1). Engine thread only. */
 void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
 
 /* Makes a wf_shm_wait in progress (or the next one) return at once. Any

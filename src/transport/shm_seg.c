@@ -206,17 +206,22 @@ out:
 
 /* Creator side of the exchange (see setup_msg). Every live peer gets the
  * records it waits for, also on failure, so none is left hanging. */
-static weft_status setup_creator(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err,
-                                 size_t errlen) {
+static weft_status setup_creator(const wf_shm_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
+                                 char *err, size_t errlen) {
   char name[200], e[256] = "";
   seg_name(cfg->job_id, name, sizeof name);
   int created = 0, n = cfg->nlocal;
-  weft_status st = WEFT_OK;
-  char *state = calloc((size_t)n, 1); /* per peer: 0 dead, 1 has NAME, 2 has READY ok, 3 ACK ok */
+  char *state = local == WEFT_OK ? calloc((size_t)n, 1) : NULL; /* per peer: 0 dead, 1 NAME, 2 READY ok, 3 ACK */
   if (!state) {
-    snprintf(err, errlen, "out of memory");
-    return WEFT_ERR_NO_MEMORY;
+    /* Declining: every peer still gets NAME and a failed READY, so all
+     * local ranks fail alike and nothing is left unread. */
+    if (local == WEFT_OK) local = WEFT_ERR_NO_MEMORY, snprintf(err, errlen, "out of memory");
+    for (int i = 1; i < n; i++)
+      if (msg_put(cfg->fds[cfg->local_ranks[i]], MSG_NAME, WEFT_OK, 0, name, dl, e, sizeof e) == WEFT_OK)
+        msg_put(cfg->fds[cfg->local_ranks[i]], MSG_READY, local, 0, err, dl, e, sizeof e);
+    return local;
   }
+  weft_status st = WEFT_OK;
   /* The name goes out before the file exists: if we die after creating it,
    * the peers (who see our socket close) unlink it. */
   for (int i = 1; i < n; i++) {
@@ -271,9 +276,9 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_
   return st;
 }
 
-/* Peer side: NAME, READY, map, ACK, VERDICT. */
-static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map, int64_t dl, char *err,
-                              size_t errlen) {
+/* Peer side: NAME, READY, map, ACK, VERDICT (declining: ACK the failure). */
+static weft_status setup_peer(const wf_shm_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
+                              char *err, size_t errlen) {
   int creator = cfg->local_ranks[0], fd = cfg->fds[creator];
   char name[sizeof ((setup_msg *)0)->text], e[256] = "";
   setup_msg m;
@@ -294,7 +299,9 @@ static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t *
     return remote_status(m.status);
   }
   char why[256] = "";
-  weft_status mine = seg_attach(name, m.size, cfg, l, map, why, sizeof why);
+  weft_status mine = local;
+  if (mine != WEFT_OK) snprintf(why, sizeof why, "%s", err);
+  else mine = seg_attach(name, m.size, cfg, l, map, why, sizeof why);
   st = msg_put(fd, MSG_ACK, mine, 0, mine ? why : NULL, dl, e, sizeof e);
   if (st == WEFT_OK) st = msg_get(fd, MSG_VERDICT, &m, dl, e, sizeof e);
   if (st != WEFT_OK) {
@@ -314,9 +321,9 @@ static weft_status setup_peer(const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t *
   return st;
 }
 
-weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, int64_t deadline, wf_shm_layout *l, uint8_t **map, char *err,
-                             size_t errlen) {
+weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, weft_status local, int64_t deadline, wf_shm_layout *l,
+                             uint8_t **map, char *err, size_t errlen) {
   *map = NULL;
-  return cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, l, map, deadline, err, errlen)
-                                          : setup_peer(cfg, l, map, deadline, err, errlen);
+  return cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, local, l, map, deadline, err, errlen)
+                                          : setup_peer(cfg, local, l, map, deadline, err, errlen);
 }

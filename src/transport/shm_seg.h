@@ -62,10 +62,11 @@ static inline wf_shm_ring *wf_shm_ring_at(uint8_t *map, const wf_shm_layout *l, 
 /* Creates (lowest local rank) or maps (the others) the segment: collective
  * over cfg->fds, bounded by the deadline. On success *map holds l->size
  * mapped bytes and no file is left in /dev/shm; on failure nothing is mapped
- * or left behind and err says what failed. The sockets may hold unread setup
- * bytes after a failure (a peer timed out): do not reuse them for framed
- * traffic then. */
-weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, int64_t deadline, wf_shm_layout *l, uint8_t **map, char *err,
-                             size_t errlen);
+ * or left behind and err says what failed (see wf_shm_create for which
+ * failures all local ranks share). local != WEFT_OK: this rank cannot take
+ * part (err holds why) but still goes through the exchange, so every local
+ * rank fails with that status. */
+weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, weft_status local, int64_t deadline, wf_shm_layout *l,
+                             uint8_t **map, char *err, size_t errlen);
 
 #endif

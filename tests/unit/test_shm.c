@@ -6,8 +6,9 @@
  * in /dev/shm (also when a rank is SIGKILLed during setup or transfer), all
  * sizes around the slot size and 10 MiB between all pairs with receives
  * posted before and after the data, backpressure, cancel_data, incomplete(),
- * protocol errors, a full /dev/shm, blocking waits (CPU time, wake-up
- * latency, interrupt), and informational latency / bandwidth numbers.
+ * protocol errors, setup failures (a full /dev/shm, a rank that never joins,
+ * ranks that disagree), blocking waits (CPU time, wake-up latency,
+ * interrupt), and informational latency / bandwidth numbers.
  *
  * Children report through a MAP_SHARED page; alarm() bounds every child, and
  * the parent kills stragglers and checks exit statuses. */
@@ -57,8 +58,8 @@ static int g_failures; /* in a child: its own failures; in the parent: all */
 
 /* Results children hand to the parent. */
 typedef struct report {
-  double wake_med_us, wake_max_us, cpu_frac, pingpong_us, bw_gbs[2];
-  int errors_seen, files_after_create;
+  double wake_med_us, wake_max_us, cpu_frac, pingpong_us, bw_gbs;
+  int errors_seen;
   int outcome[MAXN]; /* kill tests: 1 create succeeded, 2 failed */
 } report;
 static report *g_rep;
@@ -177,13 +178,14 @@ static void drive_for(ctx *c, double secs) {
     if (!wf_shm_progress(c->s)) wf_shm_wait(c->s, 1000000);
 }
 
-/* One byte each way with every other rank over the socketpairs. */
+/* One byte each way with every other rank over the socketpairs; the byte
+ * read must be ours (no setup bytes left behind). */
 static void barrier(ctx *c) {
   char b = 'b';
   for (int p = 0; p < c->n; p++)
     if (p != c->rank) CHECK(write(c->fds[p], &b, 1) == 1, "barrier write");
   for (int p = 0; p < c->n; p++)
-    if (p != c->rank) CHECK(read(c->fds[p], &b, 1) == 1, "barrier read from %d", p);
+    if (p != c->rank) CHECK(read(c->fds[p], &b, 1) == 1 && b == 'b', "barrier read from %d", p);
 }
 static void signal_peer(ctx *c, int p) { CHECK(write(c->fds[p], "s", 1) == 1, "signal"); }
 static void await_peer(ctx *c, int p) {
@@ -521,7 +523,8 @@ static void sc_wait(ctx *c) {
       }
       CHECK(pending == 0, "no data after 5 s");
       lat[i] = (double)(t1 - t0) / 1e3;
-      CHECK(t0 > 0 && lat[i] < 100000, "woke %.0f us after the send", lat[i]);
+      /* a missed wake-up would show as the 2 s timeout */
+      CHECK(t0 > 0 && lat[i] < 500000, "woke %.0f us after the send", lat[i]);
     }
     qsort(lat, ITERS, sizeof lat[0], cmp_d);
     g_rep->wake_med_us = lat[ITERS / 2];
@@ -532,8 +535,8 @@ static void sc_wait(ctx *c) {
     signal_peer(c, 0);
     await_peer(c, 0); /* it filled the ring and stopped */
     double t = now_s();
-    wf_shm_wait(c->s, 1000000000);
-    CHECK(now_s() - t < 0.05, "wait with data ready took %.3f s", now_s() - t);
+    wf_shm_wait(c->s, 2000000000); /* nobody would wake it: blocking shows as 2 s */
+    CHECK(now_s() - t < 0.5, "wait with data ready took %.3f s", now_s() - t);
     signal_peer(c, 0);
     CHECK(drive(c, &pending, 10), "1 MiB did not arrive");
     CHECK(verify(b, MIB, tag_of(0, 1, 200, 0)) < 0, "wrong data");
@@ -541,8 +544,8 @@ static void sc_wait(ctx *c) {
     /* Interrupts: pending one, then from another thread 30 ms later. */
     wf_shm_interrupt(c->s);
     t = now_s();
-    wf_shm_wait(c->s, 1000000000);
-    CHECK(now_s() - t < 0.05, "wait after interrupt took %.3f s", now_s() - t);
+    wf_shm_wait(c->s, 2000000000);
+    CHECK(now_s() - t < 0.5, "wait after interrupt took %.3f s", now_s() - t);
     pthread_t th;
     pthread_create(&th, NULL, interrupter, c->s);
     t = now_s();
@@ -579,6 +582,7 @@ static void sc_mismatch(ctx *c) {
   CHECK(st == WEFT_ERR_PROTOCOL, "got %s: %s", weft_status_string(st), wf_err_msg());
   if (c->rank == 0) CHECK(strstr(wf_err_msg(), "rank 2 could not map") != NULL, "message: %s", wf_err_msg());
   if (st == WEFT_OK) wf_shm_destroy(c->s);
+  barrier(c); /* the sockets are clean: TCP could take over */
 }
 
 /* A local rank that never joins: the others time out, nothing leaks. */
@@ -590,7 +594,7 @@ static void sc_timeout(ctx *c) {
   double t = now_s();
   weft_status st = mk(c, 4096, 4, WF_SHM_COPY_AUTO, 0.2);
   CHECK(st == WEFT_ERR_TIMEOUT, "got %s: %s", weft_status_string(st), wf_err_msg());
-  CHECK(now_s() - t < 0.5, "timed out after %.3f s", now_s() - t);
+  CHECK(now_s() - t < 1.5, "timed out after %.3f s", now_s() - t);
   CHECK(strstr(wf_err_msg(), "WEFT_TRANSPORT=tcp") != NULL, "message: %s", wf_err_msg());
   CHECK(shm_files(c->job) == 0, "segment file left after a timeout");
 }
@@ -616,17 +620,14 @@ static void sc_transfer_killed(ctx *c) {
   uint8_t *b = malloc(len);
   int pending = 0;
   if (c->rank == 1) {
+    await_peer(c, 0); /* the ring is full and the sender waits */
     CHECK(c->t->ops->recv(c->t, 0, 1, 0, b, len, &pending) == WEFT_OK, "recv");
-    signal_peer(c, 0);
-    for (int i = 0; i < 1000 && verify(b, 65536, tag_of(0, 1, 1, 0)) >= 0; i++) {
-      if (!wf_shm_progress(c->s)) wf_shm_wait(c->s, 1000000);
-    }
-    CHECK(pending == 1, "the whole 64 MiB arrived before the kill");
+    CHECK(pending == 1 && verify(b, 65536, tag_of(0, 1, 1, 0)) < 0, "no partial transfer before the kill");
     raise(SIGKILL);
   }
   fill(b, len, tag_of(0, 1, 1, 0));
-  await_peer(c, 1);
   CHECK(c->t->ops->send(c->t, 1, 1, 0, b, len, &pending) == WEFT_OK, "send");
+  signal_peer(c, 1);
   char x;
   while (read(c->fds[1], &x, 1) > 0) { /* the engine would see the TCP connection close */
   }
@@ -636,6 +637,7 @@ static void sc_transfer_killed(ctx *c) {
   wf_shm_wait(c->s, 50000000);
   CHECK(now_s() - t < 1.0, "wait with a dead peer took %.3f s", now_s() - t);
   c->t->ops->cancel_data(c->t);
+  CHECK(!c->t->ops->incomplete(c->t, 1), "incomplete after cancel_data");
   free(b);
   wf_shm_progress(c->s);
   wf_shm_destroy(c->s);
@@ -649,6 +651,7 @@ static void sc_full(ctx *c) {
   if (c->rank == 0) CHECK(strstr(wf_err_msg(), "/dev/shm") != NULL, "message: %s", wf_err_msg());
   CHECK(strstr(wf_err_msg(), "WEFT_TRANSPORT=tcp") != NULL, "message: %s", wf_err_msg());
   if (st == WEFT_OK) wf_shm_destroy(c->s);
+  barrier(c); /* the sockets are clean: TCP could take over */
 }
 
 
@@ -697,7 +700,7 @@ static void sc_perf(ctx *c) {
       CHECK(drive(c, &pending, 20), "bandwidth send stalled");
     }
   }
-  if (c->rank == 1) g_rep->bw_gbs[0] = (double)len / best / 1e9;
+  if (c->rank == 1) g_rep->bw_gbs = (double)len / best / 1e9;
   free(b);
   barrier(c);
   wf_shm_destroy(c->s);
@@ -745,6 +748,7 @@ int main(void) {
   run(2, sc_backpressure, NULL, "backpressure");
   run(2, sc_cancel, NULL, "cancel");
   run(2, sc_protocol, NULL, "protocol error");
+  printf("protocol error: reported through on_error (the WARN line above is expected)\n");
   run(2, sc_wait, NULL, "wait");
   printf("wait: idle CPU %.1f%% of wall time; wake-up latency median %.0f us, max %.0f us\n", 100 * g_rep->cpu_frac,
          g_rep->wake_med_us, g_rep->wake_max_us);
@@ -778,7 +782,7 @@ int main(void) {
     run(2, sc_perf, &modes[m], "perf");
     printf("perf (%s copies into receive buffers, 64 KiB x 16 slots): 8-byte ping-pong one-way latency %.2f us "
            "(median), 64 MiB one-way %.2f GB/s (best of %d)\n",
-           m ? "non-temporal" : "plain", g_rep->pingpong_us, g_rep->bw_gbs[0], PERF_REPS);
+           m ? "non-temporal" : "plain", g_rep->pingpong_us, g_rep->bw_gbs, PERF_REPS);
   }
 
   printf("%s: %d failure(s) in %.1f s\n", g_failures ? "FAILED" : "PASSED", g_failures, now_s() - t_start);
