@@ -380,12 +380,51 @@ static void peer_departed(weft_world *w, int peer) {
   }
 }
 
+static void send_abort(weft_world *w, const char *reason) {
+  for (int p = 0; p < w->size; p++) {
+    if (p == w->rank || w->departed[p] || !wf_tcp_alive(w->tcp, p)) continue;
+    wf_buf b = {0};
+    wf_encode_abort(&b, (uint32_t)w->rank, reason);
+    wf_engine_send_frame(w, p, &b);
+    wf_buf_free(&b);
+  }
+}
+
+static int world_failed(weft_world *w) {
+  pthread_mutex_lock(&w->mu);
+  int f = w->fail_status != WEFT_OK;
+  pthread_mutex_unlock(&w->mu);
+  return f;
+}
+
 static void process_inbox(weft_world *w) {
+  /* an abort wins over whatever else arrived in the same pass (a BYE would
+   * otherwise fail pending work with a less useful reason first) */
+  for (wf_inbox **pp = &w->in_head; *pp;) {
+    wf_inbox *m = *pp;
+    if (m->type != WF_MSG_ABORT || m == w->in_head) {
+      pp = &m->next;
+      continue;
+    }
+    *pp = m->next;
+    if (w->in_tail == m) {
+      w->in_tail = w->in_head;
+      while (w->in_tail->next) w->in_tail = w->in_tail->next;
+    }
+    m->next = w->in_head;
+    w->in_head = m;
+  }
   while (w->in_head) {
     wf_inbox *m = w->in_head;
     w->in_head = m->next;
     if (!w->in_head) w->in_tail = NULL;
     m->next = NULL;
+    if (world_failed(w)) { /* the first failure decides every pending request: drop the rest */
+      wf_requests_msg_free(&m->reqs);
+      wf_responses_msg_free(&m->resps);
+      free(m);
+      continue;
+    }
     switch (m->type) {
       case WF_MSG_REQUESTS: {
         uint32_t kept = 0;
@@ -434,10 +473,21 @@ static void process_inbox(weft_world *w) {
         }
         free(m->resps.resps);
         break;
-      case WF_MSG_ABORT:
+      case WF_MSG_ABORT: {
+        pthread_mutex_lock(&w->mu);
+        int first = w->fail_status == WEFT_OK;
+        pthread_mutex_unlock(&w->mu);
         wf_world_fail(w, WEFT_ERR_ABORTED, "aborted by rank %d (%s): %s", m->peer, w->peers[m->peer].host,
                       m->reason);
+        /* pass it on before anything else this rank sends (its BYE, say), so
+         * every peer learns the abort, not just that this rank left */
+        if (first) {
+          char relay[600];
+          snprintf(relay, sizeof relay, "%s (from rank %d)", m->reason, m->peer);
+          send_abort(w, relay);
+        }
         break;
+      }
       case WF_MSG_BYE:
         peer_departed(w, m->peer);
         break;
@@ -489,15 +539,6 @@ static void heartbeats(weft_world *w, int64_t now) {
   }
 }
 
-static void send_abort(weft_world *w, const char *reason) {
-  for (int p = 0; p < w->size; p++) {
-    if (p == w->rank || w->departed[p] || !wf_tcp_alive(w->tcp, p)) continue;
-    wf_buf b = {0};
-    wf_encode_abort(&b, (uint32_t)w->rank, reason);
-    wf_engine_send_frame(w, p, &b);
-    wf_buf_free(&b);
-  }
-}
 
 static int64_t next_deadline(weft_world *w, int64_t now) {
   /* Work queued without a socket event (a message handled while posting a
@@ -623,6 +664,10 @@ static void *engine_main(void *arg) {
     if (stopping) break;
     drain_submissions(w);
     process_inbox(w);
+    if (world_failed(w)) {
+      fail_all(w);
+      continue;
+    }
     publish_responses(w);
     wf_exec_progress(w);
     publish_responses(w);

@@ -22,15 +22,43 @@ static char g_sentinel_storage;
 
 /* ------------------------------------------------------------- mismatches */
 enum {
-  MM_DTYPE, MM_KIND, MM_SHAPE_ALLREDUCE, MM_SHAPE_ALLGATHER, MM_SHAPE_BROADCAST, MM_SHAPE_REDUCESCATTER,
-  MM_SHAPE_ALLTOALL, MM_ROOT, MM_OP_ALLREDUCE, MM_OP_REDUCESCATTER, MM_PRESCALE, MM_POSTSCALE, MM_PRESCALE_RS,
-  MM_0D_ALLGATHER, MM_0D_ALLTOALL, MM_0D_REDUCESCATTER, MM_DTYPE_ALLGATHER, MM_COUNT
+  MM_DTYPE,
+  MM_KIND,
+  MM_SHAPE_ALLREDUCE,
+  MM_SHAPE_ALLGATHER,
+  MM_SHAPE_BROADCAST,
+  MM_SHAPE_REDUCESCATTER,
+  MM_SHAPE_ALLTOALL,
+  MM_ROOT,
+  MM_OP_ALLREDUCE,
+  MM_OP_REDUCESCATTER,
+  MM_PRESCALE,
+  MM_POSTSCALE,
+  MM_PRESCALE_RS,
+  MM_0D_ALLGATHER,
+  MM_0D_ALLTOALL,
+  MM_0D_REDUCESCATTER,
+  MM_DTYPE_ALLGATHER,
+  MM_COUNT
 };
 
-static const char *const mm_names[MM_COUNT] = {
-    "dtype", "op kind", "allreduce shape", "allgather shape", "broadcast shape", "reducescatter shape",
-    "alltoall shape", "broadcast root", "allreduce reduce op", "reducescatter reduce op", "prescale", "postscale",
-    "reducescatter prescale", "0-d allgather", "0-d alltoall", "0-d reducescatter", "allgather dtype"};
+static const char *const mm_names[MM_COUNT] = {"dtype",
+                                               "op kind",
+                                               "allreduce shape",
+                                               "allgather shape",
+                                               "broadcast shape",
+                                               "reducescatter shape",
+                                               "alltoall shape",
+                                               "broadcast root",
+                                               "allreduce reduce op",
+                                               "reducescatter reduce op",
+                                               "prescale",
+                                               "postscale",
+                                               "reducescatter prescale",
+                                               "0-d allgather",
+                                               "0-d alltoall",
+                                               "0-d reducescatter",
+                                               "allgather dtype"};
 
 /* Large enough for every case (elements of at most 8 bytes). */
 static int64_t g_buf[2][256];
@@ -59,7 +87,8 @@ static weft_status mm_submit(int k, int odd, const char *name, weft_request **re
       t.shape = s4;
       snprintf(want[0], 32, "allgather");
       snprintf(want[1], 32, "allreduce");
-      return odd ? weft_allgather(mp_group, name, &t, NULL, req) : weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, req);
+      return odd ? weft_allgather(mp_group, name, &t, NULL, req)
+                 : weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, req);
     case MM_SHAPE_ALLREDUCE:
       snprintf(want[0], 32, "37");
       snprintf(want[1], 32, "41");
@@ -245,7 +274,8 @@ static void dup_round(const char *name, int checker_is_zero) {
   mp_case("duplicate in-flight name %s rejected on %s", name, checker_is_zero ? "rank 0" : "ranks != 0");
   int32_t v[2] = {mp_rank, 1}, w[2] = {0, 0};
   int64_t shape[1] = {2};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU}, t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU},
+              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
   if (!checker) mp_sleep_ms(300);
   weft_request *req = NULL;
   mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req), &req, name);
@@ -254,9 +284,12 @@ static void dup_round(const char *name, int checker_is_zero) {
     double t0 = mp_now();
     weft_status st = weft_allreduce(mp_group, name, &t2, &t2, WEFT_OP_SUM, NULL, &dup);
     double dt = mp_now() - t0;
-    if (st != WEFT_ERR_INVALID_ARGUMENT) mp_fail("second allreduce: %s, expected WEFT_ERR_INVALID_ARGUMENT", weft_status_string(st));
-    else if (dup != NULL) mp_fail("rejected submission left *req non-NULL");
-    else if (!weft_last_error()[0]) mp_fail("rejection without a message");
+    if (st != WEFT_ERR_INVALID_ARGUMENT)
+      mp_fail("second allreduce: %s, expected WEFT_ERR_INVALID_ARGUMENT", weft_status_string(st));
+    else if (dup != NULL)
+      mp_fail("rejected submission left *req non-NULL");
+    else if (!weft_last_error()[0])
+      mp_fail("rejection without a message");
     if (dt > 1.0) mp_fail("rejection took %.2f s: not at once", dt);
     if (st == WEFT_OK) weft_request_free(dup);
     dup = SENTINEL;
@@ -307,11 +340,11 @@ static void test_misuse(void) {
   longname[256] = 0;
   weft_status E = WEFT_ERR_INVALID_ARGUMENT;
 
-#define TRY(what, call)                 \
-  do {                                  \
-    r = SENTINEL;              \
-    weft_status st_ = (call);           \
-    expect_reject(what, st_, r, E);     \
+#define TRY(what, call)             \
+  do {                              \
+    r = SENTINEL;                   \
+    weft_status st_ = (call);       \
+    expect_reject(what, st_, r, E); \
   } while (0)
   TRY("NULL name", weft_allreduce(mp_group, NULL, &good, &good, WEFT_OP_SUM, NULL, &r));
   TRY("empty name", weft_allreduce(mp_group, "", &good, &good, WEFT_OP_SUM, NULL, &r));
@@ -362,12 +395,14 @@ static void test_misuse(void) {
   for (int j = 0; j < mp_size; j++) splits[j] = j == mp_size - 1 ? -1 : 1;
   TRY("a negative split", weft_alltoall(mp_group, "misuse", &good, splits, NULL, &r));
   free(splits);
-  if (8 % mp_size != 0) TRY("NULL splits, dim 0 not divisible by size", weft_alltoall(mp_group, "misuse", &good, NULL, NULL, &r));
+  if (8 % mp_size != 0)
+    TRY("NULL splits, dim 0 not divisible by size", weft_alltoall(mp_group, "misuse", &good, NULL, NULL, &r));
   {
     int64_t rows = 8 / mp_size + (mp_rank < 8 % mp_size) + 1;
     t = good;
     t.shape = &rows;
-    TRY("reducescatter output not the slice's shape", weft_reducescatter(mp_group, "misuse", &good, &t, WEFT_OP_SUM, NULL, &r));
+    TRY("reducescatter output not the slice's shape",
+        weft_reducescatter(mp_group, "misuse", &good, &t, WEFT_OP_SUM, NULL, &r));
   }
   t = good;
   t.data = data + 1;
@@ -438,7 +473,8 @@ static void test_basics(void) {
   mp_case("API basics: status strings, dtype sizes and names, version");
   static const size_t sizes[WEFT_DTYPE_COUNT_] = {1, 1, 2, 2, 4, 8, 2, 2, 4, 8, 1};
   for (int d = 0; d < WEFT_DTYPE_COUNT_; d++) {
-    if (weft_dtype_size((weft_dtype)d) != sizes[d]) mp_fail("weft_dtype_size(%d) is %zu", d, weft_dtype_size((weft_dtype)d));
+    if (weft_dtype_size((weft_dtype)d) != sizes[d])
+      mp_fail("weft_dtype_size(%d) is %zu", d, weft_dtype_size((weft_dtype)d));
     const char *n = weft_dtype_name((weft_dtype)d);
     if (!n || !strcmp(n, "unknown")) mp_fail("weft_dtype_name(%d) is %s", d, n ? n : "NULL");
   }

@@ -30,7 +30,8 @@ static int g_pipe = -1; /* child -> parent: 'K' = dying on purpose */
 static int supervise(pid_t child, int rfd) {
   char note = 0;
   ssize_t n;
-  do n = read(rfd, &note, 1); while (n < 0 && errno == EINTR);
+  do n = read(rfd, &note, 1);
+  while (n < 0 && errno == EINTR);
   int ws = 0;
   while (waitpid(child, &ws, 0) < 0)
     if (errno != EINTR) {
@@ -119,8 +120,8 @@ static int run_rank(void) {
     weft_request_free(req);
   } else if (!mp_contains(weft_last_error(), dead)) {
     /* Rejected at submission: fine if the death was already known. */
-    mp_fail("submission rejected (%s) with \"%s\", which does not name %s", weft_status_string(st),
-            weft_last_error(), dead);
+    mp_fail("submission rejected (%s) with \"%s\", which does not name %s", weft_status_string(st), weft_last_error(),
+            dead);
   } else {
     mp_say("INFO rank %d: submission rejected, the death was already known: %s", mp_rank, weft_last_error());
     failed = 1;
@@ -145,7 +146,8 @@ static int run_rank(void) {
 
   mp_case("survivor: the world reports the failure and stays failed");
   st = weft_async_error(mp_world);
-  if (st >= 0) mp_fail("weft_async_error is %s after a peer died", weft_status_string(st));
+  if (st >= 0)
+    mp_fail("weft_async_error is %s after a peer died", weft_status_string(st));
   else if (!mp_contains(weft_last_error(), dead))
     mp_fail("weft_async_error's message \"%s\" does not name %s", weft_last_error(), dead);
   weft_request *later = NULL;
@@ -175,8 +177,10 @@ static int run_rank(void) {
 
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--killer")) g_killer = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--mib")) g_mib = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--killer"))
+      g_killer = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--mib"))
+      g_mib = strtoull(argv[i + 1], NULL, 0);
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   int fds[2];

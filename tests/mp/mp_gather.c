@@ -33,8 +33,8 @@ static void *rec_alloc(size_t bytes, void *ctx) {
 
 /* Checks an output descriptor against dtype/ndim/shape; 1 if it matches. */
 static int check_desc(const char *what, const weft_tensor *out, weft_dtype dt, int ndim, const int64_t *shape) {
-  if (out->dtype != dt || out->ndim != ndim) return mp_fail("%s: output dtype %d ndim %d, expected %d and %d", what,
-                                                             (int)out->dtype, out->ndim, (int)dt, ndim);
+  if (out->dtype != dt || out->ndim != ndim)
+    return mp_fail("%s: output dtype %d ndim %d, expected %d and %d", what, (int)out->dtype, out->ndim, (int)dt, ndim);
   for (int d = 0; d < ndim; d++)
     if (!out->shape || out->shape[d] != shape[d])
       return mp_fail("%s: output dim %d is %lld, expected %lld", what, d, out->shape ? (long long)out->shape[d] : -1LL,
@@ -46,8 +46,8 @@ static int check_desc(const char *what, const weft_tensor *out, weft_dtype dt, i
 /* ------------------------------------------------------------- allgather */
 typedef struct ag_case {
   weft_dtype dt;
-  int ndim;          /* 1..3; dims 1.. are {5} or {2, 3} */
-  int rows_kind;     /* 0: r % 3, 1: (3r + 1) % 4, 2: all zero, 3: large */
+  int ndim;      /* 1..3; dims 1.. are {5} or {2, 3} */
+  int rows_kind; /* 0: r % 3, 1: (3r + 1) % 4, 2: all zero, 3: large */
   int use_alloc;
 } ag_case;
 
@@ -239,8 +239,8 @@ static void test_broadcast(void) {
 /* ------------------------------------------------------------- alltoall */
 typedef struct a2a_case {
   weft_dtype dt;
-  int ndim;        /* 1..3 */
-  int kind;        /* 0: uneven with zeros, 1: NULL splits, 2: all zero, 3: large uneven, 4: NULL with 0 rows */
+  int ndim; /* 1..3 */
+  int kind; /* 0: uneven with zeros, 1: NULL splits, 2: all zero, 3: large uneven, 4: NULL with 0 rows */
   int use_alloc;
 } a2a_case;
 
@@ -322,8 +322,10 @@ static void a2a_run(const a2a_case *c, int idx) {
                   (long long)a2a_split(c, r, mp_rank));
     }
     if (c->use_alloc) {
-      if (atomic_load(&rec.calls) != 1) mp_fail("allocator called %d times", atomic_load(&rec.calls));
-      else if (rec.bytes != (size_t)total * inner * es) mp_fail("allocator asked for %zu bytes", rec.bytes);
+      if (atomic_load(&rec.calls) != 1)
+        mp_fail("allocator called %d times", atomic_load(&rec.calls));
+      else if (rec.bytes != (size_t)total * inner * es)
+        mp_fail("allocator asked for %zu bytes", rec.bytes);
       if (data && data != rec.ptr) mp_fail("output is not the allocated buffer");
     }
     if (data) {
@@ -351,8 +353,8 @@ static void test_alltoall(void) {
     a2a_run(&c, idx++);
   }
   static const a2a_case more[] = {
-      {WEFT_DTYPE_INT32, 1, 0, 0},   {WEFT_DTYPE_INT32, 2, 0, 1},   {WEFT_DTYPE_FLOAT64, 3, 0, 0},
-      {WEFT_DTYPE_FLOAT32, 2, 1, 1}, {WEFT_DTYPE_UINT8, 1, 2, 0},   {WEFT_DTYPE_INT16, 2, 2, 1},
+      {WEFT_DTYPE_INT32, 1, 0, 0},   {WEFT_DTYPE_INT32, 2, 0, 1},    {WEFT_DTYPE_FLOAT64, 3, 0, 0},
+      {WEFT_DTYPE_FLOAT32, 2, 1, 1}, {WEFT_DTYPE_UINT8, 1, 2, 0},    {WEFT_DTYPE_INT16, 2, 2, 1},
       {WEFT_DTYPE_FLOAT64, 2, 3, 0}, {WEFT_DTYPE_BFLOAT16, 1, 3, 1}, {WEFT_DTYPE_INT8, 3, 4, 0},
   };
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) a2a_run(&more[i], idx++);
@@ -376,8 +378,9 @@ static void test_barrier(void) {
     uint64_t a = (uint64_t)(arrive * 1e9), l = (uint64_t)(leave * 1e9);
     if (mp_allgather_u64(named ? "barrier.arrive.n" : "barrier.arrive.u", a, arr)) {
       for (int r = 0; r < mp_size; r++)
-        if (arr[r] > l) mp_fail("left at %llu ns but rank %d arrived at %llu ns", (unsigned long long)l, r,
-                                (unsigned long long)arr[r]);
+        if (arr[r] > l)
+          mp_fail("left at %llu ns but rank %d arrived at %llu ns", (unsigned long long)l, r,
+                  (unsigned long long)arr[r]);
     }
     free(arr);
     mp_case_end();
@@ -398,8 +401,10 @@ static void test_barrier(void) {
 
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--large")) g_large = strtoll(argv[i + 1], NULL, 0);
-    else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--large"))
+      g_large = strtoll(argv[i + 1], NULL, 0);
+    else if (!strcmp(argv[i], "--seed"))
+      g_seed = strtoull(argv[i + 1], NULL, 0);
   }
   mp_setup();
   test_barrier();

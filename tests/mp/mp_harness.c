@@ -250,8 +250,8 @@ MP_FN uint16_t mp_f32_to_f16(float f) {
     return sign | (uint16_t)nearbyintf(q);
   }
   int e;
-  float m = frexpf(a, &e);               /* a = m * 2^e, m in [0.5, 1) */
-  float q = nearbyintf(m * 2048.0f);     /* 11 significant bits */
+  float m = frexpf(a, &e);           /* a = m * 2^e, m in [0.5, 1) */
+  float q = nearbyintf(m * 2048.0f); /* 11 significant bits */
   if (q >= 2048.0f) {
     q /= 2;
     e++;
@@ -312,8 +312,18 @@ MP_FN int64_t mp_get_i(weft_dtype t, const void *buf, size_t i) {
   uint64_t u = 0;
   switch (mp_esize(t)) {
     case 1: u = p[0]; break;
-    case 2: { uint16_t v; memcpy(&v, p, 2); u = v; break; }
-    case 4: { uint32_t v; memcpy(&v, p, 4); u = v; break; }
+    case 2: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      u = v;
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, p, 4);
+      u = v;
+      break;
+    }
     case 8: memcpy(&u, p, 8); break;
     default: break;
   }
@@ -415,8 +425,9 @@ MP_FN int mp_same_everywhere(const char *name, uint64_t mine) {
   uint64_t *all = mp_alloc((size_t)mp_size * 8);
   int ok = mp_allgather_u64(name, mine, all);
   for (int r = 0; ok && r < mp_size; r++)
-    if (all[r] != mine) ok = mp_fail("%s: rank %d has 0x%llx, this rank 0x%llx", name, r,
-                                     (unsigned long long)all[r], (unsigned long long)mine);
+    if (all[r] != mine)
+      ok = mp_fail("%s: rank %d has 0x%llx, this rank 0x%llx", name, r, (unsigned long long)all[r],
+                   (unsigned long long)mine);
   free(all);
   return ok;
 }

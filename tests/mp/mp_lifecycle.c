@@ -156,7 +156,8 @@ static void finalize_in_flight(int cycle, int first) {
     /* The callback runs on the engine thread around completion. */
     double end = mp_now() + 2.0;
     while (atomic_load(&slots[i].calls) == 0 && mp_now() < end) mp_sleep_ms(1);
-    if (atomic_load(&slots[i].calls) != 1) mp_fail("request %d: callback ran %d times", i, atomic_load(&slots[i].calls));
+    if (atomic_load(&slots[i].calls) != 1)
+      mp_fail("request %d: callback ran %d times", i, atomic_load(&slots[i].calls));
     else if (atomic_load(&slots[i].status) != (int)st)
       mp_fail("request %d: callback status %d, request status %d", i, atomic_load(&slots[i].status), (int)st);
     if (weft_request_free(reqs[i]) != WEFT_OK) mp_fail("request %d: weft_request_free after finalize failed", i);
@@ -199,9 +200,11 @@ static void abort_world(int cycle) {
     st = weft_wait(req, 10.0);
     weft_request_free(req);
   }
-  if (st != WEFT_ERR_ABORTED) mp_fail("a collective after the abort: %s, expected WEFT_ERR_ABORTED", weft_status_string(st));
+  if (st != WEFT_ERR_ABORTED)
+    mp_fail("a collective after the abort: %s, expected WEFT_ERR_ABORTED", weft_status_string(st));
   st = weft_async_error(mp_world);
-  if (st != WEFT_ERR_ABORTED) mp_fail("weft_async_error: %s, expected WEFT_ERR_ABORTED", weft_status_string(st));
+  if (st != WEFT_ERR_ABORTED)
+    mp_fail("weft_async_error: %s, expected WEFT_ERR_ABORTED", weft_status_string(st));
   else if (!mp_contains(weft_last_error(), reason))
     mp_fail("weft_async_error's message \"%s\" lacks the reason", weft_last_error());
   mp_case_end();

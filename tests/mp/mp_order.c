@@ -45,7 +45,8 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
     case 0: { /* int32 sum, count 1 + param */
       m->shape[0] = 1 + param;
       m->in = mp_alloc((size_t)m->shape[0] * 4);
-      for (int64_t i = 0; i < m->shape[0]; i++) mp_set_i(WEFT_DTYPE_INT32, m->in, (size_t)i, mixed_val(mp_rank, (size_t)i, seed));
+      for (int64_t i = 0; i < m->shape[0]; i++)
+        mp_set_i(WEFT_DTYPE_INT32, m->in, (size_t)i, mixed_val(mp_rank, (size_t)i, seed));
       weft_tensor t = {WEFT_DTYPE_INT32, 1, m->shape, m->in, WEFT_DEVICE_CPU};
       st = weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &m->req);
       break;
@@ -85,7 +86,8 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
       int64_t dim0 = 5 + param % 7, base = dim0 / mp_size, extra = dim0 % mp_size;
       m->shape[0] = dim0;
       m->in = mp_alloc((size_t)dim0 * 4);
-      for (int64_t i = 0; i < dim0; i++) mp_set_f(WEFT_DTYPE_FLOAT32, m->in, (size_t)i, (double)mixed_val(mp_rank, (size_t)i, seed));
+      for (int64_t i = 0; i < dim0; i++)
+        mp_set_f(WEFT_DTYPE_FLOAT32, m->in, (size_t)i, (double)mixed_val(mp_rank, (size_t)i, seed));
       m->shape[1] = base + (mp_rank < extra); /* the output's rows */
       m->out = mp_alloc((size_t)m->shape[1] * 4);
       weft_tensor in = {WEFT_DTYPE_FLOAT32, 1, m->shape, m->in, WEFT_DEVICE_CPU};
@@ -93,9 +95,7 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
       st = weft_reducescatter(mp_group, name, &in, &out, WEFT_OP_SUM, NULL, &m->req);
       break;
     }
-    default:
-      st = weft_barrier(mp_group, name, NULL, &m->req);
-      break;
+    default: st = weft_barrier(mp_group, name, NULL, &m->req); break;
   }
   mp_submitted(st, &m->req, name);
 }
@@ -112,7 +112,9 @@ static int mixed_finish(mixed_op *m) {
           int64_t want = 0;
           for (int r = 0; r < mp_size; r++) want += mixed_val(r, (size_t)i, m->seed);
           int64_t got = mp_get_i(WEFT_DTYPE_INT32, m->in, (size_t)i);
-          if (got != want) ok = mp_fail("%s: element %lld is %lld, expected %lld", m->name, (long long)i, (long long)got, (long long)want);
+          if (got != want)
+            ok = mp_fail("%s: element %lld is %lld, expected %lld", m->name, (long long)i, (long long)got,
+                         (long long)want);
         }
         break;
       case 1: {
@@ -209,7 +211,7 @@ typedef struct cb_slot {
   atomic_int calls;
   atomic_int status;
   atomic_int on_caller_thread;
-  atomic_int freed_self;  /* this slot's callback frees the request */
+  atomic_int freed_self; /* this slot's callback frees the request */
 } cb_slot;
 
 static pthread_t g_main_thread;
@@ -239,7 +241,8 @@ static void await_callbacks(cb_slot *slots, int n, const char *what) {
     }
   mp_sleep_ms(100);
   for (int i = 0; i < n; i++) {
-    if (atomic_load(&slots[i].calls) != 1) mp_fail("%s: callback %d ran %d times", what, i, atomic_load(&slots[i].calls));
+    if (atomic_load(&slots[i].calls) != 1)
+      mp_fail("%s: callback %d ran %d times", what, i, atomic_load(&slots[i].calls));
     if (atomic_load(&slots[i].on_caller_thread)) mp_fail("%s: callback %d ran on the submitting thread", what, i);
   }
 }

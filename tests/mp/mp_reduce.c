@@ -27,10 +27,10 @@ typedef struct spec {
   int kind;
   double pre, post;
   uint64_t seed;
-  uint64_t key[16]; /* per rank, from the seed: one mix per element after that */
-  size_t nexp;      /* tables below cover elements [0, nexp), nexp <= PERIOD */
-  int64_t *exp_i;   /* expected results, integer dtypes */
-  double *exp_f;    /* expected results, float dtypes */
+  uint64_t key[16];                    /* per rank, from the seed: one mix per element after that */
+  size_t nexp;                         /* tables below cover elements [0, nexp), nexp <= PERIOD */
+  int64_t *exp_i;                      /* expected results, integer dtypes */
+  double *exp_f;                       /* expected results, float dtypes */
   unsigned char *exp_bytes, *in_bytes; /* expected results and this rank's input, stored in the dtype */
 } spec;
 
@@ -202,7 +202,22 @@ static void tabulate(spec *s, size_t max_count) {
   }
 }
 
-static int check_elements(const spec *s, const void *buf, size_t first, size_t n, const char *what);
+/* The element-by-element comparison behind check_result. */
+static int check_elements(const spec *s, const void *buf, size_t first, size_t n, const char *what) {
+  for (size_t k = 0; k < n; k++) {
+    size_t i = first + k;
+    if (mp_is_float(s->dt)) {
+      double want = s->exp_f[i % PERIOD], got = mp_get_f(s->dt, buf, k);
+      int ok = s->op == WEFT_OP_AVERAGE ? fabs(got - want) <= avg_tolerance(s->dt) * fabs(want) : got == want;
+      if (!ok) return mp_fail("%s: element %zu is %.17g, expected %.17g", what, i, got, want);
+    } else {
+      int64_t want = s->exp_i[i % PERIOD], got = mp_get_i(s->dt, buf, k);
+      if (got != want)
+        return mp_fail("%s: element %zu is %lld, expected %lld", what, i, (long long)got, (long long)want);
+    }
+  }
+  return 1;
+}
 
 /* Checks n result elements; element k of buf is global element first + k.
  * Fast path: whole periods compared as bytes; any difference (or a float
@@ -220,29 +235,13 @@ static int check_result(const spec *s, const void *buf, size_t first, size_t n, 
   return 1;
 }
 
-/* The element-by-element comparison behind check_result. */
-static int check_elements(const spec *s, const void *buf, size_t first, size_t n, const char *what) {
-  for (size_t k = 0; k < n; k++) {
-    size_t i = first + k;
-    if (mp_is_float(s->dt)) {
-      double want = s->exp_f[i % PERIOD], got = mp_get_f(s->dt, buf, k);
-      int ok = s->op == WEFT_OP_AVERAGE ? fabs(got - want) <= avg_tolerance(s->dt) * fabs(want) : got == want;
-      if (!ok) return mp_fail("%s: element %zu is %.17g, expected %.17g", what, i, got, want);
-    } else {
-      int64_t want = s->exp_i[i % PERIOD], got = mp_get_i(s->dt, buf, k);
-      if (got != want) return mp_fail("%s: element %zu is %lld, expected %lld", what, i, (long long)got, (long long)want);
-    }
-  }
-  return 1;
-}
-
 /* One in-flight collective of a case. */
 typedef struct job {
   char name[128];
   int ndim;
   int64_t in_shape[2], out_shape[2];
-  void *in, *out;           /* out may equal in (in place) or be NULL (library-owned) */
-  size_t first, rows_out;   /* reducescatter: this rank's first element and element count */
+  void *in, *out;         /* out may equal in (in place) or be NULL (library-owned) */
+  size_t first, rows_out; /* reducescatter: this rank's first element and element count */
   weft_request *req;
 } job;
 
@@ -252,6 +251,15 @@ static void rs_slice(int64_t dim0, int r, int64_t *first, int64_t *rows) {
   int64_t base = dim0 / mp_size, extra = dim0 % mp_size;
   *rows = base + (r < extra);
   *first = r * base + (r < extra ? r : extra);
+}
+
+/* Inner (row) size of a reducescatter's rows for count index ci: rows of
+ * 3 and 2 elements for two of the counts, scalars otherwise. Allreduce
+ * tensors have count elements whatever their shape. */
+static int64_t rs_inner(int ci) { return ci == 3 ? 3 : ci == 2 ? 2 : 1; }
+
+static size_t elements_of(int coll, int ci, size_t count) {
+  return coll == COLL_REDUCESCATTER ? count * (size_t)rs_inner(ci) : count;
 }
 
 /* Submits one collective of the case for count index ci. */
@@ -278,7 +286,7 @@ static void submit(const spec *s, int ci, size_t count, job *j) {
     }
     memcpy(j->out_shape, j->in_shape, sizeof j->in_shape);
   } else {
-    inner = ci == 3 ? 3 : ci == 2 ? 2 : 1;
+    inner = rs_inner(ci);
     j->ndim = inner > 1 ? 2 : 1;
     j->in_shape[0] = (int64_t)count;
     j->in_shape[1] = inner;
@@ -363,10 +371,9 @@ static void run_case(const spec *s_in, const size_t *counts, int ncounts) {
     run_bool_average(s);
     return;
   }
-  /* Elements per collective are at most 3 x the count (submit's shapes). */
   size_t max_count = 0;
   for (int c = 0; c < ncounts; c++)
-    if (3 * counts[c] > max_count) max_count = 3 * counts[c];
+    if (elements_of(s->coll, c, counts[c]) > max_count) max_count = elements_of(s->coll, c, counts[c]);
   tabulate(&keyed, max_count);
   job jobs[8];
   memset(jobs, 0, sizeof jobs);
@@ -384,21 +391,30 @@ static void run_case(const spec *s_in, const size_t *counts, int ncounts) {
 
 int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--large")) g_large = strtoull(argv[i + 1], NULL, 0);
-    else if (!strcmp(argv[i], "--seed")) g_seed = strtoull(argv[i + 1], NULL, 0);
+    if (!strcmp(argv[i], "--large"))
+      g_large = strtoull(argv[i + 1], NULL, 0);
+    else if (!strcmp(argv[i], "--seed"))
+      g_seed = strtoull(argv[i + 1], NULL, 0);
   }
   mp_setup();
   if (mp_size > 16) mp_fatal("this test supports at most 16 ranks");
   size_t counts[5] = {0, 1, (size_t)mp_size - 1, 7, g_large};
-  size_t full_counts[3] = {1, 7, 65537};
-  size_t scale_counts[2] = {7, 65537};
+  size_t mid = g_large < 65537 ? g_large : 65537;
+  size_t full_counts[3] = {1, 7, mid};
+  size_t scale_counts[2] = {7, mid};
   static const double scales[3][2] = {{0.5, 1.0}, {1.0, 2.0}, {0.5, 2.0}};
   uint64_t seed = g_seed * 1000003;
 
   for (int coll = COLL_ALLREDUCE; coll <= COLL_REDUCESCATTER; coll++) {
     for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++)
       for (int op = 0; op < WEFT_OP_COUNT_; op++) {
-        spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_NORMAL, .pre = 1, .post = 1, .seed = ++seed};
+        spec s = {.coll = coll,
+                  .dt = (weft_dtype)dt,
+                  .op = (weft_reduce_op)op,
+                  .kind = KIND_NORMAL,
+                  .pre = 1,
+                  .post = 1,
+                  .seed = ++seed};
         run_case(&s, counts, 5);
       }
     for (int dt = 0; dt < WEFT_DTYPE_COUNT_; dt++) {
@@ -407,7 +423,13 @@ int main(int argc, char **argv) {
         /* int64's wrapped sum is not exact in double: its average would
          * test double rounding, not the library. */
         if (dt == WEFT_DTYPE_INT64 && op == WEFT_OP_AVERAGE) continue;
-        spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_FULL, .pre = 1, .post = 1, .seed = ++seed};
+        spec s = {.coll = coll,
+                  .dt = (weft_dtype)dt,
+                  .op = (weft_reduce_op)op,
+                  .kind = KIND_FULL,
+                  .pre = 1,
+                  .post = 1,
+                  .seed = ++seed};
         run_case(&s, full_counts, 3);
       }
     }
@@ -415,8 +437,13 @@ int main(int argc, char **argv) {
       if (!mp_is_float((weft_dtype)dt)) continue;
       for (int op = 0; op < WEFT_OP_COUNT_; op++)
         for (int v = 0; v < 3; v++) {
-          spec s = {.coll = coll, .dt = (weft_dtype)dt, .op = (weft_reduce_op)op, .kind = KIND_NORMAL,
-                    .pre = scales[v][0], .post = scales[v][1], .seed = ++seed};
+          spec s = {.coll = coll,
+                    .dt = (weft_dtype)dt,
+                    .op = (weft_reduce_op)op,
+                    .kind = KIND_NORMAL,
+                    .pre = scales[v][0],
+                    .post = scales[v][1],
+                    .seed = ++seed};
           run_case(&s, scale_counts, 2);
         }
     }
