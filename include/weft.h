@@ -97,7 +97,8 @@ WEFT_API const char *weft_dtype_name(weft_dtype t);
 
 typedef enum weft_reduce_op {
   WEFT_OP_SUM = 0,     /* bool: logical or */
-  WEFT_OP_AVERAGE = 1, /* sum, then divide by the group size (integers truncate) */
+  WEFT_OP_AVERAGE = 1, /* sum, then divide by the group size (integers: exact division,
+                          truncating); not defined for bool (WEFT_ERR_INVALID_ARGUMENT) */
   WEFT_OP_MIN = 2,     /* bool: logical and */
   WEFT_OP_MAX = 3,     /* bool: logical or */
   WEFT_OP_PRODUCT = 4, /* bool: logical and */
@@ -146,7 +147,9 @@ typedef struct weft_config {
 WEFT_API weft_status weft_init(const weft_config *cfg, weft_world **out);
 
 /* Leave the job. Requests still in flight complete with WEFT_ERR_SHUTDOWN;
- * their handles stay valid until weft_request_free(). Returns within about a
+ * their handles stay valid until weft_request_free(). Peers are told (BYE):
+ * their requests that still needed this rank fail with WEFT_ERR_PEER_LOST
+ * naming it; work that does not need it goes on. Returns within about a
  * second even when peers are dead. Flushes data owed to peers first (bounded).
  * The world handle is invalid afterwards; finalizing NULL returns
  * WEFT_ERR_MISUSE. Must not be called from a completion callback. */
@@ -224,7 +227,9 @@ typedef struct weft_op_options {
  *    the same name on every rank denotes the same collective;
  *  - fails locally (WEFT_ERR_INVALID_ARGUMENT, nothing enqueued, *req NULL)
  *    on misuse, with weft_last_error() naming the problem;
- *  - completes with WEFT_ERR_MISMATCH on every rank when ranks disagree.
+ *  - completes with WEFT_ERR_MISMATCH on every rank when ranks disagree
+ *    (including a 0-d tensor passed to allgather, alltoall or reducescatter,
+ *    which the coordinator reports so that every rank sees the same error).
  * The caller must keep every data buffer valid until completion. */
 
 /* out = op over ranks of in (elementwise), times prescale/postscale.
