@@ -152,7 +152,9 @@ WEFT_API weft_status weft_init(const weft_config *cfg, weft_world **out);
  * naming it; work that does not need it goes on. Returns within about a
  * second even when peers are dead. Flushes data owed to peers first (bounded).
  * The world handle is invalid afterwards; finalizing NULL returns
- * WEFT_ERR_MISUSE. Must not be called from a completion callback. */
+ * WEFT_ERR_MISUSE. Must not be called from a completion callback, nor while
+ * another thread is inside a weft call on this world (weft_wait included):
+ * the world's memory is gone when it returns. */
 WEFT_API weft_status weft_finalize(weft_world *world);
 
 /* Ranks and sizes. Never fail on a valid world; return -1 on an invalid one.

@@ -186,3 +186,53 @@ def test_gil_released_while_waiting():
 def test_barrier():
     weft.barrier()
     weft.barrier("named")
+
+
+def test_grouped_allreduce_join_and_groups():
+    r, n = ranks()
+    a, b = weft.grouped_allreduce([np.full(3, r, np.int32), np.ones((2, 2))], name="grp")
+    np.testing.assert_array_equal(a, [n * (n - 1) // 2] * 3)
+    np.testing.assert_array_equal(b, np.full((2, 2), n))
+    assert weft.grouped_allreduce([]) == []
+    # join: rank r contributes to r + 1 allreduces, then joins
+    for i in range(r + 1):
+        assert weft.allreduce(np.array([r + 1]), name="j.%d" % i)[0] == sum(k + 1 for k in range(i, n))
+    assert weft.join() == n - 1
+    # a group of the first and last rank (a single rank when n == 1)
+    members = sorted({0, n - 1})
+    if r in members:
+        g = weft.Group(members)
+        assert (g.rank(), g.size(), g.ranks) == (members.index(r), len(members), tuple(members))
+        np.testing.assert_array_equal(weft.allreduce(np.array([r]), group=g), [sum(members)])
+        np.testing.assert_array_equal(weft.allgather(np.array([r]), group=g), members)
+        out, _ = weft.alltoall(np.arange(len(members)) + 10 * r, group=g)
+        np.testing.assert_array_equal(out, [10 * k + g.rank() for k in members])
+        weft.barrier(group=g)
+        g.destroy()
+        with pytest.raises(ValueError, match="removed"):
+            weft.allreduce(np.ones(1), group=g)
+
+
+def test_many_threads_wait_on_one_request():
+    """Several threads block on the same request (rank 0 submits late); the
+    request is released only after the last waiter leaves."""
+    r, n = ranks()
+    if r == 0:
+        time.sleep(0.3)
+    req = weft.allreduce_async(np.full(1000, r + 1.0), name="shared-wait")
+    if r != 0 and n > 1:
+        assert req._handle.wait(timeout=0.01) is False  # still pending: rank 0 has not submitted
+    results, errors = [], []
+
+    def waiter():
+        try:
+            results.append(req.synchronize().sum())
+        except Exception as e:  # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=waiter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 4
+    assert all(v == 1000 * sum(k + 1.0 for k in range(n)) for v in results)

@@ -196,28 +196,80 @@ def test_broadcast_and_allgather_object():
     assert hvd.allgather_object(("r", r, "x" * r)) == [("r", k, "x" * k) for k in range(n)]
 
 
-def test_basics_and_missing_features():
+def test_basics():
     r, n = ranks()
     assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (r, n, r, n)
     assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
-    assert hvd.is_initialized()
+    assert hvd.is_initialized() and hvd.is_homogeneous()
     for fn in (hvd.mpi_built, hvd.mpi_enabled, hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built, hvd.ccl_built,
                hvd.cuda_built, hvd.rocm_built, hvd.mpi_threads_supported):
         assert fn() is False
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
     ps = hvd.global_process_set
     assert (ps.size(), ps.rank(), ps.included()) == (n, r, True)
-    with pytest.raises(NotImplementedError, match="join"):
-        hvd.join()
-    with pytest.raises(NotImplementedError, match="timeline"):
-        hvd.start_timeline("/tmp/never-written.json")
-    with pytest.raises(NotImplementedError, match="process set"):
-        hvd.add_process_set(hvd.ProcessSet([0]))
-    if n > 1:
-        with pytest.raises(NotImplementedError, match="process set"):
-            hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
-    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=hvd.ProcessSet(range(n))).item() == n
     hvd.barrier()
+
+
+def test_join_uneven_work():
+    """Rank r has r + 1 batches: joined ranks contribute zeros, Average
+    still divides by the full size, and join returns the last rank."""
+    r, n = ranks()
+    for i in range(r + 1):
+        got = hvd.allreduce(torch.tensor([float(r + 1)]), op=hvd.Sum, name="join.step.%d" % i)
+        assert got.item() == sum(k + 1 for k in range(i, n))  # ranks < i have joined
+        avg = hvd.allreduce(torch.tensor([float(r + 1)]), name="join.avg.%d" % i)
+        assert avg.item() == pytest.approx(sum(k + 1 for k in range(i, n)) / n)
+    assert hvd.join() == n - 1
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == n  # everyone is back
+
+
+def test_timeline(tmp_path):
+    r, n = ranks()
+    path = hvd.broadcast_object(str(tmp_path / "timeline.json"), root_rank=0)  # rank 0's directory
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(100), name="traced.tensor")
+    hvd.stop_timeline()
+    hvd.barrier()
+    if r == 0:
+        import json
+        with open(path) as f:
+            text = f.read()
+        json.loads(text)  # complete JSON once stopped
+        assert "traced.tensor" in text and "ALLREDUCE" in text.upper()
+
+
+def test_process_sets():
+    r, n = ranks()
+    evens = hvd.add_process_set([k for k in range(n) if k % 2 == 0])
+    odds = hvd.add_process_set(hvd.ProcessSet([k for k in range(n) if k % 2 == 1]))
+    try:
+        mine, other = (evens, odds) if r % 2 == 0 else (odds, evens)
+        assert mine.included() and not other.included()
+        assert mine.rank() == mine.ranks.index(r) and mine.size() == len(mine.ranks)
+        got = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, process_set=mine)
+        assert got.item() == sum(mine.ranks)
+        got = hvd.allreduce(torch.tensor([float(r)]), process_set=mine)  # Average over the set's size
+        assert got.item() == pytest.approx(sum(mine.ranks) / len(mine.ranks))
+        assert hvd.allgather(torch.tensor([r]), process_set=mine).tolist() == mine.ranks
+        root = mine.ranks[-1]  # a world rank, as in Horovod
+        assert hvd.broadcast(torch.tensor([float(r)]), root, process_set=mine).item() == root
+        rs = hvd.reducescatter(torch.ones(len(mine.ranks), 2), op=hvd.Sum, process_set=mine)
+        assert rs.shape == (1, 2) and torch.all(rs == len(mine.ranks))
+        x = torch.ones(3, requires_grad=True)
+        hvd.allreduce(x, op=hvd.Sum, process_set=mine).sum().backward()
+        assert torch.all(x.grad == len(mine.ranks))
+        hvd.barrier(process_set=mine)
+        with pytest.raises(ValueError, match="not a member"):
+            hvd.allreduce(torch.ones(1), process_set=other)
+        with pytest.raises(ValueError, match="not registered"):
+            hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([r]))
+        with pytest.raises(ValueError, match="root_rank"):
+            hvd.broadcast(torch.ones(1), root_rank=other.ranks[0] if other.ranks else n, process_set=mine)
+    finally:
+        assert hvd.remove_process_set(odds) and hvd.remove_process_set(evens)
+    assert not hvd.remove_process_set(evens)
+    # every rank listed: the world itself, registered or not
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=hvd.ProcessSet(range(n))).item() == n
 
 
 def test_errors():

@@ -10,7 +10,10 @@ hvd`). Run scripts under the launcher: `weftrun -np 4 python3 train.py`.
     parts = weft.allgather(np.arange(weft.rank() + 1))      # rank-ordered concatenation
     weft.shutdown()
 
-Every operation has an `_async` form returning a Request (poll/synchronize).
+Every operation has an `_async` form returning a Request (poll/synchronize),
+and takes `group=`: a weft.Group (a process set, made collectively by its
+members with weft.Group([ranks])) to run among those ranks only; None is
+every rank.
 Operations are matched across ranks by name; without one, unnamed calls are
 numbered in call order, so every rank must issue them in the same order.
 Local misuse raises ValueError at once; errors found across ranks (shapes or
@@ -28,6 +31,10 @@ library_version = _weft.LIBRARY_VERSION
 
 #: Horovod's name for the error raised from synchronize.
 HorovodInternalError = WeftError
+
+#: Group(ranks): a process set; collective over its members (blocking).
+#: group.rank(), group.size(), group.ranks, group.destroy() (collective).
+Group = _weft.Group
 
 SUM = _weft.OP_SUM
 AVERAGE = _weft.OP_AVERAGE
@@ -75,114 +82,159 @@ def _gathered(dtype):
 
 
 # ---------------------------------------------------------------- allreduce
-def allreduce_async(x, op=SUM, name=None, prescale=1.0, postscale=1.0, out=None, priority=0):
+def allreduce_async(x, op=SUM, name=None, prescale=1.0, postscale=1.0, out=None, priority=0, group=None):
     """Starts out = postscale * op over ranks of (prescale * x); returns a
     Request whose synchronize() gives out (a new array unless given)."""
     a = _array(x)
     if out is None:
         out = _np().empty_like(a)
-    h = _weft.allreduce(op_name("allreduce", name), a, out, _op(op), float(prescale), float(postscale),
-                        int(priority))
+    h = _weft.allreduce(op_name("allreduce", name, group), a, out, _op(op), float(prescale), float(postscale),
+                        int(priority), None, group)
     return Request(h, lambda _h: out)
 
 
-def allreduce(x, op=SUM, name=None, prescale=1.0, postscale=1.0, out=None):
+def allreduce(x, op=SUM, name=None, prescale=1.0, postscale=1.0, out=None, group=None):
     """Elementwise reduction of x over all ranks (default: sum)."""
-    return allreduce_async(x, op, name, prescale, postscale, out).synchronize()
+    return allreduce_async(x, op, name, prescale, postscale, out, group=group).synchronize()
 
 
-def allreduce_async_(x, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0):
+def allreduce_async_(x, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0, group=None):
     _writable(x, "allreduce_")
-    return allreduce_async(x, op, name, prescale, postscale, out=x, priority=priority)
+    return allreduce_async(x, op, name, prescale, postscale, out=x, priority=priority, group=group)
 
 
-def allreduce_(x, op=SUM, name=None, prescale=1.0, postscale=1.0):
+def allreduce_(x, op=SUM, name=None, prescale=1.0, postscale=1.0, group=None):
     """In-place allreduce of a writable C-contiguous array; returns it."""
-    return allreduce_async_(x, op, name, prescale, postscale).synchronize()
+    return allreduce_async_(x, op, name, prescale, postscale, group=group).synchronize()
+
+
+def grouped_allreduce_async(xs, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0, group=None):
+    """Starts one allreduce of several arrays, enqueued atomically and fused
+    (array i is named '<name>.<i>'); synchronize() gives the list of results."""
+    arrays = [_array(x) for x in xs]
+    if not arrays:
+        return GroupRequest([])
+    outs = [_np().empty_like(a) for a in arrays]
+    h = _weft.grouped_allreduce(op_name("grouped_allreduce", name, group), arrays, outs, _op(op), float(prescale),
+                                float(postscale), int(priority), None, group)
+    return Request(h, lambda _h: outs)
+
+
+def grouped_allreduce(xs, op=SUM, name=None, prescale=1.0, postscale=1.0, group=None):
+    """allreduce of each array of a list, as one fused operation."""
+    return grouped_allreduce_async(xs, op, name, prescale, postscale, group=group).synchronize()
 
 
 # ---------------------------------------------------------------- allgather
-def allgather_async(x, name=None, priority=0):
+def allgather_async(x, name=None, priority=0, group=None):
     a = _array(x)
-    h = _weft.allgather(op_name("allgather", name), a, int(priority))
+    h = _weft.allgather(op_name("allgather", name, group), a, int(priority), None, group)
     return Request(h, _gathered(a.dtype))
 
 
-def allgather(x, name=None):
+def allgather(x, name=None, group=None):
     """Concatenation along dim 0 of every rank's x, in rank order (dim 0 may
     differ between ranks; the other dimensions must agree)."""
-    return allgather_async(x, name).synchronize()
+    return allgather_async(x, name, group=group).synchronize()
 
 
 # ---------------------------------------------------------------- broadcast
-def broadcast_async_(x, root, name=None, priority=0):
+def broadcast_async_(x, root, name=None, priority=0, group=None):
     _writable(x, "broadcast_")
-    h = _weft.broadcast(op_name("broadcast", name), x, int(root), int(priority))
+    h = _weft.broadcast(op_name("broadcast", name, group), x, int(root), int(priority), None, group)
     return Request(h, lambda _h: x)
 
 
-def broadcast_(x, root, name=None):
-    """Overwrites x in place with root's x; returns it."""
-    return broadcast_async_(x, root, name).synchronize()
+def broadcast_(x, root, name=None, group=None):
+    """Overwrites x in place with root's x (root: the index in the group);
+    returns it."""
+    return broadcast_async_(x, root, name, group=group).synchronize()
 
 
-def broadcast_async(x, root, name=None, priority=0):
-    return broadcast_async_(_np().array(x, order="C", copy=True), root, name, priority)
+def broadcast_async(x, root, name=None, priority=0, group=None):
+    return broadcast_async_(_np().array(x, order="C", copy=True), root, name, priority, group)
 
 
-def broadcast(x, root, name=None):
+def broadcast(x, root, name=None, group=None):
     """root's x, on every rank (a new array; x is not modified)."""
-    return broadcast_async(x, root, name).synchronize()
+    return broadcast_async(x, root, name, group=group).synchronize()
 
 
 # ---------------------------------------------------------------- alltoall
-def alltoall_async(x, splits=None, name=None, priority=0):
+def alltoall_async(x, splits=None, name=None, priority=0, group=None):
     a = _array(x)
     if splits is not None:
         splits = [int(s) for s in _np().asarray(splits).reshape(-1)]
-    h = _weft.alltoall(op_name("alltoall", name), a, splits, int(priority))
+    h = _weft.alltoall(op_name("alltoall", name, group), a, splits, int(priority), None, group)
     np = _np()
     gathered = _gathered(a.dtype)
     return Request(h, lambda h: (gathered(h), np.array(h.recv_splits, dtype=np.int64)))
 
 
-def alltoall(x, splits=None, name=None):
+def alltoall(x, splits=None, name=None, group=None):
     """Sends rows [sum(splits[:j]), +splits[j]) of x to rank j (even splits
     when None) and returns (received rows in rank order, rows received from
     each rank)."""
-    return alltoall_async(x, splits, name).synchronize()
+    return alltoall_async(x, splits, name, group=group).synchronize()
 
 
 # ---------------------------------------------------------------- reducescatter
-def reducescatter_async(x, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0):
+def reducescatter_async(x, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0, group=None):
     a = _array(x)
     np = _np()
     out = None
     if a.ndim > 0:
-        rows = reducescatter_rows(a.shape[0], size(), rank())
+        if group is None:
+            rows = reducescatter_rows(a.shape[0], size(), rank())
+        else:
+            rows = reducescatter_rows(a.shape[0], group.size(), group.rank())
         out = np.empty((rows,) + a.shape[1:], dtype=a.dtype)
-    h = _weft.reducescatter(op_name("reducescatter", name), a, out, _op(op), float(prescale), float(postscale),
-                            int(priority))
+    h = _weft.reducescatter(op_name("reducescatter", name, group), a, out, _op(op), float(prescale), float(postscale),
+                            int(priority), None, group)
     if out is not None:
         return Request(h, lambda _h: out)
     return Request(h, _gathered(a.dtype))
 
 
-def reducescatter(x, op=SUM, name=None, prescale=1.0, postscale=1.0):
+def reducescatter(x, op=SUM, name=None, prescale=1.0, postscale=1.0, group=None):
     """This rank's slice (dim 0) of the reduction of x over ranks: the first
     dim0 % size ranks get one extra row."""
-    return reducescatter_async(x, op, name, prescale, postscale).synchronize()
+    return reducescatter_async(x, op, name, prescale, postscale, group=group).synchronize()
 
 
-# ---------------------------------------------------------------- barrier, failures
-def barrier_async(name=None):
-    return Request(_weft.barrier(name))
+# ---------------------------------------------------------------- barrier, join, timeline, failures
+def barrier_async(name=None, group=None):
+    # always named here: weft numbers unnamed barriers per world, not per group
+    return Request(_weft.barrier(op_name("barrier", name, group), group))
 
 
-def barrier(name=None):
+def barrier(name=None, group=None):
     """Returns when every rank has called barrier (matched by name, or by
     call order when None)."""
-    barrier_async(name).synchronize()
+    barrier_async(name, group).synchronize()
+
+
+def join_async(group=None):
+    return Request(_weft.join(group), lambda h: h.last_joined)
+
+
+def join(group=None):
+    """This rank has no more data (uneven epochs): until every rank has
+    joined it contributes the op's identity (zeros for sum) to the others'
+    allreduces and takes part in their barriers; other collectives fail while
+    a rank has joined. Returns the rank that joined last."""
+    return join_async(group).synchronize()
+
+
+def start_timeline(path, mark_cycles=False):
+    """Writes a Chrome-trace timeline (chrome://tracing, Perfetto) to path:
+    rank 0 only, unless path contains '%r' (one file per rank)."""
+    _weft.timeline_start(str(path), bool(mark_cycles))
+
+
+def stop_timeline():
+    """Finishes the timeline file."""
+    _weft.timeline_stop()
 
 
 def abort(reason):
@@ -200,4 +252,5 @@ __all__ = ["WeftError", "HorovodInternalError", "Request", "init", "shutdown", "
            "local_rank", "local_size", "cross_rank", "cross_size", "SUM", "AVERAGE", "MIN", "MAX", "PRODUCT",
            "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "allgather", "allgather_async",
            "broadcast", "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
-           "reducescatter", "reducescatter_async", "barrier", "barrier_async", "abort", "async_error"]
+           "reducescatter", "reducescatter_async", "barrier", "barrier_async", "abort", "async_error", "Group",
+           "grouped_allreduce", "grouped_allreduce_async", "join", "join_async", "start_timeline", "stop_timeline"]

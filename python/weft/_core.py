@@ -10,24 +10,28 @@ from . import _weft
 from ._weft import WeftError
 
 _lock = threading.Lock()
+_finish_lock = threading.Lock()
 _counters = {}
 _atexit_registered = False
 
 
-def op_name(prefix, name):
+def op_name(prefix, name, group=None):
     """The name every rank must agree on: '<prefix>.<name>', or
-    '<prefix>.noname.<n>' where n counts unnamed <prefix> operations since
-    init (so ranks that issue the same unnamed calls in the same order agree,
-    as in Horovod)."""
+    '<prefix>.noname.<n>' where n counts unnamed <prefix> operations in this
+    group (None: the world) since init, so ranks that issue the same unnamed
+    calls in the same order agree, as in Horovod. Counting per group keeps a
+    process set's unnamed operations from shifting the world's numbering on
+    its members only."""
     if name is not None:
         name = str(name)
         if not name:
             raise ValueError("%s: name must not be empty (use None for a generated name)" % prefix)
         return "%s.%s" % (prefix, name)
+    key = (prefix, group)
     with _lock:
-        counter = _counters.get(prefix)
+        counter = _counters.get(key)
         if counter is None:
-            counter = _counters[prefix] = itertools.count()
+            counter = _counters[key] = itertools.count()
         n = next(counter)
     return "%s.noname.%d" % (prefix, n)
 
@@ -85,10 +89,12 @@ class Request(object):
 
     def synchronize(self):
         if not self._done:
-            self._handle.wait()
-            finish, self._finish = self._finish, None
-            self._result = finish(self._handle) if finish is not None else None
-            self._done = True
+            self._handle.wait()  # several threads may wait at once (GIL released)
+            with _finish_lock:  # exactly one of them builds the result
+                if not self._done:
+                    finish, self._finish = self._finish, None
+                    self._result = finish(self._handle) if finish is not None else None
+                    self._done = True
         return self._result
 
     wait = synchronize

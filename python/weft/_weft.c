@@ -193,15 +193,18 @@ static void options(weft_op_options *o, double prescale, double postscale, int p
 /* ------------------------------------------------------------------ operations */
 static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", NULL};
+  static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", "group",
+                           NULL};
   const char *name;
-  PyObject *in, *out, *keep = NULL;
+  PyObject *in, *out, *keep = NULL, *group = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
-                                   &prio, &keep))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
+                                   &prio, &keep, &group))
     return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_ALLREDUCE, keep);
   if (!op) return NULL;
@@ -212,19 +215,22 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   weft_op_options o;
   options(&o, pre, post, prio);
   weft_request *req = NULL;
-  weft_status st = weft_allreduce(weft_world_group(wpy_world), name, &op->in.t, &op->out.t, (weft_reduce_op)rop, &o,
+  weft_status st = weft_allreduce(g, name, &op->in.t, &op->out.t, (weft_reduce_op)rop, &o,
                                   &req);
   return submitted(op, st, req, name);
 }
 
 static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "priority", "keep", NULL};
+  static char *kwlist[] = {"name", "input", "priority", "keep", "group", NULL};
   const char *name;
-  PyObject *in, *keep = NULL;
+  PyObject *in, *keep = NULL, *group = NULL;
   int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iO:allgather", kwlist, &name, &in, &prio, &keep)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOO:allgather", kwlist, &name, &in, &prio, &keep, &group))
+    return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_ALLGATHER, keep);
   if (!op) return NULL;
@@ -237,18 +243,21 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
   weft_request *req = NULL;
-  weft_status st = weft_allgather(weft_world_group(wpy_world), name, &op->in.t, &o, &req);
+  weft_status st = weft_allgather(g, name, &op->in.t, &o, &req);
   return submitted(op, st, req, name);
 }
 
 static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "tensor", "root", "priority", "keep", NULL};
+  static char *kwlist[] = {"name", "tensor", "root", "priority", "keep", "group", NULL};
   const char *name;
-  PyObject *t, *keep = NULL;
+  PyObject *t, *keep = NULL, *group = NULL;
   int root, prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iO:broadcast", kwlist, &name, &t, &root, &prio, &keep)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iOO:broadcast", kwlist, &name, &t, &root, &prio, &keep, &group))
+    return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_BROADCAST, keep);
   if (!op) return NULL;
@@ -259,21 +268,23 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   weft_op_options o;
   options(&o, 1.0, 1.0, prio);
   weft_request *req = NULL;
-  weft_status st = weft_broadcast(weft_world_group(wpy_world), name, &op->in.t, root, &o, &req);
+  weft_status st = weft_broadcast(g, name, &op->in.t, root, &o, &req);
   return submitted(op, st, req, name);
 }
 
 static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "splits", "priority", "keep", NULL};
+  static char *kwlist[] = {"name", "input", "splits", "priority", "keep", "group", NULL};
   const char *name;
-  PyObject *in, *splits = Py_None, *keep = NULL;
+  PyObject *in, *splits = Py_None, *keep = NULL, *group = NULL;
   int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiO:alltoall", kwlist, &name, &in, &splits, &prio, &keep))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiOO:alltoall", kwlist, &name, &in, &splits, &prio, &keep, &group))
     return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
-  int size = weft_size(wpy_world);
+  int size = weft_group_size(g);
   int64_t *sp = NULL;
   if (splits != Py_None) {
     PyObject *seq = PySequence_Fast(splits, "alltoall: splits must be a sequence of ints");
@@ -307,22 +318,25 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
   weft_request *req = NULL;
-  weft_status st = weft_alltoall(weft_world_group(wpy_world), name, &op->in.t, sp, &o, &req);
+  weft_status st = weft_alltoall(g, name, &op->in.t, sp, &o, &req);
   PyMem_Free(sp); /* copied at submission */
   return submitted(op, st, req, name);
 }
 
 static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", NULL};
+  static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", "group",
+                           NULL};
   const char *name;
-  PyObject *in, *out = Py_None, *keep = NULL;
+  PyObject *in, *out = Py_None, *keep = NULL, *group = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiO:reducescatter", kwlist, &name, &in, &out, &rop, &pre, &post,
-                                   &prio, &keep))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOO:reducescatter", kwlist, &name, &in, &out, &rop, &pre, &post,
+                                   &prio, &keep, &group))
     return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_REDUCESCATTER, keep);
   if (!op) return NULL;
@@ -334,23 +348,110 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   weft_op_options o;
   options(&o, pre, post, prio);
   weft_request *req = NULL;
-  weft_status st = weft_reducescatter(weft_world_group(wpy_world), name, &op->in.t, out != Py_None ? &op->out.t : NULL,
+  weft_status st = weft_reducescatter(g, name, &op->in.t, out != Py_None ? &op->out.t : NULL,
                                       (weft_reduce_op)rop, &o, &req);
   return submitted(op, st, req, name);
 }
 
 static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", NULL};
+  static char *kwlist[] = {"name", "group", NULL};
   const char *name = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "|z:barrier", kwlist, &name)) return NULL;
+  PyObject *group = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|zO:barrier", kwlist, &name, &group)) return NULL;
   if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
   wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_BARRIER, NULL);
   if (!op) return NULL;
   weft_request *req = NULL;
-  weft_status st = weft_barrier(weft_world_group(wpy_world), name, NULL, &req);
+  weft_status st = weft_barrier(g, name, NULL, &req);
   return submitted(op, st, req, name ? name : "barrier");
+}
+
+static PyObject *py_join(PyObject *self, PyObject *args, PyObject *kw) {
+  (void)self;
+  static char *kwlist[] = {"group", NULL};
+  PyObject *group = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:join", kwlist, &group)) return NULL;
+  if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
+  wpy_sweep_orphans(0);
+  wpy_op *op = op_new(WPY_JOIN, NULL);
+  if (!op) return NULL;
+  weft_request *req = NULL;
+  weft_status st = weft_join(g, NULL, &req);
+  return submitted(op, st, req, "join");
+}
+
+/* Parses a sequence of n tensor arguments into ts (zeroed, n entries):
+ * entries not parsed keep no view, so releasing all n is always right. */
+static int parse_tensors(PyObject *seq, Py_ssize_t n, int writable, const char *what, wpy_tensor *ts) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (parse_tensor(PySequence_Fast_GET_ITEM(seq, i), writable, what, &ts[i]) < 0) return -1;
+  return 0;
+}
+
+static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
+  (void)self;
+  static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
+                           NULL};
+  const char *name;
+  PyObject *ins, *outs, *keep = NULL, *group = NULL;
+  int rop = WEFT_OP_SUM, prio = 0;
+  double pre = 1.0, post = 1.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:grouped_allreduce", kwlist, &name, &ins, &outs, &rop, &pre,
+                                   &post, &prio, &keep, &group))
+    return NULL;
+  if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (!g) return NULL;
+  wpy_sweep_orphans(0);
+  PyObject *in_seq = PySequence_Fast(ins, "grouped_allreduce: inputs must be a sequence of tensors");
+  PyObject *out_seq = in_seq ? PySequence_Fast(outs, "grouped_allreduce: outputs must be a sequence of tensors") : NULL;
+  wpy_op *op = out_seq ? op_new(WPY_ALLREDUCE, keep) : NULL;
+  int nin = 0;
+  if (op) {
+    nin = (int)PySequence_Fast_GET_SIZE(in_seq);
+    if (PySequence_Fast_GET_SIZE(out_seq) != nin) {
+      PyErr_Format(PyExc_ValueError, "grouped_allreduce('%s'): %d inputs but %zd outputs", name, nin,
+                   PySequence_Fast_GET_SIZE(out_seq));
+    } else {
+      op->n = nin;
+      op->ins = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *op->ins);
+      op->outs = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *op->outs);
+      if (!op->ins || !op->outs) PyErr_NoMemory();
+      else if (parse_tensors(in_seq, nin, 0, "grouped_allreduce input", op->ins) == 0)
+        parse_tensors(out_seq, nin, 1, "grouped_allreduce output", op->outs);
+    }
+  }
+  Py_XDECREF(in_seq);
+  Py_XDECREF(out_seq);
+  if (PyErr_Occurred()) {
+    wpy_op_free(op);
+    return NULL;
+  }
+  weft_tensor *tin = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *tin);
+  weft_tensor *tout = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *tout);
+  if (!tin || !tout) {
+    PyMem_Free(tin);
+    PyMem_Free(tout);
+    wpy_op_free(op);
+    return PyErr_NoMemory();
+  }
+  for (int i = 0; i < nin; i++) {
+    tin[i] = op->ins[i].t;
+    tout[i] = op->outs[i].t;
+  }
+  weft_op_options o;
+  options(&o, pre, post, prio);
+  weft_request *req = NULL;
+  weft_status st = weft_grouped_allreduce(g, name, nin, tin, tout, (weft_reduce_op)rop, &o, &req);
+  PyMem_Free(tin); /* descriptors are copied at submission */
+  PyMem_Free(tout);
+  return submitted(op, st, req, name);
 }
 
 /* ------------------------------------------------------------------ world */
@@ -378,6 +479,7 @@ static PyObject *py_init(PyObject *self, PyObject *args, PyObject *kw) {
   g_initializing = 0;
   if (st != WEFT_OK) return st == WEFT_ERR_INVALID_ARGUMENT ? wpy_raise(st, msg) : raise_weft_error(st, msg);
   wpy_world = w;
+  wpy_world_gen++;
   Py_RETURN_TRUE;
 }
 
@@ -492,7 +594,15 @@ static PyMethodDef methods[] = {
      "alltoall(name, input, splits=None, priority=0, keep=None) -> Handle (output, recv_splits)"},
     {"reducescatter", KW py_reducescatter, METH_VARARGS | METH_KEYWORDS,
      "reducescatter(name, input, output=None, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None) -> Handle"},
-    {"barrier", KW py_barrier, METH_VARARGS | METH_KEYWORDS, "barrier(name=None) -> Handle"},
+    {"barrier", KW py_barrier, METH_VARARGS | METH_KEYWORDS, "barrier(name=None, group=None) -> Handle"},
+    {"join", KW py_join, METH_VARARGS | METH_KEYWORDS,
+     "join(group=None) -> Handle: this rank has no more data; Handle.last_joined once all have joined"},
+    {"grouped_allreduce", KW py_grouped_allreduce, METH_VARARGS | METH_KEYWORDS,
+     "grouped_allreduce(name, inputs, outputs, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None,\n"
+     "group=None) -> one Handle for all (tensor i is named '<name>.<i>')"},
+    {"timeline_start", KW wpy_timeline_start, METH_VARARGS | METH_KEYWORDS,
+     "timeline_start(path, mark_cycles=False): write a Chrome-trace timeline ('%r' in path: one per rank)"},
+    {"timeline_stop", wpy_timeline_stop, METH_NOARGS, "timeline_stop(): finish the timeline file"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -503,7 +613,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__weft(void) {
-  if (PyType_Ready(&wpy_HandleType) < 0 || PyType_Ready(&wpy_BufferType) < 0) return NULL;
+  if (PyType_Ready(&wpy_HandleType) < 0 || PyType_Ready(&wpy_BufferType) < 0 || PyType_Ready(&wpy_GroupType) < 0)
+    return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   wpy_WeftError = PyErr_NewExceptionWithDoc(
@@ -518,6 +629,8 @@ PyMODINIT_FUNC PyInit__weft(void) {
   if (PyModule_AddObject(m, "Handle", (PyObject *)&wpy_HandleType) < 0) goto fail;
   Py_INCREF(&wpy_BufferType);
   if (PyModule_AddObject(m, "Buffer", (PyObject *)&wpy_BufferType) < 0) goto fail;
+  Py_INCREF(&wpy_GroupType);
+  if (PyModule_AddObject(m, "Group", (PyObject *)&wpy_GroupType) < 0) goto fail;
   static const struct {
     const char *name;
     long value;

@@ -16,7 +16,7 @@
 #include "weft.h"
 
 /* Operation kinds, as the handle needs to know how to collect results. */
-enum { WPY_ALLREDUCE, WPY_ALLGATHER, WPY_BROADCAST, WPY_ALLTOALL, WPY_REDUCESCATTER, WPY_BARRIER };
+enum { WPY_ALLREDUCE, WPY_ALLGATHER, WPY_BROADCAST, WPY_ALLTOALL, WPY_REDUCESCATTER, WPY_BARRIER, WPY_JOIN };
 
 /* One tensor argument while its operation runs. When it came through the
  * buffer protocol, `view` is held (keeping the exporter alive and, for numpy,
@@ -37,6 +37,8 @@ typedef struct wpy_op {
   int kind;
   int lib_alloc;        /* outputs come from wpy_output_alloc (allgather, alltoall) */
   wpy_tensor in, out;
+  wpy_tensor *ins, *outs; /* grouped allreduce: n inputs and outputs */
+  int n;
   PyObject *keep;       /* objects kept alive until completion, or NULL */
   struct wpy_op *next;  /* orphan list link */
 } wpy_op;
@@ -48,10 +50,25 @@ typedef struct wpy_op {
 extern weft_world *wpy_world;
 extern int wpy_stopping;
 extern int wpy_waiters;
+/* Counts worlds: a Group made in an earlier world is refused, not used. */
+extern unsigned long wpy_world_gen;
 
 extern PyObject *wpy_WeftError;
 extern PyTypeObject wpy_HandleType;
 extern PyTypeObject wpy_BufferType;
+extern PyTypeObject wpy_GroupType;
+
+/* The weft group an operation's `group` argument names: the world's for
+ * None, else a live Group of this world. NULL with a Python error. Requires
+ * an initialized world. */
+weft_group *wpy_group_of(PyObject *group);
+
+/* Module functions of _weft_group.c. */
+PyObject *wpy_timeline_start(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *wpy_timeline_stop(PyObject *self, PyObject *unused);
+
+/* Releases a tensor argument's buffer view, if it holds one. */
+void wpy_tensor_release(wpy_tensor *t);
 
 /* Raises the Python exception for a failed weft call: ValueError for local
  * misuse, NotImplementedError for a missing feature, WeftError otherwise

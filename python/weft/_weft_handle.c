@@ -62,15 +62,25 @@ void *wpy_output_alloc(size_t bytes, void *ctx) {
 }
 
 /* ------------------------------------------------------------------ ops */
-static void tensor_release(wpy_tensor *t) {
+void wpy_tensor_release(wpy_tensor *t) {
   if (t->has_view) PyBuffer_Release(&t->view);
   t->has_view = 0;
 }
 
+static void release_tensors(wpy_op *op) {
+  wpy_tensor_release(&op->in);
+  wpy_tensor_release(&op->out);
+  for (int i = 0; i < op->n; i++) {
+    if (op->ins) wpy_tensor_release(&op->ins[i]);
+    if (op->outs) wpy_tensor_release(&op->outs[i]);
+  }
+}
+
 void wpy_op_free(wpy_op *op) {
   if (!op) return;
-  tensor_release(&op->in);
-  tensor_release(&op->out);
+  release_tensors(op);
+  PyMem_Free(op->ins);
+  PyMem_Free(op->outs);
   Py_CLEAR(op->keep);
   if (op->req) {
     weft_tensor o;
@@ -113,6 +123,7 @@ typedef struct {
   PyObject *output;   /* Buffer for library-sized outputs */
   PyObject *shape;    /* the output's shape (tuple) for those */
   PyObject *splits;   /* alltoall: rows received from each rank (tuple) */
+  int last_joined;    /* join: the rank that joined last */
 } wpy_handle;
 
 PyObject *wpy_handle_new(wpy_op *op, const char *name) {
@@ -124,6 +135,7 @@ PyObject *wpy_handle_new(wpy_op *op, const char *name) {
   h->op = op;
   h->status = WEFT_IN_PROGRESS;
   h->waiters = 0;
+  h->last_joined = -1;
   h->error = h->output = h->shape = h->splits = NULL;
   h->name = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
   if (!h->name) {
@@ -219,9 +231,13 @@ static int complete(wpy_handle *h, weft_status st) {
   int library_sized = op->kind == WPY_ALLGATHER || op->kind == WPY_ALLTOALL ||
                       (op->kind == WPY_REDUCESCATTER && !op->out.t.data);
   if (library_sized && collect_outputs(h) < 0) rc = -1;
+  if (op->kind == WPY_JOIN && st == WEFT_OK) {
+    int last = -1;
+    weft_request_last_joined(op->req, &last);
+    h->last_joined = last;
+  }
   /* the engine is done with the caller's memory */
-  tensor_release(&op->in);
-  tensor_release(&op->out);
+  release_tensors(op);
   Py_CLEAR(op->keep);
   maybe_release(h);
   return rc;
@@ -367,6 +383,13 @@ static PyObject *handle_splits(PyObject *self, void *c) {
   return get_obj(((wpy_handle *)self)->splits);
 }
 
+static PyObject *handle_last_joined(PyObject *self, void *c) {
+  (void)c;
+  wpy_handle *h = (wpy_handle *)self;
+  if (h->last_joined < 0) Py_RETURN_NONE;
+  return PyLong_FromLong(h->last_joined);
+}
+
 static PyGetSetDef handle_getset[] = {
     {"name", handle_name, NULL, "the operation's name, as every rank submitted it", NULL},
     {"done", handle_done, NULL, "True once completion has been observed (poll or wait)", NULL},
@@ -375,6 +398,7 @@ static PyGetSetDef handle_getset[] = {
     {"output", handle_output, NULL, "Buffer holding a library-sized output (allgather, alltoall), or None", NULL},
     {"shape", handle_shape, NULL, "shape of that output, or None", NULL},
     {"recv_splits", handle_splits, NULL, "alltoall: rows received from each rank, or None", NULL},
+    {"last_joined", handle_last_joined, NULL, "join: the group rank that joined last, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

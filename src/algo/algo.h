@@ -1,10 +1,12 @@
 /* algo.h - collective algorithms and the registry that chooses them.
  *
  * Every algorithm is one file (algo/<coll>_<name>.c) exporting a wf_algo.
- * The registry asks each algorithm of the collective whether it supports the
- * arguments, takes the cheapest by its cost model (alpha-beta), or the one
- * forced by WEFT_ALGO_<COLL>=name; an algorithm that declines lets the next
- * one run. Algorithms see only group ranks, buffers and counts. */
+ * The registry runs the algorithm forced by WEFT_ALGO_<COLL>=name if it can
+ * run the arguments, else the collective's default ("direct" for allreduce
+ * and reducescatter: every element is a left fold in rank order, so results
+ * do not depend on size, segment, position or fusion), else the cheapest
+ * supporting one by its cost model (alpha-beta). An algorithm that declines
+ * lets the next one run. Algorithms see only group ranks, buffers and counts. */
 #ifndef WF_ALGO_H
 #define WF_ALGO_H
 #include <stddef.h>
@@ -49,7 +51,7 @@ typedef struct wf_coll_args {
 } wf_coll_args;
 
 typedef struct wf_algo {
-  const char *name;  /* "ring", "rd", "tree", "chain", "pairwise" */
+  const char *name;  /* "direct", "ring", "rd", "tree", "chain", "pairwise" */
   wf_coll coll;
   /* 1 if this algorithm can run these arguments, else 0 (decline). */
   int (*supports)(const wf_coll_args *a);
@@ -60,8 +62,9 @@ typedef struct wf_algo {
 } wf_algo;
 
 /* Picks and builds: forced name (may be NULL or "") first; if forced is set
- * but unknown or declines, falls back to the cheapest supporting algorithm
- * with a warning. *chosen gets the algorithm's name. */
+ * but unknown or declines, falls back (with a warning) to the collective's
+ * default, else the cheapest supporting algorithm. *chosen gets the
+ * algorithm's name. */
 weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen);
 
 /* The table: all algorithms, NULL-terminated. */

@@ -235,7 +235,7 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
 weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                                weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_reducescatter");
-  size_t n, m;
+  size_t n, m = 0;
   WF_CHECK(check_name("weft_reducescatter", name));
   WF_CHECK(check_tensor("weft_reducescatter", name, "input", in, &n));
   WF_CHECK(check_opts("weft_reducescatter", name, opt));
@@ -251,6 +251,13 @@ weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tenso
     if (!ok)
       return INVALID("weft_reducescatter('%s'): output must be %s with this rank's %lld rows and the input's other "
                      "dimensions", name, weft_dtype_name(in->dtype), (long long)rows);
+  }
+  if (out && out->data && n) {
+    const char *a = in->data, *b = out->data;
+    size_t ib = n * weft_dtype_size(in->dtype), ob = (size_t)m * weft_dtype_size(in->dtype);
+    if (a < b + ob && b < a + ib)
+      return INVALID("weft_reducescatter('%s'): the output overlaps the input (the input is read while the output is "
+                     "written)", name);
   }
   r = new_request(g, WF_COLL_REDUCESCATTER, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
@@ -268,7 +275,7 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
   char auto_name[64];
   if (!name) {
     pthread_mutex_lock(&g->world->mu);
-    snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)g->world->barrier_count++);
+    snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)g->barrier_count++); /* per group */
     pthread_mutex_unlock(&g->world->mu);
     name = auto_name;
   }

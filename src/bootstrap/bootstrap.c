@@ -146,7 +146,10 @@ static void send_abort(const boot *b, int fd, const char *reason) {
 static void drop_pend(boot *b, pend *pd, const char *why) {
   WF_WARN(WF_SUB_BOOT, "rank %d: dropped connection from %s: %s", b->rank, pd->addr, why);
   b->rejected++;
-  snprintf(b->last_reject, sizeof b->last_reject, "%s: %s", pd->addr, why);
+  /* truncation is fine: it only goes into a message */
+  int n = snprintf(b->last_reject, sizeof b->last_reject, "%s: ", pd->addr);
+  if (n >= 0 && (size_t)n < sizeof b->last_reject)
+    snprintf(b->last_reject + n, sizeof b->last_reject - (size_t)n, "%s", why);
   close_fd(&pd->fd);
 }
 

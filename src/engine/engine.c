@@ -725,6 +725,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
   w->fusion_threshold = thr > 0 ? (uint64_t)thr : 0;
   w->cycle_ns = wf_param_int("WEFT_CYCLE_TIME_US") * 1000;
+  if (w->cycle_ns <= 0) w->cycle_ns = (int64_t)(wf_param_double("WEFT_CYCLE_TIME_MS") * 1e6);
   int rc = pthread_create(&w->thread, NULL, engine_main, w);
   if (rc) return wf_err(WEFT_ERR_SYSTEM, "pthread_create: %s", strerror(rc));
   w->thread_started = 1;

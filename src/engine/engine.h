@@ -36,6 +36,7 @@ struct weft_group {
   weft_world *world;
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
+  uint64_t barrier_count; /* unnamed barriers so far (under world->mu) */
   struct weft_group *next; /* registration / removal lists */
 };
 
@@ -147,7 +148,6 @@ struct weft_world {
   int stopping;
   int abort_send;            /* weft_abort: the engine tells the peers */
   char abort_reason[512];
-  uint64_t barrier_count;
   pthread_cond_t done_cv;    /* broadcast on a completion when someone waits */
   int waiters;               /* threads blocked on done_cv */
 

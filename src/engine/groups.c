@@ -50,7 +50,7 @@ weft_status wf_gs_add(weft_world *w, weft_group *g) {
   gs->coord_rank = g->ranks[0];
   wf_strmap_init(&gs->table);
   if (gs->coord_rank == w->rank) {
-    if (wf_coord_create(g->size, w->timeout_seconds, &gs->coord)) {
+    if (wf_coord_create(g->size, g->ranks, w->timeout_seconds, &gs->coord)) {
       free(gs);
       return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator of group %u", g->id);
     }

@@ -158,9 +158,9 @@ void wf_tl_mark(wf_timeline *tl, const char *tensor, const char *what) {
 }
 
 void wf_tl_cycle(wf_timeline *tl) {
-  if (!wf_tl_on(tl) || !tl->mark_cycles) return;
+  if (!wf_tl_on(tl)) return;
   pthread_mutex_lock(&tl->mu);
-  if (tl->f) {
+  if (tl->f && tl->mark_cycles) {
     sep(tl);
     fprintf(tl->f, "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"p\", \"ts\": %.3f, \"pid\": %d, \"tid\": 0}",
             now_us(tl), tl->rank);

@@ -32,6 +32,7 @@ typedef struct meta {
 
 struct wf_coord {
   int size;
+  const int *ranks; /* group rank -> world rank (messages name world ranks); NULL: identity */
   double timeout;
   double stall_check, stall_shutdown;
   wf_stall_fn on_stall;
@@ -47,12 +48,13 @@ struct wf_coord {
   char join_name[WF_NAME_MAX + 1];
 };
 
-weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out) {
+weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out) {
   wf_coord *c = calloc(1, sizeof *c);
   if (!c) return WEFT_ERR_NO_MEMORY;
   c->size = size;
+  c->ranks = ranks;
   c->timeout = timeout_seconds;
-  c->stall_check = wf_param_double("WEFT_STALL_CHECK_SECONDS");
+  c->stall_check = wf_param_int("WEFT_STALL_CHECK_DISABLE") ? 0 : wf_param_double("WEFT_STALL_CHECK_SECONDS");
   c->stall_shutdown = wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
   /* a stall shutdown shortens the negotiation deadline */
   if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
@@ -94,6 +96,9 @@ void wf_coord_destroy(wf_coord *c) {
 
 /* Appends a response for name (seq assigned at take time); takes resp's
  * arrays. m may be NULL (errors: never fused, priority 0). */
+/* the world rank of group rank r, for messages */
+static int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] : r; }
+
 static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m) {
   if (c->nready == c->cap) {
     size_t ncap = c->cap ? c->cap * 2 : 16;
@@ -148,7 +153,7 @@ static void finish(wf_coord *c, const char *name, entry *e) {
     emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
   } else {
     for (int r = 0; r < c->size; r++) reqs[r] = e->have[r] ? &e->reqs[r] : q;
-    weft_status st = wf_validate(reqs, c->size, &resp, err, sizeof err);
+    weft_status st = wf_validate(reqs, c->size, c->ranks, &resp, err, sizeof err);
     if (st == WEFT_OK && q->coll == WF_COLL_ALLREDUCE) {
       /* what a joined rank needs to take part: dtype, op, element count */
       resp.sizes = malloc(3 * sizeof(int64_t));
@@ -203,7 +208,7 @@ static int try_complete(wf_coord *c, const char *name, entry *e) {
   char list[512], msg[WF_ERRMSG_MAX];
   size_t k = 0;
   for (int r = 0; r < c->size && k < sizeof list; r++)
-    if (c->joined[r] && !e->have[r]) k += (size_t)snprintf(list + k, sizeof list - k, k ? ", %d" : "%d", r);
+    if (c->joined[r] && !e->have[r]) k += (size_t)snprintf(list + k, sizeof list - k, k ? ", %d" : "%d", WR(c, r));
   snprintf(msg, sizeof msg,
            "tensor '%s': %s is not possible while rank(s) %s have joined (weft_join): only allreduce and barrier can "
            "complete without them",
@@ -220,7 +225,7 @@ static int try_complete(wf_coord *c, const char *name, entry *e) {
 static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
   if (c->joined[rank]) {
     char msg[256];
-    snprintf(msg, sizeof msg, "rank %d joined twice", rank);
+    snprintf(msg, sizeof msg, "rank %d joined twice", WR(c, rank));
     emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg);
     return;
   }
@@ -235,7 +240,7 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
     resp.coll = WF_COLL_JOIN;
     resp.sizes = malloc(sizeof(int64_t));
     if (resp.sizes) {
-      resp.sizes[0] = c->last_joined;
+      resp.sizes[0] = c->last_joined; /* a group rank, like every rank the API returns for a group */
       resp.nsizes = 1;
     }
     emit(c, &resp, c->join_name, NULL);
@@ -256,7 +261,8 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
 
 static void fail_departed(wf_coord *c, const char *name, entry *e, int gone) {
   char msg[512];
-  snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", name, gone);
+  snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", name,
+           WR(c, gone));
   uint8_t coll = 0;
   for (int r = 0; r < c->size; r++)
     if (e->have[r]) coll = e->reqs[r].coll;
@@ -288,7 +294,7 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
   }
   if (e->have[rank]) {
     char msg[512];
-    snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", m->name, rank);
+    snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", m->name, WR(c, rank));
     emit_error(c, m->coll, m->name, WEFT_ERR_PROTOCOL, msg);
     wf_strmap_del(&c->table, m->name);
     entry_free(e, c->size);
@@ -402,7 +408,7 @@ static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, 
   out[0] = '\0';
   for (int r = 0; r < c->size && k < n; r++)
     if (!!e->have[r] == want) {
-      k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", r);
+      k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", WR(c, r));
       first = 0;
     }
   return k;
@@ -441,7 +447,7 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
     int first = 1;
     for (int r = 0; r < c->size && k < sizeof msg; r++)
       if (!e->have[r]) {
-        k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", r);
+        k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", WR(c, r));
         first = 0;
       }
     if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");

@@ -19,7 +19,7 @@ typedef void (*wf_stall_fn)(void *ctx, const char *report, const uint8_t *submit
 /* timeout_seconds: how long a tensor may wait for some rank before it fails
  * (shortened by WEFT_STALL_SHUTDOWN_SECONDS when that is set); stall reports
  * every WEFT_STALL_CHECK_SECONDS while it waits. */
-weft_status wf_coord_create(int size, double timeout_seconds, wf_coord **out);
+weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out);
 void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx);
 void wf_coord_destroy(wf_coord *c);
 
@@ -48,9 +48,11 @@ int64_t wf_coord_next_deadline(const wf_coord *c);
 size_t wf_coord_pending(const wf_coord *c);
 
 /* Cross-rank validation of n requests for one name (index = group rank).
+ * ranks maps group ranks to the world ranks messages name (NULL: identity).
  * Returns WEFT_OK and fills resp->sizes (allgather: dim 0 per rank;
  * alltoall: n x n splits, row = sender), or WEFT_ERR_MISMATCH with a message
  * naming the tensor, the ranks and both values. */
-weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_msg *resp, char *err, size_t errlen);
+weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp, char *err,
+                        size_t errlen);
 
 #endif

@@ -2,7 +2,7 @@
  * named tensor, and computes what every rank needs to know about the others
  * (allgather row counts, alltoall split matrix). Messages name the tensor,
  * the two ranks and both values, e.g.
- *   "tensor 'w': mismatched dtypes: rank 0 has float32, rank 2 has int32". */
+ *   "tensor 'w': mismatched dtypes: rank %d has float32, rank 2 has int32". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +21,21 @@ static int needs_dims(uint8_t coll) {
   return coll == WF_COLL_ALLGATHER || coll == WF_COLL_ALLTOALL || coll == WF_COLL_REDUCESCATTER;
 }
 
-weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_msg *resp, char *err, size_t errlen) {
+weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp, char *err,
+                        size_t errlen) {
+#define W(i) (ranks ? ranks[(i)] : (i)) /* messages name world ranks */
   const wf_request_msg *a = reqs[0];
   const char *name = a->name;
   for (int r = 0; r < n; r++) {
     const wf_request_msg *b = reqs[r];
     if (b->coll != a->coll) {
-      snprintf(err, errlen, "tensor '%s': mismatched operations: rank 0 did %s, rank %d did %s", name,
-               wf_coll_name(a->coll), r, wf_coll_name(b->coll));
+      snprintf(err, errlen, "tensor '%s': mismatched operations: rank %d did %s, rank %d did %s", name, W(0),
+               wf_coll_name(a->coll), W(r), wf_coll_name(b->coll));
       return WEFT_ERR_MISMATCH;
     }
     if (needs_dims(b->coll) && b->ndim == 0) {
       snprintf(err, errlen, "tensor '%s': rank %d passed a 0-d (scalar) tensor to %s, which needs at least one dimension",
-               name, r, wf_coll_name(b->coll));
+               name, W(r), wf_coll_name(b->coll));
       return WEFT_ERR_MISMATCH;
     }
   }
@@ -41,13 +43,13 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_ms
     const wf_request_msg *b = reqs[r];
     char sa[256], sb[256];
     if (b->dtype != a->dtype) {
-      snprintf(err, errlen, "tensor '%s': mismatched dtypes: rank 0 has %s, rank %d has %s", name,
-               weft_dtype_name(a->dtype), r, weft_dtype_name(b->dtype));
+      snprintf(err, errlen, "tensor '%s': mismatched dtypes: rank %d has %s, rank %d has %s", name, W(0),
+               weft_dtype_name(a->dtype), W(r), weft_dtype_name(b->dtype));
       return WEFT_ERR_MISMATCH;
     }
     if (b->device != a->device) {
-      snprintf(err, errlen, "tensor '%s': mismatched devices: rank 0 has device %d, rank %d has device %d", name,
-               a->device, r, b->device);
+      snprintf(err, errlen, "tensor '%s': mismatched devices: rank %d has device %d, rank %d has device %d", name, W(0),
+               a->device, W(r), b->device);
       return WEFT_ERR_MISMATCH;
     }
     if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_REDUCESCATTER) {
@@ -56,8 +58,8 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_ms
       if (!same) {
         shape_str(a, sa, sizeof sa);
         shape_str(b, sb, sizeof sb);
-        snprintf(err, errlen, "tensor '%s': mismatched %s shapes: rank 0 has %s, rank %d has %s", name,
-                 wf_coll_name(a->coll), sa, r, sb);
+        snprintf(err, errlen, "tensor '%s': mismatched %s shapes: rank %d has %s, rank %d has %s", name,
+                 wf_coll_name(a->coll), W(0), sa, W(r), sb);
         return WEFT_ERR_MISMATCH;
       }
     }
@@ -68,37 +70,37 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_ms
         shape_str(a, sa, sizeof sa);
         shape_str(b, sb, sizeof sb);
         snprintf(err, errlen,
-                 "tensor '%s': mismatched %s shapes: rank 0 has %s, rank %d has %s (all dimensions but the first must "
+                 "tensor '%s': mismatched %s shapes: rank %d has %s, rank %d has %s (all dimensions but the first must "
                  "agree)",
-                 name, wf_coll_name(a->coll), sa, r, sb);
+                 name, wf_coll_name(a->coll), W(0), sa, W(r), sb);
         return WEFT_ERR_MISMATCH;
       }
     }
     if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER) {
       if (b->reduce_op != a->reduce_op) {
-        snprintf(err, errlen, "tensor '%s': mismatched reduce ops: rank 0 has %s, rank %d has %s", name,
-                 weft_reduce_op_name(a->reduce_op), r, weft_reduce_op_name(b->reduce_op));
+        snprintf(err, errlen, "tensor '%s': mismatched reduce ops: rank %d has %s, rank %d has %s", name, W(0),
+                 weft_reduce_op_name(a->reduce_op), W(r), weft_reduce_op_name(b->reduce_op));
         return WEFT_ERR_MISMATCH;
       }
       if (b->prescale != a->prescale) {
-        snprintf(err, errlen, "tensor '%s': mismatched prescale factors: rank 0 has %g, rank %d has %g", name,
-                 a->prescale, r, b->prescale);
+        snprintf(err, errlen, "tensor '%s': mismatched prescale factors: rank %d has %g, rank %d has %g", name, W(0),
+                 a->prescale, W(r), b->prescale);
         return WEFT_ERR_MISMATCH;
       }
       if (b->postscale != a->postscale) {
-        snprintf(err, errlen, "tensor '%s': mismatched postscale factors: rank 0 has %g, rank %d has %g", name,
-                 a->postscale, r, b->postscale);
+        snprintf(err, errlen, "tensor '%s': mismatched postscale factors: rank %d has %g, rank %d has %g", name, W(0),
+                 a->postscale, W(r), b->postscale);
         return WEFT_ERR_MISMATCH;
       }
     }
     if (a->coll == WF_COLL_BROADCAST && b->root != a->root) {
-      snprintf(err, errlen, "tensor '%s': mismatched broadcast root ranks: rank 0 has root %d, rank %d has root %d",
-               name, a->root, r, b->root);
+      snprintf(err, errlen, "tensor '%s': mismatched broadcast root ranks: rank %d has root %d, rank %d has root %d",
+               name, W(0), a->root, W(r), b->root);
       return WEFT_ERR_MISMATCH;
     }
     if (a->coll == WF_COLL_ALLTOALL && b->nsplits != a->nsplits) {
-      snprintf(err, errlen, "tensor '%s': mismatched alltoall split counts: rank 0 has %u splits, rank %d has %u",
-               name, a->nsplits, r, b->nsplits);
+      snprintf(err, errlen, "tensor '%s': mismatched alltoall split counts: rank %d has %u splits, rank %d has %u",
+               name, W(0), a->nsplits, W(r), b->nsplits);
       return WEFT_ERR_MISMATCH;
     }
   }
@@ -113,7 +115,7 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_ms
   } else if (a->coll == WF_COLL_ALLTOALL) {
     for (int r = 0; r < n; r++)
       if (reqs[r]->nsplits != (uint32_t)n) {
-        snprintf(err, errlen, "tensor '%s': rank %d passed %u alltoall splits for a group of %d ranks", name, r,
+        snprintf(err, errlen, "tensor '%s': rank %d passed %u alltoall splits for a group of %d ranks", name, W(r),
                  reqs[r]->nsplits, n);
         return WEFT_ERR_MISMATCH;
       }
@@ -126,4 +128,5 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, wf_response_ms
     for (int r = 0; r < n; r++) memcpy(resp->sizes + (size_t)r * (size_t)n, reqs[r]->splits, sizeof(int64_t) * (size_t)n);
   }
   return WEFT_OK;
+#undef W
 }

@@ -233,8 +233,33 @@ static int push(wf_shm *s, peer *p) {
   return moved;
 }
 
-/* Copies published slots from p into the earliest posted receive (at most
- * one ring's worth per call). */
+/* Tags carry the group id in their top 24 bits (engine/exec.c): "older" and
+ * "newer" only mean something within one group. */
+static int same_group(uint64_t a, uint64_t b) { return (a >> 40) == (b >> 40); }
+
+/* The posted receive a head slot with tag (seq, idx) belongs to, or NULL.
+ * *stale is set when the slot is left over from an older (cancelled)
+ * collective of a group that has moved on; *other_idx when a receive of the
+ * same collective expects a different message (a protocol error). */
+static rx *match(peer *p, uint64_t seq, uint32_t idx, rx **prev, int *stale, int *other_idx) {
+  *stale = *other_idx = 0;
+  *prev = NULL;
+  for (rx *q = p->rxh, *qp = NULL; q; qp = q, q = q->next) {
+    if (q->seq == seq && q->idx == idx) {
+      *prev = qp;
+      return q;
+    }
+    if (q->seq == seq) *other_idx = 1;
+    if (same_group(q->seq, seq) && seq < q->seq) *stale = 1;
+  }
+  return NULL;
+}
+
+/* Copies published slots from p into the posted receives they belong to (at
+ * most one ring's worth per call). Per pair and collective, slots come in
+ * send order; collectives of different groups interleave, so the head may
+ * belong to any posted receive, or to one not posted yet (then it waits: the
+ * engine posts it when that group's collective starts). */
 static int pull(wf_shm *s, peer *p) {
   int moved = 0;
   for (size_t budget = s->nslots; p->rxh && !p->broken && budget > 0; budget--) {
@@ -243,38 +268,45 @@ static int pull(wf_shm *s, peer *p) {
       p->in_head = atomic_load_explicit(&p->in->head, memory_order_acquire);
       if (p->in_tail == p->in_head) break;
     }
-    rx *r = p->rxh;
     uint8_t *slot = slot_at(s, p->in_slots, p->in_tail);
     wf_shm_slot_hdr h = *(const wf_shm_slot_hdr *)slot;
-    if (h.seq < r->seq) {
-      /* Left over from a collective that was cancelled: drop it. */
-    } else if (h.seq > r->seq) {
-      /* The peer abandoned this message (cancelled) or skipped it: nothing
-       * here is for r. Wait; the engine's deadline or abort ends it. */
+    rx *prev, *r;
+    int stale, other_idx;
+    r = match(p, h.seq, h.idx, &prev, &stale, &other_idx);
+    if (!r && other_idx) {
+      rx *q = p->rxh;
+      while (q->seq != h.seq) q = q->next;
+      pair_fail(s, p,
+                "shared memory: rank %d sent message %u of collective %llu but message %u was expected", p->world,
+                h.idx, (unsigned long long)h.seq, q->idx);
       break;
-    } else if (h.idx != r->idx || h.msg_len != r->len || h.offset != r->got || h.len == 0 || h.len > s->slot_bytes ||
-               h.len > r->len - r->got) {
+    }
+    if (!r && !stale) break; /* for a receive not posted yet: wait */
+    if (r && (h.msg_len != r->len || h.offset != r->got || h.len == 0 || h.len > s->slot_bytes ||
+              h.len > r->len - r->got)) {
       pair_fail(s, p,
                 "shared memory: rank %d sent message %u of collective %llu (%llu bytes, chunk %llu+%u) but message %u "
                 "of %zu bytes was expected (at byte %zu)",
                 p->world, h.idx, (unsigned long long)h.seq, (unsigned long long)h.msg_len,
                 (unsigned long long)h.offset, h.len, r->idx, r->len, r->got);
       break;
-    } else {
+    }
+    if (r) {
       if (s->nt_copy && r->len >= NT_MIN_MSG)
         s->nt_copy(r->buf + r->got, slot + WF_SHM_SLOT_HDR, h.len);
       else
         memcpy(r->buf + r->got, slot + WF_SHM_SLOT_HDR, h.len);
       r->got += h.len;
-    }
+    } /* else: left over from a cancelled collective: drop it */
     p->in_tail++;
     /* release: our reads of the slot happen before the producer may reuse it. */
     atomic_store_explicit(&p->in->tail, p->in_tail, memory_order_release);
     ring_bell(p->bell);
     moved = 1;
-    if (r->got == r->len && h.seq == r->seq) {
-      p->rxh = r->next;
-      if (!p->rxh) p->rxt = NULL;
+    if (r && r->got == r->len) {
+      if (prev) prev->next = r->next;
+      else p->rxh = r->next;
+      if (p->rxt == r) p->rxt = prev;
       (*r->pending)--;
       r->next = s->rx_free;
       s->rx_free = r;
@@ -383,11 +415,14 @@ static int has_work(wf_shm *s) {
     peer *p = &s->peers[i];
     if (p->broken) continue;
     /* acquire (both): what we then find in the ring is what progress reads.
-     * A head slot of a later collective than the posted receive is not work
-     * (the sender abandoned a message): do not spin on it. */
-    if (p->rxh && atomic_load_explicit(&p->in->head, memory_order_acquire) != p->in_tail &&
-        ((const wf_shm_slot_hdr *)slot_at(s, p->in_slots, p->in_tail))->seq <= p->rxh->seq)
-      return 1;
+     * A head slot for a receive not posted yet is not work: do not spin on
+     * it. */
+    if (p->rxh && atomic_load_explicit(&p->in->head, memory_order_acquire) != p->in_tail) {
+      const wf_shm_slot_hdr *h = (const wf_shm_slot_hdr *)slot_at(s, p->in_slots, p->in_tail);
+      rx *prev;
+      int stale, other_idx;
+      if (match(p, h->seq, h->idx, &prev, &stale, &other_idx) || stale || other_idx) return 1;
+    }
     if (p->txh && p->out_head - atomic_load_explicit(&p->out->tail, memory_order_acquire) < s->nslots) return 1;
   }
   return 0;

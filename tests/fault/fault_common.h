@@ -20,6 +20,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,8 +172,16 @@ FX_FN int fx_count_fds(void) {
   return n < 0 ? n : n - 1;
 }
 
-FX_FN int fx_count_threads(void) {
-  return fx_count_dir("/proc/self/task");
+static void *fx_nothing(void *arg) { return arg; }
+
+/* Threads of this process. The first pthread_create of a process may start
+ * a sanitizer runtime's own helper thread (TSan does), which must not count
+ * as a leak: fx_threads_settle() makes and joins a throwaway thread first,
+ * so that helper exists before the baseline is taken. */
+FX_FN int fx_count_threads(void) { return fx_count_dir("/proc/self/task"); }
+FX_FN void fx_threads_settle(void) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, fx_nothing, NULL) == 0) pthread_join(t, NULL);
 }
 
 /* Processes whose parent is this process (live or zombie). */
@@ -201,17 +210,22 @@ FX_FN int fx_count_children(void) {
   return n;
 }
 
-/* /dev/shm entries that look like weft's ("weft" in the name): a snapshot
- * as one string "name1/name2/..." (sorted by readdir order; compared by
- * membership). Other programs' entries are ignored: the machine is shared. */
+/* /dev/shm entries of this job: "weft-<WEFT_JOB_ID>-..." (the shared-memory
+ * transport's naming), or any "weft" entry when no job id is set. Other
+ * jobs' entries are ignored: the machine is shared, and another test may
+ * create segments meanwhile. A snapshot is one string "/name1/name2/"
+ * (readdir order; compared by membership). */
 FX_FN void fx_shm_snapshot(char *buf, size_t n) {
   buf[0] = '\0';
+  char mine[128] = "weft";
+  const char *job = getenv("WEFT_JOB_ID");
+  if (job && *job) snprintf(mine, sizeof mine, "weft-%s-", job);
   DIR *d = opendir("/dev/shm");
   if (!d) return;
   size_t k = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
-    if (!strcasestr(e->d_name, "weft")) continue;
+    if (!strcasestr(e->d_name, mine)) continue;
     int w = snprintf(buf + k, n - k, "/%s/", e->d_name);
     if (w < 0 || (size_t)w >= n - k) break;
     k += (size_t)w - 1; /* entries share the separating '/' */

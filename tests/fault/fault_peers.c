@@ -34,7 +34,8 @@
  *  loop         (item 15) every rank allreduces in a loop; --die kill|exit:
  *               rank 1 SIGKILLs itself / exits 3 after 0.3 s; the others
  *               exit 5 when their collective fails (weftrun must report
- *               the first failure, not theirs). Pid files: pid.<rank>.
+ *               the first failure, not theirs). Pid files: pid.<rank>;
+ *               rank 0 writes the job id (jobid) for the /dev/shm check.
  *  partition    (item 11) np 2, run by hand in two network namespaces: the
  *               ranks allreduce in a loop until the script takes the link
  *               down (it writes t_down); both fail "unresponsive" naming
@@ -43,6 +44,8 @@
 
 #define BIG_MIB 64
 
+/* The large allreduce buffer: freed only after weft_finalize, since a
+ * request that hung (a failed test) may still use it until then. */
 static float *g_big;
 static size_t g_big_n;
 
@@ -128,6 +131,7 @@ static void check_async(weft_status want, int dead) {
 static int case_sigkill(void) {
   const int victim = 1;
   fr_maybe_fork_victim(victim);
+  fx_threads_settle();
   int fds0 = fx_count_fds(), thr0 = fx_count_threads(), kids0 = fx_count_children();
   char shm0[16384];
   fx_shm_snapshot(shm0, sizeof shm0);
@@ -155,8 +159,8 @@ static int case_sigkill(void) {
   check_failure(&o, WEFT_ERR_PEER_LOST, victim, fx_get_num("t_kill", 10), "sigkill_detect");
   check_async(WEFT_ERR_PEER_LOST, victim);
   later_barrier("later");
-  free(g_big);
   fr_finalize(1.0);
+  free(g_big);
   int fds1 = fx_count_fds(), thr1 = fx_count_threads(), kids1 = fx_count_children();
   char leaked[512];
   if (fds1 != fds0) fx_fail("open fds: %d before weft_init, %d after weft_finalize", fds0, fds1);
@@ -203,8 +207,8 @@ static int case_sigstop(int peers_stay) {
     fx_info("resumed rank: %s \"%s\"", weft_status_string(o.st), o.msg);
     fx_measure(ITEM, peers_stay ? "resumed_fails_peers_stay" : "resumed_fails_peers_exit", T,
                t_cont >= 0 ? o.t - t_cont : -1);
-    free(g_big);
     fr_finalize(1.0);
+    free(g_big);
     fx_put("resumed_done", "1");
     return fr_end();
   }
@@ -474,6 +478,7 @@ static int case_loop(const char *die) {
   char f[32];
   snprintf(f, sizeof f, "pid.%d", R);
   fx_put(f, "%d", (int)getpid());
+  if (R == 0) fx_put("jobid", "%s", getenv("WEFT_JOB_ID") ? getenv("WEFT_JOB_ID") : "");
   fr_join();
   double t0 = fx_now();
   for (int i = 0;; i++) {

@@ -1,298 +1,18 @@
-/* test_algo.c - schedule simulator for every collective algorithm.
+/* test_algo.c - every collective algorithm in the schedule simulator
+ * (algo_sim.h: n simulated ranks in one process, rendezvous transfers,
+ * deadlock and schedule checks).
  *
  * For each algorithm, world sizes 1..8, many counts (0, 1, size-1, 7, 1000,
  * 100003, fewer elements than ranks), several dtype x op pairs and segment
- * sizes, the test builds the schedule of every simulated rank and runs them
- * together in one process with the round semantics of algo/sched.h:
- * per-(sender, receiver) FIFO queues; a send completes only once the
- * receiver has posted the matching receive (rendezvous, the strictest
- * transport), a receive once the message was posted; local steps run when
- * all transfers of the round are done. No rank able to progress while some
- * are unfinished is a deadlock and fails the test. Each schedule is checked
- * first: no zero-byte or self transfers, every pointer inside the rank's
- * buffers or scratch (writes never into read-only input), no overlapping
- * targets within a round. Results are compared with references computed
- * here with plain loops, and across ranks bit for bit; guard bytes catch
- * writes out of bounds. The registry (forced names, declines, automatic
- * choice) and the schedule builder are tested directly too. */
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+ * sizes: results are compared with references computed here with plain
+ * loops, and across ranks bit for bit; guard bytes catch writes out of
+ * bounds. The registry (forced names, declines, automatic choice) and the
+ * schedule builder are tested directly too. The canonical reduction order
+ * of the direct algorithms (bits independent of size, position, segment and
+ * fusion) is tested in test_algo_order.c. */
+#include "algo_sim.h"
 
-#include "algo/algo.h"
-#include "util/err.h"
-
-#define FAIL(...)                                                              \
-  do {                                                                         \
-    fprintf(stderr, "FAIL test_algo.c:%d [%s]: ", __LINE__, g_ctx);            \
-    fprintf(stderr, __VA_ARGS__);                                              \
-    fputc('\n', stderr);                                                       \
-    exit(1);                                                                   \
-  } while (0)
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (!(cond)) FAIL(__VA_ARGS__);                                            \
-  } while (0)
-
-static char g_ctx[256] = "setup"; /* the case being run, printed on failure */
-static size_t g_sims;            /* simulations run */
-#define MAXP 8
-
-/* ------------------------------------------------------------ buffers */
-/* Every buffer sits between guard bytes, checked after each simulation. */
-#define GUARD 64
-static void *gb_alloc(size_t n, unsigned char fill) {
-  unsigned char *b = malloc(n + 2 * GUARD);
-  CHECK(b, "out of memory");
-  memset(b, 0xA5, GUARD);
-  memset(b + GUARD, fill, n);
-  memset(b + GUARD + n, 0xA5, GUARD);
-  return b + GUARD;
-}
-static void gb_check(const void *p, size_t n, const char *what, int rank) {
-  const unsigned char *b = (const unsigned char *)p - GUARD;
-  for (size_t i = 0; i < GUARD; i++)
-    CHECK(b[i] == 0xA5 && b[GUARD + n + i] == 0xA5, "rank %d: write outside %s (%zu bytes)", rank, what, n);
-}
-static void gb_free(void *p) {
-  if (p) free((unsigned char *)p - GUARD);
-}
-
-static uint64_t rng_next(uint64_t *st) { /* splitmix64 */
-  uint64_t z = (*st += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* ------------------------------------------------------------ simulator */
-typedef struct region {
-  uintptr_t lo, hi;
-  int writable;
-} region;
-
-typedef struct simrank {
-  wf_sched s;
-  region reg[6];
-  int nreg;
-  size_t round; /* current round */
-  int posted;   /* its transfers are posted */
-  size_t *idx;  /* per step: index of the message within its (sender, receiver) pair */
-} simrank;
-
-typedef struct msg {
-  size_t bytes;
-  size_t at; /* offset of its snapshot (taken at post time) in the pair's data */
-} msg;
-typedef struct pairq {
-  msg *m;
-  size_t n, cap;       /* messages posted by the sender */
-  size_t nrecv;        /* receives posted by the receiver */
-  size_t ndelivered;   /* messages copied out; the data is reset when all are */
-  unsigned char *data; /* snapshots, appended (one allocation per pair, not per message) */
-  size_t len, dcap;
-} pairq;
-
-static void add_region(simrank *x, const void *p, size_t n, int writable) {
-  if (!p || !n) return;
-  CHECK(x->nreg < 6, "too many regions");
-  x->reg[x->nreg++] = (region){(uintptr_t)p, (uintptr_t)p + n, writable};
-}
-
-static void check_range(const simrank *x, int rank, size_t step, const void *p, size_t n, int write) {
-  uintptr_t lo = (uintptr_t)p, hi = lo + n;
-  for (int i = 0; i < x->nreg; i++)
-    if (lo >= x->reg[i].lo && hi <= x->reg[i].hi) {
-      CHECK(!write || x->reg[i].writable, "rank %d step %zu writes into read-only input", rank, step);
-      return;
-    }
-  FAIL("rank %d step %zu: %zu bytes at %p are outside its buffers and scratch", rank, step, n, p);
-}
-
-static int overlap(const void *a, size_t na, const void *b, size_t nb) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + nb && y < x + na;
-}
-
-/* Static checks of one rank's schedule. */
-static void validate(simrank *x, int rank, int p, size_t es) {
-  const wf_sched *s = &x->s;
-  CHECK(!s->oom, "rank %d: schedule out of memory", rank);
-  CHECK(s->nrounds ? s->round_end[s->nrounds - 1] == s->nsteps : s->nsteps == 0,
-        "rank %d: rounds do not cover the %zu steps", rank, s->nsteps);
-  size_t first = 0;
-  for (size_t r = 0; r < s->nrounds; first = s->round_end[r++]) {
-    CHECK(s->round_end[r] > first, "rank %d: round %zu is empty", rank, r);
-    for (size_t i = first; i < s->round_end[r]; i++) {
-      const wf_step *st = &s->steps[i];
-      switch (st->kind) {
-        case WF_STEP_SEND:
-        case WF_STEP_RECV:
-          CHECK(st->peer >= 0 && st->peer < p && st->peer != rank, "rank %d step %zu: bad peer %d", rank, i,
-                st->peer);
-          CHECK(st->bytes > 0, "rank %d step %zu: zero-byte transfer", rank, i);
-          if (st->kind == WF_STEP_SEND) {
-            check_range(x, rank, i, st->src, st->bytes, 0);
-          } else {
-            check_range(x, rank, i, st->dst, st->bytes, 1);
-            /* a receive target is touched by nothing else in flight */
-            for (size_t j = first; j < s->round_end[r]; j++) {
-              const wf_step *o = &s->steps[j];
-              if (j == i || (o->kind != WF_STEP_SEND && o->kind != WF_STEP_RECV)) continue;
-              const void *q = o->kind == WF_STEP_SEND ? o->src : o->dst;
-              CHECK(!overlap(st->dst, st->bytes, q, o->bytes), "rank %d round %zu: receive target overlaps step %zu",
-                    rank, r, j);
-            }
-          }
-          break;
-        case WF_STEP_REDUCE:
-        case WF_STEP_SCALE:
-          CHECK(st->count > 0, "rank %d step %zu: empty local step", rank, i);
-          check_range(x, rank, i, st->dst, st->count * es, 1);
-          check_range(x, rank, i, st->src, st->count * es, 0);
-          CHECK(st->dst == st->src || !overlap(st->dst, st->count * es, st->src, st->count * es),
-                "rank %d step %zu: reduce operands partially overlap", rank, i);
-          break;
-        case WF_STEP_COPY:
-          CHECK(st->bytes > 0, "rank %d step %zu: empty copy", rank, i);
-          check_range(x, rank, i, st->dst, st->bytes, 1);
-          check_range(x, rank, i, st->src, st->bytes, 0);
-          break;
-        default:
-          FAIL("rank %d step %zu: unknown kind %d", rank, i, st->kind);
-      }
-    }
-  }
-}
-
-/* Posts rank i's current round: each send's data is snapshotted (the
- * sender may change its buffer once its round completes). */
-static void post_round(simrank *x, int i, int p, pairq *q, size_t first, size_t last) {
-  for (size_t k = first; k < last; k++) {
-    const wf_step *st = &x->s.steps[k];
-    if (st->kind == WF_STEP_RECV) x->idx[k] = q[st->peer * p + i].nrecv++;
-    if (st->kind != WF_STEP_SEND) continue;
-    pairq *pq = &q[i * p + st->peer];
-    if (pq->n == pq->cap) {
-      pq->cap = pq->cap ? 2 * pq->cap : 16;
-      CHECK((pq->m = realloc(pq->m, pq->cap * sizeof *pq->m)), "out of memory");
-    }
-    if (pq->len + st->bytes > pq->dcap) {
-      pq->dcap = 2 * (pq->len + st->bytes);
-      CHECK((pq->data = realloc(pq->data, pq->dcap)), "out of memory");
-    }
-    memcpy(pq->data + pq->len, st->src, st->bytes);
-    pq->m[pq->n] = (msg){st->bytes, pq->len};
-    pq->len += st->bytes;
-    x->idx[k] = pq->n++;
-  }
-}
-
-/* Step k of rank i is done: a send once the receiver posted its receive
- * (rendezvous), a receive once the message was sent. */
-static int step_done(const simrank *x, int i, int p, const pairq *q, size_t k) {
-  const wf_step *st = &x->s.steps[k];
-  if (st->kind == WF_STEP_SEND) return x->idx[k] < q[i * p + st->peer].nrecv;
-  if (st->kind == WF_STEP_RECV) return x->idx[k] < q[st->peer * p + i].n;
-  return 1;
-}
-
-/* Runs the schedules of p ranks together; fails on deadlock or mismatch. */
-static void simulate(simrank *R, int p, size_t es) {
-  for (int i = 0; i < p; i++) {
-    validate(&R[i], i, p, es);
-    R[i].round = 0;
-    R[i].posted = 0;
-    CHECK((R[i].idx = malloc((R[i].s.nsteps + 1) * sizeof(size_t))), "out of memory");
-  }
-  pairq *q = calloc((size_t)p * (size_t)p, sizeof *q); /* q[a * p + b]: a -> b */
-  CHECK(q, "out of memory");
-  for (int done = 0; done < p;) {
-    int progress = 0;
-    done = 0;
-    for (int i = 0; i < p; i++) {
-      simrank *x = &R[i];
-      const wf_sched *s = &x->s;
-      while (x->round < s->nrounds) {
-        size_t first = x->round ? s->round_end[x->round - 1] : 0, last = s->round_end[x->round], k;
-        if (!x->posted) post_round(x, i, p, q, first, last);
-        progress |= !x->posted;
-        x->posted = 1;
-        for (k = first; k < last && step_done(x, i, p, q, k);) k++;
-        if (k < last) break;
-        for (k = first; k < last; k++) {
-          const wf_step *st = &s->steps[k];
-          if (st->kind != WF_STEP_RECV) continue;
-          pairq *pq = &q[st->peer * p + i];
-          msg *m = &pq->m[x->idx[k]];
-          CHECK(m->bytes == st->bytes, "rank %d round %zu: message #%zu from rank %d has %zu bytes, receive wants %zu",
-                i, x->round, x->idx[k], st->peer, m->bytes, st->bytes);
-          memcpy(st->dst, pq->data + m->at, st->bytes);
-          if (++pq->ndelivered == pq->n) pq->len = 0; /* nothing pending: reuse the space */
-        }
-        wf_sched_run_local(s, first, last);
-        x->round++;
-        x->posted = 0;
-        progress = 1;
-      }
-      done += x->round == s->nrounds;
-    }
-    if (progress || done == p) continue;
-    for (int i = 0; i < p; i++) {
-      const simrank *x = &R[i];
-      if (x->round == x->s.nrounds) continue;
-      for (size_t k = x->round ? x->s.round_end[x->round - 1] : 0; k < x->s.round_end[x->round]; k++)
-        if (!step_done(x, i, p, q, k))
-          fprintf(stderr, "  rank %d round %zu/%zu: %s #%zu %s rank %d pending\n", i, x->round, x->s.nrounds,
-                  x->s.steps[k].kind == WF_STEP_SEND ? "send" : "receive", x->idx[k],
-                  x->s.steps[k].kind == WF_STEP_SEND ? "to" : "from", x->s.steps[k].peer);
-    }
-    FAIL("deadlock: no rank can progress (pending transfers above)");
-  }
-  for (int a = 0; a < p; a++)
-    for (int b = 0; b < p; b++) {
-      pairq *pq = &q[a * p + b];
-      CHECK(pq->n == pq->nrecv, "rank %d sent %zu messages to rank %d, which received %zu", a, pq->n, b, pq->nrecv);
-      free(pq->m);
-      free(pq->data);
-    }
-  free(q);
-  for (int i = 0; i < p; i++) {
-    free(R[i].idx);
-    R[i].idx = NULL;
-  }
-  g_sims++;
-}
-
-static const char *g_choice; /* rank 0's algorithm in the current case */
-
-/* Builds rank i's schedule through the registry; checks the choice (the
- * forced one, and the same on every rank). */
-static void build(simrank *R, int i, const wf_coll_args *a, const char *algo) {
-  memset(&R[i], 0, sizeof R[i]);
-  wf_sched_init(&R[i].s, a->dtype, a->op);
-  const char *chosen = NULL;
-  weft_status st = wf_algo_build(a, algo, &R[i].s, &chosen);
-  CHECK(st == WEFT_OK, "rank %d: wf_algo_build -> %s (%s)", i, weft_status_string(st), wf_err_msg());
-  CHECK(chosen && (!algo || !strcmp(chosen, algo)), "rank %d: chose %s, wanted %s", i, chosen ? chosen : "NULL",
-        algo ? algo : "any");
-  if (i == 0) g_choice = chosen;
-  CHECK(!strcmp(chosen, g_choice), "rank %d chose %s, rank 0 chose %s", i, chosen, g_choice);
-  add_region(&R[i], R[i].s.scratch, R[i].s.scratch_bytes, 1);
-}
-static void free_scheds(simrank *R, int p) {
-  for (int i = 0; i < p; i++) wf_sched_free(&R[i].s);
-}
-
-/* ------------------------------------------------------------ values and references */
-typedef struct dtop {
-  weft_dtype dt;
-  weft_reduce_op op;
-  size_t es;
-  const char *name;
-} dtop;
+/* ------------------------------------------------------------ values */
 static const dtop k_dtops[] = {
     {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 4, "float32 sum"},     {WEFT_DTYPE_INT32, WEFT_OP_MAX, 4, "int32 max"},
     {WEFT_DTYPE_FLOAT64, WEFT_OP_PRODUCT, 8, "float64 prod"}, {WEFT_DTYPE_UINT8, WEFT_OP_SUM, 1, "uint8 sum"},
@@ -333,34 +53,6 @@ static void gen(const dtop *d, int mode, uint64_t *st, void *out) {
     default:
       memcpy(out, &r, d->es); /* integers: any bits */
       break;
-  }
-}
-
-/* acc[i] = acc[i] op x[i], plain loops independent of src/reduce. Integer
- * sums and products wrap (computed in uint64_t); average reduces as sum.
- * Buffers and blocks are aligned to the element size. */
-#define REF_LOOP(T, SUM, PROD)                                                 \
-  do {                                                                         \
-    T *A = acc;                                                                \
-    const T *X = x;                                                            \
-    for (size_t i = 0; i < n; i++) {                                           \
-      T a = A[i], b = X[i];                                                    \
-      A[i] = op == WEFT_OP_MIN ? (a < b ? a : b)                               \
-             : op == WEFT_OP_MAX ? (a > b ? a : b)                             \
-             : op == WEFT_OP_PRODUCT ? (T)(PROD) : (T)(SUM);                   \
-    }                                                                          \
-  } while (0)
-#define REF_INT(T) REF_LOOP(T, (uint64_t)a + (uint64_t)b, (uint64_t)a * (uint64_t)b)
-static void ref_combine(const dtop *d, void *acc, const void *x, size_t n) {
-  weft_reduce_op op = d->op;
-  switch (d->dt) {
-    case WEFT_DTYPE_FLOAT32: REF_LOOP(float, a + b, a * b); break;
-    case WEFT_DTYPE_FLOAT64: REF_LOOP(double, a + b, a * b); break;
-    case WEFT_DTYPE_UINT8: REF_INT(uint8_t); break;
-    case WEFT_DTYPE_INT16: REF_INT(int16_t); break;
-    case WEFT_DTYPE_INT32: REF_INT(int32_t); break;
-    case WEFT_DTYPE_INT64: REF_INT(int64_t); break;
-    default: FAIL("reference: unsupported dtype");
   }
 }
 
@@ -451,32 +143,6 @@ static void run_broadcast(const char *algo, int p, int root, size_t es, size_t c
   free_scheds(R, p);
 }
 
-/* ------------------------------------------------------------ per-rank count patterns */
-enum { PAT_ZERO, PAT_ONE, PAT_SEVEN, PAT_UNEVEN, PAT_LAST_ONLY, PAT_FEW, PAT_SPLIT1000, PAT_SPLIT_BIG, PAT_N };
-static size_t pattern(int pat, int i, int p) {
-  switch (pat) {
-    case PAT_ZERO: return 0;
-    case PAT_ONE: return 1;
-    case PAT_SEVEN: return 7;
-    case PAT_UNEVEN: return i % 3 == 1 ? 0 : (size_t)(i * 37 + 11) % 23; /* zeros among uneven sizes */
-    case PAT_LAST_ONLY: return i == p - 1 ? 1000 : 0;
-    case PAT_FEW: return i < p / 2 ? 1 : 0; /* fewer elements than ranks */
-    case PAT_SPLIT1000: return 1000 / (size_t)p + ((size_t)i < 1000 % (size_t)p); /* weft's dim-0 split */
-    default: return 100003 / (size_t)p + ((size_t)i < 100003 % (size_t)p);
-  }
-}
-
-/* Displacements of counts with a gap of (i % 2) elements before block i;
- * returns the total elements including gaps. */
-static size_t layout(const size_t *counts, size_t *displs, int p, int gaps) {
-  size_t off = 0;
-  for (int i = 0; i < p; i++) {
-    off += gaps ? (size_t)(i % 2) : 0;
-    displs[i] = off;
-    off += counts[i];
-  }
-  return off;
-}
 
 /* ------------------------------------------------------------ allgather */
 static void run_allgather(int p, size_t es, int pat, int alias) {
@@ -589,8 +255,9 @@ static void run_alltoall(int p, size_t es, int pat) {
 }
 
 /* ------------------------------------------------------------ reducescatter */
-static void run_reducescatter(int p, const dtop *d, int pat, size_t seg) {
-  snprintf(g_ctx, sizeof g_ctx, "reducescatter ring p=%d %s pattern=%d seg=%zu", p, d->name, pat, seg);
+static void run_reducescatter(const char *algo, int p, const dtop *d, int pat, size_t seg) {
+  snprintf(g_ctx, sizeof g_ctx, "reducescatter %s p=%d %s pattern=%d seg=%zu", algo ? algo : "auto", p, d->name, pat,
+           seg);
   simrank R[MAXP];
   size_t counts[MAXP], displs[MAXP];
   void *in[MAXP], *orig[MAXP], *out[MAXP];
@@ -606,7 +273,7 @@ static void run_reducescatter(int p, const dtop *d, int pat, size_t seg) {
     wf_coll_args a = {.coll = WF_COLL_REDUCESCATTER, .dtype = d->dt, .op = d->op, .elem_size = es, .rank = i,
                       .size = p, .in = in[i], .out = out[i], .counts = counts, .displs = displs,
                       .segment_bytes = seg};
-    build(R, i, &a, "ring");
+    build(R, i, &a, algo);
     add_region(&R[i], in[i], total * es, 0);
     add_region(&R[i], out[i], counts[i] * es, 1);
   }
@@ -691,8 +358,8 @@ static void test_registry(void) {
     for (int j = 0; j < n; j++)
       CHECK(t[j]->coll != t[n]->coll || strcmp(t[j]->name, t[n]->name), "duplicate name %s", t[n]->name);
   }
-  CHECK(per_coll[WF_COLL_ALLREDUCE] >= 2 && per_coll[WF_COLL_BROADCAST] >= 2 && per_coll[WF_COLL_ALLGATHER] >= 1 &&
-            per_coll[WF_COLL_ALLTOALL] >= 1 && per_coll[WF_COLL_REDUCESCATTER] >= 1,
+  CHECK(per_coll[WF_COLL_ALLREDUCE] >= 3 && per_coll[WF_COLL_BROADCAST] >= 2 && per_coll[WF_COLL_ALLGATHER] >= 1 &&
+            per_coll[WF_COLL_ALLTOALL] >= 1 && per_coll[WF_COLL_REDUCESCATTER] >= 2,
         "table misses algorithms (%d entries)", n);
 
   size_t big = ((size_t)64 << 20) / 4 + 1; /* floats: just over rd's 64 MiB limit */
@@ -700,28 +367,47 @@ static void test_registry(void) {
   CHECK(buf, "out of memory");
   wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
                     .rank = 1, .size = 4, .buf = buf, .segment_bytes = 1 << 20};
-  /* automatic: rd up to WEFT_SMALL_ALLREDUCE_BYTES (64 KiB), ring above */
-  unsetenv("WEFT_SMALL_ALLREDUCE_BYTES");
+  /* automatic: direct (canonical order) at every size and world size,
+   * whatever WEFT_SMALL_ALLREDUCE_BYTES says (it once split rd from ring) */
   unsetenv("WEFT_SMALL_BROADCAST_BYTES");
-  int sizes[] = {2, 3, 4, 5, 8};
-  for (int k = 0; k < 5; k++) {
-    a.size = sizes[k];
-    CHECK(PICKS(&a, 1, NULL, "rd"), "p=%d 4 bytes: not rd", a.size);
-    CHECK(PICKS(&a, 16384, "", "rd"), "p=%d 64 KiB: not rd", a.size);
-    CHECK(PICKS(&a, 16385, NULL, "ring"), "p=%d 64 KiB + 4: not ring", a.size);
+  const char *thresholds[] = {NULL, "1024", "1000000000"};
+  int sizes[] = {1, 2, 3, 4, 5, 8};
+  for (int t = 0; t < 3; t++) {
+    if (thresholds[t]) setenv("WEFT_SMALL_ALLREDUCE_BYTES", thresholds[t], 1);
+    else unsetenv("WEFT_SMALL_ALLREDUCE_BYTES");
+    for (int k = 0; k < 6; k++) {
+      a.size = sizes[k];
+      a.rank = a.size - 1;
+      CHECK(PICKS(&a, 1, NULL, "direct"), "p=%d 4 bytes: not direct", a.size);
+      CHECK(PICKS(&a, 16384, "", "direct"), "p=%d 64 KiB: not direct", a.size);
+      CHECK(PICKS(&a, 16385, NULL, "direct"), "p=%d 64 KiB + 4: not direct", a.size);
+      CHECK(PICKS(&a, big, NULL, "direct"), "p=%d 64 MiB + 4: not direct", a.size);
+    }
   }
-  a.size = 4;
-  setenv("WEFT_SMALL_ALLREDUCE_BYTES", "1024", 1);
-  CHECK(PICKS(&a, 256, NULL, "rd"), "1 KiB with a 1 KiB threshold: not rd");
-  CHECK(PICKS(&a, 257, NULL, "ring"), "the threshold knob is ignored");
   unsetenv("WEFT_SMALL_ALLREDUCE_BYTES");
-  /* forced names, unknown names, declines */
+  a.size = 4;
+  a.rank = 1;
+  /* forced names, unknown names, declines: a forced name that cannot run
+   * falls back to the automatic choice, direct */
   CHECK(PICKS(&a, 1000, "ring", "ring"), "forced ring not honoured");
+  CHECK(PICKS(&a, 10, "rd", "rd"), "forced rd not honoured for a small tensor");
   CHECK(PICKS(&a, 1000000, "rd", "rd"), "forced rd not honoured for a 4 MB tensor");
-  fprintf(stderr, "test_algo: two warnings (unknown name, declined name) are expected next\n");
-  CHECK(PICKS(&a, 10, "bogus", "rd"), "unknown name did not fall back to the cheapest");
-  CHECK(PICKS(&a, 10, "tree", "rd"), "another collective's algorithm was accepted");
-  CHECK(PICKS(&a, big, "rd", "ring"), "rd did not decline above 64 MiB (it needs a scratch that large)");
+  CHECK(PICKS(&a, big, "ring", "ring"), "forced ring not honoured for a 64 MiB tensor");
+  CHECK(PICKS(&a, 10, "direct", "direct"), "forced direct not honoured");
+  fprintf(stderr, "test_algo: three warnings (unknown name, declined name, unknown name) are expected next\n");
+  CHECK(PICKS(&a, 10, "bogus", "direct"), "unknown name did not fall back to direct");
+  CHECK(PICKS(&a, 10, "tree", "direct"), "another collective's algorithm was accepted");
+  CHECK(PICKS(&a, big, "rd", "direct"), "rd did not decline above 64 MiB (it needs a scratch that large)");
+
+  /* reducescatter: direct by default, ring when forced */
+  size_t rc[4] = {3, 0, 5, 1}, rdsp[4] = {0, 3, 3, 8};
+  wf_coll_args r = {.coll = WF_COLL_REDUCESCATTER, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
+                    .rank = 2, .size = 4, .in = buf, .out = buf + 9, .counts = rc, .displs = rdsp,
+                    .segment_bytes = 1 << 20};
+  CHECK(PICKS(&r, 0, NULL, "direct"), "reducescatter: not direct by default");
+  CHECK(PICKS(&r, 0, "ring", "ring"), "reducescatter: forced ring not honoured");
+  CHECK(PICKS(&r, 0, "direct", "direct"), "reducescatter: forced direct not honoured");
+  CHECK(PICKS(&r, 0, "rd", "direct"), "reducescatter: unknown name did not fall back to direct");
 
   wf_coll_args b = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_UINT8, .elem_size = 1, .rank = 0, .size = 5,
                     .buf = buf, .root = 3, .segment_bytes = 1 << 20};
@@ -757,19 +443,12 @@ static const size_t k_segs[] = {8, 1004, (size_t)1 << 20};
  * segments, megabytes per rank), so every size runs one BIG case per
  * algorithm and two sizes (odd and a power of two) run a spread of them. */
 static int big_p(int p) { return p == 3 || p == 8; }
-/* The test has one thread, so TSan can find nothing here that the plain and
- * ASan runs miss; its ~100 MB/s on large buffers would only cost time. */
-#if defined(__SANITIZE_THREAD__) /* gcc */
-#define TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) /* clang */
-#define TEST_TSAN 1
-#endif
-#endif
 #ifdef TEST_TSAN
 static int any_big(int p) { return p == 8; }
+static const int k_more_big = 0; /* repeats of BIG cases that plain/ASan already cover */
 #else
 static int any_big(int p) { (void)p; return 1; }
+static const int k_more_big = 1;
 #endif
 
 static void test_allreduce(int p) {
@@ -778,21 +457,28 @@ static void test_allreduce(int p) {
     size_t n = counts[c];
     for (size_t d = 0; d < NDTOPS; d++) {
       run_allreduce("rd", p, &k_dtops[d], n, 8, V_EXACT);
-      for (size_t s = 0; s < 3; s++) run_allreduce("ring", p, &k_dtops[d], n, k_segs[s], V_EXACT);
+      for (size_t s = 0; s < 3; s++) {
+        run_allreduce("ring", p, &k_dtops[d], n, k_segs[s], V_EXACT);
+        run_allreduce("direct", p, &k_dtops[d], n, k_segs[s], V_EXACT);
+      }
     }
     for (int s = 0; s < 3; s += 2) {
       run_allreduce("ring", p, &k_dtops[0], n, k_segs[s], V_RANDOM);
       run_allreduce("ring", p, &k_f32max, n, k_segs[s], V_SPECIAL);
+      run_allreduce("direct", p, &k_dtops[0], n, k_segs[s], V_RANDOM);
+      run_allreduce("direct", p, &k_f32max, n, k_segs[s], V_SPECIAL);
     }
     run_allreduce("rd", p, &k_dtops[0], n, 8, V_RANDOM);
     run_allreduce("rd", p, &k_f32max, n, 8, V_SPECIAL);
     run_allreduce(NULL, p, &k_dtops[0], n, 1 << 20, V_EXACT);
     run_allreduce("ring", p, &k_dtops[0], n, 0, V_EXACT); /* 0: whole blocks */
+    run_allreduce("direct", p, &k_dtops[0], n, 0, V_EXACT);
   }
   /* k_dtops[0] float32 sum, [1] int32 max, [2] float64 prod, [3] uint8 sum, [4] int16 min */
   if (!any_big(p)) return;
   run_allreduce("ring", p, &k_dtops[0], BIG, k_segs[1], V_EXACT);
   run_allreduce("rd", p, &k_dtops[0], BIG, 8, V_EXACT);
+  run_allreduce("direct", p, &k_dtops[0], BIG, k_segs[1], V_EXACT);
   if (!big_p(p)) return;
   /* 2-element segments: 10^5 rounds per rank, so on the small size only */
   if (p == 3) run_allreduce("ring", p, &k_dtops[0], BIG, k_segs[0], V_EXACT);
@@ -803,6 +489,10 @@ static void test_allreduce(int p) {
   run_allreduce("rd", p, &k_dtops[2], BIG, 8, V_EXACT);
   run_allreduce("rd", p, &k_dtops[4], BIG, 8, V_EXACT);
   run_allreduce(NULL, p, &k_dtops[0], BIG, 1 << 20, V_EXACT);
+  if (!k_more_big) return;
+  run_allreduce("direct", p, &k_dtops[3], BIG, k_segs[0], V_EXACT);
+  run_allreduce("direct", p, &k_dtops[2], BIG, k_segs[2], V_EXACT);
+  run_allreduce("direct", p, &k_dtops[0], BIG, k_segs[2], V_RANDOM);
 }
 
 static void test_broadcast(int p) {
@@ -837,18 +527,27 @@ static void test_gather_scatter(int p) {
     for (size_t e = 0; e < 3; e++) run_alltoall(p, ess[e], pat);
   for (int pat = 0; pat < PAT_SPLIT_BIG; pat++)
     for (size_t d = 0; d < NDTOPS; d++)
-      for (size_t s = 0; s < 3; s++) run_reducescatter(p, &k_dtops[d], pat, k_segs[s]);
-  run_reducescatter(p, &k_dtops[0], PAT_UNEVEN, 0); /* 0: whole blocks */
+      for (size_t s = 0; s < 3; s++) {
+        run_reducescatter("ring", p, &k_dtops[d], pat, k_segs[s]);
+        run_reducescatter("direct", p, &k_dtops[d], pat, k_segs[s]);
+      }
+  run_reducescatter("ring", p, &k_dtops[0], PAT_UNEVEN, 0); /* 0: whole blocks */
+  run_reducescatter("direct", p, &k_dtops[0], PAT_UNEVEN, 0);
+  run_reducescatter(NULL, p, &k_dtops[1], PAT_UNEVEN, 8);
   if (!any_big(p)) return;
   run_allgather(p, 4, PAT_SPLIT_BIG, 0);
   run_alltoall(p, 4, 5);
-  run_reducescatter(p, &k_dtops[0], PAT_SPLIT_BIG, k_segs[1]);
+  run_reducescatter("ring", p, &k_dtops[0], PAT_SPLIT_BIG, k_segs[1]);
+  run_reducescatter("direct", p, &k_dtops[0], PAT_SPLIT_BIG, k_segs[1]);
   if (!big_p(p)) return;
   run_allgather(p, 1, PAT_SPLIT_BIG, 1);
   run_alltoall(p, 8, 5);
-  run_reducescatter(p, &k_dtops[3], PAT_SPLIT_BIG, k_segs[0]);
-  run_reducescatter(p, &k_dtops[2], PAT_SPLIT_BIG, k_segs[2]);
-  run_reducescatter(p, &k_dtops[5], PAT_SPLIT_BIG, k_segs[2]);
+  run_reducescatter("ring", p, &k_dtops[3], PAT_SPLIT_BIG, k_segs[0]);
+  run_reducescatter("ring", p, &k_dtops[2], PAT_SPLIT_BIG, k_segs[2]);
+  run_reducescatter("ring", p, &k_dtops[5], PAT_SPLIT_BIG, k_segs[2]);
+  if (!k_more_big) return;
+  run_reducescatter("direct", p, &k_dtops[3], PAT_SPLIT_BIG, k_segs[0]);
+  run_reducescatter("direct", p, &k_dtops[5], PAT_SPLIT_BIG, k_segs[2]);
 }
 
 int main(void) {

@@ -9,8 +9,10 @@
 Launch with `weftrun -np N python3 train.py`. Beyond Horovod: bfloat16
 tensors, errors that carry the real cause (which tensor, which ranks, which
 values) on every rank, and a pure-C extension that never needs rebuilding for
-a new torch. Not available yet (they raise NotImplementedError): join,
-timelines, process sets other than the global one, Adasum, elastic training.
+a new torch. Process sets (add_process_set), join and timelines map to weft's
+groups, join and timeline. Not available (NotImplementedError or absent):
+Adasum, sparse_allreduce_async (sparse gradients are densified), elastic
+training, GPU tensors.
 """
 
 from .compression import Compression

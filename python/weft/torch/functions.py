@@ -7,7 +7,7 @@ import pickle
 
 import torch
 
-from .mpi_ops import _allgather_async, _broadcast_async, global_process_set, op_name, rank, size
+from .mpi_ops import _allgather_async, _broadcast_async, _resolve_set, global_process_set, op_name, rank, size
 
 
 def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
@@ -27,7 +27,7 @@ def broadcast_parameters(params, root_rank=0, process_set=global_process_set):
         if not isinstance(p, torch.Tensor):
             raise ValueError("broadcast_parameters: '%s' is a %s, not a tensor" % (name, type(p).__name__))
         requests.append(_broadcast_async(p.data if isinstance(p, torch.nn.Parameter) else p, True, root_rank,
-                                         op_name("broadcast", name), process_set, "broadcast_parameters"))
+                                         name, process_set, "broadcast_parameters"))
     for r in requests:
         r.synchronize()
 
@@ -44,7 +44,7 @@ def _from_bytes_tensor(t):
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """root_rank's obj (pickled, sent as a uint8 tensor), on every rank.
     Other ranks' obj is ignored (None is fine)."""
-    base = op_name("broadcast_object", name)
+    base = op_name("broadcast_object", name, _resolve_set(process_set, "broadcast_object")[0])
     if rank() == root_rank:
         payload = _to_bytes_tensor(obj)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -52,21 +52,21 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
         payload = None
         length = torch.zeros(1, dtype=torch.int64)
     _broadcast_async(length, True, root_rank, base + ".sz", process_set,
-                     "broadcast_object").synchronize()
+                     "broadcast_object", prefix=None).synchronize()
     if payload is None:
         payload = torch.empty(int(length[0]), dtype=torch.uint8)
     _broadcast_async(payload, True, root_rank, base + ".t", process_set,
-                     "broadcast_object").synchronize()
+                     "broadcast_object", prefix=None).synchronize()
     return _from_bytes_tensor(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's obj (picklable), in rank order."""
-    base = op_name("allgather_object", name)
+    base = op_name("allgather_object", name, _resolve_set(process_set, "allgather_object")[0])
     payload = _to_bytes_tensor(obj)
     length = torch.tensor([payload.numel()], dtype=torch.int64)
-    sizes = _allgather_async(length, base + ".sz", process_set, "allgather_object").synchronize()
-    data = _allgather_async(payload, base + ".t", process_set, "allgather_object").synchronize()
+    sizes = _allgather_async(length, base + ".sz", process_set, "allgather_object", prefix=None).synchronize()
+    data = _allgather_async(payload, base + ".t", process_set, "allgather_object", prefix=None).synchronize()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(_from_bytes_tensor(data[offset:offset + n]))

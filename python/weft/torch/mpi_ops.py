@@ -90,26 +90,38 @@ def is_homogeneous():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    raise NotImplementedError("start_timeline: weft has no timeline yet (the C API has no tracing hook)")
+    """Starts writing a Chrome-trace timeline (chrome://tracing, Perfetto) to
+    file_path: rank 0 writes it, unless the path contains '%r' (then every
+    rank writes its own, '%r' replaced by the rank)."""
+    _weft.timeline_start(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    raise NotImplementedError("stop_timeline: weft has no timeline yet (the C API has no tracing hook)")
+    """Finishes the timeline file (valid JSON from then on)."""
+    _weft.timeline_stop()
 
 
 def join(device=-1):
-    raise NotImplementedError("join: weft has no join yet (the C API has no way for a rank to contribute zeros "
-                              "to the others' collectives)")
+    """This rank has no more data: until every rank has joined, it takes part
+    in the others' allreduces with zeros (Average still divides by the full
+    size) and in their barriers; allgather, broadcast, alltoall and
+    reducescatter fail while a rank has joined. Returns the rank that joined
+    last. device is accepted for Horovod compatibility (CPU only)."""
+    request = Request(_weft.join(None), lambda h: h.last_joined)
+    return request.synchronize()
 
 
 # ---------------------------------------------------------------- process sets
 class ProcessSet(object):
-    """A set of ranks. weft's C API cannot create sub-groups yet, so only the
-    global process set (or one listing every rank) can run operations."""
+    """A set of ranks (world ranks, sorted) that runs collectives among
+    themselves; register it with add_process_set() or init(process_sets=...)
+    on every rank before use. rank() and size() are this rank's index in the
+    set and the set's size. Broadcast roots are given as world ranks."""
 
     def __init__(self, ranks):
         self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
         self.process_set_id = 0 if ranks is None else None
+        self._group = None
 
     def size(self):
         return size() if self.ranks is None else len(self.ranks)
@@ -127,35 +139,72 @@ class ProcessSet(object):
 
 
 global_process_set = ProcessSet(None)
+_process_sets = [global_process_set]
 
 
 def add_process_set(process_set):
-    raise NotImplementedError("add_process_set: weft supports only the global process set (the C API has no group "
-                              "creation yet)")
+    """Registers a process set (a ProcessSet or a list of world ranks) and
+    returns it. Call it on every rank, in the same order; the members
+    create weft's group together (blocking until all of them have)."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.ranks is None:
+        return global_process_set
+    if any(r < 0 or r >= size() for r in ps.ranks) or len(set(ps.ranks)) != len(ps.ranks):
+        raise ValueError("add_process_set: %r must list distinct ranks of 0..%d" % (ps, size() - 1))
+    if ps._group is not None or ps in _process_sets:
+        raise ValueError("add_process_set: %r is already registered" % (ps,))
+    if ps.included():
+        ps._group = _weft.Group(ps.ranks)
+    ps.process_set_id = max(p.process_set_id for p in _process_sets) + 1
+    _process_sets.append(ps)
+    return ps
 
 
 def remove_process_set(process_set):
-    raise NotImplementedError("remove_process_set: weft supports only the global process set")
+    """Unregisters a process set (every rank, in the same order; collective
+    over its members). No operation may be in flight in it. Returns True if
+    it was registered."""
+    if process_set is global_process_set or process_set not in _process_sets:
+        return False
+    _process_sets.remove(process_set)
+    group, process_set._group = process_set._group, None
+    process_set.process_set_id = None
+    if group is not None:
+        group.destroy()
+    return True
+
+
+def _resolve_set(ps, fn):
+    """(weft group or None for the world, this rank's index in the set, set size)."""
+    if ps is None or ps is global_process_set:
+        return None, rank(), size()
+    if not isinstance(ps, ProcessSet):
+        raise TypeError("%s: process_set must be a ProcessSet, not %s" % (fn, type(ps).__name__))
+    if ps.ranks == list(range(size())) and ps._group is None:
+        return None, rank(), size()  # every rank: the world itself
+    if ps._group is None:
+        if ps.included() and ps not in _process_sets:
+            raise ValueError("%s: %r is not registered; call add_process_set() first" % (fn, ps))
+        raise ValueError("%s: rank %d is not a member of %r" % (fn, rank(), ps))
+    return ps._group, ps._group.rank(), ps._group.size()
 
 
 def _check_process_set(ps, fn):
-    if ps is None or ps is global_process_set:
-        return
-    if isinstance(ps, ProcessSet) and ps.ranks == list(range(size())):
-        return
-    raise NotImplementedError("%s: weft supports only the global process set, not %r" % (fn, ps))
+    _resolve_set(ps, fn)
 
 
 def init(comm=None, process_sets=None):
     """Joins the job (ranks and the rendezvous address come from weftrun's
-    environment). comm (an MPI communicator or rank list) is not supported;
-    process_sets may only name the global set."""
+    environment) and registers the given process sets. comm (an MPI
+    communicator or rank list) is not supported."""
     if comm is not None:
         raise NotImplementedError("init(comm=...): weft takes its ranks from the launcher's environment")
-    _core.init()
+    if _core.init():
+        for ps in _process_sets[1:]:  # groups of an earlier world are gone
+            ps._group, ps.process_set_id = None, None
+        del _process_sets[1:]
     for ps in process_sets or []:
-        if isinstance(ps, ProcessSet) and ps.ranks is not None and ps.ranks != list(range(size())):
-            raise NotImplementedError("init: weft supports only the global process set, not %r" % (ps,))
+        add_process_set(ps)
 
 
 # ---------------------------------------------------------------- helpers
@@ -226,15 +275,22 @@ def synchronize(handle):
 
 
 def barrier(process_set=global_process_set):
-    _check_process_set(process_set, "barrier")
-    Request(_weft.barrier(None)).synchronize()
+    group, _, _ = _resolve_set(process_set, "barrier")
+    # always named here: weft numbers unnamed barriers per world, not per group
+    Request(_weft.barrier(op_name("barrier", None, group), group)).synchronize()
 
 
 # ---------------------------------------------------------------- allreduce
-def _allreduce_async(tensor, inplace, wname, op, prescale, postscale, process_set, fn):
-    """wname: the full weft name (see op_name)."""
+def _weft_name(prefix, name, group):
+    """The weft name: op_name(prefix, name, group), or name itself when
+    prefix is None (a caller-made full name)."""
+    return name if prefix is None else op_name(prefix, name, group)
+
+
+def _allreduce_async(tensor, inplace, name, op, prescale, postscale, process_set, fn, prefix="allreduce"):
     code = _code(tensor, fn)
-    _check_process_set(process_set, fn)
+    group, _, _ = _resolve_set(process_set, fn)
+    wname = _weft_name(prefix, name, group)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
     if inplace:
         dst = src
@@ -243,7 +299,7 @@ def _allreduce_async(tensor, inplace, wname, op, prescale, postscale, process_se
         dst = torch.empty_like(src)
         finish = _returns(dst)
     h = _weft.allreduce(wname, _desc(src, code), _desc(dst, code), _WEFT_OPS[op], float(prescale), float(postscale),
-                        0, (src, dst))
+                        0, (src, dst), group)
     return Request(h, finish)
 
 
@@ -251,7 +307,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     process_set=global_process_set):
     """Starts an allreduce (default op: Average) into a new tensor; returns a handle for poll/synchronize."""
     op = _resolve_op(op, average, "allreduce_async")
-    return _allreduce_async(tensor, False, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+    return _allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce_async")
 
 
@@ -259,7 +315,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=global_process_set):
     """Starts an in-place allreduce; returns a handle for poll/synchronize."""
     op = _resolve_op(op, average, "allreduce_async_")
-    return _allreduce_async(tensor, True, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+    return _allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce_async_")
 
 
@@ -267,7 +323,7 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
         ctx.args = (op, prescale, postscale, process_set)
-        return _allreduce_async(tensor, False, op_name("allreduce", name), op, prescale, postscale, process_set, "allreduce").synchronize()
+        return _allreduce_async(tensor, False, name, op, prescale, postscale, process_set, "allreduce").synchronize()
 
     @staticmethod
     def backward(ctx, grad):
@@ -290,20 +346,39 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                process_set=global_process_set):
     """In-place allreduce; returns tensor."""
     op = _resolve_op(op, average, "allreduce_")
-    return _allreduce_async(tensor, True, op_name("allreduce", name), op, prescale_factor, postscale_factor, process_set,
+    return _allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor, process_set,
                             "allreduce_").synchronize()
 
 
-def _grouped_names(prefix, name, n):
-    base = op_name(prefix, name)
+def _grouped_names(prefix, name, n, process_set, fn):
+    """Full weft names '<base>.<i>' for the members of a grouped operation."""
+    base = op_name(prefix, name, _resolve_set(process_set, fn)[0])
     return ["%s.%d" % (base, i) for i in range(n)]
 
 
 def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, process_set, fn):
+    """One weft request for all tensors (enqueued atomically, fused);
+    tensor i is named '<name>.<i>'."""
     tensors = list(tensors)
-    names = _grouped_names("grouped_allreduce", name, len(tensors))
-    return GroupRequest([_allreduce_async(t, inplace, nm, op, prescale, postscale, process_set, fn)
-                         for t, nm in zip(tensors, names)])
+    if not tensors:
+        return GroupRequest([])
+    group, _, _ = _resolve_set(process_set, fn)
+    codes = [_code(t, fn) for t in tensors]
+    srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    dsts = srcs if inplace else [torch.empty_like(t) for t in srcs]
+    h = _weft.grouped_allreduce(op_name("grouped_allreduce", name, group), [_desc(t, c) for t, c in zip(srcs, codes)],
+                                [_desc(t, c) for t, c in zip(dsts, codes)], _WEFT_OPS[op], float(prescale),
+                                float(postscale), 0, (srcs, dsts), group)
+
+    def finish(_h):
+        if not inplace:
+            return dsts
+        with torch.no_grad():
+            for t, src in zip(tensors, srcs):
+                if src is not t:
+                    t.copy_(src)
+        return tensors
+    return Request(h, finish)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -352,26 +427,27 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 # ---------------------------------------------------------------- allgather
-def _allgather_async(tensor, wname, process_set, fn):
+def _allgather_async(tensor, name, process_set, fn, prefix="allgather"):
     code = _code(tensor, fn)
-    _check_process_set(process_set, fn)
+    group, _, _ = _resolve_set(process_set, fn)
+    wname = _weft_name(prefix, name, group)
     src = tensor.contiguous()
-    h = _weft.allgather(wname, _desc(src, code), 0, (src,))
+    h = _weft.allgather(wname, _desc(src, code), 0, (src,), group)
     dtype = tensor.dtype
     return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather; synchronize() returns the rank-ordered concatenation along dim 0."""
-    return _allgather_async(tensor, op_name("allgather", name), process_set, "allgather_async")
+    return _allgather_async(tensor, name, process_set, "allgather_async")
 
 
 def _allgather_grad(grad, dim0, process_set):
     """This rank's rows of the gradient summed over ranks."""
-    summed = _allreduce_async(grad, False, op_name("allreduce", None), Sum, 1.0, 1.0, process_set, "allgather backward").synchronize()
-    dims = _allgather_async(torch.tensor([dim0], dtype=torch.int64), op_name("allgather", None), process_set,
+    summed = _allreduce_async(grad, False, None, Sum, 1.0, 1.0, process_set, "allgather backward").synchronize()
+    dims = _allgather_async(torch.tensor([dim0], dtype=torch.int64), None, process_set,
                             "allgather backward").synchronize()
-    offset = int(dims[:rank()].sum())
+    offset = int(dims[:_resolve_set(process_set, "allgather backward")[1]].sum())
     return summed.narrow(0, offset, dim0)
 
 
@@ -380,7 +456,7 @@ class _AllgatherFn(torch.autograd.Function):
     def forward(ctx, tensor, name, process_set):
         ctx.dim0 = tensor.shape[0] if tensor.dim() else 0
         ctx.process_set = process_set
-        return _allgather_async(tensor, op_name("allgather", name), process_set, "allgather").synchronize()
+        return _allgather_async(tensor, name, process_set, "allgather").synchronize()
 
     @staticmethod
     def backward(ctx, grad):
@@ -395,8 +471,8 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
-    names = _grouped_names("grouped_allgather", name, len(tensors))
-    return GroupRequest([_allgather_async(t, nm, process_set, "grouped_allgather_async")
+    names = _grouped_names("grouped_allgather", name, len(tensors), process_set, "grouped_allgather_async")
+    return GroupRequest([_allgather_async(t, nm, process_set, "grouped_allgather_async", prefix=None)
                          for t, nm in zip(tensors, names)])
 
 
@@ -418,27 +494,33 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 # ---------------------------------------------------------------- broadcast
-def _broadcast_async(tensor, inplace, root_rank, wname, process_set, fn):
+def _broadcast_async(tensor, inplace, root_rank, name, process_set, fn, prefix="broadcast"):
     code = _code(tensor, fn)
-    _check_process_set(process_set, fn)
+    group, _, _ = _resolve_set(process_set, fn)
+    wname = _weft_name(prefix, name, group)
+    root = int(root_rank)
+    if group is not None:  # roots are world ranks, as in Horovod; weft wants the index in the group
+        if root not in process_set.ranks:
+            raise ValueError("%s: root_rank %d is not a member of %r" % (fn, root, process_set))
+        root = process_set.ranks.index(root)
     if inplace:
         buf = tensor if tensor.is_contiguous() else tensor.contiguous()
         finish = _returns(tensor) if buf is tensor else _copy_back(tensor, buf)
     else:
         buf = tensor.detach().clone(memory_format=torch.contiguous_format)
         finish = _returns(buf)
-    h = _weft.broadcast(wname, _desc(buf, code), int(root_rank), 0, (buf,))
+    h = _weft.broadcast(wname, _desc(buf, code), root, 0, (buf,), group)
     return Request(h, finish)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast of root_rank's tensor into a new tensor."""
-    return _broadcast_async(tensor, False, root_rank, op_name("broadcast", name), process_set, "broadcast_async")
+    return _broadcast_async(tensor, False, root_rank, name, process_set, "broadcast_async")
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an in-place broadcast of root_rank's tensor."""
-    return _broadcast_async(tensor, True, root_rank, op_name("broadcast", name), process_set, "broadcast_async_")
+    return _broadcast_async(tensor, True, root_rank, name, process_set, "broadcast_async_")
 
 
 class _BroadcastFn(torch.autograd.Function):
@@ -446,11 +528,11 @@ class _BroadcastFn(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return _broadcast_async(tensor, False, root_rank, op_name("broadcast", name), process_set, "broadcast").synchronize()
+        return _broadcast_async(tensor, False, root_rank, name, process_set, "broadcast").synchronize()
 
     @staticmethod
     def backward(ctx, grad):
-        summed = _allreduce_async(grad, False, op_name("allreduce", None), Sum, 1.0, 1.0, ctx.process_set,
+        summed = _allreduce_async(grad, False, None, Sum, 1.0, 1.0, ctx.process_set,
                                   "broadcast backward").synchronize()
         if rank() != ctx.root_rank:
             summed.zero_()
@@ -464,7 +546,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites tensor with root_rank's; returns it."""
-    return _broadcast_async(tensor, True, root_rank, op_name("broadcast", name), process_set, "broadcast_").synchronize()
+    return _broadcast_async(tensor, True, root_rank, name, process_set, "broadcast_").synchronize()
 
 
 # ---------------------------------------------------------------- alltoall
@@ -478,11 +560,12 @@ def _split_list(splits, fn):
     return [int(s) for s in splits]
 
 
-def _alltoall_async(tensor, splits, wname, process_set, fn):
+def _alltoall_async(tensor, splits, name, process_set, fn, prefix="alltoall"):
     code = _code(tensor, fn)
-    _check_process_set(process_set, fn)
+    group, _, _ = _resolve_set(process_set, fn)
+    wname = _weft_name(prefix, name, group)
     src = tensor.contiguous()
-    h = _weft.alltoall(wname, _desc(src, code), _split_list(splits, fn), 0, (src,))
+    h = _weft.alltoall(wname, _desc(src, code), _split_list(splits, fn), 0, (src,), group)
     dtype = tensor.dtype
     return Request(h, lambda h: (_from_buffer(h.output, dtype, h.shape),
                                  torch.tensor(h.recv_splits, dtype=torch.int32)))
@@ -490,14 +573,14 @@ def _alltoall_async(tensor, splits, wname, process_set, fn):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize() returns (output, received_splits)."""
-    return _alltoall_async(tensor, splits, op_name("alltoall", name), process_set, "alltoall_async")
+    return _alltoall_async(tensor, splits, name, process_set, "alltoall_async")
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         sp = _split_list(splits, "alltoall")
-        out, received = _alltoall_async(tensor, sp, op_name("alltoall", name), process_set, "alltoall").synchronize()
+        out, received = _alltoall_async(tensor, sp, name, process_set, "alltoall").synchronize()
         ctx.dim0 = tensor.shape[0] if tensor.dim() else 0
         ctx.sent = sum(sp) if sp is not None else ctx.dim0
         ctx.received = received
@@ -507,7 +590,7 @@ class _AlltoallFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, _grad_splits):
-        back, _ = _alltoall_async(grad, ctx.received, op_name("alltoall", None), ctx.process_set, "alltoall backward").synchronize()
+        back, _ = _alltoall_async(grad, ctx.received, None, ctx.process_set, "alltoall backward").synchronize()
         if ctx.sent < ctx.dim0:  # rows that were not sent get no gradient
             back = torch.cat([back, back.new_zeros((ctx.dim0 - ctx.sent,) + tuple(back.shape[1:]))])
         return back, None, None, None
@@ -524,16 +607,17 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 # ---------------------------------------------------------------- reducescatter
-def _reducescatter_async(tensor, wname, op, prescale, postscale, process_set, fn):
+def _reducescatter_async(tensor, name, op, prescale, postscale, process_set, fn, prefix="reducescatter"):
     code = _code(tensor, fn)
-    _check_process_set(process_set, fn)
+    group, set_rank, set_size = _resolve_set(process_set, fn)
+    wname = _weft_name(prefix, name, group)
     src = tensor.contiguous()
     out = None
     if src.dim() > 0:
-        rows = reducescatter_rows(src.shape[0], size(), rank())
+        rows = reducescatter_rows(src.shape[0], set_size, set_rank)
         out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
     h = _weft.reducescatter(wname, _desc(src, code), None if out is None else _desc(out, code), _WEFT_OPS[op],
-                            float(prescale), float(postscale), 0, (src, out))
+                            float(prescale), float(postscale), 0, (src, out), group)
     if out is not None:
         return Request(h, _returns(out))
     dtype = src.dtype
@@ -544,24 +628,25 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         postscale_factor=1.0):
     """Starts a reducescatter; synchronize() returns this rank's slice."""
     op = _resolve_op(op, None, "reducescatter_async")
-    return _reducescatter_async(tensor, op_name("reducescatter", name), op, prescale_factor, postscale_factor, process_set,
+    return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set,
                                 "reducescatter_async")
 
 
-def _reducescatter_scale(op, prescale, postscale):
-    return prescale * postscale / (size() if op == Average else 1)
+def _reducescatter_scale(op, prescale, postscale, process_set):
+    set_size = _resolve_set(process_set, "reducescatter backward")[2]
+    return prescale * postscale / (set_size if op == Average else 1)
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
-        ctx.scale = _reducescatter_scale(op, prescale, postscale)
+        ctx.scale = _reducescatter_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
-        return _reducescatter_async(tensor, op_name("reducescatter", name), op, prescale, postscale, process_set, "reducescatter").synchronize()
+        return _reducescatter_async(tensor, name, op, prescale, postscale, process_set, "reducescatter").synchronize()
 
     @staticmethod
     def backward(ctx, grad):
-        gathered = _allgather_async(grad, op_name("allgather", None), ctx.process_set, "reducescatter backward").synchronize()
+        gathered = _allgather_async(grad, None, ctx.process_set, "reducescatter backward").synchronize()
         return gathered * ctx.scale, None, None, None, None, None
 
 
@@ -579,15 +664,16 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                 prescale_factor=1.0, postscale_factor=1.0):
     op = _resolve_op(op, None, "grouped_reducescatter_async")
     tensors = list(tensors)
-    names = _grouped_names("grouped_reducescatter", name, len(tensors))
+    names = _grouped_names("grouped_reducescatter", name, len(tensors), process_set, "grouped_reducescatter_async")
     return GroupRequest([_reducescatter_async(t, nm, op, prescale_factor, postscale_factor, process_set,
-                                              "grouped_reducescatter_async") for t, nm in zip(tensors, names)])
+                                              "grouped_reducescatter_async", prefix=None)
+                         for t, nm in zip(tensors, names)])
 
 
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
-        ctx.scale = _reducescatter_scale(op, prescale, postscale)
+        ctx.scale = _reducescatter_scale(op, prescale, postscale, process_set)
         ctx.process_set = process_set
         return tuple(grouped_reducescatter_async(tensors, name, op, process_set, prescale,
                                                  postscale).synchronize())

@@ -14,8 +14,8 @@ import warnings
 import torch
 
 from .compression import Compression
-from .mpi_ops import (Average, _allreduce_async, _check_process_set, _resolve_op, global_process_set, op_name,
-                      size)
+from .mpi_ops import (Average, _allreduce_async, _check_process_set, _grouped_allreduce_async, _resolve_op,
+                      global_process_set, size)
 
 
 class _DistributedOptimizer(object):
@@ -96,37 +96,49 @@ class _DistributedOptimizer(object):
                 raise AssertionError("gradients were computed more than backward_passes_per_step times before "
                                      "step(); raise backward_passes_per_step to accumulate gradients locally")
             self._delay[p] -= 1
-            entry = (None, None, None)
             if self._delay[p] == 0:
                 gid = self._group_of.get(p)
                 if gid is None:
-                    entry = self._allreduce_grad_async(p)
-                else:
-                    ready = self._group_ready[gid]
-                    ready.add(p)
-                    if len(ready) == len(self._groups[gid]):
-                        for q in self._groups[gid]:  # the whole group, back to back
-                            if q is not p:
-                                self._handles[q] = self._allreduce_grad_async(q)
-                        entry = self._allreduce_grad_async(p)
-                        ready.clear()
-            self._handles[p] = entry
+                    self._handles[p] = self._allreduce_grad_async(p)
+                    return
+                ready = self._group_ready[gid]
+                ready.add(p)
+                if len(ready) == len(self._groups[gid]):
+                    ready.clear()
+                    self._allreduce_group_async(gid)
+                    return
+            self._handles[p] = (None, None, None)  # started later (group, accumulation, or synchronize)
         return hook
 
-    def _allreduce_grad_async(self, p):
+    def _scales(self):
+        if self._op == Average:
+            # split the average: divide before summing (overflow) and after
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _grad_to_send(self, p):
         if p.grad is None:  # a parameter that took no part in this backward
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
             p.grad = p.grad.to_dense()  # weft reduces dense tensors
-        sent, ctx = self._compression.compress(p.grad)
-        if self._op == Average:
-            # split the average: divide before summing (overflow) and after
-            prescale, postscale = 1.0 / self._predivide, self._predivide
-        else:
-            prescale, postscale = 1.0, 1.0
-        request = _allreduce_async(sent, True, op_name("allreduce", self._names[p]), self._op, prescale, postscale,
+        return self._compression.compress(p.grad)
+
+    def _allreduce_grad_async(self, p):
+        sent, ctx = self._grad_to_send(p)
+        prescale, postscale = self._scales()
+        request = _allreduce_async(sent, True, self._names[p], self._op, prescale, postscale,
                                    self._process_set, "DistributedOptimizer")
         return request, ctx, sent
+
+    def _allreduce_group_async(self, gid):
+        """One grouped (fused) allreduce for the whole group."""
+        members = self._groups[gid]
+        sent = [self._grad_to_send(q) for q in members]
+        prescale, postscale = self._scales()
+        request = _grouped_allreduce_async([t for t, _ in sent], True, "DistributedOptimizer.group.%d" % gid,
+                                           self._op, prescale, postscale, self._process_set, "DistributedOptimizer")
+        for q, (t, ctx) in zip(members, sent):
+            self._handles[q] = (request, ctx, t)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hooks did

@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .mpi_ops import Sum, _allreduce_async, op_name, size
+from .mpi_ops import Sum, _allreduce_async, size
 
 
 def _channel_sums(parts, name):
-    return _allreduce_async(torch.cat(parts), False, op_name("allreduce", name), Sum, 1.0, 1.0, None,
+    return _allreduce_async(torch.cat(parts), False, name, Sum, 1.0, 1.0, None,
                             "SyncBatchNorm").synchronize()
 
 

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# features.sh - the feature tests that need more than one program run or
+# that check what the library writes (log lines, timeline files, weft-info),
+# one case per ctest test:
+#
+#   features.sh CASE NP WEFTRUN FEATBIN PYTHON WEFTINFO SRCDIR
+#
+#   fusion-integer | fusion-random   feat_fusion (three worlds: default
+#       fusion, a 16 KiB threshold, fusion off; outputs compared bit for
+#       bit), then the timelines prove fusion happened in the default world
+#       (ALLREDUCE phases of 2+ tensors open at once on every rank) and never
+#       with WEFT_FUSION_THRESHOLD=0 (at most one at a time)
+#   stall-warn | stall-shutdown | stall-group | stall-horovod
+#       feat_stall, then each rank's stderr: the stall report names the
+#       tensor and the missing rank on the coordinator; every waiting rank
+#       logs "this rank waits"; a rank that is not waiting does not
+#       (stall-horovod: the same as stall-shutdown through the HOROVOD_*
+#       names of the knobs)
+#   timeline       feat_timeline under WEFT_TIMELINE=.../env.%r.json with
+#       WEFT_TIMELINE_MARK_CYCLES=1, then timeline_check.py on every file
+#   params         weft-info lists every knob with its default and alias,
+#       and every variable the library reads is in its table
+#   alias-fusion   HOROVOD_FUSION_THRESHOLD=0 disables fusion exactly like
+#       WEFT_FUSION_THRESHOLD=0 (counted from the engine's debug log), and
+#       WEFT_* wins over HOROVOD_*
+#   alias-timeline HOROVOD_TIMELINE / HOROVOD_TIMELINE_MARK_CYCLES
+#
+# Temporary files go to a fresh directory under $TMPDIR, removed on success
+# and kept (and named) on failure.
+set -u
+CASE=$1 NP=$2 WEFTRUN=$3 FEATBIN=$4 PYTHON=$5 WEFTINFO=$6 SRCDIR=$7
+CHECK="$SRCDIR/timeline_check.py"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/weft-features.XXXXXX") || exit 1
+FAILS=0
+
+fail() {
+  echo "FAIL: $*"
+  FAILS=$((FAILS + 1))
+}
+
+finish() {
+  if [ "$FAILS" -eq 0 ]; then
+    rm -rf "$TMP"
+    echo "PASS: $CASE"
+    exit 0
+  fi
+  echo "FAILED: $CASE ($FAILS failure(s)); files kept in $TMP"
+  exit 1
+}
+
+# run_job NAME [env assignments...] -- program args...: runs NP ranks with
+# per-rank output files under $TMP/NAME, prints them, records the status.
+run_job() {
+  local name=$1
+  shift
+  local envs=()
+  while [ "$1" != "--" ]; do
+    envs+=("$1")
+    shift
+  done
+  shift
+  mkdir -p "$TMP/$name"
+  env "${envs[@]}" WEFT_TIMEOUT_SECONDS=30 "$WEFTRUN" -np "$NP" --timeout 100 --output-filename "$TMP/$name/out" "$@"
+  local rc=$?
+  for ((r = 0; r < NP; r++)); do
+    sed "s/^/[$name $r] /" "$TMP/$name/out/rank.$r/stdout" 2>/dev/null
+    sed "s/^/[$name $r stderr] /" "$TMP/$name/out/rank.$r/stderr" 2>/dev/null
+  done
+  [ "$rc" -eq 0 ] || fail "$name: the job exited with status $rc"
+  return "$rc"
+}
+
+stderr_of() { cat "$TMP/$1/out/rank.$2/stderr" 2>/dev/null; }
+
+# has NAME RANK PATTERN WHY: rank's stderr must match the extended regex.
+has() { stderr_of "$1" "$2" | grep -Eq -- "$3" || fail "$1: rank $2's stderr has no line matching /$3/ ($4)"; }
+lacks() { ! stderr_of "$1" "$2" | grep -Eq -- "$3" || fail "$1: rank $2's stderr matches /$3/ ($4)"; }
+
+case "$CASE" in
+fusion-integer | fusion-random)
+  values=${CASE#fusion-}
+  run_job fusion -- "$FEATBIN/feat_fusion" --values "$values" --tl "$TMP"
+  for ((r = 0; r < NP; r++)); do
+    for run in fused small unfused; do
+      "$PYTHON" "$CHECK" validate "$TMP/fusion_$run.$r.json" --size "$NP" --cycles no || fail "timeline fusion_$run.$r"
+    done
+    "$PYTHON" "$CHECK" overlap "$TMP/fusion_fused.$r.json" --min 2 || fail "rank $r: no fusion with the default threshold"
+    "$PYTHON" "$CHECK" overlap "$TMP/fusion_unfused.$r.json" --max 1 || fail "rank $r: fusion with WEFT_FUSION_THRESHOLD=0"
+  done
+  ;;
+stall-warn)
+  run_job warn WEFT_STALL_CHECK_SECONDS=1 -- "$FEATBIN/feat_stall" --mode warn "$TMP/warn"
+  has warn 0 "WARN.*stalled: tensor 'stuck'.*waiting for rank\(s\) 2( |$)" "the coordinator's report"
+  has warn 1 "this rank waits: .*'stuck'.*waiting for rank\(s\) 2( |$)" "a waiting rank"
+  lacks warn 2 "this rank waits" "rank 2 is the one not waiting"
+  lacks warn 0 "timed out" "no stall shutdown was asked for"
+  ;;
+stall-shutdown | stall-horovod)
+  if [ "$CASE" = stall-shutdown ]; then
+    knobs=(WEFT_STALL_CHECK_SECONDS=1 WEFT_STALL_SHUTDOWN_SECONDS=2)
+  else
+    knobs=(HOROVOD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=2)
+  fi
+  run_job sd "${knobs[@]}" -- "$FEATBIN/feat_stall" --mode shutdown "$TMP/sd"
+  has sd 0 "WARN.*stalled: tensor 'stuck'.*waiting for rank\(s\) 2( |;|$)" "the coordinator's report"
+  has sd 1 "this rank waits: .*'stuck'.*waiting for rank\(s\) 2( |;|$)" "a waiting rank"
+  lacks sd 2 "this rank waits" "rank 2 is the one not waiting"
+  ;;
+stall-group)
+  run_job grp WEFT_STALL_CHECK_SECONDS=1 WEFT_STALL_SHUTDOWN_SECONDS=2 -- "$FEATBIN/feat_stall" --mode group "$TMP/grp"
+  # {1,2,3}'s coordinator is world rank 1; the culprit is world rank 3
+  has grp 1 "WARN.*stalled: tensor 'gstuck'.*waiting for rank\(s\) 3( |;|$)" "the set coordinator's report, world ranks"
+  has grp 2 "this rank waits: .*'gstuck'.*waiting for rank\(s\) 3( |;|$)" "a waiting member, world ranks"
+  lacks grp 3 "this rank waits" "rank 3 is the one not waiting"
+  lacks grp 0 "gstuck" "rank 0 is not in the set"
+  ;;
+timeline)
+  mkdir -p "$TMP/tl"
+  run_job tl WEFT_TIMELINE="$TMP/tl/env.%r.json" WEFT_TIMELINE_MARK_CYCLES=1 -- "$FEATBIN/feat_timeline" "$TMP/tl"
+  err=()
+  [ "$NP" -gt 1 ] && err=(--error tl.bad)
+  for ((r = 0; r < NP; r++)); do
+    coord=()
+    [ "$r" -eq 0 ] && coord=(--coordinator)
+    "$PYTHON" "$CHECK" validate "$TMP/tl/env.$r.json" --size "$NP" "${coord[@]}" --cycles yes "${err[@]}" \
+      --expect tl.ar=ALLREDUCE:4000 --expect tl.ag=ALLGATHER:120 --expect tl.bc=BROADCAST:28 \
+      --expect tl.bar=BARRIER:0 --expect tl.rs=REDUCESCATTER:$((16 * NP)) --expect tl.a2a=ALLTOALL:$((8 * NP)) \
+      --expect tl.f1=ALLREDUCE:400 --expect tl.f2=ALLREDUCE:200 || fail "env.$r.json"
+    "$PYTHON" "$CHECK" validate "$TMP/tl/rt.$r.json" --size "$NP" "${coord[@]}" --cycles no \
+      --expect rt.ar=ALLREDUCE:4000 || fail "rt.$r.json"
+    "$PYTHON" "$CHECK" validate "$TMP/tl/fin.$r.json" --size "$NP" "${coord[@]}" --cycles no \
+      --expect fin.ar=ALLREDUCE:4000 || fail "fin.$r.json (left running at weft_finalize)"
+    [ -e "$TMP/tl/second.$r.json" ] && fail "second.$r.json exists: a second timeline started over the first"
+  done
+  "$PYTHON" "$CHECK" validate "$TMP/tl/r0only.json" --size "$NP" --coordinator --cycles yes \
+    --expect r0.ar=ALLREDUCE:4000 || fail "r0only.json"
+  "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["otherData"].get("rank") != 0)' \
+    "$TMP/tl/r0only.json" || fail "r0only.json was not written by rank 0"
+  ;;
+params)
+  "$WEFTINFO" > "$TMP/info.txt" || fail "weft-info exited with $?"
+  "$WEFTINFO" --params --json > "$TMP/info.json" || fail "weft-info --params --json exited with $?"
+  HOROVOD_FUSION_THRESHOLD=0 HOROVOD_STALL_CHECK_TIME_SECONDS=5 WEFT_CYCLE_TIME_US=250 \
+    "$WEFTINFO" --params --json > "$TMP/info_set.json" || fail "weft-info with variables set"
+  # name=default=alias (alias "-" for none)
+  expect=(WEFT_FUSION_THRESHOLD=134217728=HOROVOD_FUSION_THRESHOLD WEFT_CYCLE_TIME_US=0=-
+    WEFT_STALL_CHECK_SECONDS=60=HOROVOD_STALL_CHECK_TIME_SECONDS
+    WEFT_STALL_SHUTDOWN_SECONDS=0=HOROVOD_STALL_SHUTDOWN_TIME_SECONDS WEFT_TIMELINE==HOROVOD_TIMELINE
+    WEFT_TIMELINE_MARK_CYCLES=0=HOROVOD_TIMELINE_MARK_CYCLES WEFT_LOG_LEVEL=warn=HOROVOD_LOG_LEVEL
+    WEFT_TIMEOUT_SECONDS=300=-)
+  for e in "${expect[@]}"; do
+    name=${e%%=*}
+    grep -q "^  $name" "$TMP/info.txt" || fail "weft-info's text output does not list $name"
+  done
+  "$PYTHON" - "$TMP/info.json" "$TMP/info_set.json" "$SRCDIR/../../src" "${expect[@]}" <<'EOF' || fail "weft-info --json"
+import json, os, re, sys
+info, info_set, src, expect = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+bad = []
+params = {p["name"]: p for p in json.load(open(info))["params"]}
+for e in expect:
+    name, default, alias = e.split("=")
+    p = params.get(name)
+    if not p:
+        bad.append("%s is not in the table" % name)
+        continue
+    if p["default"] != default:
+        bad.append("%s: default %r, expected %r" % (name, p["default"], default))
+    if (p["alias"] or "-") != alias:
+        bad.append("%s: alias %r, expected %r" % (name, p["alias"], alias))
+for p in params.values():
+    if p["type"] not in ("int", "double", "string", "bool") or not p["doc"]:
+        bad.append("%s: type %r, doc %r" % (p["name"], p["type"], p["doc"]))
+s = {p["name"]: p for p in json.load(open(info_set))["params"]}
+for name, value, by in (("WEFT_FUSION_THRESHOLD", "0", "HOROVOD_FUSION_THRESHOLD"),
+                        ("WEFT_STALL_CHECK_SECONDS", "5", "HOROVOD_STALL_CHECK_TIME_SECONDS"),
+                        ("WEFT_CYCLE_TIME_US", "250", "WEFT_CYCLE_TIME_US")):
+    if s[name]["value"] != value or s[name]["set_by"] != by:
+        bad.append("%s: value %r set by %r, expected %r by %r" % (name, s[name]["value"], s[name]["set_by"], value, by))
+# every variable the library reads by name is in the table
+known = set(params) | set(p["alias"] for p in params.values() if p["alias"])
+pat = re.compile(r'(?:getenv|wf_param_[a-z]+)\("([A-Z0-9_]+)"\)')
+for root, _, files in os.walk(src):
+    for f in files:
+        if f.endswith((".c", ".h")):
+            for name in pat.findall(open(os.path.join(root, f), errors="replace").read()):
+                if name not in known:
+                    bad.append("%s reads %s, which is not in the parameter table" % (f, name))
+for b in bad:
+    print("FAIL: " + b)
+sys.exit(1 if bad else 0)
+EOF
+  ;;
+alias-fusion)
+  N=40
+  # count the executed allreduce collectives of the probe on rank 0
+  runs() {
+    local name=$1
+    shift
+    run_job "$name" WEFT_LOG_SUBSYS=engine WEFT_CYCLE_TIME_US=100000 "$@" -- "$FEATBIN/feat_fusion" --probe $N >&2
+    stderr_of "$name" 0 | grep -c "run allreduce 'probe\."
+  }
+  off_weft=$(runs off_weft WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=0)
+  off_hvd=$(runs off_hvd HOROVOD_LOG_LEVEL=debug HOROVOD_FUSION_THRESHOLD=0)
+  on_default=$(runs on_default WEFT_LOG_LEVEL=debug)
+  on_weft_wins=$(runs on_weft_wins WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=134217728 HOROVOD_FUSION_THRESHOLD=0)
+  echo "allreduce collectives for $N tensors: WEFT_FUSION_THRESHOLD=0: $off_weft, HOROVOD_FUSION_THRESHOLD=0:" \
+    "$off_hvd, default: $on_default, WEFT_=128MiB + HOROVOD_=0: $on_weft_wins"
+  [ "$off_weft" -eq $N ] || fail "WEFT_FUSION_THRESHOLD=0: $off_weft collectives for $N tensors"
+  [ "$off_hvd" -eq $N ] || fail "HOROVOD_FUSION_THRESHOLD=0: $off_hvd collectives for $N tensors (alias ignored?)"
+  [ "$on_default" -ge 1 ] && [ "$on_default" -le $((N / 2)) ] ||
+    fail "default threshold: $on_default collectives for $N tensors (expected fusion)"
+  [ "$on_weft_wins" -ge 1 ] && [ "$on_weft_wins" -le $((N / 2)) ] ||
+    fail "WEFT_FUSION_THRESHOLD set and HOROVOD_FUSION_THRESHOLD=0: $on_weft_wins collectives (WEFT_* must win)"
+  ;;
+alias-timeline)
+  mkdir -p "$TMP/hv"
+  run_job hv HOROVOD_TIMELINE="$TMP/hv/hv.%r.json" HOROVOD_TIMELINE_MARK_CYCLES=1 -- "$FEATBIN/feat_fusion" --probe 4
+  for ((r = 0; r < NP; r++)); do
+    coord=()
+    [ "$r" -eq 0 ] && coord=(--coordinator)
+    "$PYTHON" "$CHECK" validate "$TMP/hv/hv.$r.json" --size "$NP" "${coord[@]}" --cycles yes \
+      --expect probe.0=ALLREDUCE:4000 || fail "HOROVOD_TIMELINE file of rank $r"
+  done
+  ;;
+*)
+  echo "features.sh: unknown case '$CASE'"
+  exit 2
+  ;;
+esac
+finish
