@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# install-deps.sh - installs the Debian packages weft needs to build and
-# test, if any is missing. Uses sudo when not root. Extra packages may be
-# named as arguments (e.g. clang for the fuzzers).
+# install-deps.sh [--python] [extra packages...] - installs the Debian
+# packages weft needs to build and test, if any is missing (sudo when not
+# root). --python adds what the Python/PyTorch binding, its tests and the
+# demo need (Debian's python3-torch, numpy, pytest, scikit-learn).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libssl-dev iproute2 procps "$@")
+pkgs=(build-essential cmake pkg-config libssl-dev iproute2 procps)
+for a in "$@"; do
+  case "$a" in
+    --python) pkgs+=(python3 python3-dev python3-numpy python3-torch python3-pytest python3-sklearn) ;;
+    *) pkgs+=("$a") ;;
+  esac
+done
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
