@@ -267,6 +267,13 @@ static void drain_submissions(weft_world *w) {
                           fail != WEFT_OK ? msg : "the group was destroyed");
       continue;
     }
+    if (gs->coord_gone) {
+      char why[1024];
+      snprintf(why, sizeof why, "tensor '%s': the coordinator of its group (rank %d on %s) has shut down (weft_finalize)",
+               r->msg.name, gs->coord_rank, w->peers[gs->coord_rank].host);
+      wf_request_complete(w, r, WEFT_ERR_PEER_LOST, why);
+      continue;
+    }
     if (wf_strmap_put(&gs->table, r->msg.name, r)) {
       wf_request_complete(w, r, WEFT_ERR_NO_MEMORY, "out of memory in the tensor table");
       continue;
@@ -363,19 +370,26 @@ static void peer_departed(weft_world *w, int peer) {
     if (gr < 0) continue;
     if (gs->coord) wf_coord_rank_departed(gs->coord, gr);
     if (peer != gs->coord_rank) continue;
+    /* Without its coordinator the group negotiates nothing more: requests
+     * with a response already queued still run; the others fail now, and
+     * new ones at submission. */
+    gs->coord_gone = 1;
     for (size_t i = 0; i < gs->table.cap; i++) {
       wf_strmap_entry *e = &gs->table.slots[i];
       if (!e->key || e->tomb) continue;
       int queued = 0;
       for (size_t k = gs->resps_pos; k < gs->nresps && !queued; k++)
         for (uint32_t j = 0; j < gs->resps[k].nnames && !queued; j++) queued = !strcmp(gs->resps[k].names[j], e->key);
-      if (!queued) {
-        wf_world_fail(w, WEFT_ERR_PEER_LOST,
-                      "the coordinator of group %u (rank %d on %s) has shut down (weft_finalize) while '%s' was being "
-                      "negotiated",
-                      gs->id, peer, w->peers[peer].host, e->key);
-        return;
-      }
+      if (queued) continue;
+      weft_request *r = e->val;
+      char msg[1024];
+      snprintf(msg, sizeof msg,
+               "tensor '%s': the coordinator of its group (rank %d on %s) has shut down (weft_finalize) before it "
+               "could be negotiated",
+               e->key, peer, w->peers[peer].host);
+      wf_strmap_del(&gs->table, e->key);
+      wf_tl_end(&w->tl, r->msg.name, msg);
+      wf_request_complete(w, r, WEFT_ERR_PEER_LOST, msg);
     }
   }
 }

@@ -115,6 +115,7 @@ typedef struct wf_gstate {
   void *fusion_buf;          /* persistent fusion buffer */
   size_t fusion_cap;
   int64_t next_publish;      /* cycle time: when the coordinator publishes next */
+  int coord_gone;            /* the coordinator finalized: nothing new can be negotiated */
 } wf_gstate;
 
 /* A control message received, waiting for the engine to act on it. */
