@@ -746,6 +746,15 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   return WEFT_OK;
 }
 
+static void free_group_list(weft_group *g) {
+  for (weft_group *next; g; g = next) {
+    next = g->next;
+    free(g->ranks);
+    g->magic = 0;
+    free(g);
+  }
+}
+
 void wf_engine_stop(weft_world *w) {
   if (w->thread_started) {
     pthread_mutex_lock(&w->mu);
@@ -773,20 +782,9 @@ void wf_engine_stop(weft_world *w) {
   free(w->gs);
   w->gs = NULL;
   /* groups created or destroyed but never seen by the engine */
-  for (weft_group *g = w->new_groups, *next; g; g = next) {
-    next = g->next;
-    free(g->ranks);
-    g->magic = 0;
-    free(g);
-  }
-  w->new_groups = NULL;
-  for (weft_group *g = w->dead_groups, *next; g; g = next) {
-    next = g->next;
-    free(g->ranks);
-    g->magic = 0;
-    free(g);
-  }
-  w->dead_groups = NULL;
+  free_group_list(w->new_groups);
+  free_group_list(w->dead_groups);
+  w->new_groups = w->dead_groups = NULL;
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
   wf_shm_destroy(w->shm);

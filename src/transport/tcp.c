@@ -110,26 +110,33 @@ static void conn_update_events(conn *c) {
   c->ev = want;
 }
 
-static void free_queues(conn *c, int keep_ctrl) {
-  if (c->cur && c->cur->is_data) c->cur = NULL; /* it is the data list's head */
+/* Drops what was queued for sending: data always, control frames unless
+ * keep_ctrl (a control frame half written stays: it is c->cur). */
+static void free_tx(conn *c, int keep_ctrl) {
+  /* the frame being written: a data item is still the head of the data list
+   * (freed with it); a control item was taken off its list */
+  if (c->cur && c->cur->is_data) c->cur = NULL;
   for (tx_item *i = c->data_head, *n; i; i = n) {
     n = i->next;
     free(i);
   }
   c->data_head = c->data_tail = NULL;
-  if (!keep_ctrl) {
-    for (tx_item *i = c->ctrl_head, *n; i; i = n) {
-      n = i->next;
-      free(i->frame);
-      free(i);
-    }
-    c->ctrl_head = c->ctrl_tail = NULL;
-    if (c->cur) {
-      free(c->cur->frame);
-      free(c->cur);
-      c->cur = NULL;
-    }
+  if (keep_ctrl) return;
+  if (c->cur) {
+    free(c->cur->frame);
+    free(c->cur);
+    c->cur = NULL;
   }
+  for (tx_item *i = c->ctrl_head, *n; i; i = n) {
+    n = i->next;
+    free(i->frame);
+    free(i);
+  }
+  c->ctrl_head = c->ctrl_tail = NULL;
+}
+
+static void free_queues(conn *c, int keep_ctrl) {
+  free_tx(c, keep_ctrl);
   for (rx_post *p = c->post_head, *n; p; p = n) {
     n = p->next;
     free(p);
@@ -156,24 +163,7 @@ static void conn_close(conn *c) {
     close(c->fd);
     c->fd = -1;
   }
-  /* the frame being written: a control item was taken off its list; a data
-   * item is still the head of the data list (freed with it below) */
-  if (c->cur && !c->cur->is_data) {
-    free(c->cur->frame);
-    free(c->cur);
-  }
-  c->cur = NULL;
-  for (tx_item *i = c->data_head, *n; i; i = n) {
-    n = i->next;
-    free(i);
-  }
-  c->data_head = c->data_tail = NULL;
-  for (tx_item *i = c->ctrl_head, *n; i; i = n) {
-    n = i->next;
-    free(i->frame);
-    free(i);
-  }
-  c->ctrl_head = c->ctrl_tail = NULL;
+  free_tx(c, 0);
   if (c->rstate == RX_DATA && c->dunexp) { /* a chunk cut short is no data */
     rx_unexp *u = c->dunexp;
     c->dunexp = NULL;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fault_test.sh - runs one case of the fault matrix (docs: the reliability
-# matrix in the shared reference, items 1-11, 13, 15):
+# matrix in the shared reference, items 1-13, 15):
 #   fault_test.sh CASE BINDIR WEFTRUN
 # CASE is the ctest name without "fault." (e.g. 1.sigkill_allreduce); BINDIR
 # holds fault_peers, fault_semantics, fault_fake_peer and fault_attacker.
@@ -259,6 +259,37 @@ case $CASE in
   wait $pid1; rc1=$?
   verdicts 0 1
   [ $rc0 = 0 ] && [ $rc1 = 0 ] || fail "rank exit codes $rc0 and $rc1"
+  pass ;;
+# ---------------------------------------------------------------- /dev/shm unusable
+12.shm_exhausted | 12.shm_readonly)
+  # In a private mount namespace /dev/shm becomes a 64 KiB (or read-only)
+  # tmpfs. WEFT_TRANSPORT=auto must fall back to TCP with a warning and
+  # work; WEFT_TRANSPORT=shm must fail init on every rank with an actionable
+  # message; neither may leave a partial segment behind.
+  opts=size=64k
+  [ "$CASE" = 12.shm_readonly ] && opts=ro
+  if ! command -v unshare >/dev/null || ! unshare -m true 2>"$D/err.ns"; then
+    echo "SKIP [$TEST]: cannot make a private mount namespace: $(cat "$D/err.ns" 2>/dev/null)"
+    exit 77
+  fi
+  unshare -m bash -c '
+    mount -t tmpfs -o "$1" tmpfs /dev/shm || exit 77
+    WEFT_TRANSPORT=auto timeout -k 5 60 "$2" -np 3 "$3" order >"$4/out.auto" 2>"$4/err.auto"
+    echo $? >"$4/rc.auto"
+    ls -A /dev/shm >"$4/left.auto"
+    for f in "$4"/verdict.*; do mv "$f" "$f.auto"; done
+    WEFT_TRANSPORT=shm timeout -k 5 60 "$2" -np 3 "$3" shm_unusable >"$4/out.shm" 2>"$4/err.shm"
+    echo $? >"$4/rc.shm"
+    ls -A /dev/shm >"$4/left.shm"' _ "$opts" "$WR" "$S" "$D"
+  [ $? = 77 ] && { echo "SKIP [$TEST]: cannot mount a tmpfs on /dev/shm"; exit 77; }
+  [ "$(cat "$D/rc.auto")" = 0 ] || fail "auto: the job failed instead of falling back to TCP"
+  verdicts 0.auto 1.auto 2.auto
+  grep -q "WARN.*/dev/shm.*TCP" "$D/err.auto" || fail "auto: no warning naming /dev/shm and the TCP fallback"
+  rc=$(cat "$D/rc.shm")
+  verdicts 0 1 2
+  expect_rc 0
+  [ -s "$D/left.auto" ] && fail "auto left in /dev/shm: $(cat "$D/left.auto")"
+  [ -s "$D/left.shm" ] && fail "shm left in /dev/shm: $(cat "$D/left.shm")"
   pass ;;
 # ---------------------------------------------------------------- shutdown and abort
 13.finalize_inflight)
