@@ -709,7 +709,7 @@ static void *engine_main(void *arg) {
     wf_engine_send_frame(w, p, &b);
     wf_buf_free(&b);
   }
-  int64_t flush_deadline = wf_deadline_after(0.5);
+  int64_t flush_deadline = wf_deadline_after(0.2); /* BYE is a courtesy: peers also see the close */
   while (wf_tcp_queued(w->tcp) > 0 && wf_now_ns() < flush_deadline) {
     int n = epoll_wait(w->epfd, evs, 64, wf_ms_until(flush_deadline));
     for (int i = 0; i < n; i++)

@@ -219,15 +219,17 @@ static atomic_int g_freed_count;
 
 static void count_cb(weft_request *req, weft_status status, void *user) {
   cb_slot *s = user;
+  int freed_self = atomic_load(&s->freed_self);
   atomic_store(&s->status, (int)status);
   if (pthread_equal(pthread_self(), g_main_thread)) atomic_store(&s->on_caller_thread, 1);
-  if (atomic_load(&s->freed_self)) {
+  if (freed_self) {
     weft_status st = weft_request_free(req);
     if (st != WEFT_OK) atomic_store(&s->status, 1000 + (int)st);
+    atomic_fetch_add(&g_freed_count, 1);
   }
-  /* Last: the waiting thread polls this counter, then reads the rest. */
+  /* Last: the waiting thread polls this counter, then reads (and reuses)
+   * the slot, so nothing here may touch the slot after it. */
   atomic_fetch_add(&s->calls, 1);
-  if (atomic_load(&s->freed_self)) atomic_fetch_add(&g_freed_count, 1);
 }
 
 /* Polls until every slot has been called (bounded), then a little longer to
