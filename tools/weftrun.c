@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -339,6 +340,7 @@ int main(int argc, char **argv) {
   j.term_at = WF_NO_DEADLINE;
   j.devnull = -1;
   j.sigfd = -1;
+  j.exitfd = epoll_create1(EPOLL_CLOEXEC); /* -1: ranks are reaped in index order */
   int rc = WF_RUN_EXIT_SETUP;
   const char *what = NULL;
 
@@ -371,6 +373,7 @@ int main(int argc, char **argv) {
     what = "cannot open /dev/null or allocate the rank table";
     goto out;
   }
+  for (int i = 0; i < o.np; i++) j.ranks[i].pidfd = -1;
   for (int i = 0; i < o.np; i++) { /* ranks never started have nothing to relay */
     wf_run_stream_init(&j.ranks[i].out, -1, 1, NULL);
     wf_run_stream_init(&j.ranks[i].err, -1, 2, NULL);
@@ -393,6 +396,7 @@ int main(int argc, char **argv) {
 out:
   if (what) fprintf(stderr, "weftrun: %s: %s\n", what, strerror(errno));
   if (j.sigfd >= 0) close(j.sigfd);
+  if (j.exitfd >= 0) close(j.exitfd);
   if (j.devnull >= 0) close(j.devnull);
   free(j.ranks);
   free(o.env);

@@ -32,6 +32,8 @@ struct wf_run_rank {
   pid_t pid;              /* 0 = never started; also its process group id */
   int running;            /* started and not reaped yet */
   int exec_errno;         /* errno of a failed exec, 0 if exec worked */
+  int pidfd;              /* in the job's exit set while running; -1 otherwise */
+  uint64_t exit_seq;      /* when the exit set first reported it (1, 2, ...); 0: not yet */
   struct wf_run_stream out, err;
 };
 
@@ -42,6 +44,8 @@ struct wf_run_job {
   char secret[65];             /* WEFT_SECRET, 64 hex chars */
   char job_id[17];             /* WEFT_JOB_ID, 16 hex chars */
   int sigfd;                   /* signalfd for SIGCHLD/SIGINT/SIGTERM/SIGHUP */
+  int exitfd;                  /* epoll set of the ranks' pidfds: its ready list is in exit order; -1 if none */
+  uint64_t exit_count;         /* exit_seq handed out so far */
   int devnull;                 /* the ranks' stdin */
   struct rlimit nofile;        /* RLIMIT_NOFILE as weftrun found it ... */
   int nofile_raised;           /* ... if weftrun raised it: ranks get it back */

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -131,6 +133,18 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   (void)setpgid(pid, pid);
   r->pid = pid;
   r->running = 1;
+  /* a pidfd in the exit set: epoll lists ranks in the order they ended, even
+   * when several end before weftrun looks (held open until exit: it is not
+   * inherited by later ranks, being close-on-exec) */
+  if (j->exitfd >= 0) {
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd >= 0) {
+      (void)fcntl(pfd, F_SETFD, FD_CLOEXEC);
+      struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.u32 = (uint32_t)i}; /* reported once */
+      if (epoll_ctl(j->exitfd, EPOLL_CTL_ADD, pfd, &ev) != 0) close(pfd);
+      else r->pidfd = pfd;
+    }
+  }
   close(st[1]);
   st[1] = -1;
   ssize_t n;
@@ -225,21 +239,54 @@ static void reaped(struct wf_run_job *j, int i, int status) {
   j->kill_at = wf_deadline_after(SETTLE_SECONDS + j->o->grace);
 }
 
-static void reap(struct wf_run_job *j) {
-  for (int i = 0; i < j->o->np; i++) {
-    struct wf_run_rank *r = &j->ranks[i];
-    if (!r->running) continue;
-    int status;
-    pid_t p;
-    do p = waitpid(r->pid, &status, WNOHANG);
-    while (p < 0 && errno == EINTR);
-    if (p == r->pid) {
-      reaped(j, i, status);
-    } else if (p < 0) { /* cannot happen: only weftrun waits for its children */
-      fprintf(stderr, "weftrun: lost track of rank %d (pid %d): %s\n", i, (int)r->pid, strerror(errno));
-      r->running = 0;
-    }
+/* Reaps every rank that has ended. Several may end between two looks (a
+ * rank dies, the others fail because of it and exit at once): the one that
+ * died of a signal is then the likely first cause, so it is reported first
+ * and its status becomes weftrun's. */
+static int reap_one(struct wf_run_job *j, int i) {
+  struct wf_run_rank *r = &j->ranks[i];
+  if (!r->running) return 0;
+  int st;
+  pid_t p;
+  do p = waitpid(r->pid, &st, WNOHANG);
+  while (p < 0 && errno == EINTR);
+  if (p == r->pid) {
+    if (r->pidfd >= 0) close(r->pidfd); /* leaves the exit set */
+    r->pidfd = -1;
+    reaped(j, i, st);
+    return 1;
   }
+  if (p < 0) { /* cannot happen: only weftrun waits for its children */
+    fprintf(stderr, "weftrun: lost track of rank %d (pid %d): %s\n", i, (int)r->pid, strerror(errno));
+    r->running = 0;
+  }
+  return 0;
+}
+
+/* Reaps every rank that has ended, in the order they ended (several may end
+ * between two looks: a rank dies, the others fail because of it), so the
+ * first failure is the one reported and returned. */
+static void reap(struct wf_run_job *j) {
+  int np = j->o->np;
+  if (j->exitfd >= 0) { /* number the ranks as the exit set saw them end */
+    struct epoll_event ev[64];
+    int n;
+    /* every entry is one-shot: this ends once each is reported */
+    while ((n = epoll_wait(j->exitfd, ev, 64, 0)) > 0)
+      for (int k = 0; k < n; k++) {
+        struct wf_run_rank *r = &j->ranks[ev[k].data.u32];
+        if (!r->exit_seq) r->exit_seq = ++j->exit_count;
+      }
+  }
+  for (;;) { /* the earliest-numbered rank that can be reaped, then the next */
+    int best = -1;
+    for (int i = 0; i < np; i++) {
+      struct wf_run_rank *r = &j->ranks[i];
+      if (r->running && r->exit_seq && (best < 0 || r->exit_seq < j->ranks[best].exit_seq)) best = i;
+    }
+    if (best < 0 || !reap_one(j, best)) break;
+  }
+  for (int i = 0; i < np; i++) reap_one(j, i); /* the rest (not seen by the set): index order */
 }
 
 /* SIGINT/SIGTERM/SIGHUP to weftrun. A second one kills the ranks at once,

@@ -155,6 +155,16 @@ static void on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p
   m->peer = peer;
   m->type = h->type;
   weft_status st = WEFT_OK;
+  /* REQUESTS and RESPONSES start with their entry count: cap it before the
+   * decoder allocates a struct per entry (far larger than an entry's bytes) */
+  if ((h->type == WF_MSG_REQUESTS || h->type == WF_MSG_RESPONSES) && n >= 4 &&
+      ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24) > WF_MAX_BATCH) {
+    free(m);
+    wf_world_fail(w, WEFT_ERR_PROTOCOL, "bad message from rank %d (%s): more than %d entries in one frame", peer,
+                  w->peers[peer].host, WF_MAX_BATCH);
+    wf_tcp_close(w->tcp, peer);
+    return;
+  }
   switch (h->type) {
     case WF_MSG_REQUESTS: /* whose coordinator it reaches is checked per group */
       st = wf_decode_requests(p, n, &m->reqs, err, sizeof err);
@@ -225,6 +235,7 @@ static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
   if (rev && w->orphans) {
     wf_inbox *o = w->orphans;
     w->orphans = NULL;
+    w->norphans = 0;
     while (o) {
       wf_inbox *next = o->next;
       o->next = NULL;
@@ -313,10 +324,13 @@ static void drain_submissions(weft_world *w) {
         one[k++] = batch[j];
         dest[j] = -1;
       }
-    wf_buf b = {0};
-    if (wf_encode_requests(&b, (uint32_t)w->rank, one, k) != WEFT_OK) b.oom = 1;
-    wf_engine_send_frame(w, d, &b);
-    wf_buf_free(&b);
+    for (uint32_t off = 0; off < k; off += WF_MAX_BATCH) { /* the receiver caps a frame's entries */
+      uint32_t c = k - off < WF_MAX_BATCH ? k - off : WF_MAX_BATCH;
+      wf_buf b = {0};
+      if (wf_encode_requests(&b, (uint32_t)w->rank, one + off, c) != WEFT_OK) b.oom = 1;
+      wf_engine_send_frame(w, d, &b);
+      wf_buf_free(&b);
+    }
   }
   free(one);
   free(batch);
@@ -340,18 +354,21 @@ static void publish_responses(weft_world *w) {
     if (!n) continue;
     if (w->cycle_ns > 0) gs->next_publish = now + w->cycle_ns;
     for (size_t i = 0; i < n; i++) resps[i].group_id = gs->id;
-    wf_buf b = {0};
-    if (wf_encode_responses(&b, (uint32_t)w->rank, resps, (uint32_t)n) != WEFT_OK) b.oom = 1;
-    for (int i = 0; i < gs->group->size; i++) {
-      int p = gs->group->ranks[i];
-      if (p == w->rank || w->departed[p]) continue;
-      wf_buf copy = {0};
-      if (b.oom || !(copy.data = malloc(b.len))) copy.oom = 1;
-      else memcpy(copy.data, b.data, copy.len = copy.cap = b.len);
-      wf_engine_send_frame(w, p, &copy);
-      wf_buf_free(&copy);
+    for (size_t off = 0; off < n; off += WF_MAX_BATCH) { /* the receiver caps a frame's entries */
+      uint32_t c = (uint32_t)(n - off < WF_MAX_BATCH ? n - off : WF_MAX_BATCH);
+      wf_buf b = {0};
+      if (wf_encode_responses(&b, (uint32_t)w->rank, resps + off, c) != WEFT_OK) b.oom = 1;
+      for (int i = 0; i < gs->group->size; i++) {
+        int p = gs->group->ranks[i];
+        if (p == w->rank || w->departed[p]) continue;
+        wf_buf copy = {0};
+        if (b.oom || !(copy.data = malloc(b.len))) copy.oom = 1;
+        else memcpy(copy.data, b.data, copy.len = copy.cap = b.len);
+        wf_engine_send_frame(w, p, &copy);
+        wf_buf_free(&copy);
+      }
+      wf_buf_free(&b);
     }
-    wf_buf_free(&b);
     wf_gs_queue_responses(gs, resps, (uint32_t)n); /* takes the array's contents */
     free(resps);
   }
@@ -453,6 +470,7 @@ static void process_inbox(weft_world *w) {
           if (!gs->coord || gr < 0) {
             wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent a request for '%s' in group %u to a rank that does not "
                           "coordinate it", m->peer, q->name, q->group_id);
+            wf_tcp_close(w->tcp, m->peer);
             free(q->splits);
             continue;
           }
@@ -465,6 +483,19 @@ static void process_inbox(weft_world *w) {
           free(q->splits);
         }
         if (kept) {
+          /* bounded: a peer cannot make this rank hold unlimited requests
+           * for groups it never creates */
+          w->norphans += kept;
+          if (w->norphans > WF_MAX_ORPHANS) {
+            wf_world_fail(w, WEFT_ERR_PROTOCOL,
+                          "rank %d sent requests for group %u, which this rank has not created; more than %d such "
+                          "requests are held back (a group created on some ranks only?)",
+                          m->peer, m->reqs.reqs[0].group_id, WF_MAX_ORPHANS);
+            wf_tcp_close(w->tcp, m->peer);
+            m->reqs.count = kept;
+            wf_requests_msg_free(&m->reqs);
+            break;
+          }
           m->reqs.count = kept;
           m->next = w->orphans;
           w->orphans = m;
@@ -480,6 +511,7 @@ static void process_inbox(weft_world *w) {
           if (!gs || gs->coord_rank != m->peer) {
             wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent a response for group %u, which it does not coordinate",
                           m->peer, q->group_id);
+            wf_tcp_close(w->tcp, m->peer);
             wf_response_msg_free(q);
             continue;
           }

@@ -27,6 +27,8 @@
 #define WF_REQ_MAGIC 0x72657175u     /* "requ" */
 #define WF_REQ_FREED 0xdeadbeefu
 #define WF_GROUP_MAGIC 0x67727570u   /* "grup" */
+#define WF_MAX_ORPHANS 4096          /* requests held for groups not created here yet */
+#define WF_MAX_BATCH 4096            /* requests or responses in one frame (larger batches are split) */
 
 enum wf_req_state { WF_REQ_QUEUED = 0, WF_REQ_NEGOTIATING = 1, WF_REQ_RUNNING = 2, WF_REQ_DONE = 3 };
 
@@ -165,6 +167,7 @@ struct weft_world {
   int ngs;
   wf_inbox *in_head, *in_tail;
   wf_inbox *orphans;         /* requests for a group not registered here yet */
+  int norphans;              /* requests held in orphans (capped: WF_MAX_ORPHANS) */
   uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
   int *departed;             /* per rank: sent BYE */
