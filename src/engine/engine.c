@@ -523,6 +523,14 @@ static void process_inbox(weft_world *w) {
         pthread_mutex_lock(&w->mu);
         int first = w->fail_status == WEFT_OK;
         pthread_mutex_unlock(&w->mu);
+        int relayed_st = 0, off = 0;
+        if (sscanf(m->reason, "status %d: %n", &relayed_st, &off) == 1 && off > 0 && relayed_st < 0) {
+          /* a peer's failure, passed on: same status, same cause */
+          wf_world_fail(w, (weft_status)relayed_st, "%s (reported by rank %d on %s)", m->reason + off, m->peer,
+                        w->peers[m->peer].host);
+          w->fail_relayed = 1; /* the cause is already going around */
+          break;
+        }
         wf_world_fail(w, WEFT_ERR_ABORTED, "aborted by rank %d (%s): %s", m->peer, w->peers[m->peer].host,
                       m->reason);
         /* pass it on before anything else this rank sends (its BYE, say), so
@@ -553,6 +561,17 @@ static void fail_all(weft_world *w) {
   snprintf(msg, sizeof msg, "%s", w->fail_msg);
   pthread_mutex_unlock(&w->mu);
   if (st == WEFT_OK) return;
+  if (!w->fail_relayed) {
+    /* Tell the peers why, before anything else this rank sends (its BYE,
+     * a dropped connection): they fail with the first cause, naming the
+     * rank it is about, not with "rank N left". Aborts carry their own. */
+    w->fail_relayed = 1;
+    if (st != WEFT_ERR_ABORTED && st != WEFT_ERR_SHUTDOWN) {
+      char relay[1200];
+      snprintf(relay, sizeof relay, "status %d: %s", (int)st, msg);
+      send_abort(w, relay);
+    }
+  }
   wf_exec_abort(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {

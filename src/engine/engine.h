@@ -171,6 +171,7 @@ struct weft_world {
   uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
   int *departed;             /* per rank: sent BYE */
+  int fail_relayed;          /* the world's failure was passed on to the peers */
   int64_t next_hb_check;
 };
 

@@ -300,6 +300,8 @@ static int next_frame(wf_tcp *t, conn *c) {
   return 0;
 }
 
+static void conn_read(wf_tcp *t, conn *c);
+
 static void conn_flush(wf_tcp *t, conn *c) {
   while (c->fd >= 0 && next_frame(t, c)) {
     tx_item *it = c->cur;
@@ -324,7 +326,11 @@ static void conn_flush(wf_tcp *t, conn *c) {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      conn_fail(t, c, WEFT_ERR_PEER_LOST, "lost connection to rank %d: write: %s", c->peer, strerror(errno));
+      int e = errno;
+      /* Read what the peer sent before it went away (its reason for
+       * failing, its BYE): the first cause must win over our EPIPE. */
+      conn_read(t, c);
+      conn_fail(t, c, WEFT_ERR_PEER_LOST, "lost connection to rank %d: write: %s", c->peer, strerror(e));
       return;
     }
     c->last_tx = wf_now_ns();
@@ -475,11 +481,39 @@ static void tcp_cancel_data(wf_transport *tr) {
   wf_tcp *t = (wf_tcp *)tr;
   for (int p = 0; p < t->size; p++) {
     conn *c = &t->conns[p];
-    /* A data frame half written or half read leaves the stream unusable;
-     * the world is failing anyway, so keep only whole control frames. */
-    if ((c->cur && c->cur->is_data) || c->rstate == RX_DATA) conn_close(c);
+    /* Keep every stream whole, so that peers learn the real cause of the
+     * failure instead of a dropped connection: a data frame half written is
+     * finished from a private copy of its rest (at most one chunk: the
+     * caller's buffer may be freed now), and the rest of a data frame half
+     * read is discarded as it arrives. */
+    if (c->fd >= 0 && c->cur && c->cur->is_data) {
+      tx_item *d = c->cur;
+      size_t hdr_left = DATA_HDR_LEN - c->dhdr_off, pay_left = c->chunk_end - d->off;
+      tx_item *rest = calloc(1, sizeof *rest);
+      uint8_t *f = malloc(hdr_left + pay_left + 1);
+      if (!rest || !f) {
+        free(rest);
+        free(f);
+        conn_close(c); /* no memory to finish it: the stream cannot go on */
+      } else {
+        memcpy(f, c->dhdr + c->dhdr_off, hdr_left);
+        memcpy(f + hdr_left, d->buf + d->off, pay_left);
+        rest->frame = f;
+        rest->frame_len = hdr_left + pay_left;
+        c->cur = rest; /* a control-like item now; the data item goes with the data list */
+      }
+    }
+    if (c->rstate == RX_DATA) {
+      c->ddst = NULL; /* discard mode: see conn_read */
+      c->dpost = NULL;
+      c->dunexp = NULL; /* freed with the early data below */
+    }
     free_queues(c, 1);
+    c->paused = 0; /* what waited for a receive is now just early data */
+    c->queued = c->cur ? c->cur->frame_len - c->cur->off : 0;
+    for (tx_item *i = c->ctrl_head; i; i = i->next) c->queued += i->frame_len;
     conn_update_events(c);
+    if (c->fd >= 0) conn_flush(t, c);
   }
 }
 
@@ -615,8 +649,8 @@ static void conn_read(wf_tcp *t, conn *c) {
     }
     if (c->rstate == RX_DATA && avail > 0) {
       size_t k = avail < c->dleft ? avail : c->dleft;
-      memcpy(c->ddst, rp, k);
-      c->ddst += k;
+      if (c->ddst) memcpy(c->ddst, rp, k); /* NULL: discarding a cancelled frame */
+      if (c->ddst) c->ddst += k;
       c->dleft -= k;
       c->rpos += k;
       if (c->dleft == 0) data_end(t, c);
@@ -656,7 +690,7 @@ static void conn_read(wf_tcp *t, conn *c) {
     if (budget == 0) return;
     if (c->rpos == c->rlen) c->rpos = c->rlen = 0;
     ssize_t r;
-    if (c->rstate == RX_DATA && c->rpos == c->rlen && c->dleft >= DIRECT_READ_MIN) {
+    if (c->rstate == RX_DATA && c->ddst && c->rpos == c->rlen && c->dleft >= DIRECT_READ_MIN) {
       r = recv(c->fd, c->ddst, c->dleft, 0);
       if (r > 0) {
         c->ddst += r;
