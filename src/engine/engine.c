@@ -52,6 +52,18 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) {
   wf_engine_wake(w);
 }
 
+#define LATER_GRACE_NS (250 * 1000 * 1000LL)
+
+void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) {
+  if (w->later_at) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->later_msg, sizeof w->later_msg, fmt, ap);
+  va_end(ap);
+  w->later_st = st;
+  w->later_at = wf_now_ns() + LATER_GRACE_NS;
+}
+
 void wf_request_unref(weft_request *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
   free(r->msg.splits);
@@ -619,6 +631,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
       if (w->cycle_ns > 0 && gs->next_publish < d) d = gs->next_publish;
     }
   }
+  if (w->later_at && w->later_at < d) d = w->later_at;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
   return x < d ? x : d;
@@ -740,6 +753,10 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
+    if (w->later_at && now >= w->later_at) {
+      w->later_at = 0;
+      wf_world_fail(w, w->later_st, "%s", w->later_msg);
+    }
     const char *late;
     if (wf_exec_deadline(w, &late) <= now)
       wf_world_fail(w, WEFT_ERR_TIMEOUT, "collective '%s' timed out after %g s: its data did not arrive", late,

@@ -172,6 +172,9 @@ struct weft_world {
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
   int *departed;             /* per rank: sent BYE */
   int fail_relayed;          /* the world's failure was passed on to the peers */
+  int64_t later_at;          /* wf_world_fail_later: when (0: none) */
+  weft_status later_st;
+  char later_msg[1024];
   int64_t next_hb_check;
 };
 
@@ -190,6 +193,11 @@ void wf_engine_wake(weft_world *w);
 /* Marks the world failed (sticky) with status and message; engine thread or
  * caller thread. Pending work is failed by the engine thread. */
 void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Fails the world after a short grace unless something else fails it
+ * first (engine thread): for consequences (a peer left) that should not
+ * hide their cause (the rank whose death made it leave). */
+void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Completes r (engine thread): records status and message, removes the name
  * from the in-flight set, publishes, runs the callback, drops the engine's

@@ -533,9 +533,14 @@ static weft_status post_round(weft_world *w, wf_gstate *gs) {
                          ? w->tr->ops->send(w->tr, peer, x->tag, x->send_idx[peer]++, s->src, s->bytes, &x->pending)
                          : w->tr->ops->recv(w->tr, peer, x->tag, x->recv_idx[peer]++, s->dst, s->bytes, &x->pending);
     if (st != WEFT_OK) {
-      if (w->departed[peer])
-        return wf_err(WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
-                      peer, w->peers[peer].host, x->req->msg.name);
+      if (w->departed[peer]) {
+        /* a peer that left is rarely the cause: give the real one (another
+         * rank's death, a relayed failure) a moment to arrive first */
+        wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
+                            "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
+                            w->peers[peer].host, x->req->msg.name);
+        return WEFT_IN_PROGRESS; /* stuck until then */
+      }
       char why[512];
       snprintf(why, sizeof why, "%s", wf_err_msg());
       return wf_err(st, "collective '%s': %s (rank %d on %s)", x->req->msg.name, why, peer, w->peers[peer].host);
@@ -552,8 +557,9 @@ void wf_exec_peer_departed(weft_world *w, int peer) {
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_exec *x = &w->gs[gi]->exec;
     if (x->active && wf_group_index(w->gs[gi]->group, peer) >= 0) {
-      wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
-                    peer, w->peers[peer].host, x->req->msg.name);
+      wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
+                          "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
+                          w->peers[peer].host, x->req->msg.name);
       return;
     }
   }
@@ -575,6 +581,7 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
       x->round_first = x->sched.round_end[x->round];
       if (++x->round < x->sched.nrounds) st = post_round(w, gs);
     }
+    if (st == WEFT_IN_PROGRESS) return; /* waits for a failure already scheduled */
     if (st != WEFT_OK) {
       /* A transfer could not be posted: the peer is gone, or memory. */
       char msg[768];
