@@ -153,6 +153,19 @@ static void free_queues(conn *c, int keep_ctrl) {
   c->dunexp = NULL;
 }
 
+static void unexp_remove(conn *c, rx_unexp *u) {
+  rx_unexp **pp = &c->unexp_head, *prev = NULL;
+  while (*pp != u) {
+    prev = *pp;
+    pp = &(*pp)->next;
+  }
+  *pp = u->next;
+  if (c->unexp_tail == u) c->unexp_tail = prev;
+  c->unexp_bytes -= u->len;
+  free(u->data);
+  free(u);
+}
+
 /* Closes the socket and drops what was queued for sending. Data already
  * received (posted receives, early data) is kept: a peer that said BYE sent
  * everything first, and receives posted later may still be satisfied from
@@ -167,16 +180,7 @@ static void conn_close(conn *c) {
   if (c->rstate == RX_DATA && c->dunexp) { /* a chunk cut short is no data */
     rx_unexp *u = c->dunexp;
     c->dunexp = NULL;
-    rx_unexp **pp = &c->unexp_head, *prev = NULL;
-    while (*pp != u) {
-      prev = *pp;
-      pp = &(*pp)->next;
-    }
-    *pp = u->next;
-    if (c->unexp_tail == u) c->unexp_tail = prev;
-    c->unexp_bytes -= u->len;
-    free(u->data);
-    free(u);
+    unexp_remove(c, u);
   }
   c->rstate = RX_HDR;
   c->dpost = NULL;
@@ -411,19 +415,6 @@ static weft_status tcp_send(wf_transport *tr, int peer, uint64_t seq, uint32_t i
 /* ------------------------------------------------------------------ receive */
 
 static void conn_read(wf_tcp *t, conn *c);
-
-static void unexp_remove(conn *c, rx_unexp *u) {
-  rx_unexp **pp = &c->unexp_head, *prev = NULL;
-  while (*pp != u) {
-    prev = *pp;
-    pp = &(*pp)->next;
-  }
-  *pp = u->next;
-  if (c->unexp_tail == u) c->unexp_tail = prev;
-  c->unexp_bytes -= u->len;
-  free(u->data);
-  free(u);
-}
 
 static weft_status tcp_recv(wf_transport *tr, int peer, uint64_t seq, uint32_t idx, void *buf, size_t len,
                             int *pending) {
