@@ -191,6 +191,16 @@ static void options(weft_op_options *o, double prescale, double postscale, int p
 }
 
 /* ------------------------------------------------------------------ operations */
+/* What every operation entry point starts with: a live world, the group
+ * (None: the world), and a sweep of finished ops whose Python handle is gone.
+ * NULL with an exception set on failure. */
+static weft_group *op_group(PyObject *group) {
+  if (require_world() < 0) return NULL;
+  weft_group *g = wpy_group_of(group);
+  if (g) wpy_sweep_orphans(0);
+  return g;
+}
+
 static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
   static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", "group",
@@ -202,10 +212,8 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
                                    &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_ALLREDUCE, keep);
   if (!op) return NULL;
   if (parse_tensor(in, 0, "allreduce input", &op->in) < 0 || parse_tensor(out, 1, "allreduce output", &op->out) < 0) {
@@ -228,10 +236,8 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   int prio = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOO:allgather", kwlist, &name, &in, &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_ALLGATHER, keep);
   if (!op) return NULL;
   if (parse_tensor(in, 0, "allgather input", &op->in) < 0) {
@@ -255,10 +261,8 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   int root, prio = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iOO:broadcast", kwlist, &name, &t, &root, &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_BROADCAST, keep);
   if (!op) return NULL;
   if (parse_tensor(t, 1, "broadcast tensor", &op->in) < 0) {
@@ -280,10 +284,8 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   int prio = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiOO:alltoall", kwlist, &name, &in, &splits, &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   int size = weft_group_size(g);
   int64_t *sp = NULL;
   if (splits != Py_None) {
@@ -334,10 +336,8 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOO:reducescatter", kwlist, &name, &in, &out, &rop, &pre, &post,
                                    &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_REDUCESCATTER, keep);
   if (!op) return NULL;
   if (parse_tensor(in, 0, "reducescatter input", &op->in) < 0 ||
@@ -359,10 +359,8 @@ static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   const char *name = NULL;
   PyObject *group = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|zO:barrier", kwlist, &name, &group)) return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_BARRIER, NULL);
   if (!op) return NULL;
   weft_request *req = NULL;
@@ -375,10 +373,8 @@ static PyObject *py_join(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"group", NULL};
   PyObject *group = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:join", kwlist, &group)) return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   wpy_op *op = op_new(WPY_JOIN, NULL);
   if (!op) return NULL;
   weft_request *req = NULL;
@@ -405,10 +401,8 @@ static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:grouped_allreduce", kwlist, &name, &ins, &outs, &rop, &pre,
                                    &post, &prio, &keep, &group))
     return NULL;
-  if (require_world() < 0) return NULL;
-  weft_group *g = wpy_group_of(group);
+  weft_group *g = op_group(group);
   if (!g) return NULL;
-  wpy_sweep_orphans(0);
   PyObject *in_seq = PySequence_Fast(ins, "grouped_allreduce: inputs must be a sequence of tensors");
   PyObject *out_seq = in_seq ? PySequence_Fast(outs, "grouped_allreduce: outputs must be a sequence of tensors") : NULL;
   wpy_op *op = out_seq ? op_new(WPY_ALLREDUCE, keep) : NULL;

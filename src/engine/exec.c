@@ -385,7 +385,8 @@ static weft_request *phantom(weft_world *w, wf_gstate *gs, const wf_response_msg
 }
 
 /* Starts the group's next queued response. Returns 1 if one was taken. */
-static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, const char *name);
+static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_request **fused, uint32_t nfused,
+                       wf_response_msg *resp, const char *name);
 
 static int start_next(weft_world *w, wf_gstate *gs) {
   if (gs->resps_pos >= gs->nresps) return 0;
@@ -419,16 +420,7 @@ static int start_next(weft_world *w, wf_gstate *gs) {
       wf_response_msg_free(&resp);
       return 1;
     }
-    wf_exec *x = &gs->exec;
-    memset(x, 0, sizeof *x);
-    x->active = 1;
-    x->req = r;
-    x->nfused = 1;
-    x->resp = resp;
-    x->seq = resp.seq;
-    x->tag = ((uint64_t)gs->id << 40) | (resp.seq & ((1ull << 40) - 1));
-    x->deadline = wf_deadline_after(w->timeout_seconds);
-    return start_built(w, gs, r, name);
+    return start_built(w, gs, r, NULL, 1, &resp, name);
   }
   if (r && resp.coll == WF_COLL_JOIN) {
     wf_strmap_del(&gs->table, name);
@@ -466,24 +458,24 @@ static int start_next(weft_world *w, wf_gstate *gs) {
     weft_request *q = wf_strmap_del(&gs->table, resp.names[i]);
     atomic_store_explicit(&q->state, WF_REQ_RUNNING, memory_order_relaxed);
   }
+  return start_built(w, gs, r, fused, fused ? resp.nnames : 1, &resp, name);
+}
+
+/* Sets up gs's executor for response *resp (taken) and request r (or the
+ * nfused requests of a fused response), prepares buffers and builds the
+ * schedule. Returns 1 (a response was taken). */
+static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_request **fused, uint32_t nfused,
+                       wf_response_msg *resp, const char *name) {
   wf_exec *x = &gs->exec;
   memset(x, 0, sizeof *x);
   x->active = 1;
   x->req = r;
   x->fused = fused;
-  x->nfused = fused ? resp.nnames : 1;
-  x->resp = resp;
-  x->seq = resp.seq;
-  /* data tags of different groups never collide: group id in the top bits */
-  x->tag = ((uint64_t)gs->id << 40) | (resp.seq & ((1ull << 40) - 1));
+  x->nfused = nfused;
+  x->resp = *resp;
+  x->seq = resp->seq;
+  x->tag = wf_data_tag(gs->id, resp->seq);
   x->deadline = wf_deadline_after(w->timeout_seconds);
-  return start_built(w, gs, r, name);
-}
-
-/* Prepares buffers and builds the schedule of the collective set up in
- * gs->exec for request r. Returns 1 (a response was taken). */
-static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, const char *name) {
-  wf_exec *x = &gs->exec;
   char err[512] = "";
   wf_coll_args a;
   weft_status st = prepare(gs, &a, err, sizeof err);

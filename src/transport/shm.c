@@ -233,10 +233,6 @@ static int push(wf_shm *s, peer *p) {
   return moved;
 }
 
-/* Tags carry the group id in their top 24 bits (engine/exec.c): "older" and
- * "newer" only mean something within one group. */
-static int same_group(uint64_t a, uint64_t b) { return (a >> 40) == (b >> 40); }
-
 /* The posted receive a head slot with tag (seq, idx) belongs to, or NULL.
  * *stale is set when the slot is left over from an older (cancelled)
  * collective of a group that has moved on; *other_idx when a receive of the
@@ -250,7 +246,7 @@ static rx *match(peer *p, uint64_t seq, uint32_t idx, rx **prev, int *stale, int
       return q;
     }
     if (q->seq == seq) *other_idx = 1;
-    if (same_group(q->seq, seq) && seq < q->seq) *stale = 1;
+    if (wf_tag_same_group(q->seq, seq) && seq < q->seq) *stale = 1;
   }
   return NULL;
 }

@@ -16,6 +16,17 @@
 
 typedef struct wf_transport wf_transport;
 
+/* A data tag's seq: the group id in the top 24 bits, the group's response
+ * sequence below, so collectives of different groups never collide and
+ * "older"/"newer" compare only within one group. */
+#define WF_TAG_GROUP_SHIFT 40
+static inline uint64_t wf_data_tag(uint32_t group_id, uint64_t seq) {
+  return ((uint64_t)group_id << WF_TAG_GROUP_SHIFT) | (seq & ((1ull << WF_TAG_GROUP_SHIFT) - 1));
+}
+static inline int wf_tag_same_group(uint64_t a, uint64_t b) {
+  return (a >> WF_TAG_GROUP_SHIFT) == (b >> WF_TAG_GROUP_SHIFT);
+}
+
 typedef struct wf_transport_ops {
   const char *name;
   /* Queues len bytes of buf for peer; *pending is decremented (engine
