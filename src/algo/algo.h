@@ -15,6 +15,17 @@
 #include "algo/sched.h"
 #include "wire/wire.h"
 
+/* Where a group's members live (filled by the engine per group; NULL in
+ * args built by tests that do not care). Hosts are numbered 0..nhosts-1 in
+ * order of their lowest group rank. */
+typedef struct wf_topo {
+  int nhosts;
+  const int *host_of;  /* group rank -> host index */
+  const int *pid_of;   /* group rank -> process id (meaningful on this host) */
+  int cma;             /* 1: this rank may read every same-host member's memory
+                          with process_vm_readv (cross-memory attach) */
+} wf_topo;
+
 /* Arguments of one collective on one rank, after negotiation. All counts are
  * in elements of dtype. Scales are NOT the algorithm's business: the engine
  * applies prescale before and postscale (and average) after. */
@@ -48,6 +59,7 @@ typedef struct wf_coll_args {
   const size_t *recv_counts, *recv_displs;  /* size entries */
 
   size_t segment_bytes; /* pipeline segment (WEFT_RING_SEGMENT_BYTES) */
+  const wf_topo *topo;  /* NULL: unknown (treat as one host, no CMA) */
 } wf_coll_args;
 
 typedef struct wf_algo {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algo/algo.h"
 #include "algo/sched.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
@@ -118,6 +119,8 @@ typedef struct wf_gstate {
   size_t fusion_cap;
   int64_t next_publish;      /* cycle time: when the coordinator publishes next */
   int coord_gone;            /* the coordinator finalized: nothing new can be negotiated */
+  wf_topo topo;              /* members' hosts and pids (algorithms' view) */
+  int *topo_arrays;          /* host_of and pid_of: 2 x group size */
 } wf_gstate;
 
 /* A control message received, waiting for the engine to act on it. */

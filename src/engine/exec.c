@@ -124,6 +124,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   a->size = n;
   a->root = m->root;
   a->segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES");
+  a->topo = &gs->topo;
   size_t row = m->ndim ? (size_t)elems_of(m->shape, 1, m->ndim) : 1;
   size_t total = (size_t)elems_of(m->shape, 0, m->ndim);
   x->arrays = calloc((size_t)n * 6, sizeof(size_t));

@@ -2,12 +2,15 @@
  * (the world, and process sets created at run time) negotiates and executes
  * independently: its own coordinator (its first member), tensor table,
  * response sequence and executor. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "engine/engine.h"
 #include "util/err.h"
 #include "util/log.h"
+#include "util/params.h"
 
 int wf_group_index(const weft_group *g, int r) {
   for (int i = 0; i < g->size; i++)
@@ -37,6 +40,38 @@ static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
   }
 }
 
+/* 1 if this process may read pid's memory (cross-memory attach): a read of
+ * address 0 fails with EFAULT when permitted, EPERM/ENOSYS when not. */
+static int cma_allowed(uint32_t pid) {
+  char c;
+  struct iovec l = {&c, 1}, r = {NULL, 1};
+  errno = 0;
+  return process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0) < 0 && errno == EFAULT;
+}
+
+/* Fills gs->topo from the world's peer table: hosts are the bootstrap's
+ * host groups (cross ranks), renumbered in order of first group rank. */
+static int topo_fill(weft_world *w, wf_gstate *gs) {
+  weft_group *g = gs->group;
+  int n = g->size;
+  gs->topo_arrays = malloc(sizeof(int) * (size_t)n * 2 + sizeof(int) * (size_t)w->size);
+  if (!gs->topo_arrays) return -1;
+  int *host_of = gs->topo_arrays, *pid_of = host_of + n, *map = pid_of + n;
+  for (int i = 0; i < w->size; i++) map[i] = -1;
+  int nh = 0, cma = wf_param_int("WEFT_CMA") != 0;
+  int myhost = w->peers[w->rank].cross_rank;
+  for (int i = 0; i < n; i++) {
+    const wf_peer_info *p = &w->peers[g->ranks[i]];
+    int c = p->cross_rank >= 0 && p->cross_rank < w->size ? p->cross_rank : 0;
+    if (map[c] < 0) map[c] = nh++;
+    host_of[i] = map[c];
+    pid_of[i] = (int)p->pid;
+    if (cma && g->ranks[i] != w->rank && p->cross_rank == myhost && !cma_allowed(p->pid)) cma = 0;
+  }
+  gs->topo = (wf_topo){nh, host_of, pid_of, cma};
+  return 0;
+}
+
 weft_status wf_gs_add(weft_world *w, weft_group *g) {
   if (wf_gs_find(w, g->id)) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "group id %u is already in use", g->id);
   wf_gstate **ngs = realloc(w->gs, sizeof *ngs * (size_t)(w->ngs + 1));
@@ -48,9 +83,14 @@ weft_status wf_gs_add(weft_world *w, weft_group *g) {
   gs->group = g;
   gs->id = g->id;
   gs->coord_rank = g->ranks[0];
+  if (topo_fill(w, gs)) {
+    free(gs);
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering group %u", g->id);
+  }
   wf_strmap_init(&gs->table);
   if (gs->coord_rank == w->rank) {
     if (wf_coord_create(g->size, g->ranks, w->timeout_seconds, &gs->coord)) {
+      free(gs->topo_arrays);
       free(gs);
       return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator of group %u", g->id);
     }
@@ -73,6 +113,7 @@ void wf_gs_remove(weft_world *w, wf_gstate *gs) {
   for (size_t i = gs->resps_pos; i < gs->nresps; i++) wf_response_msg_free(&gs->resps[i]);
   free(gs->resps);
   free(gs->fusion_buf);
+  free(gs->topo_arrays);
   if (gs->group != &w->world_group) {
     free(gs->group->ranks);
     gs->group->magic = 0;

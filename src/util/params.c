@@ -38,6 +38,7 @@ static const wf_param g_params[] = {
     {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "", "force a broadcast algorithm (tree, chain)"},
     {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "", "force an alltoall algorithm (pairwise)"},
     {"WEFT_ALGO_REDUCESCATTER", NULL, WF_PARAM_STRING, "", "force a reducescatter algorithm (direct, ring)"},
+    {"WEFT_CMA", NULL, WF_PARAM_INT, "1", "1: ranks on one host may read each other's buffers directly (process_vm_readv); 0: never"},
     {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms"},
     {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "with WEFT_ALGO_ALLREDUCE unset, no effect (direct runs at every size); ranks ring vs rd only when one of them is chosen by cost"},
     {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree"},
