@@ -2,7 +2,9 @@
  *
  * Every algorithm is one file (algo/<coll>_<name>.c) exporting a wf_algo.
  * The registry runs the algorithm forced by WEFT_ALGO_<COLL>=name if it can
- * run the arguments, else the collective's default ("direct" for allreduce
+ * run the arguments, else the supporting algorithm with the highest claim
+ * (prefer(), e.g. hierarchical across hosts, cross-memory attach on one
+ * host), else the collective's default ("direct" for allreduce
  * and reducescatter: every element is a left fold in rank order, so results
  * do not depend on size, segment, position or fusion), else the cheapest
  * supporting one by its cost model (alpha-beta). An algorithm that declines
@@ -69,6 +71,11 @@ typedef struct wf_algo {
   int (*supports)(const wf_coll_args *a);
   /* Estimated seconds (alpha-beta model); lower wins. */
   double (*cost)(const wf_coll_args *a);
+  /* Optional (NULL: never): > 0 claims the automatic choice ahead of the
+   * collective's default and the cost models; the highest claim among the
+   * supporting algorithms wins (ties: earlier table entry). Must give the
+   * same answer on every rank of the group for the same arguments. */
+  int (*prefer)(const wf_coll_args *a);
   /* Appends the schedule. Returns WEFT_OK or an error (e.g. NO_MEMORY). */
   weft_status (*build)(const wf_coll_args *a, wf_sched *s);
 } wf_algo;

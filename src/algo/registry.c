@@ -2,6 +2,8 @@
  * Arguments are validated once here (ranges, NULL buffers, byte-size
  * overflow) so the algorithms can trust them. Then a forced name runs if it
  * exists for the collective and supports the arguments; otherwise the
+ * supporting algorithm with the highest prefer() claim runs (topology-aware
+ * algorithms claim the cases they are made for); otherwise the
  * collective's default runs if it has one and it supports the arguments;
  * otherwise the cheapest supporting algorithm by its alpha-beta model runs
  * (ties go to the earlier entry of the table). Every rank computes the same
@@ -160,6 +162,18 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
                 forced, a->count, a->size);
     } else {
       pick = named;
+    }
+  }
+
+  if (!pick) {
+    int best = 0;
+    for (const wf_algo *const *it = g_table; *it; it++) {
+      if ((*it)->coll != a->coll || !(*it)->prefer) continue;
+      int p = (*it)->prefer(a);
+      if (p > best && (*it)->supports(a)) {
+        pick = *it;
+        best = p;
+      }
     }
   }
 
