@@ -250,6 +250,21 @@ WEFT_API weft_status weft_grouped_allreduce(weft_group *g, const char *name, int
                                             const weft_tensor *outs, weft_reduce_op op,
                                             const weft_op_options *opt, weft_request **req);
 
+/* n allgathers enqueued atomically, negotiated together (fused when they fit
+ * the fusion buffer) and completed as one request, like
+ * weft_grouped_allreduce: tensor i is named "<name>.<i>" (name at most 248
+ * bytes); ins[i] as for weft_allgather. Tensor i's output:
+ * weft_request_output_at(req, i, ...). opt->alloc serves every output. */
+WEFT_API weft_status weft_grouped_allgather(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                            const weft_op_options *opt, weft_request **req);
+
+/* n reducescatters, grouped the same way: ins[i]/outs[i] as for
+ * weft_reducescatter (outs may be NULL: every output library-owned). Tensor
+ * i's output: weft_request_output_at(req, i, ...). */
+WEFT_API weft_status weft_grouped_reducescatter(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                                const weft_tensor *outs, weft_reduce_op op,
+                                                const weft_op_options *opt, weft_request **req);
+
 /* Concatenation along dim 0 of every rank's in, in rank order. in->ndim >= 1;
  * dims 1.. agree across ranks; dim 0 may differ. The output is available
  * through weft_request_output() (library-owned or from opt->alloc). */
@@ -313,6 +328,11 @@ WEFT_API const char *weft_request_error(weft_request *req);
  * into the request (valid until free). If the output came from opt->alloc,
  * the caller owns out->data; otherwise the request does. */
 WEFT_API weft_status weft_request_output(weft_request *req, weft_tensor *out);
+
+/* Grouped ops (weft_grouped_*): the output of tensor i (0..n-1) of a
+ * completed group, as weft_request_output gives it for a single op; valid
+ * until the group's request is freed. */
+WEFT_API weft_status weft_request_output_at(weft_request *req, int i, weft_tensor *out);
 
 /* Alltoall: the number of dim-0 rows received from each rank (group-size
  * entries, owned by the request). */

@@ -2,7 +2,14 @@
  * features) and every environment parameter it reads, from the one table in
  * src/util/params.h (ucc_info style), with the value currently set, if any.
  *
- * usage: weft-info [--params] [--json]
+ * usage: weft-info [--params] [--json] | --topology
+ *
+ * --topology joins the job (weftrun -np N weft-info --topology; outside a
+ * job, a world of one) and rank 0 prints the hosts with their ranks, the
+ * transports within and across hosts, whether cross-memory attach works,
+ * and the algorithm the registry picks for each collective of the world
+ * group at a few sizes (schedules are built, never run). The other ranks
+ * print nothing.
  *
  * Optional features are compile-time: the build defines WEFT_WITH_MPI,
  * WEFT_WITH_CUDA or WEFT_WITH_SHM when it compiles them in, so this tool
@@ -11,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo.h"
+#include "api/topo_info.h"
 #include "util/params.h"
 #include "weft.h"
 
-#ifdef WEFT_WITH_MPI
+#if defined(WEFT_WITH_MPI) || defined(WEFT_HAVE_MPI) /* WEFT_HAVE_MPI: CMake, -DWEFT_WITH_MPI */
 #define HAVE_MPI 1
 #else
 #define HAVE_MPI 0
@@ -144,23 +153,145 @@ static void print_text(int params_only) {
   }
 }
 
+
+/* ------------------------------------------------------------ --topology */
+/* The registry's choice for coll over total bytes of float32 on the world
+ * group (forced names from WEFT_ALGO_<COLL> as the executor reads them);
+ * "-" if nothing can run it. mem holds total bytes (never touched). */
+static const char *pick(const wf_topo_view *v, wf_coll coll, size_t total, char *mem, size_t *arr) {
+  int p = v->size, r = v->rank;
+  size_t n = total / 4, *counts = arr, *displs = arr + p;
+  wf_coll_args a = {.coll = coll, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4, .rank = r,
+                    .size = p, .buf = mem, .count = n, .root = 0, .in = mem, .out = mem,
+                    .segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES"), .topo = &v->topo};
+  const char *forced = "";
+  switch (coll) {
+    case WF_COLL_ALLREDUCE: forced = wf_param_str("WEFT_ALGO_ALLREDUCE"); break;
+    case WF_COLL_ALLGATHER: forced = wf_param_str("WEFT_ALGO_ALLGATHER"); break;
+    case WF_COLL_BROADCAST: forced = wf_param_str("WEFT_ALGO_BROADCAST"); break;
+    case WF_COLL_ALLTOALL: forced = wf_param_str("WEFT_ALGO_ALLTOALL"); break;
+    case WF_COLL_REDUCESCATTER: forced = wf_param_str("WEFT_ALGO_REDUCESCATTER"); break;
+    default: break;
+  }
+  /* total split evenly over the ranks (allgather, reducescatter), and each
+   * rank's share over the ranks again (alltoall) */
+  size_t share = n / (size_t)p, pair = share / (size_t)p, off = 0;
+  for (int i = 0; i < p; i++) {
+    counts[i] = coll == WF_COLL_ALLTOALL ? pair : share;
+    displs[i] = off;
+    off += counts[i];
+  }
+  if (coll == WF_COLL_ALLGATHER) a.in = mem + displs[r] * 4;
+  if (coll == WF_COLL_REDUCESCATTER) a.out = mem;
+  a.counts = a.send_counts = a.recv_counts = counts;
+  a.displs = a.send_displs = a.recv_displs = displs;
+  wf_sched s;
+  wf_sched_init(&s, a.dtype, a.op);
+  const char *chosen = NULL;
+  weft_status st = wf_algo_build(&a, forced, &s, &chosen);
+  wf_sched_free(&s);
+  return st == WEFT_OK && chosen ? chosen : "-";
+}
+
+static int print_topology(void) {
+  weft_world *w = NULL;
+  weft_status st = weft_init(NULL, &w);
+  if (st != WEFT_OK) {
+    fprintf(stderr, "weft-info: weft_init: %s: %s\n", weft_status_string(st), weft_last_error());
+    return 1;
+  }
+  int rc = 0;
+  if (weft_rank(w) == 0) {
+    wf_topo_view v;
+    static const size_t sizes[] = {8, 64 << 10, 1 << 20, 64 << 20};
+    static const char *const size_names[] = {"8 B", "64 KiB", "1 MiB", "64 MiB"};
+    char *mem = malloc(sizes[3]); /* schedules point into it; never touched */
+    size_t *arr = NULL;
+    if ((st = wf_world_topo_view(w, &v)) != WEFT_OK) {
+      fprintf(stderr, "weft-info: %s\n", weft_last_error());
+      rc = 1;
+    } else if (!mem || !(arr = malloc(sizeof(size_t) * 2 * (size_t)v.size))) {
+      fprintf(stderr, "weft-info: out of memory\n");
+      wf_topo_view_free(&v);
+      rc = 1;
+    } else {
+      printf("weft %s topology: %d rank%s on %d host%s (rank 0's view)\n", weft_version(), v.size,
+             v.size == 1 ? "" : "s", v.nhosts, v.nhosts == 1 ? "" : "s");
+      for (int h = 0; h < v.nhosts; h++) {
+        printf("  host %d %s: ranks", h, v.host_name[h]);
+        for (int i = 0; i < v.size; i++)
+          if (v.host_of[i] == h) printf(" %d", i);
+        printf(" (local ranks");
+        for (int i = 0; i < v.size; i++)
+          if (v.host_of[i] == h) printf(" %d", v.local_rank[i]);
+        printf(")\n");
+      }
+      int shared = v.nhosts < v.size; /* some host has two ranks */
+      printf("transports: within a host %s, across hosts %s (WEFT_TRANSPORT=%s)\n",
+             shared ? v.local_transport : "- (one rank per host)", v.nhosts > 1 ? v.cross_transport : "- (one host)",
+             wf_param_str("WEFT_TRANSPORT"));
+      printf("cross-memory attach (rank 0 to its host's ranks): %s\n", v.topo.cma ? "yes" : "no");
+      printf("hierarchical algorithms: WEFT_HIERARCHICAL=%lld (-1: automatic, 0: never, 1: whenever on several hosts)\n",
+             (long long)wf_param_int("WEFT_HIERARCHICAL"));
+      printf("algorithms chosen for the world group (float32; WEFT_ALGO_<COLL> applies):\n");
+      printf("  %-14s", "collective");
+      for (int k = 0; k < 4; k++) printf(" %10s", size_names[k]);
+      printf("\n");
+      static const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_REDUCESCATTER,
+                                      WF_COLL_ALLTOALL};
+      static const char *const coll_names[] = {"allreduce", "allgather", "broadcast", "reducescatter", "alltoall"};
+      for (int c = 0; c < 5; c++) {
+        printf("  %-14s", coll_names[c]);
+        for (int k = 0; k < 4; k++) printf(" %10s", pick(&v, colls[c], sizes[k], mem, arr));
+        printf("\n");
+      }
+      wf_topo_view_free(&v);
+    }
+    free(arr);
+    free(mem);
+    if (fflush(stdout) != 0) rc = 1;
+  }
+  /* nobody leaves before rank 0 has printed */
+  weft_request *req = NULL;
+  st = weft_barrier(weft_world_group(w), "weft-info topology", NULL, &req);
+  if (st == WEFT_OK) st = weft_wait(req, -1);
+  if (st != WEFT_OK) {
+    fprintf(stderr, "weft-info: barrier: %s: %s\n", weft_status_string(st), req ? weft_request_error(req) : "");
+    rc = 1;
+  }
+  if (req) weft_request_free(req);
+  weft_finalize(w);
+  return rc;
+}
+
 int main(int argc, char **argv) {
-  int json = 0, params_only = 0;
+  int json = 0, params_only = 0, topology = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) {
       json = 1;
     } else if (!strcmp(argv[i], "--params")) {
       params_only = 1;
+    } else if (!strcmp(argv[i], "--topology")) {
+      topology = 1;
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      printf("usage: weft-info [--params] [--json]\n"
+      printf("usage: weft-info [--params] [--json] | --topology\n"
              "  prints weft's version, build features and every environment parameter\n"
-             "  --params  only the parameters\n"
-             "  --json    as one JSON object\n");
+             "  --params    only the parameters\n"
+             "  --json      as one JSON object\n"
+             "  --topology  join the job (weftrun -np N weft-info --topology) and print, on rank 0, the\n"
+             "              hosts and their ranks, the transports and the algorithms the job would use\n");
       return 0;
     } else {
       fprintf(stderr, "weft-info: unknown argument '%s' (see --help)\n", argv[i]);
       return 2;
     }
+  }
+  if (topology) {
+    if (json || params_only) {
+      fprintf(stderr, "weft-info: --topology prints text only, without --params or --json\n");
+      return 2;
+    }
+    return print_topology();
   }
   if (json)
     print_json(params_only);

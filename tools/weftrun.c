@@ -1,9 +1,11 @@
-/* weftrun.c - weft's local launcher: `weftrun -np N [options] [--] cmd args...`
- * starts N ranks of cmd on this machine, gives each its WEFT_* (and matching
- * HOROVOD_*) environment, relays their output and stops the whole job when one
- * rank fails or weftrun is signalled. This file parses the command line and
- * prepares the job; weftrun_job.c runs it, weftrun_relay.c relays output.
- * weftrun does not use the weft library itself (no weft_init). */
+/* weftrun.c - weft's launcher: `weftrun -np N [-H host:slots,...] [options]
+ * [--] cmd args...` starts N ranks of cmd on this machine or on several hosts
+ * (through a remote shell), gives each its WEFT_* (and matching HOROVOD_*)
+ * environment, relays their output and stops the whole job when one rank
+ * fails or weftrun is signalled. This file parses the command line and
+ * prepares the job (placement, environment, rendezvous address, the remote
+ * ranks' start script); weftrun_job.c runs it, weftrun_relay.c relays
+ * output. weftrun does not use the weft library itself (no weft_init). */
 #include "weftrun.h"
 
 #include <arpa/inet.h>
@@ -24,10 +26,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bootstrap/iface.h"
+#include "util/err.h"
 #include "util/time.h"
 #include "weft.h"
 
 #define NP_MAX 4096
+#define HOST_NAME_MAX_LEN 253
+/* the remote script goes through a pipe before the remote shell runs: it
+ * must fit the pipe's buffer */
+#define SCRIPT_MAX 60000
+#define DEFAULT_RSH "ssh -o BatchMode=yes {host}"
 
 extern char **environ;
 
@@ -35,18 +44,32 @@ extern char **environ;
 static const char *const g_reserved[] = {
     "WEFT_RANK",          "WEFT_SIZE",          "WEFT_LOCAL_RANK",   "WEFT_LOCAL_SIZE",   "WEFT_CROSS_RANK",
     "WEFT_CROSS_SIZE",    "WEFT_ADDR",          "WEFT_SECRET",       "WEFT_JOB_ID",       "HOROVOD_RANK",
-    "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"};
+    "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
+    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG"};
 #define NRESERVED (sizeof g_reserved / sizeof g_reserved[0])
 
 static void usage(FILE *f) {
   fprintf(f,
-          "Usage: weftrun -np N [options] [--] command [args...]\n"
-          "Starts N ranks of a weft job on this machine and supervises them.\n"
+          "Usage: weftrun -np N [-H HOST[:SLOTS],...] [options] [--] command [args...]\n"
+          "Starts N ranks of a weft job, on this machine or on several hosts, and supervises them.\n"
           "\n"
           "Options:\n"
           "  -np N, -n N              number of ranks (1..%d); required\n"
+          "  -H, --host HOST[:SLOTS],...\n"
+          "                           hosts to run on, SLOTS ranks each (default 1); ranks fill\n"
+          "                           them in order. Without -H every rank runs here.\n"
+          "  --hostfile FILE          hosts from FILE, one a line: HOST, HOST:SLOTS or\n"
+          "                           HOST slots=SLOTS ('#' starts a comment)\n"
+          "  --rsh TEMPLATE           how to start ranks on another host (default\n"
+          "                           '" DEFAULT_RSH "'); words split at blanks,\n"
+          "                           {host} replaced (or the host appended); weftrun adds\n"
+          "                           'sh -s' and writes the rank's start script to its stdin.\n"
+          "                           Hosts named localhost, 127.x or this machine's name\n"
+          "                           start directly. Example: --rsh 'ip netns exec {host}'\n"
+          "  --network-interface IF   ranks bind and advertise IF's IPv4 address (WEFT_IFACE)\n"
           "  -x NAME=VALUE, --env NAME=VALUE\n"
-          "                           extra environment for every rank (repeatable)\n"
+          "                           extra environment for every rank (repeatable); -x NAME\n"
+          "                           passes weftrun's own value (to remote hosts too)\n"
           "  --output-filename DIR    write rank i's stdout and stderr to DIR/rank.<i>/stdout\n"
           "                           and DIR/rank.<i>/stderr instead of relaying them\n"
           "  --tag-output             prefix each relayed line with \"[rank] \" (default)\n"
@@ -59,13 +82,15 @@ static void usage(FILE *f) {
           "\n"
           "Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE, WEFT_CROSS_RANK,\n"
           "WEFT_CROSS_SIZE, WEFT_ADDR (rank 0 listens there), WEFT_SECRET, WEFT_JOB_ID, and the\n"
-          "same values as HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE.\n"
-          "Ranks read stdin from /dev/null.\n"
+          "same values as HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE;\n"
+          "with -H also WEFT_HOSTNAME (the host as given). Remote ranks get no other\n"
+          "environment from weftrun than that and -x. Ranks read stdin from /dev/null.\n"
           "\n"
           "When a rank exits non-zero or dies by a signal, the others get a second to report and\n"
-          "exit on their own, then SIGTERM, then SIGKILL\n"
-          "after the grace time, and weftrun exits with that rank's status (128+signal if it\n"
-          "was killed). SIGINT, SIGTERM and SIGHUP to weftrun are forwarded to the ranks\n"
+          "exit on their own, then SIGTERM, then SIGKILL after the grace time, and weftrun\n"
+          "exits with the status of the rank that caused the failure (128+signal if it was\n"
+          "killed): ranks that fail because a peer was lost say so to weftrun, so the peer,\n"
+          "not the first rank to exit, is reported. SIGINT, SIGTERM and SIGHUP to weftrun are forwarded to the ranks\n"
           "(a second one kills them at once) and weftrun exits 128+signal.\n",
           NP_MAX);
 }
@@ -138,8 +163,120 @@ static void add_env(struct wf_run_opts *o, const char *arg) {
     fprintf(stderr, "weftrun: ignoring -x %.*s: weftrun sets it for every rank\n", (int)n, arg);
     return;
   }
-  if (!eq) return;
+  if (!eq) {
+    o->fwd[o->nfwd++] = (char *)arg;
+    return;
+  }
   o->env[o->nenv++] = (char *)arg;
+}
+
+/* ------------------------------------------------------------------- hosts */
+
+static int host_name_ok(const char *s, size_t n) {
+  if (n == 0 || n > HOST_NAME_MAX_LEN || s[0] == '-') return 0;
+  for (size_t k = 0; k < n; k++)
+    if (!(s[k] == '.' || s[k] == '-' || s[k] == '_' || s[k] == '@' || (s[k] >= 'a' && s[k] <= 'z') ||
+          (s[k] >= 'A' && s[k] <= 'Z') || (s[k] >= '0' && s[k] <= '9')))
+      return 0;
+  return 1;
+}
+
+/* Adds "HOST" or "HOST:SLOTS" (n bytes of s); slots_dflt when none given.
+ * where: for messages ("-H" or "FILE:LINE"). */
+static void add_host(struct wf_run_opts *o, const char *s, size_t n, int slots, const char *where) {
+  const char *colon = memchr(s, ':', n);
+  size_t hn = colon ? (size_t)(colon - s) : n;
+  if (colon) {
+    char num[16];
+    size_t ln = n - hn - 1;
+    if (ln == 0 || ln >= sizeof num) usage_error("%s: bad slot count in '%.*s'", where, (int)n, s);
+    memcpy(num, colon + 1, ln);
+    num[ln] = '\0';
+    char *end;
+    errno = 0;
+    long v = strtol(num, &end, 10);
+    if (errno || *end || v < 1 || v > NP_MAX)
+      usage_error("%s: the slot count in '%.*s' must be a number from 1 to %d", where, (int)n, s, NP_MAX);
+    slots = (int)v;
+  }
+  if (!host_name_ok(s, hn))
+    usage_error("%s: '%.*s' is not a host name (letters, digits, '.', '-', '_', '@')", where, (int)hn, s);
+  for (int h = 0; h < o->nhosts; h++)
+    if (strlen(o->hosts[h].name) == hn && !memcmp(o->hosts[h].name, s, hn))
+      usage_error("%s: host '%.*s' is listed twice (give it more slots instead)", where, (int)hn, s);
+  struct wf_run_host *nh = realloc(o->hosts, sizeof *nh * (size_t)(o->nhosts + 1));
+  char *name = strndup(s, hn);
+  if (!nh || !name) {
+    fputs("weftrun: out of memory\n", stderr);
+    exit(WF_RUN_EXIT_SETUP);
+  }
+  o->hosts = nh;
+  o->hosts[o->nhosts++] = (struct wf_run_host){.name = name, .slots = slots};
+}
+
+static void add_host_list(struct wf_run_opts *o, const char *list) {
+  for (const char *p = list;;) {
+    size_t n = strcspn(p, ",");
+    if (n == 0) usage_error("-H wants HOST[:SLOTS],... not '%s'", list);
+    add_host(o, p, n, 1, "-H");
+    if (p[n] == '\0') break;
+    p += n + 1;
+  }
+}
+
+static void read_hostfile(struct wf_run_opts *o, const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) usage_error("cannot open host file '%s': %s", path, strerror(errno));
+  char line[1024], where[PATH_MAX + 32];
+  for (int ln = 1; fgets(line, sizeof line, f); ln++) {
+    snprintf(where, sizeof where, "%s:%d", path, ln);
+    line[strcspn(line, "#\r\n")] = '\0';
+    char *tok[3] = {NULL, NULL, NULL}, *save = NULL;
+    int nt = 0;
+    for (char *t = strtok_r(line, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+      if (nt == 2) usage_error("%s: expected HOST, HOST:SLOTS or HOST slots=N", where);
+      tok[nt++] = t;
+    }
+    if (nt == 0) continue;
+    int slots = 1;
+    if (nt == 2) {
+      char *end;
+      long v = strncmp(tok[1], "slots=", 6) == 0 ? strtol(tok[1] + 6, &end, 10) : -1;
+      if (v < 1 || v > NP_MAX || *end) usage_error("%s: expected slots=N (1..%d), not '%s'", where, NP_MAX, tok[1]);
+      if (strchr(tok[0], ':')) usage_error("%s: give the slots once", where);
+      slots = (int)v;
+    }
+    add_host(o, tok[0], strlen(tok[0]), slots, where);
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) usage_error("cannot read host file '%s'", path);
+}
+
+/* localhost, 127.x, this machine's name (full or up to the first dot). */
+static int host_is_local(const char *h) {
+  if (!strcmp(h, "localhost") || !strncmp(h, "127.", 4)) return 1;
+  char me[HOST_NAME_MAX_LEN + 2] = "";
+  if (gethostname(me, sizeof me - 1) != 0 || !me[0]) return 0;
+  if (!strcmp(h, me)) return 1;
+  size_t shortlen = strcspn(me, ".");
+  return strlen(h) == shortlen && !strncmp(h, me, shortlen);
+}
+
+/* Ranks fill the hosts in order. */
+static void place(struct wf_run_opts *o) {
+  long total = 0;
+  for (int h = 0; h < o->nhosts; h++) total += o->hosts[h].slots;
+  if (total < o->np)
+    usage_error("-np %d but the hosts have %ld slot%s in all", o->np, total, total == 1 ? "" : "s");
+  int left = o->np;
+  for (int h = 0; h < o->nhosts; h++) {
+    struct wf_run_host *x = &o->hosts[h];
+    x->nranks = left < x->slots ? left : x->slots;
+    left -= x->nranks;
+    x->local = host_is_local(x->name);
+    x->index = x->nranks > 0 ? o->nused++ : -1;
+  }
 }
 
 static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
@@ -147,7 +284,9 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   o->tag = 1;
   o->grace = 3;
   o->env = calloc((size_t)argc + 1, sizeof *o->env); /* -x entries <= argc */
-  if (!o->env) {
+  o->fwd = calloc((size_t)argc + 1, sizeof *o->fwd);
+  o->rsh = DEFAULT_RSH;
+  if (!o->env || !o->fwd) {
     fputs("weftrun: out of memory\n", stderr);
     exit(WF_RUN_EXIT_SETUP);
   }
@@ -176,6 +315,19 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
       o->np = parse_np(v);
     } else if ((v = opt_value(argc, argv, &i, "-x")) || (v = opt_value(argc, argv, &i, "--env"))) {
       add_env(o, v);
+    } else if ((v = opt_value(argc, argv, &i, "-H")) || (v = opt_value(argc, argv, &i, "--host")) ||
+               (v = opt_value(argc, argv, &i, "--hosts"))) {
+      add_host_list(o, v);
+    } else if ((v = opt_value(argc, argv, &i, "--hostfile"))) {
+      read_hostfile(o, v);
+    } else if ((v = opt_value(argc, argv, &i, "--rsh"))) {
+      if (!v[strspn(v, " \t")]) usage_error("--rsh wants a command template");
+      o->rsh = v;
+    } else if ((v = opt_value(argc, argv, &i, "--network-interface"))) {
+      /* it may exist only on the other hosts: checked by the ranks */
+      if (strlen(v) >= 16 || !host_name_ok(v, strlen(v)))
+        usage_error("--network-interface wants an interface name (such as eth0), not '%s'", v);
+      o->iface = v;
     } else if ((v = opt_value(argc, argv, &i, "--output-filename"))) {
       if (!*v) usage_error("--output-filename wants a directory");
       o->outdir = v;
@@ -190,6 +342,7 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   if (o->np == 0) usage_error("missing -np N (the number of ranks)");
   if (i >= argc) usage_error("missing the command to run");
   o->cmd = argv + i;
+  if (o->nhosts > 0) place(o);
 }
 
 /* --------------------------------------------------------------- job setup */
@@ -198,43 +351,210 @@ static int env_is(const char *entry, const char *name, size_t n) {
   return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
+/* The variables weftrun sets for rank (they win over inherited and -x ones). */
+static void set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st) {
+  const struct wf_run_opts *o = j->o;
+  const struct wf_run_rank *r = &j->ranks[rank];
+  const struct wf_run_host *h = r->host >= 0 ? &o->hosts[r->host] : NULL;
+  int cross = h ? h->index : 0, ncross = h ? o->nused : 1;
+  const char *pre[2] = {"WEFT", "HOROVOD"};
+  size_t cap = sizeof st->s[0];
+  st->n = 0;
+  for (int p = 0; p < 2; p++) {
+    snprintf(st->s[st->n++], cap, "%s_RANK=%d", pre[p], rank);
+    snprintf(st->s[st->n++], cap, "%s_SIZE=%d", pre[p], o->np);
+    snprintf(st->s[st->n++], cap, "%s_LOCAL_RANK=%d", pre[p], r->local_rank);
+    snprintf(st->s[st->n++], cap, "%s_LOCAL_SIZE=%d", pre[p], r->local_size);
+    snprintf(st->s[st->n++], cap, "%s_CROSS_RANK=%d", pre[p], cross);
+    snprintf(st->s[st->n++], cap, "%s_CROSS_SIZE=%d", pre[p], ncross);
+  }
+  snprintf(st->s[st->n++], cap, "WEFT_ADDR=%s", j->addr);
+  snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
+  snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
+  /* the status channel: a pipe locally; stderr (relayed by weftrun) remotely */
+  if (r->remote || j->link_w >= 0) {
+    snprintf(st->s[st->n++], cap, "WEFT_LAUNCHER_FD=%d", r->remote ? 2 : WF_RUN_LINK_FD);
+    snprintf(st->s[st->n++], cap, "WEFT_LAUNCHER_TAG=%s", j->job_id);
+  }
+  if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->name);
+  if (o->iface) snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", o->iface);
+}
+
+/* entry ("NAME=...") names one of the variables in st */
+static int is_set(const struct wf_run_env_store *st, const char *entry, size_t n) {
+  for (int k = 0; k < st->n; k++)
+    if (env_is(st->s[k], entry, n)) return 1;
+  return 0;
+}
+
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store) {
   const struct wf_run_opts *o = j->o;
+  set_vars(j, rank, store);
   size_t nenv = 0;
   while (environ && environ[nenv]) nenv++;
-  char **envp = calloc(nenv + (size_t)o->nenv + NRESERVED + 1, sizeof *envp);
+  char **envp = calloc(nenv + (size_t)o->nenv + WF_RUN_NSET + 1, sizeof *envp);
   if (!envp) return NULL;
   size_t k = 0;
   for (size_t e = 0; e < nenv; e++) {
     const char *eq = strchr(environ[e], '=');
     if (!eq) continue;
     size_t n = (size_t)(eq - environ[e]);
-    int drop = is_reserved(environ[e], n);
+    int drop = is_reserved(environ[e], n) || is_set(store, environ[e], n);
     for (int x = 0; x < o->nenv && !drop; x++) drop = env_is(o->env[x], environ[e], n);
     if (!drop) envp[k++] = environ[e];
   }
   for (int x = 0; x < o->nenv; x++) {
     size_t n = (size_t)(strchr(o->env[x], '=') - o->env[x]);
-    int later = 0; /* the last -x of a name wins */
+    int later = is_set(store, o->env[x], n); /* the last -x of a name wins; weftrun's own win over all */
     for (int y = x + 1; y < o->nenv && !later; y++) later = env_is(o->env[y], o->env[x], n);
     if (!later) envp[k++] = o->env[x];
   }
-  const char *pre[2] = {"WEFT", "HOROVOD"};
-  int s = 0;
-  for (int p = 0; p < 2; p++) {
-    snprintf(store->s[s++], sizeof store->s[0], "%s_RANK=%d", pre[p], rank);
-    snprintf(store->s[s++], sizeof store->s[0], "%s_SIZE=%d", pre[p], o->np);
-    snprintf(store->s[s++], sizeof store->s[0], "%s_LOCAL_RANK=%d", pre[p], rank);
-    snprintf(store->s[s++], sizeof store->s[0], "%s_LOCAL_SIZE=%d", pre[p], o->np);
-    snprintf(store->s[s++], sizeof store->s[0], "%s_CROSS_RANK=0", pre[p]);
-    snprintf(store->s[s++], sizeof store->s[0], "%s_CROSS_SIZE=1", pre[p]);
-  }
-  snprintf(store->s[s++], sizeof store->s[0], "WEFT_ADDR=%s", j->addr);
-  snprintf(store->s[s++], sizeof store->s[0], "WEFT_SECRET=%s", j->secret);
-  snprintf(store->s[s++], sizeof store->s[0], "WEFT_JOB_ID=%s", j->job_id);
-  for (int t = 0; t < s; t++) envp[k++] = store->s[t];
+  for (int t = 0; t < store->n; t++) envp[k++] = store->s[t];
   envp[k] = NULL;
   return envp;
+}
+
+/* --------------------------------------------------------- remote ranks */
+
+struct sbuf {
+  char *p;
+  size_t len, cap;
+  int bad; /* out of memory or over SCRIPT_MAX */
+};
+
+static void sb_put(struct sbuf *b, const char *s, size_t n) {
+  if (b->bad) return;
+  if (b->len + n + 1 > SCRIPT_MAX) {
+    b->bad = 1;
+    return;
+  }
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->bad = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* s as one shell word: in single quotes, each ' written as '\'' */
+static void sb_quoted(struct sbuf *b, const char *s, size_t n) {
+  sb_put(b, "'", 1);
+  for (size_t k = 0; k < n; k++) {
+    if (s[k] == '\'') sb_str(b, "'\\''");
+    else sb_put(b, &s[k], 1);
+  }
+  sb_put(b, "'", 1);
+}
+
+/* NAME='value'; export NAME */
+static void sb_export(struct sbuf *b, const char *name, size_t n, const char *value) {
+  sb_put(b, name, n);
+  sb_put(b, "=", 1);
+  sb_quoted(b, value, strlen(value));
+  sb_str(b, "; export ");
+  sb_put(b, name, n);
+  sb_put(b, "\n", 1);
+}
+
+char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
+  const struct wf_run_opts *o = j->o;
+  struct sbuf b = {0};
+  struct wf_run_env_store st;
+  set_vars(j, rank, &st);
+  for (int x = 0; x < o->nenv; x++) {
+    size_t n = (size_t)(strchr(o->env[x], '=') - o->env[x]);
+    if (!is_set(&st, o->env[x], n)) sb_export(&b, o->env[x], n, o->env[x] + n + 1);
+  }
+  for (int x = 0; x < o->nfwd; x++) {
+    const char *v = getenv(o->fwd[x]);
+    if (v && !is_set(&st, o->fwd[x], strlen(o->fwd[x]))) sb_export(&b, o->fwd[x], strlen(o->fwd[x]), v);
+  }
+  for (int t = 0; t < st.n; t++) {
+    size_t n = (size_t)(strchr(st.s[t], '=') - st.s[t]);
+    sb_export(&b, st.s[t], n, st.s[t] + n + 1);
+  }
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd)) {
+    sb_str(&b, "cd ");
+    sb_quoted(&b, cwd, strlen(cwd));
+    sb_str(&b, " 2>/dev/null\n");
+  }
+  /* The command runs in the background so that the shell can watch its
+   * stdin: when weftrun (or the connection to it) goes away, stdin closes
+   * and the rank is killed. A signal to the shell is passed on; the
+   * shell ends as the rank did (the same exit code, or the same signal). */
+  sb_str(&b, "exec 3<&0\n");
+  for (char **a = o->cmd; *a; a++) {
+    sb_quoted(&b, *a, strlen(*a));
+    sb_put(&b, " ", 1);
+  }
+  sb_str(&b, "</dev/null 3<&- &\n"
+             "p=$!\n"
+             "trap 'kill -TERM $p 2>/dev/null' TERM\n"
+             "trap 'kill -INT $p 2>/dev/null' INT\n"
+             "trap 'kill -HUP $p 2>/dev/null' HUP\n"
+             "(read -r _ <&3; kill -KILL $p 2>/dev/null) &\n"
+             "w=$!\n"
+             "exec 3<&-\n"
+             "while :; do wait $p; s=$?; kill -0 $p 2>/dev/null || break; done\n"
+             "kill $w 2>/dev/null\n"
+             "if [ $s -gt 128 ] && [ $s -lt 193 ]; then trap - TERM INT HUP; kill -$((s - 128)) $$; fi\n"
+             "exit $s\n");
+  if (b.bad) {
+    fprintf(stderr, "weftrun: rank %d: the command and its environment are too long to start on host %s (at most "
+            "%d bytes)\n", rank, o->hosts[j->ranks[rank].host].name, SCRIPT_MAX);
+    free(b.p);
+    return NULL;
+  }
+  return b.p;
+}
+
+char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host) {
+  const char *t = j->o->rsh;
+  size_t words = 0, bytes = 0, hl = strlen(host);
+  int has_host = strstr(t, "{host}") != NULL;
+  for (const char *p = t; *p; p++) bytes += !strncmp(p, "{host}", 6) ? hl + 1 : 2;
+  words = strlen(t) + 4;
+  bytes += hl + 16;
+  char **argv = malloc(words * sizeof *argv + bytes);
+  if (!argv) return NULL;
+  char *out = (char *)(argv + words);
+  size_t n = 0;
+  for (const char *p = t;;) {
+    p += strspn(p, " \t");
+    if (!*p) break;
+    size_t wl = strcspn(p, " \t");
+    argv[n++] = out;
+    for (size_t k = 0; k < wl;) {
+      if (wl - k >= 6 && !strncmp(p + k, "{host}", 6)) {
+        memcpy(out, host, hl);
+        out += hl;
+        k += 6;
+      } else {
+        *out++ = p[k++];
+      }
+    }
+    *out++ = '\0';
+    p += wl;
+  }
+  if (!has_host) {
+    argv[n++] = out;
+    memcpy(out, host, hl + 1);
+    out += hl + 1;
+  }
+  argv[n++] = "sh";
+  argv[n++] = "-s";
+  argv[n] = NULL;
+  return argv;
 }
 
 static int random_hex(char *out, size_t nbytes) {
@@ -250,22 +570,62 @@ static int random_hex(char *out, size_t nbytes) {
   return 0;
 }
 
-/* A port that is free now: rank 0 will listen there. Another process could
- * take it in between; rank 0 then fails to listen and the job stops. */
-static int free_port_addr(char *out, size_t outsz) {
+/* A port that is free now on ip (INADDR_ANY if NULL): rank 0 will listen
+ * there. Another process could take it in between; rank 0 then fails to
+ * listen and the job stops. */
+static int free_port(const char *ip, unsigned *port) {
   int rc = -1;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) goto out;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (ip && inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+    errno = EINVAL;
+    goto out;
+  }
   socklen_t len = sizeof sa;
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) goto out;
   if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) goto out;
-  snprintf(out, outsz, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+  *port = ntohs(sa.sin_port);
   rc = 0;
 out:
   if (fd >= 0) close(fd);
   return rc;
+}
+
+/* WEFT_ADDR. All ranks here: loopback (or --network-interface's address)
+ * and a port free now. Rank 0 here, others elsewhere: this machine's
+ * interface address or name. Rank 0 on another host: its name as given,
+ * and a random port in a high range (weftrun cannot look there; if rank 0
+ * cannot listen on it, rank 0 fails and says so, and the job stops). */
+static int choose_addr(struct wf_run_job *j) {
+  const struct wf_run_opts *o = j->o;
+  int all_local = 1;
+  for (int h = 0; h < o->nhosts; h++)
+    if (o->hosts[h].nranks > 0 && !o->hosts[h].local) all_local = 0;
+  const struct wf_run_host *h0 = o->nhosts ? &o->hosts[j->ranks[0].host] : NULL;
+  char ip[64] = "127.0.0.1";
+  unsigned port = 0;
+  if (!h0 || h0->local) {
+    if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
+      fprintf(stderr, "weftrun: --network-interface: %s\n", wf_err_msg());
+      return -1;
+    }
+    if (free_port(all_local || o->iface ? ip : NULL, &port) != 0) {
+      fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s\n", ip, strerror(errno));
+      return -1;
+    }
+    if (!all_local && !o->iface && (gethostname(ip, sizeof ip - 1) != 0 || !ip[0])) {
+      fprintf(stderr, "weftrun: cannot get this machine's name for the remote ranks; use --network-interface\n");
+      return -1;
+    }
+    snprintf(j->addr, sizeof j->addr, "%s:%u", ip, port);
+    return 0;
+  }
+  uint16_t r;
+  if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint16_t)getpid();
+  snprintf(j->addr, sizeof j->addr, "%s:%u", h0->name, 20000u + (unsigned)r % 40000u);
+  return 0;
 }
 
 static int mkdir_p(const char *dir) {
@@ -340,6 +700,9 @@ int main(int argc, char **argv) {
   j.term_at = WF_NO_DEADLINE;
   j.devnull = -1;
   j.sigfd = -1;
+  j.link_r = j.link_w = -1;
+  j.pending = -1;
+  j.decide_at = WF_NO_DEADLINE;
   j.exitfd = epoll_create1(EPOLL_CLOEXEC); /* -1: ranks are reaped in index order */
   int rc = WF_RUN_EXIT_SETUP;
   const char *what = NULL;
@@ -348,8 +711,8 @@ int main(int argc, char **argv) {
     what = "cannot set up signal handling";
     goto out;
   }
-  /* two pipes per rank stay open in weftrun; ranks get the old limit back */
-  rlim_t want = (rlim_t)o.np * 2 + 64;
+  /* two pipes per rank (three for remote ones) stay open in weftrun; ranks get the old limit back */
+  rlim_t want = (rlim_t)o.np * 3 + 64;
   if (getrlimit(RLIMIT_NOFILE, &j.nofile) == 0 && j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
     struct rlimit r = j.nofile;
     r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;
@@ -359,28 +722,58 @@ int main(int argc, char **argv) {
     what = "cannot get random bytes (getrandom)";
     goto out;
   }
-  if (free_port_addr(j.addr, sizeof j.addr) != 0) {
-    what = "cannot find a free port on 127.0.0.1";
+  j.ranks = calloc((size_t)o.np, sizeof *j.ranks);
+  if (!j.ranks) {
+    what = "cannot allocate the rank table";
     goto out;
+  }
+  for (int i = 0, h = 0, on_h = 0; i < o.np; i++) { /* placement: ranks fill the hosts in order */
+    struct wf_run_rank *r = &j.ranks[i];
+    r->pidfd = r->stdin_w = -1;
+    r->cause = -2;
+    r->code = -1;
+    r->host = -1;
+    r->local_rank = i;
+    r->local_size = o.np;
+    if (o.nhosts == 0) continue;
+    while (on_h == o.hosts[h].nranks) h++, on_h = 0;
+    r->host = h;
+    r->local_rank = on_h++;
+    r->local_size = o.hosts[h].nranks;
+    r->remote = !o.hosts[h].local;
+  }
+  if (choose_addr(&j) != 0) goto out;
+  /* the local ranks' status channel; at a high fd so that the child's dup2
+   * onto WF_RUN_LINK_FD cannot clobber it */
+  int lp[2];
+  if (pipe2(lp, O_CLOEXEC | O_NONBLOCK) == 0) {
+    j.link_r = fcntl(lp[0], F_DUPFD_CLOEXEC, 10);
+    j.link_w = fcntl(lp[1], F_DUPFD_CLOEXEC, 10);
+    close(lp[0]);
+    close(lp[1]);
+    if (j.link_r < 0 || j.link_w < 0) {
+      if (j.link_r >= 0) close(j.link_r);
+      if (j.link_w >= 0) close(j.link_w);
+      j.link_r = j.link_w = -1;
+    }
   }
   if (o.outdir && mkdir_p(o.outdir) != 0) {
     fprintf(stderr, "weftrun: cannot create directory '%s': %s\n", o.outdir, strerror(errno));
     goto out;
   }
   j.devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  j.ranks = calloc((size_t)o.np, sizeof *j.ranks);
-  if (j.devnull < 0 || !j.ranks) {
-    what = "cannot open /dev/null or allocate the rank table";
+  if (j.devnull < 0) {
+    what = "cannot open /dev/null";
     goto out;
   }
-  for (int i = 0; i < o.np; i++) j.ranks[i].pidfd = -1;
   for (int i = 0; i < o.np; i++) { /* ranks never started have nothing to relay */
     wf_run_stream_init(&j.ranks[i].out, -1, 1, NULL);
     wf_run_stream_init(&j.ranks[i].err, -1, 2, NULL);
   }
   if (o.verbose)
-    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s'; rank 0 listens on %s\n", j.job_id, o.np,
-            o.np == 1 ? "" : "s", o.cmd[0], j.addr);
+    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s' on %d host%s; rank 0 listens on %s\n", j.job_id,
+            o.np, o.np == 1 ? "" : "s", o.cmd[0], o.nhosts ? o.nused : 1, (o.nhosts ? o.nused : 1) == 1 ? "" : "s",
+            j.addr);
 
   for (int i = 0; i < o.np; i++) {
     if (wf_run_spawn(&j, i) != 0) {
@@ -388,7 +781,9 @@ int main(int argc, char **argv) {
       wf_run_stop(&j, SIGTERM);
       break;
     }
-    if (o.verbose) fprintf(stderr, "weftrun: rank %d is pid %d\n", i, (int)j.ranks[i].pid);
+    if (o.verbose)
+      fprintf(stderr, "weftrun: rank %d is pid %d%s%s%s\n", i, (int)j.ranks[i].pid, o.nhosts ? " on " : "",
+              wf_run_host_of(&j, i), j.ranks[i].remote ? " (through the remote shell)" : "");
     if (j.ranks[i].exec_errno) break; /* its exit stops the job; start no more */
   }
   rc = wf_run_supervise(&j);
@@ -398,7 +793,12 @@ out:
   if (j.sigfd >= 0) close(j.sigfd);
   if (j.exitfd >= 0) close(j.exitfd);
   if (j.devnull >= 0) close(j.devnull);
+  if (j.link_r >= 0) close(j.link_r);
+  if (j.link_w >= 0) close(j.link_w);
   free(j.ranks);
   free(o.env);
+  free(o.fwd);
+  for (int h = 0; h < o.nhosts; h++) free(o.hosts[h].name);
+  free(o.hosts);
   return rc;
 }

@@ -1,7 +1,9 @@
 /* weftrun.h - what weftrun's files share: the parsed command line and the
- * running job. weftrun.c parses options and prepares the job (environment,
- * secret, rendezvous address, output files); weftrun_job.c starts the ranks
- * and supervises them; weftrun_relay.c copies their output. */
+ * running job. weftrun.c parses options and prepares the job (hosts and
+ * placement, environment, secret, rendezvous address, output files, the
+ * remote ranks' start script); weftrun_job.c starts the ranks (directly, or
+ * through the remote shell) and supervises them; weftrun_relay.c copies
+ * their output. */
 #ifndef WF_TOOLS_WEFTRUN_H
 #define WF_TOOLS_WEFTRUN_H
 
@@ -11,13 +13,32 @@
 
 #include "weftrun_relay.h"
 
+/* Local ranks get their status channel (the write end of a pipe) here. */
+#define WF_RUN_LINK_FD 4
+
 /* weftrun's own exit codes (a failed job exits with its rank's code). */
 #define WF_RUN_EXIT_SETUP 1    /* weftrun itself could not set the job up */
 #define WF_RUN_EXIT_USAGE 2    /* bad command line */
 #define WF_RUN_EXIT_TIMEOUT 124 /* --timeout passed (as timeout(1)) */
 
+/* One entry of -H / --hostfile. */
+struct wf_run_host {
+  char *name;             /* as given (what the remote shell and WEFT_HOSTNAME get) */
+  int slots;              /* ranks it may take, >= 1 */
+  int local;              /* this machine: ranks start directly */
+  int nranks;             /* ranks placed here */
+  int index;              /* its cross rank among hosts with ranks */
+};
+
 struct wf_run_opts {
   int np;                 /* -np: number of ranks, >= 1 */
+  struct wf_run_host *hosts; /* -H / --hostfile; NULL: every rank on this machine */
+  int nhosts;
+  int nused;              /* hosts with at least one rank */
+  const char *rsh;        /* --rsh template ({host} replaced, else the host appended) */
+  const char *iface;      /* --network-interface, or NULL */
+  char **fwd;             /* -x NAME (no value): forwarded to remote ranks; nfwd entries */
+  int nfwd;
   const char *outdir;     /* --output-filename, or NULL */
   int tag;                /* prefix relayed lines with "[rank] " */
   char **env;             /* -x NAME=VALUE, validated; nenv entries */
@@ -30,6 +51,14 @@ struct wf_run_opts {
 
 struct wf_run_rank {
   pid_t pid;              /* 0 = never started; also its process group id */
+  int host;               /* index in o->hosts, -1 without -H */
+  int local_rank, local_size;
+  int remote;             /* started through the remote shell */
+  int stdin_w;            /* remote: the shell's stdin (its script, then held open), else -1 */
+  int cause;              /* from its status line: rank that caused its failure, -1 own, -2 unknown */
+  int code;               /* exit code once reaped (128+signal), -1 before */
+  int wstatus;            /* wait status once reaped */
+  int stopped;            /* reaped after weftrun signalled the job */
   int running;            /* started and not reaped yet */
   int exec_errno;         /* errno of a failed exec, 0 if exec worked */
   int pidfd;              /* in the job's exit set while running; -1 otherwise */
@@ -40,7 +69,7 @@ struct wf_run_rank {
 struct wf_run_job {
   const struct wf_run_opts *o;
   struct wf_run_rank *ranks;   /* o->np entries */
-  char addr[32];               /* WEFT_ADDR, 127.0.0.1:<port> */
+  char addr[300];              /* WEFT_ADDR: rank 0's host and port */
   char secret[65];             /* WEFT_SECRET, 64 hex chars */
   char job_id[17];             /* WEFT_JOB_ID, 16 hex chars */
   int sigfd;                   /* signalfd for SIGCHLD/SIGINT/SIGTERM/SIGHUP */
@@ -56,16 +85,44 @@ struct wf_run_job {
   int64_t term_at;             /* after a rank failed: when the others get SIGTERM, or WF_NO_DEADLINE */
   int64_t timeout_at;          /* --timeout deadline, or WF_NO_DEADLINE */
   int64_t signal_at;           /* when the first stop signal came, 0 if none */
+  int link_r, link_w;          /* status channel of local ranks (pipe; -1 if none) */
+  char link_buf[4096];         /* partial line read from link_r */
+  size_t link_len;
+  int signalled;               /* weftrun sent the ranks a signal */
+  int pending;                 /* first rank that failed, while its cause is awaited; -1 none */
+  int64_t decide_at;           /* when weftrun stops waiting for the cause */
 };
 
-/* Room for the per-rank "NAME=value" strings of wf_run_build_env. */
+/* What the ranks' status lines start with: "weft-link <job id> ". */
+void wf_run_link_key(const struct wf_run_job *j, char *out, size_t outsz);
+/* One status line (without the key) from rank (or, for -1, from the rank
+ * the line names); updates that rank's cause. */
+void wf_run_link_line(struct wf_run_job *j, int rank, const char *line, size_t n);
+
+/* The host a rank runs on, for messages ("" without -H). */
+const char *wf_run_host_of(const struct wf_run_job *j, int rank);
+
+/* Room for the per-rank "NAME=value" strings weftrun sets. */
+#define WF_RUN_NSET 24
 struct wf_run_env_store {
-  char s[16][96];
+  char s[WF_RUN_NSET][320];
+  int n;
 };
 /* Builds rank's environment: weftrun's own, then -x, then the WEFT_* and
  * HOROVOD_* variables (which win). Returns a malloc'ed array (free it and
  * nothing else; the strings live in *store) or NULL when out of memory. */
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store);
+
+/* The script a remote rank's shell ("sh -s") reads on stdin: its
+ * environment (the secret included: never on a command line), the working
+ * directory, the command, and a watchdog that kills the rank when stdin
+ * closes (weftrun or its remote shell went away). malloc'ed, NULL when out
+ * of memory or too long for a pipe (message printed). */
+char *wf_run_remote_script(const struct wf_run_job *j, int rank);
+
+/* The remote shell's argv for host: --rsh split at blanks, {host}
+ * replaced (or the host appended), then "sh" "-s". malloc'ed (one block). */
+char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host);
 
 /* Starts rank i (fork + exec). Returns 0 if the process was created (its exec
  * may still have failed: ranks[i].exec_errno), -1 if not (message printed). */

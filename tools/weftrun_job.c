@@ -2,11 +2,23 @@
  * job ends.
  *
  * Every rank is its own process group, so a signal to the group also reaches
- * what the rank started. One poll() loop waits on a signalfd (SIGCHLD and the
- * stop signals: no work in signal handlers) and on the ranks' output pipes.
- * The first rank to fail, a signal or --timeout decides the exit code and
- * starts the stop: SIGTERM (or the signal weftrun got), SIGKILL after --grace.
- * The job is over when every rank is reaped and its output relayed. */
+ * what the rank started. A remote rank's process is the remote shell (--rsh)
+ * running "sh -s", whose stdin gets the rank's script (weftrun.c) and then
+ * stays open: when it closes, the remote side kills the rank.
+ * One poll() loop waits on a signalfd (SIGCHLD and the
+ * stop signals: no work in signal handlers), on the ranks' output pipes and
+ * on the status channel. A failure, a signal or --timeout decides the exit
+ * code and starts the stop: SIGTERM (or the signal weftrun got), SIGKILL
+ * after --grace. The job is over when every rank is reaped and its output
+ * relayed.
+ *
+ * Which failure is reported: when a rank fails because a peer was lost (or
+ * aborted, or reported the failure), its weft library writes one status line
+ * naming that peer before it exits (src/api/launcher_link.c), through a pipe
+ * (local ranks) or its stderr (remote ranks). After the first abnormal exit
+ * weftrun follows those "caused by" links to the root rank and waits (at most
+ * CAUSE_WAIT_SECONDS) for the root to end: the root's status is the job's,
+ * however the kernel ordered the exits. */
 #include "weftrun.h"
 
 #include <errno.h>
@@ -36,6 +48,9 @@
 /* after a rank fails, how long the others may take to report and exit on
  * their own before they get SIGTERM */
 #define SETTLE_SECONDS 1.0
+/* after the first failure, how long weftrun waits for the rank that caused
+ * it (per the status lines) to end, before it reports the first failure */
+#define CAUSE_WAIT_SECONDS 3.0
 
 static const char *sig_name(int sig) {
   switch (sig) {
@@ -56,7 +71,8 @@ static void append(char *buf, size_t cap, size_t *len, const char *s) {
 /* In the forked child: make the rank's process, then exec. Only plain system
  * calls here, no stdio or malloc. */
 static void __attribute__((noreturn))
-child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t parent, char **envp) {
+child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t parent, char **envp, int in_r,
+      char **rsh) {
   (void)setpgid(0, 0);
   /* Die with weftrun even if it is SIGKILLed. If weftrun died before prctl,
    * our parent is already someone else and nobody would stop us. */
@@ -67,21 +83,29 @@ child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t pare
   sa.sa_handler = SIG_DFL;
   for (int s = 1; s < NSIG; s++) (void)sigaction(s, &sa, NULL); /* KILL, STOP and libc's own refuse: fine */
   if (j->nofile_raised) (void)setrlimit(RLIMIT_NOFILE, &j->nofile);
-  if (dup2(j->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) _exit(WF_RUN_EXIT_SETUP);
+  if (dup2(in_r >= 0 ? in_r : j->devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+    _exit(WF_RUN_EXIT_SETUP);
   if (status_w != CHILD_STATUS_FD && dup3(status_w, CHILD_STATUS_FD, O_CLOEXEC) < 0) _exit(WF_RUN_EXIT_SETUP);
-  if (close_range(CHILD_STATUS_FD + 1, ~0U, 0) != 0)
-    for (int fd = CHILD_STATUS_FD + 1; fd < 65536; fd++) (void)close(fd);
+  /* the status channel (link_w is at fd >= 10: nothing above clobbered it) */
+  int last = CHILD_STATUS_FD;
+  if (!rsh && j->link_w >= 0) {
+    if (dup2(j->link_w, WF_RUN_LINK_FD) < 0) _exit(WF_RUN_EXIT_SETUP);
+    last = WF_RUN_LINK_FD;
+  }
+  if (close_range((unsigned)last + 1, ~0U, 0) != 0)
+    for (int fd = last + 1; fd < 65536; fd++) (void)close(fd);
   sigset_t none;
   sigemptyset(&none);
   (void)sigprocmask(SIG_SETMASK, &none, NULL);
 
-  execvpe(j->o->cmd[0], j->o->cmd, envp);
+  if (rsh) execvp(rsh[0], rsh); /* the remote shell: weftrun's own environment */
+  else execvpe(j->o->cmd[0], j->o->cmd, envp);
 
   int e = errno;
   char msg[512];
   size_t len = 0;
   append(msg, sizeof msg, &len, "weftrun: cannot execute '");
-  append(msg, sizeof msg, &len, j->o->cmd[0]);
+  append(msg, sizeof msg, &len, rsh ? rsh[0] : j->o->cmd[0]);
   append(msg, sizeof msg, &len, "': ");
   append(msg, sizeof msg, &len, strerror(e));
   append(msg, sizeof msg, &len, "\n");
@@ -104,30 +128,50 @@ static int open_outputs(const char *dir, int i, int *out_fd, int *err_fd) {
   return *err_fd < 0 ? -1 : 0;
 }
 
+static void on_link(void *ctx, int rank, const char *line, size_t n) { wf_run_link_line(ctx, rank, line, n); }
+
 int wf_run_spawn(struct wf_run_job *j, int i) {
   const struct wf_run_opts *o = j->o;
   struct wf_run_rank *r = &j->ranks[i];
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, st[2] = {-1, -1};
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, st[2] = {-1, -1}, in[2] = {-1, -1};
+  int file_out = -1, file_err = -1;
   struct wf_run_env_store store;
-  char **envp = NULL;
+  char **envp = NULL, **rsh = NULL, *script = NULL;
   const char *what;
   int rc = -1, e = 0;
 
   wf_run_stream_init(&r->out, -1, 1, NULL);
   wf_run_stream_init(&r->err, -1, 2, NULL);
   what = "cannot create its output files";
-  if (o->outdir && open_outputs(o->outdir, i, &out[1], &err[1]) != 0) goto out;
+  if (o->outdir && open_outputs(o->outdir, i, &file_out, &file_err) != 0) goto out;
+  if (o->outdir && !r->remote) { /* written by the rank itself */
+    out[1] = file_out;
+    err[1] = file_err;
+    file_out = file_err = -1;
+  }
   what = "cannot create pipes";
-  if (!o->outdir && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) goto out;
+  if (out[1] < 0 && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) goto out;
   if (pipe2(st, O_CLOEXEC) != 0) goto out;
+  if (r->remote && pipe2(in, O_CLOEXEC) != 0) goto out;
   what = "out of memory";
-  envp = wf_run_build_env(j, i, &store);
-  if (!envp) goto out;
+  if (r->remote) {
+    const char *host = o->hosts[r->host].name;
+    rsh = wf_run_rsh_argv(j, host);
+    script = wf_run_remote_script(j, i);
+    if (!script) { /* message printed */
+      errno = E2BIG;
+      goto out;
+    }
+    if (!rsh) goto out;
+  } else {
+    envp = wf_run_build_env(j, i, &store);
+    if (!envp) goto out;
+  }
   what = "cannot fork";
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) goto out;
-  if (pid == 0) child(j, out[1], err[1], st[1], parent, envp);
+  if (pid == 0) child(j, out[1], err[1], st[1], parent, envp, in[0], rsh);
 
   /* the child does this too; whichever runs first wins the race with exec */
   (void)setpgid(pid, pid);
@@ -151,24 +195,46 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   do n = read(st[0], &e, sizeof e);
   while (n < 0 && errno == EINTR);
   if (n == (ssize_t)sizeof e) r->exec_errno = e;
+  if (script) {
+    /* the whole script fits the pipe (SCRIPT_MAX): this never blocks. The
+     * write end then stays open: its closing tells the remote side to stop. */
+    size_t len = strlen(script), done = 0;
+    while (done < len) {
+      ssize_t w = write(in[1], script + done, len - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break; /* the shell is gone already: its exit reports it */
+      done += (size_t)w;
+    }
+    r->stdin_w = in[1];
+    in[1] = -1;
+  }
 
   char prefix[32];
   snprintf(prefix, sizeof prefix, "[%d] ", i);
   if (out[0] >= 0) {
     (void)fcntl(out[0], F_SETFL, O_NONBLOCK);
     (void)fcntl(err[0], F_SETFL, O_NONBLOCK);
-    wf_run_stream_init(&r->out, out[0], 1, o->tag ? prefix : NULL);
-    wf_run_stream_init(&r->err, err[0], 2, o->tag ? prefix : NULL);
-    out[0] = err[0] = -1; /* the streams own them now */
+    int to_files = file_out >= 0;
+    wf_run_stream_init(&r->out, out[0], to_files ? file_out : 1, o->tag && !to_files ? prefix : NULL);
+    wf_run_stream_init(&r->err, err[0], to_files ? file_err : 2, o->tag && !to_files ? prefix : NULL);
+    r->out.own_out = r->err.own_out = to_files;
+    out[0] = err[0] = file_out = file_err = -1; /* the streams own them now */
+    if (r->remote) {
+      char key[48];
+      wf_run_link_key(j, key, sizeof key);
+      wf_run_stream_link(&r->err, key, on_link, j, i);
+    }
   }
   rc = 0;
 out:
   e = errno;
   if (rc != 0) fprintf(stderr, "weftrun: rank %d: %s: %s\n", i, what, strerror(e));
-  int fds[6] = {out[0], out[1], err[0], err[1], st[0], st[1]};
-  for (int k = 0; k < 6; k++)
+  int fds[10] = {out[0], out[1], err[0], err[1], st[0], st[1], in[0], in[1], file_out, file_err};
+  for (int k = 0; k < 10; k++)
     if (fds[k] >= 0) close(fds[k]);
   free(envp);
+  free(rsh);
+  free(script);
   return rc;
 }
 
@@ -182,6 +248,7 @@ static int running_count(const struct wf_run_job *j) {
  * output still held open (by what it started). A reaped rank's pid stays
  * reserved while its process group has members, so -pid is still its group. */
 static void signal_ranks(struct wf_run_job *j, int sig) {
+  j->signalled = 1;
   for (int i = 0; i < j->o->np; i++) {
     struct wf_run_rank *r = &j->ranks[i];
     if (r->pid <= 0 || !(r->running || r->out.fd >= 0 || r->err.fd >= 0)) continue;
@@ -199,44 +266,160 @@ void wf_run_stop(struct wf_run_job *j, int sig) {
 
 static const char *plural(int n) { return n == 1 ? "" : "s"; }
 
+const char *wf_run_host_of(const struct wf_run_job *j, int rank) {
+  int h = j->ranks[rank].host;
+  return h >= 0 ? j->o->hosts[h].name : "";
+}
+
+void wf_run_link_key(const struct wf_run_job *j, char *out, size_t outsz) {
+  snprintf(out, outsz, "weft-link %s ", j->job_id);
+}
+
+/* "rank=R cause=C status=S": rank (-1: trust R) failed because of C. */
+void wf_run_link_line(struct wf_run_job *j, int rank, const char *line, size_t n) {
+  char buf[128];
+  if (n >= sizeof buf) return;
+  memcpy(buf, line, n);
+  buf[n] = '\0';
+  int r, c = -1, st;
+  char cause[16];
+  if (sscanf(buf, "rank=%d cause=%15s status=%d", &r, cause, &st) != 3) return;
+  if (rank >= 0) r = rank;
+  if (r < 0 || r >= j->o->np) return;
+  if (strcmp(cause, "self") != 0) {
+    char *end;
+    long v = strtol(cause, &end, 10);
+    if (*end || v < 0 || v >= j->o->np || v == r) return;
+    c = (int)v;
+  }
+  if (j->ranks[r].cause == -2) j->ranks[r].cause = c; /* the first failure of its world */
+  if (j->o->verbose)
+    fprintf(stderr, "weftrun: rank %d reports its failure (status %d) %s%s\n", r, st, c < 0 ? "as its own" : "came from rank ",
+            c < 0 ? "" : cause);
+}
+
+/* Reads the local ranks' status lines that are in the pipe now. */
+static void read_links(struct wf_run_job *j) {
+  if (j->link_r < 0) return;
+  for (;;) {
+    ssize_t n = read(j->link_r, j->link_buf + j->link_len, sizeof j->link_buf - j->link_len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return; /* EAGAIN (weftrun holds the write end: no EOF) */
+    j->link_len += (size_t)n;
+    char key[48];
+    wf_run_link_key(j, key, sizeof key);
+    size_t kl = strlen(key), start = 0;
+    char *nl;
+    while ((nl = memchr(j->link_buf + start, '\n', j->link_len - start)) != NULL) {
+      size_t len = (size_t)(nl - (j->link_buf + start));
+      if (len >= kl && !memcmp(j->link_buf + start, key, kl))
+        wf_run_link_line(j, -1, j->link_buf + start + kl, len - kl);
+      start += len + 1;
+    }
+    memmove(j->link_buf, j->link_buf + start, j->link_len - start);
+    j->link_len -= start;
+    if (j->link_len == sizeof j->link_buf) j->link_len = 0; /* garbage: drop */
+  }
+}
+
+static void describe(const struct wf_run_job *j, int i, char *how, size_t cap) {
+  const struct wf_run_rank *r = &j->ranks[i];
+  int status = r->wstatus;
+  if (r->exec_errno)
+    snprintf(how, cap, "could not execute '%s' (%s) and exited with status %d", r->remote ? "the remote shell"
+             : j->o->cmd[0], strerror(r->exec_errno), r->code);
+  else if (WIFEXITED(status))
+    snprintf(how, cap, "exited with status %d", r->code);
+  else
+    snprintf(how, cap, "was killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+             WCOREDUMP(status) ? ", core dumped" : "");
+}
+
+/* "rank 3 (pid 42)" or "rank 3 (pid 42 on host h2)" */
+static void who(const struct wf_run_job *j, int i, char *out, size_t cap) {
+  const char *h = wf_run_host_of(j, i);
+  snprintf(out, cap, "rank %d (pid %d%s%s)", i, (int)j->ranks[i].pid, *h ? " on host " : "", h);
+}
+
+/* The rank at the end of the "caused by" links from rank i; i itself if
+ * the links go round in a circle (a partition: each side blames the other). */
+static int root_of(const struct wf_run_job *j, int i) {
+  int r = i;
+  for (int steps = 0; steps <= j->o->np; steps++) {
+    if (j->ranks[r].cause < 0) return r;
+    r = j->ranks[r].cause;
+  }
+  return i;
+}
+
+/* After the first failure: settles which rank's status is the job's, once
+ * the root cause has ended (or force: the wait is over, or nothing more can
+ * come). A root that weftrun itself had to stop is not the cause. */
+static void try_decide(struct wf_run_job *j, int force) {
+  if (j->pending < 0) return;
+  int first = j->pending, root = root_of(j, first);
+  const struct wf_run_rank *rr = &j->ranks[root];
+  if (root != first && rr->code < 0 && !force) return; /* the cause is still ending: wait for it */
+  int blame = root != first && rr->code > 0 && !rr->stopped ? root : first;
+  j->pending = -1;
+  j->decide_at = WF_NO_DEADLINE;
+  j->exit_code = j->ranks[blame].code;
+  char how[512], w[400], note[600] = "";
+  describe(j, blame, how, sizeof how);
+  who(j, blame, w, sizeof w);
+  int c = j->ranks[first].cause;
+  if (blame != first) {
+    char w1[400];
+    who(j, first, w1, sizeof w1);
+    snprintf(note, sizeof note, " (%s exited first, with status %d, because of it)", w1, j->ranks[first].code);
+  } else if (c >= 0) {
+    const char *h = wf_run_host_of(j, c);
+    snprintf(note, sizeof note, " because it lost rank %d%s%s%s", c, *h ? " on host " : "", h,
+             j->ranks[c].code < 0 ? ", which was still running" : "");
+  }
+  int others = running_count(j);
+  if (others == 1)
+    fprintf(stderr, "weftrun: %s %s%s; stopping the other rank\n", w, how, note);
+  else if (others > 1)
+    fprintf(stderr, "weftrun: %s %s%s; stopping the other %d ranks\n", w, how, note, others);
+  else
+    fprintf(stderr, "weftrun: %s %s%s\n", w, how, note);
+}
+
 /* Rank i was reaped with wait status `status`. */
 static void reaped(struct wf_run_job *j, int i, int status) {
   struct wf_run_rank *r = &j->ranks[i];
   r->running = 0;
-  /* its last lines first, then what weftrun has to say about it */
+  r->wstatus = status;
+  r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (r->stdin_w >= 0) close(r->stdin_w);
+  r->stdin_w = -1;
+  /* its last lines (and status line) first, then what weftrun has to say about it */
   wf_run_stream_pump(&r->out, 64);
   wf_run_stream_pump(&r->err, 64);
+  read_links(j);
 
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  int first = code != 0 && j->exit_code < 0;
-  if (!first && !j->o->verbose) return;
-  char how[512];
-  if (r->exec_errno)
-    snprintf(how, sizeof how, "could not execute '%s' (%s) and exited with status %d", j->o->cmd[0],
-             strerror(r->exec_errno), code);
-  else if (WIFEXITED(status))
-    snprintf(how, sizeof how, "exited with status %d", code);
-  else
-    snprintf(how, sizeof how, "was killed by signal %d (%s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
-             WCOREDUMP(status) ? ", core dumped" : "");
+  r->stopped = j->signalled;
+  int first = r->code != 0 && j->exit_code < 0 && j->pending < 0;
   if (!first) {
-    fprintf(stderr, "weftrun: rank %d (pid %d) %s\n", i, (int)r->pid, how);
+    if (j->o->verbose) {
+      char how[512], w[400];
+      describe(j, i, how, sizeof how);
+      who(j, i, w, sizeof w);
+      fprintf(stderr, "weftrun: %s %s\n", w, how);
+    }
+    try_decide(j, 0);
     return;
   }
-  j->exit_code = code;
-  int others = running_count(j);
-  if (others == 1)
-    fprintf(stderr, "weftrun: rank %d (pid %d) %s; stopping the other rank\n", i, (int)r->pid, how);
-  else if (others > 1)
-    fprintf(stderr, "weftrun: rank %d (pid %d) %s; stopping the other %d ranks\n", i, (int)r->pid, how, others);
-  else
-    fprintf(stderr, "weftrun: rank %d (pid %d) %s\n", i, (int)r->pid, how);
+  j->pending = i;
+  j->decide_at = wf_deadline_after(CAUSE_WAIT_SECONDS);
   /* The survivors' engines notice the loss within milliseconds and say who
    * died and what they were doing: give them a moment to report and exit on
    * their own before SIGTERM (then SIGKILL after the grace). */
   j->stopping = 1;
   j->term_at = wf_deadline_after(SETTLE_SECONDS);
   j->kill_at = wf_deadline_after(SETTLE_SECONDS + j->o->grace);
+  try_decide(j, 0);
 }
 
 /* Reaps every rank that has ended. Several may end between two looks (a
@@ -297,7 +480,7 @@ static void on_stop_signal(struct wf_run_job *j, int sig) {
   int n = running_count(j);
   int64_t now = wf_now_ns();
   if (!j->stopping) {
-    if (j->exit_code < 0) j->exit_code = 128 + sig;
+    if (j->exit_code < 0 && j->pending < 0) j->exit_code = 128 + sig;
     j->signal_at = now;
     fprintf(stderr, "weftrun: got %s; passing it to %d rank%s (SIGKILL after %g s)\n", sig_name(sig), n, plural(n),
             j->o->grace);
@@ -330,8 +513,9 @@ static void on_signals(struct wf_run_job *j) {
 static void on_deadlines(struct wf_run_job *j, int64_t *linger_at, int64_t *abandon_at) {
   int64_t now = wf_now_ns();
   int running = running_count(j);
+  if (j->pending >= 0 && (now >= j->decide_at || running == 0)) try_decide(j, 1);
   if (!j->stopping && running > 0 && now >= j->timeout_at) {
-    if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_TIMEOUT;
+    if (j->exit_code < 0 && j->pending < 0) j->exit_code = WF_RUN_EXIT_TIMEOUT;
     fprintf(stderr, "weftrun: timeout: the job ran longer than %g s; stopping %d rank%s\n", j->o->timeout, running,
             plural(running));
     wf_run_stop(j, SIGTERM);
@@ -372,8 +556,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int wf_run_supervise(struct wf_run_job *j) {
   int np = j->o->np;
-  struct pollfd *pf = calloc(1 + 2 * (size_t)np, sizeof *pf);
-  struct wf_run_stream **ps = calloc(1 + 2 * (size_t)np, sizeof *ps);
+  struct pollfd *pf = calloc(2 + 2 * (size_t)np, sizeof *pf);
+  struct wf_run_stream **ps = calloc(2 + 2 * (size_t)np, sizeof *ps);
   int64_t linger_at = WF_NO_DEADLINE, abandon_at = WF_NO_DEADLINE;
   if (!pf || !ps) {
     fputs("weftrun: out of memory; killing the job\n", stderr);
@@ -393,12 +577,18 @@ int wf_run_supervise(struct wf_run_job *j) {
         pf[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
       }
     }
-    if (running == 0 && n == 1) break;
+    int link_at = -1;
+    if (j->link_r >= 0) {
+      link_at = n;
+      pf[n++] = (struct pollfd){.fd = j->link_r, .events = POLLIN};
+    }
+    if (running == 0 && n == 1 + (link_at >= 0)) break;
 
     int64_t next = WF_NO_DEADLINE;
     if (!j->stopping && running > 0) next = j->timeout_at;
     if (j->stopping && !j->killed) next = j->kill_at;
     next = min64(next, j->term_at);
+    next = min64(next, j->decide_at);
     if (running == 0) next = min64(next, abandon_at != WF_NO_DEADLINE ? abandon_at : linger_at);
     int pr = poll(pf, (nfds_t)n, next == WF_NO_DEADLINE ? -1 : wf_ms_until(next));
     if (pr < 0 && errno == EINTR) continue;
@@ -408,21 +598,26 @@ int wf_run_supervise(struct wf_run_job *j) {
       signal_ranks(j, SIGKILL);
       break;
     }
+    /* status lines before exits: a rank writes its line before it ends */
+    if (link_at >= 0 && pf[link_at].revents) read_links(j);
     if (pf[0].revents) on_signals(j);
     /* a few reads per stream per round, so one chatty rank cannot starve the
      * others or the signals */
     for (int k = 1; k < n; k++)
-      if (pf[k].revents) wf_run_stream_pump(ps[k], 4);
+      if (k != link_at && pf[k].revents) wf_run_stream_pump(ps[k], 4);
   }
 out:
   /* normally nobody is left; after a failure above, do not leave zombies */
   for (int i = 0; i < np; i++) {
     struct wf_run_rank *r = &j->ranks[i];
     if (r->running) (void)waitpid(r->pid, NULL, 0);
+    if (r->stdin_w >= 0) close(r->stdin_w);
+    r->stdin_w = -1;
     wf_run_stream_close(&r->out);
     wf_run_stream_close(&r->err);
   }
   free(pf);
   free(ps);
+  try_decide(j, 1);
   return j->exit_code < 0 ? 0 : j->exit_code;
 }

@@ -22,7 +22,7 @@ static int g_stage_fd = -1;
 static int g_sink_dead[3];
 
 static void write_all(int fd, const char *p, size_t n) {
-  if (fd < 0 || fd > 2 || g_sink_dead[fd]) return;
+  if (fd < 0 || (fd <= 2 && g_sink_dead[fd])) return;
   while (n > 0) {
     ssize_t w = write(fd, p, n);
     if (w < 0) {
@@ -33,7 +33,7 @@ static void write_all(int fd, const char *p, size_t n) {
         (void)poll(&pf, 1, 1000);
         continue;
       }
-      g_sink_dead[fd] = 1;
+      if (fd <= 2) g_sink_dead[fd] = 1;
       return;
     }
     p += w;
@@ -68,6 +68,20 @@ static void emit(const struct wf_run_stream *s, const char *p, size_t n, int cut
   if (cut && s->prefix_len > 0) stage_put(s->out_fd, "\n", 1);
 }
 
+/* A complete line (newline included): relayed, or a status line taken out. */
+static void line(const struct wf_run_stream *s, const char *p, size_t n) {
+  const char *k = s->link_key_len ? memmem(p, n, s->link_key, s->link_key_len) : NULL;
+  if (!k) {
+    emit(s, p, n, 0);
+    return;
+  }
+  if (k > p) emit(s, p, (size_t)(k - p), 1); /* the rank's partial line before it */
+  size_t rest = n - (size_t)(k - p) - s->link_key_len;
+  const char *q = k + s->link_key_len;
+  if (rest > 0 && q[rest - 1] == '\n') rest--;
+  s->on_link(s->link_ctx, s->link_rank, q, rest);
+}
+
 /* Emits the complete lines in buf[0, len + n) (the first len bytes were
  * pending already) and keeps the partial tail. */
 static void take(struct wf_run_stream *s, size_t n) {
@@ -75,7 +89,7 @@ static void take(struct wf_run_stream *s, size_t n) {
   const char *nl;
   while (scan < end && (nl = memchr(s->buf + scan, '\n', end - scan)) != NULL) {
     size_t stop = (size_t)(nl - s->buf) + 1;
-    emit(s, s->buf + start, stop - start, 0);
+    line(s, s->buf + start, stop - start);
     start = scan = stop;
   }
   s->len = end - start;
@@ -92,6 +106,14 @@ void wf_run_stream_init(struct wf_run_stream *s, int fd, int out_fd, const char 
   s->out_fd = out_fd;
   snprintf(s->prefix, sizeof s->prefix, "%s", prefix ? prefix : "");
   s->prefix_len = strlen(s->prefix);
+}
+
+void wf_run_stream_link(struct wf_run_stream *s, const char *key, wf_run_link_fn *fn, void *ctx, int rank) {
+  snprintf(s->link_key, sizeof s->link_key, "%s", key);
+  s->link_key_len = strlen(s->link_key);
+  s->on_link = fn;
+  s->link_ctx = ctx;
+  s->link_rank = rank;
 }
 
 int wf_run_stream_pump(struct wf_run_stream *s, int max_reads) {
@@ -128,4 +150,7 @@ void wf_run_stream_close(struct wf_run_stream *s) {
   s->buf = NULL;
   if (s->fd >= 0) close(s->fd);
   s->fd = -1;
+  if (s->own_out && s->out_fd >= 0) close(s->out_fd);
+  s->own_out = 0;
+  s->out_fd = -1;
 }

@@ -14,9 +14,21 @@
 /* A line longer than this (without a newline) is emitted in pieces. */
 #define WF_RUN_LINE_MAX (64 * 1024)
 
+/* A status line found in a relayed stream (remote ranks write theirs to
+ * stderr): line points just past the key, n bytes, no newline. */
+typedef void wf_run_link_fn(void *ctx, int rank, const char *line, size_t n);
+
 struct wf_run_stream {
   int fd;            /* read end of the rank's pipe (non-blocking); -1 when closed */
-  int out_fd;        /* where lines go: 1 or 2 */
+  int out_fd;        /* where lines go: 1 or 2, or a file (own_out: closed with the stream) */
+  int own_out;
+  /* lines containing link_key are taken out of the output and passed to
+   * on_link (with everything before the key relayed as a line of its own) */
+  char link_key[48];
+  size_t link_key_len;
+  wf_run_link_fn *on_link;
+  void *link_ctx;
+  int link_rank;
   char prefix[32];   /* "" for no tagging */
   size_t prefix_len;
   char *buf;         /* WF_RUN_LINE_MAX bytes (NULL until the first read): the partial line */
@@ -26,6 +38,9 @@ struct wf_run_stream {
 /* Prepares s to relay fd to out_fd; fd may be -1 (nothing to relay, e.g. the
  * rank writes to a file). The line buffer is allocated on the first read. */
 void wf_run_stream_init(struct wf_run_stream *s, int fd, int out_fd, const char *prefix);
+
+/* Makes s hand the lines containing key (at most 47 bytes) to fn. */
+void wf_run_stream_link(struct wf_run_stream *s, const char *key, wf_run_link_fn *fn, void *ctx, int rank);
 
 /* Reads what fd has now (never blocks) and emits the complete lines. Reads at
  * most max_reads times (0 = until the pipe is empty). Returns 1 while the pipe

@@ -32,11 +32,22 @@ extern const wf_algo wf_algo_broadcast_chain;
 extern const wf_algo wf_algo_alltoall_pairwise;
 extern const wf_algo wf_algo_reducescatter_direct;
 extern const wf_algo wf_algo_reducescatter_ring;
+extern const wf_algo wf_algo_allreduce_cma;
+extern const wf_algo wf_algo_allgather_cma;
+extern const wf_algo wf_algo_broadcast_cma;
+extern const wf_algo wf_algo_alltoall_cma;
+extern const wf_algo wf_algo_reducescatter_cma;
+extern const wf_algo wf_algo_allreduce_hier;
+extern const wf_algo wf_algo_allgather_hier;
+extern const wf_algo wf_algo_broadcast_hier;
 
 static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
     &wf_algo_allgather_ring,      &wf_algo_broadcast_tree,      &wf_algo_broadcast_chain,
     &wf_algo_alltoall_pairwise,   &wf_algo_reducescatter_direct, &wf_algo_reducescatter_ring,
+    &wf_algo_allreduce_hier,      &wf_algo_allgather_hier,      &wf_algo_broadcast_hier,
+    &wf_algo_allreduce_cma,       &wf_algo_allgather_cma,       &wf_algo_broadcast_cma,
+    &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,
     NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }

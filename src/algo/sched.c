@@ -3,7 +3,7 @@
  * marks the schedule (oom) and wf_sched_finish reports it once, so builders
  * stay straight-line code. Zero-sized steps are dropped here, which keeps the
  * rule "never a SEND/RECV of 0 bytes" true on both sides of every pair
- * whatever the builder does. */
+ * whatever the builder does. Cross-memory steps run in sched_cma.c. */
 #include "algo/sched.h"
 
 #include <stdlib.h>
@@ -23,6 +23,7 @@ void wf_sched_free(wf_sched *s) {
   if (!s) return;
   free(s->steps);
   free(s->round_end);
+  free(s->mems);
   free(s->scratch);
   memset(s, 0, sizeof *s);
 }
@@ -123,6 +124,57 @@ void wf_sched_scale(wf_sched *s, void *dst, const void *src, size_t count, doubl
   st->factor = factor;
 }
 
+wf_mem wf_mem_local(const void *p) { return (wf_mem){.peer = -1, .local = p}; }
+
+wf_mem wf_mem_peer(int peer, int pid, const uint64_t *base, size_t off) {
+  return (wf_mem){.peer = peer, .pid = pid, .base = base, .off = off};
+}
+
+/* Appends n operands; returns the index of the first, or SIZE_MAX (oom). */
+static size_t add_mems(wf_sched *s, const wf_mem *m, size_t n) {
+  if (s->oom) return SIZE_MAX;
+  if (s->nmems + n > s->mcap) {
+    size_t ncap = s->mcap ? s->mcap : 32;
+    while (ncap < s->nmems + n) ncap *= 2;
+    wf_mem *p = realloc(s->mems, ncap * sizeof *p);
+    if (!p) {
+      s->oom = 1;
+      return SIZE_MAX;
+    }
+    s->mems = p;
+    s->mcap = ncap;
+  }
+  memcpy(s->mems + s->nmems, m, n * sizeof *m);
+  s->nmems += n;
+  return s->nmems - n;
+}
+
+void wf_sched_cma_read(wf_sched *s, void *dst, wf_mem from, size_t bytes) {
+  if (bytes == 0) return;
+  size_t m = add_mems(s, &from, 1);
+  wf_step *st = m == SIZE_MAX ? NULL : append(s);
+  if (!st) return;
+  st->kind = WF_STEP_CMA_READ;
+  st->peer = from.peer;
+  st->dst = dst;
+  st->bytes = bytes;
+  st->mem0 = m;
+}
+
+void wf_sched_cma_fold(wf_sched *s, void *dst, const wf_mem *src, int nsrc, size_t count, void *tmp, size_t chunk) {
+  if (count == 0 || nsrc < 1) return;
+  size_t m = add_mems(s, src, (size_t)nsrc);
+  wf_step *st = m == SIZE_MAX ? NULL : append(s);
+  if (!st) return;
+  st->kind = WF_STEP_CMA_FOLD;
+  st->dst = dst;
+  st->count = count;
+  st->mem0 = m;
+  st->nsrc = (uint32_t)nsrc;
+  st->tmp = tmp;
+  st->chunk = chunk ? chunk : 1;
+}
+
 void wf_sched_end_round(wf_sched *s) {
   if (s->oom || s->nsteps == round_start(s)) return;
   if (s->nrounds == s->rcap) {
@@ -143,10 +195,16 @@ weft_status wf_sched_finish(wf_sched *s) {
   return s->oom ? WEFT_ERR_NO_MEMORY : WEFT_OK;
 }
 
-void wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
+weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
   for (size_t i = first; i < last && i < s->nsteps; i++) {
     const wf_step *st = &s->steps[i];
     switch (st->kind) {
+      case WF_STEP_CMA_READ:
+      case WF_STEP_CMA_FOLD: {
+        weft_status rc = wf_sched_run_cma(s, st);
+        if (rc != WEFT_OK) return rc;
+        break;
+      }
       case WF_STEP_REDUCE:
         wf_reduce(s->dtype, s->op, st->dst, st->src, st->count);
         break;
@@ -160,4 +218,5 @@ void wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
         break;
     }
   }
+  return WEFT_OK;
 }

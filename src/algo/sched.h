@@ -11,7 +11,17 @@
  *
  * Matching: messages between a (sender, receiver) pair are matched in order.
  * The k-th SEND from a to b in a's schedule must have the same byte count as
- * the k-th RECV from a in b's schedule. */
+ * the k-th RECV from a in b's schedule.
+ *
+ * Cross-memory attach (CMA) steps are local steps that read a same-host
+ * peer's memory directly (process_vm_readv, one copy). The
+ * peer's address is only known at run time: an earlier round RECVs it (a
+ * uint64_t) into a slot, and the step points at that slot. Ordinary tiny
+ * SEND/RECV rounds are the synchronisation that makes this safe (the peer's
+ * data is ready when its address arrives; a peer does not finish, reusing
+ * its buffer, before every reader sent "done"). Steps only ever write this
+ * process's memory: a peer that gave up on a failed collective may reuse its
+ * buffer at once, and reading it then is harmless, writing into it is not. */
 #ifndef WF_ALGO_SCHED_H
 #define WF_ALGO_SCHED_H
 #include <stddef.h>
@@ -24,8 +34,20 @@ typedef enum wf_step_kind {
   WF_STEP_RECV = 1,   /* receive bytes from peer into dst */
   WF_STEP_REDUCE = 2, /* dst = dst op src, count elements of the schedule's dtype/op */
   WF_STEP_COPY = 3,   /* memcpy(dst, src, bytes) (memmove if overlapping) */
-  WF_STEP_SCALE = 4   /* dst = src * factor, count elements (dst may equal src) */
+  WF_STEP_SCALE = 4,  /* dst = src * factor, count elements (dst may equal src) */
+  WF_STEP_CMA_READ = 5, /* dst <- bytes of operand mems[mem0] (a peer's memory) */
+  WF_STEP_CMA_FOLD = 6  /* see wf_sched_cma_fold */
 } wf_step_kind;
+
+/* An operand of a CMA step: local memory (peer < 0: local + off) or a
+ * peer's (*base + off in process pid; *base is read when the step runs). */
+typedef struct wf_mem {
+  int peer;             /* group rank, -1: local */
+  int pid;              /* peer's process id */
+  const void *local;    /* local operand */
+  const uint64_t *base; /* peer operand: slot holding the peer's address */
+  size_t off;           /* bytes added to the address */
+} wf_mem;
 
 typedef struct wf_step {
   uint8_t kind;      /* wf_step_kind */
@@ -35,6 +57,10 @@ typedef struct wf_step {
   size_t bytes;      /* SEND/RECV/COPY */
   size_t count;      /* REDUCE/SCALE: elements */
   double factor;     /* SCALE */
+  size_t mem0;       /* CMA: first operand in the schedule's mems */
+  uint32_t nsrc;     /* CMA_FOLD: sources mems[mem0 .. mem0 + nsrc) */
+  void *tmp;         /* CMA_FOLD: scratch of 2 x chunk elements */
+  size_t chunk;      /* CMA_FOLD: elements per chunk */
 } wf_step;
 
 typedef struct wf_sched {
@@ -44,6 +70,8 @@ typedef struct wf_sched {
   size_t nrounds, rcap;
   weft_dtype dtype;  /* for REDUCE/SCALE */
   weft_reduce_op op; /* for REDUCE */
+  wf_mem *mems;      /* operands of CMA steps */
+  size_t nmems, mcap;
   void *scratch;     /* owned; see wf_sched_scratch */
   size_t scratch_bytes;
   int oom;           /* an append failed: the schedule is unusable */
@@ -62,6 +90,17 @@ void wf_sched_recv(wf_sched *s, int peer, void *dst, size_t bytes);
 void wf_sched_reduce(wf_sched *s, void *dst, const void *src, size_t count);
 void wf_sched_copy(wf_sched *s, void *dst, const void *src, size_t bytes);
 void wf_sched_scale(wf_sched *s, void *dst, const void *src, size_t count, double factor);
+/* CMA operands. */
+wf_mem wf_mem_local(const void *p);
+wf_mem wf_mem_peer(int peer, int pid, const uint64_t *base, size_t off);
+/* dst <- bytes at from (a peer's memory). */
+void wf_sched_cma_read(wf_sched *s, void *dst, wf_mem from, size_t bytes);
+/* Reduces count elements, chunk (elements) at a time so each chunk is
+ * combined while in cache: dst = ((src[0] op src[1]) op src[2]) ... (left
+ * fold in the given order, the bits of a chain of REDUCE steps), where every
+ * source is local or a peer's. dst may be one of the local sources. tmp
+ * holds 2 x chunk elements. */
+void wf_sched_cma_fold(wf_sched *s, void *dst, const wf_mem *src, int nsrc, size_t count, void *tmp, size_t chunk);
 /* Closes the current round; the next append starts a new one. Closing an
  * empty round does nothing. */
 void wf_sched_end_round(wf_sched *s);
@@ -69,7 +108,11 @@ void wf_sched_end_round(wf_sched *s);
  * append failed. */
 weft_status wf_sched_finish(wf_sched *s);
 
-/* Runs the local steps [first, last) of a schedule (engine and tests). */
-void wf_sched_run_local(const wf_sched *s, size_t first, size_t last);
+/* Runs the local steps [first, last) of a schedule (engine and tests).
+ * WEFT_OK, or an error (a CMA transfer failed: the message names the peer
+ * and the cause). */
+weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last);
+/* Runs one CMA step (sched_cma.c). */
+weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st);
 
 #endif

@@ -170,15 +170,24 @@ weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *i
   return submit(r, req);
 }
 
-weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
-                           weft_request **req) {
-  BEGIN("weft_allgather");
+/* Checks an allgather and builds its request (not yet submitted). */
+static weft_status make_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
+                                  weft_request **rp) {
   size_t n;
   WF_CHECK(check_name("weft_allgather", name));
   WF_CHECK(check_tensor("weft_allgather", name, "input", in, &n));
   WF_CHECK(check_opts("weft_allgather", name, opt));
   weft_request *r = new_request(g, WF_COLL_ALLGATHER, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  *rp = r;
+  return WEFT_OK;
+}
+
+weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
+                           weft_request **req) {
+  BEGIN("weft_allgather");
+  weft_request *r;
+  WF_CHECK(make_allgather(g, name, in, opt, &r));
   return submit(r, req);
 }
 
@@ -232,9 +241,9 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
   return submit(r, req);
 }
 
-weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
-                               weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
-  BEGIN("weft_reducescatter");
+/* Checks a reducescatter and builds its request (not yet submitted). */
+static weft_status make_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                                      weft_reduce_op op, const weft_op_options *opt, weft_request **rp) {
   size_t n, m = 0;
   WF_CHECK(check_name("weft_reducescatter", name));
   WF_CHECK(check_tensor("weft_reducescatter", name, "input", in, &n));
@@ -267,6 +276,15 @@ weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tenso
     r->out.shape = r->out_shape;
   }
   r->msg.reduce_op = (uint8_t)op;
+  *rp = r;
+  return WEFT_OK;
+}
+
+weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                               weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_reducescatter");
+  weft_request *r;
+  WF_CHECK(make_reducescatter(g, name, in, out, op, opt, &r));
   return submit(r, req);
 }
 
@@ -295,52 +313,25 @@ weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **
   return submit(r, req);
 }
 
-weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const weft_tensor *ins,
-                                   const weft_tensor *outs, weft_reduce_op op, const weft_op_options *opt,
-                                   weft_request **req) {
-  BEGIN("weft_grouped_allreduce");
-  WF_CHECK(check_name("weft_grouped_allreduce", name));
-  if (n < 1 || n > 65536) return INVALID("weft_grouped_allreduce('%s'): n must be 1..65536, got %d", name, n);
-  if (!ins || !outs) return INVALID("weft_grouped_allreduce('%s'): ins/outs is NULL", name);
-  if (strlen(name) + 7 > WF_NAME_MAX) return INVALID("weft_grouped_allreduce('%s'): name too long for a group", name);
-  weft_request *parent = new_request(g, WF_COLL_ALLREDUCE, name, NULL, opt);
-  weft_request **kids = calloc((size_t)n, sizeof *kids);
-  weft_status st = parent && kids ? WEFT_OK : wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
-  /* every tensor checked, and its child request built, before anything is
-   * enqueued: the group goes in whole or not at all */
-  weft_op_options child_opt = opt ? *opt : (weft_op_options)WEFT_OP_OPTIONS_INIT;
-  child_opt.callback = NULL;
-  child_opt.user_data = NULL;
-  for (int i = 0; st == WEFT_OK && i < n; i++) {
-    char cname[WF_NAME_MAX + 1];
-    snprintf(cname, sizeof cname, "%s.%d", name, i);
-    weft_request *k = NULL;
-    st = make_allreduce(g, cname, &ins[i], &outs[i], op, &child_opt, &k);
-    if (st == WEFT_OK) {
-      k->parent = parent;
-      atomic_store_explicit(&k->refs, 1, memory_order_relaxed); /* the engine's only: the user holds the parent */
-      kids[i] = k;
-    }
-  }
-  if (st != WEFT_OK) {
-    for (int i = 0; kids && i < n; i++)
-      if (kids[i]) {
-        free(kids[i]->msg.splits);
-        free(kids[i]);
-      }
-    free(kids);
-    free(parent);
-    return st;
+/* Enqueues a grouped op: kids[0..n) (built and checked) under one lock,
+ * so the engine sees them in one drain and they reach the coordinator in
+ * one batch; parent completes with the last. The parent keeps a reference
+ * on each child (weft_request_output_at). On failure frees everything. */
+static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *parent, weft_request **kids, int n,
+                                  weft_request **req) {
+  weft_world *w = g->world;
+  weft_status st = WEFT_OK;
+  for (int i = 0; i < n; i++) {
+    kids[i]->parent = parent;
+    atomic_store_explicit(&kids[i]->refs, 2, memory_order_relaxed); /* the engine's and the parent's */
   }
   atomic_store_explicit(&parent->remaining, n, memory_order_relaxed);
-  weft_world *w = g->world;
   pthread_mutex_lock(&w->mu);
   if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
   else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
   for (int i = 0; st == WEFT_OK && i < n; i++)
     if (wf_strmap_get(&w->inflight, kids[i]->key))
-      st = INVALID("weft_grouped_allreduce: a tensor named '%s' is already in flight on rank %d", kids[i]->msg.name,
-                   w->rank);
+      st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", fn, kids[i]->msg.name, w->rank);
   int put = 0;
   for (; st == WEFT_OK && put < n; put++)
     if (wf_strmap_put(&w->inflight, kids[put]->key, kids[put])) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
@@ -356,13 +347,119 @@ weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const
   }
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
-    for (int i = 0; i < n; i++) free(kids[i]);
+    for (int i = 0; i < n; i++) {
+      free(kids[i]->msg.splits);
+      free(kids[i]);
+    }
     free(kids);
     free(parent);
     return st;
   }
-  free(kids);
+  parent->kids = kids;
+  parent->nkids = n;
   wf_engine_wake(w);
   *req = parent;
   return WEFT_OK;
+}
+
+/* Checks a grouped op's common arguments and allocates its parent and child
+ * array. */
+static weft_status begin_grouped(const char *fn, weft_group *g, wf_coll coll, const char *name, int n,
+                                 const void *ins, const weft_op_options *opt, weft_request **parent,
+                                 weft_request ***kids) {
+  WF_CHECK(check_name(fn, name));
+  if (n < 1 || n > 65536) return INVALID("%s('%s'): n must be 1..65536, got %d", fn, name, n);
+  if (!ins) return INVALID("%s('%s'): the tensor array is NULL", fn, name);
+  if (strlen(name) + 7 > WF_NAME_MAX) return INVALID("%s('%s'): name too long for a group", fn, name);
+  WF_CHECK(check_opts(fn, name, opt));
+  *parent = new_request(g, coll, name, NULL, opt);
+  *kids = calloc((size_t)n, sizeof **kids);
+  if (!*parent || !*kids) {
+    free(*parent);
+    free(*kids);
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  }
+  return WEFT_OK;
+}
+
+/* Frees a grouped op that failed before submission. */
+static weft_status abandon_grouped(weft_status st, weft_request *parent, weft_request **kids, int n) {
+  for (int i = 0; i < n; i++)
+    if (kids[i]) {
+      free(kids[i]->msg.splits);
+      free(kids[i]);
+    }
+  free(kids);
+  free(parent);
+  return st;
+}
+
+/* The options a child of a grouped op gets: the parent's, without its
+ * callback (it runs once, for the whole group). */
+static weft_op_options child_options(const weft_op_options *opt) {
+  weft_op_options o = opt ? *opt : (weft_op_options)WEFT_OP_OPTIONS_INIT;
+  o.struct_size = sizeof o;
+  o.callback = NULL;
+  o.user_data = NULL;
+  return o;
+}
+
+weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                   const weft_tensor *outs, weft_reduce_op op, const weft_op_options *opt,
+                                   weft_request **req) {
+  BEGIN("weft_grouped_allreduce");
+  if (!outs && ins) return INVALID("weft_grouped_allreduce('%s'): outs is NULL", name ? name : "");
+  weft_request *parent, **kids;
+  WF_CHECK(begin_grouped("weft_grouped_allreduce", g, WF_COLL_ALLREDUCE, name, n, ins, opt, &parent, &kids));
+  /* every tensor checked, and its child request built, before anything is
+   * enqueued: the group goes in whole or not at all */
+  weft_op_options child_opt = child_options(opt);
+  for (int i = 0; i < n; i++) {
+    char cname[WF_NAME_MAX + 1];
+    snprintf(cname, sizeof cname, "%s.%d", name, i);
+    weft_status st = make_allreduce(g, cname, &ins[i], &outs[i], op, &child_opt, &kids[i]);
+    if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
+  }
+  return submit_grouped("weft_grouped_allreduce", g, parent, kids, n, req);
+}
+
+weft_status weft_grouped_allgather(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                   const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_grouped_allgather");
+  weft_request *parent, **kids;
+  WF_CHECK(begin_grouped("weft_grouped_allgather", g, WF_COLL_ALLGATHER, name, n, ins, opt, &parent, &kids));
+  weft_op_options child_opt = child_options(opt);
+  for (int i = 0; i < n; i++) {
+    char cname[WF_NAME_MAX + 1];
+    snprintf(cname, sizeof cname, "%s.%d", name, i);
+    weft_status st = make_allgather(g, cname, &ins[i], &child_opt, &kids[i]);
+    if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
+  }
+  return submit_grouped("weft_grouped_allgather", g, parent, kids, n, req);
+}
+
+weft_status weft_grouped_reducescatter(weft_group *g, const char *name, int n, const weft_tensor *ins,
+                                       const weft_tensor *outs, weft_reduce_op op, const weft_op_options *opt,
+                                       weft_request **req) {
+  BEGIN("weft_grouped_reducescatter");
+  weft_request *parent, **kids;
+  WF_CHECK(begin_grouped("weft_grouped_reducescatter", g, WF_COLL_REDUCESCATTER, name, n, ins, opt, &parent, &kids));
+  weft_op_options child_opt = child_options(opt);
+  for (int i = 0; i < n; i++) {
+    char cname[WF_NAME_MAX + 1];
+    snprintf(cname, sizeof cname, "%s.%d", name, i);
+    weft_status st = make_reducescatter(g, cname, &ins[i], outs ? &outs[i] : NULL, op, &child_opt, &kids[i]);
+    if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
+  }
+  return submit_grouped("weft_grouped_reducescatter", g, parent, kids, n, req);
+}
+
+weft_status weft_request_output_at(weft_request *req, int i, weft_tensor *out) {
+  wf_err_clear();
+  if (!req || atomic_load_explicit(&req->magic, memory_order_relaxed) != WF_REQ_MAGIC)
+    return wf_err(WEFT_ERR_MISUSE, "weft_request_output_at: not a live request handle");
+  if (i < 0 || i >= req->nkids)
+    return INVALID("weft_request_output_at('%s'): index %d out of range (the request has %d tensors)", req->msg.name,
+                   i, req->nkids);
+  return weft_request_output(req->kids[i], out);
 }

@@ -9,6 +9,8 @@
 
 #include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/mpi_boot.h"
+#include "bootstrap/iface.h"
 #include "engine/engine.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -45,6 +47,7 @@ static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE"
 static void world_free(weft_world *w) {
   if (!w) return;
   wf_engine_stop(w);
+  wf_mux_release_mpi(&w->mux); /* [mpi] after the engine: the transport, then the communicator */
   wf_tl_destroy(&w->tl);
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
@@ -66,7 +69,27 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   const char *rank_src = NULL, *size_src = NULL;
   int rank = cfg && cfg->rank >= 0 ? cfg->rank : env_int(RANK_VARS, -1, &rank_src);
   int size = cfg && cfg->size >= 0 ? cfg->size : env_int(SIZE_VARS, -1, &size_src);
+  /* [mpi] started by mpirun/srun without WEFT_ADDR: MPI gives rank, size,
+   * and (below) rank 0's rendezvous address and the job secret */
+  wf_mpi_comm *mpic = NULL;
+  const char *mpivar = *(cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR")) ? NULL : wf_mpi_launcher_var();
+  if (mpivar && size != 1) {
+    int mrank = -1, msize = -1;
+    weft_status mst = wf_mpi_comm_open(wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"), &mpic, &mrank, &msize);
+    if (mst != WEFT_OK) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", wf_err_msg());
+      return wf_err(mst, "weft_init: started by an MPI launcher (%s is set) without WEFT_ADDR: %s", mpivar, msg);
+    }
+    if ((rank >= 0 && rank != mrank) || (size >= 0 && size != msize)) {
+      wf_mpi_comm_close(mpic);
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: rank %d of %d (from %s, %s) disagrees with MPI's rank %d "
+                    "of %d", rank, size, rank_src ? rank_src : "config", size_src ? size_src : "config", mrank, msize);
+    }
+    rank = mrank, size = msize;
+  }
   if (rank < 0 && size < 0) rank = 0, size = 1; /* not launched: a world of one */
+  if ((size < 1 || size > WF_MAX_RANKS || rank < 0 || rank >= size) && mpic) wf_mpi_comm_close(mpic);
   if (size < 1 || size > WF_MAX_RANKS)
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: world size %d (from %s) is out of range 1..%d", size,
                   size_src ? size_src : "config", WF_MAX_RANKS);
@@ -74,13 +97,17 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: rank %d (from %s) is out of range for world size %d", rank,
                   rank_src ? rank_src : "config", size);
   const char *addr = cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR");
-  if (size > 1 && !*addr)
+  if (size > 1 && !*addr && !mpic)
     return wf_err(WEFT_ERR_INVALID_ARGUMENT,
                   "weft_init: WEFT_ADDR is not set: launch with weftrun, or set WEFT_ADDR=host:port of rank 0's "
                   "rendezvous on every rank");
 
   weft_world *w = calloc(1, sizeof *w);
-  if (!w) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+  if (!w) {
+    wf_mpi_comm_close(mpic);
+    return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+  }
+  w->mux.mpi_comm = mpic; /* [mpi] freed by world_free */
   w->magic = WF_WORLD_MAGIC;
   w->rank = rank;
   w->size = size;
@@ -116,6 +143,13 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   for (int i = 0; i < size; i++) g->ranks[i] = i;
 
   if (size > 1) {
+    /* launcher: WEFT_IFACE names the interface to bind and advertise, unless WEFT_BIND_ADDR is set */
+    char iface_addr[64] = "";
+    const char *bind_addr = wf_param_str("WEFT_BIND_ADDR");
+    if (!*bind_addr && *wf_param_str("WEFT_IFACE")) {
+      if ((st = wf_iface_ipv4(wf_param_str("WEFT_IFACE"), iface_addr, sizeof iface_addr)) != WEFT_OK) goto fail;
+      bind_addr = iface_addr;
+    }
     uint8_t secret[4096];
     size_t slen = 0;
     if (cfg && cfg->secret) {
@@ -133,10 +167,24 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .secret_len = slen,
         .job_id = wf_param_str("WEFT_JOB_ID"),
         .hostname = *wf_param_str("WEFT_HOSTNAME") ? wf_param_str("WEFT_HOSTNAME") : NULL,
-        .bind_addr = wf_param_str("WEFT_BIND_ADDR"),
+        .bind_addr = bind_addr, /* WEFT_BIND_ADDR or WEFT_IFACE's address (above) */
         .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
         .handshake_timeout = wf_param_double("WEFT_HANDSHAKE_TIMEOUT"),
     };
+    char mpi_addr[64];
+    if (mpic) { /* [mpi] rank 0 listens on a free port; address and secret come by broadcast */
+      int lfd = -1;
+      st = wf_mpi_boot_exchange(mpic, bc.bind_addr, bc.hostname, bc.timeout_seconds, mpi_addr, sizeof mpi_addr,
+                                secret, sizeof secret, &slen, &lfd);
+      if (st != WEFT_OK) {
+        memset(secret, 0, sizeof secret);
+        goto fail;
+      }
+      bc.addr = mpi_addr;
+      bc.secret_len = slen;
+      bc.have_listen_fd = lfd >= 0;
+      bc.listen_fd = lfd;
+    }
     st = wf_bootstrap(&bc, &br);
     memset(secret, 0, sizeof secret);
     if (st != WEFT_OK) goto fail;

@@ -481,7 +481,8 @@ out:
 
 static weft_status run_rank0(boot *b) {
   char err[256];
-  weft_status st = wf_sock_listen(&b->addr0, &b->lfd, NULL, err, sizeof err);
+  weft_status st = WEFT_OK;
+  if (b->lfd < 0) st = wf_sock_listen(&b->addr0, &b->lfd, NULL, err, sizeof err); /* else pre-opened */
   if (st != WEFT_OK) return wf_err(st, "rank 0: %s", err);
   copy_str(b->listen_str, sizeof b->listen_str, b->addr0_str);
   b->boot_ids = calloc((size_t)b->size, sizeof *b->boot_ids);
@@ -733,12 +734,21 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
   if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_bootstrap: out is NULL");
   memset(out, 0, sizeof *out);
   if (!cfg || cfg->size < 1 || cfg->size > WF_MAX_RANKS || cfg->rank < 0 || cfg->rank >= cfg->size ||
-      (cfg->secret_len && !cfg->secret))
+      (cfg->secret_len && !cfg->secret)) {
+    if (cfg && cfg->have_listen_fd) close(cfg->listen_fd);
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_bootstrap: bad configuration (rank %d, size %d)",
                   cfg ? cfg->rank : -1, cfg ? cfg->size : -1);
+  }
   boot *b = calloc(1, sizeof *b);
-  if (!b) return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory", cfg->rank);
+  if (!b) {
+    if (cfg->have_listen_fd) close(cfg->listen_fd);
+    return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory", cfg->rank);
+  }
   weft_status st = boot_init(b, cfg);
+  if (cfg->have_listen_fd) { /* rank 0's listener, opened by the caller: ours now */
+    if (b->rank == 0 && b->size > 1) b->lfd = cfg->listen_fd;
+    else close(cfg->listen_fd);
+  }
   if (st == WEFT_OK && b->size == 1) {
     copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
     copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");

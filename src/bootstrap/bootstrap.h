@@ -34,6 +34,9 @@ typedef struct wf_boot_cfg {
   const char *bind_addr;       /* NULL/"": address used to reach rank 0 */
   double timeout_seconds;      /* the whole rendezvous */
   double handshake_timeout;    /* one connection's handshake */
+  int have_listen_fd;          /* rank 0: listen_fd is its rendezvous listener, */
+  int listen_fd;               /* already listening at addr (wf_sock_listen); closed
+                                  by wf_bootstrap (MPI bootstrap: port 0) */
 } wf_boot_cfg;
 
 typedef struct wf_boot_result {

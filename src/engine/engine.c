@@ -15,6 +15,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "api/launcher_link.h"
+#include "negotiate/cache.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/params.h"
@@ -49,6 +51,7 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) {
   }
   pthread_mutex_unlock(&w->mu);
   if (first && st != WEFT_ERR_SHUTDOWN) WF_WARN(WF_SUB_ENGINE, "%s", msg);
+  if (first && st != WEFT_ERR_SHUTDOWN) wf_launcher_link_report(w, st, msg); /* weftrun: who caused it */
   wf_engine_wake(w);
 }
 
@@ -71,6 +74,8 @@ void wf_request_unref(weft_request *r) {
   if (r->result_owned) free(r->result);
   free(r->recv_splits);
   free(r->child_error);
+  for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
+  free(r->kids);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
   free(r);
 }
@@ -188,6 +193,10 @@ static void on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p
     case WF_MSG_STALL:
       st = wf_decode_abort(p, n, m->reason, sizeof m->reason, err, sizeof err);
       break;
+    case WF_MSG_CACHED: /* capped at 4096 entries by the decoder */
+    case WF_MSG_RESEND:
+      st = wf_decode_cache_refs(p, n, h->type == WF_MSG_CACHED ? "CACHED" : "RESEND", &m->refs, err, sizeof err);
+      break;
     case WF_MSG_BYE:
       w->departed[peer] = 1; /* now: its EOF may follow in the same read */
       break;
@@ -212,6 +221,49 @@ static void on_error(void *ctx, int peer, weft_status st, const char *msg) {
 
 /* ------------------------------------------------------------------ loop pieces */
 
+/* The response cache's member side, for a group this rank does not
+ * coordinate: from the group's start, so it sees every response. */
+static void cache_attach(weft_world *w, weft_group *g) {
+  wf_gstate *gs = wf_gs_find(w, g->id);
+  if (gs && !gs->coord && !gs->mcache) gs->mcache = wf_mcache_create();
+}
+
+static void cache_detach(wf_gstate *gs) {
+  if (gs->mcache)
+    WF_DEBUG(WF_SUB_ENGINE, "group %u response cache: %llu hits, %llu misses, %llu resent", gs->id,
+             (unsigned long long)gs->mcache->hits, (unsigned long long)gs->mcache->misses,
+             (unsigned long long)gs->mcache->resends);
+  wf_mcache_destroy(gs->mcache);
+  gs->mcache = NULL;
+}
+
+static const wf_request_msg *own_request(void *ctx, const char *name) {
+  weft_request *r = wf_strmap_get(&((wf_gstate *)ctx)->table, name);
+  return r ? &r->msg : NULL;
+}
+
+/* Sends refs (CACHED or RESEND) to peer, split into frames the receiver
+ * accepts. */
+static void send_refs(weft_world *w, int peer, wf_msg_type type, const wf_cache_ref *refs, uint32_t n) {
+  for (uint32_t off = 0; off < n; off += WF_MAX_BATCH) {
+    uint32_t c = n - off < WF_MAX_BATCH ? n - off : WF_MAX_BATCH;
+    wf_buf b = {0};
+    if (wf_encode_cache_refs(&b, (uint32_t)w->rank, type, refs + off, c) != WEFT_OK) b.oom = 1;
+    wf_engine_send_frame(w, peer, &b);
+    wf_buf_free(&b);
+  }
+}
+
+static void send_requests(weft_world *w, int peer, const wf_request_msg *reqs, uint32_t n) {
+  for (uint32_t off = 0; off < n; off += WF_MAX_BATCH) { /* the receiver caps a frame's entries */
+    uint32_t c = n - off < WF_MAX_BATCH ? n - off : WF_MAX_BATCH;
+    wf_buf b = {0};
+    if (wf_encode_requests(&b, (uint32_t)w->rank, reqs + off, c) != WEFT_OK) b.oom = 1;
+    wf_engine_send_frame(w, peer, &b);
+    wf_buf_free(&b);
+  }
+}
+
 /* New and destroyed groups, in the order the callers made them (before any
  * request submitted after a creation). */
 static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
@@ -231,12 +283,15 @@ static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
       wf_world_fail(w, WEFT_ERR_NO_MEMORY, "%s", msg);
       free(g->ranks);
       free(g);
+    } else {
+      cache_attach(w, g);
     }
   }
   for (weft_group *g = del, *next; g; g = next) {
     next = g->next;
     wf_gstate *gs = wf_gs_find(w, g->id);
     if (gs && gs->group == g) {
+      cache_detach(gs);
       wf_gs_remove(w, gs); /* frees g */
     } else {
       free(g->ranks);
@@ -281,6 +336,9 @@ static void drain_submissions(weft_world *w) {
   wf_request_msg *batch = NULL; /* grouped by destination below */
   int *dest = NULL;
   uint32_t nb = 0, cap = 0;
+  wf_cache_ref *refs = NULL; /* cache hits: CACHED instead of REQUESTS */
+  int *rdest = NULL;
+  uint32_t nrefs = 0, rcap = 0;
   for (weft_request *next; r; r = next) {
     next = r->next;
     r->next = NULL;
@@ -308,6 +366,27 @@ static void drain_submissions(weft_world *w) {
       wf_coord_add(gs->coord, gs->group->rank, &r->msg);
       continue;
     }
+    wf_cache_ref ref;
+    if (gs->mcache && wf_mcache_lookup(gs->mcache, gs->id, &r->msg, &ref)) {
+      if (nrefs == rcap) {
+        rcap = rcap ? rcap * 2 : 16;
+        wf_cache_ref *nr = realloc(refs, rcap * sizeof *nr);
+        int *nd = nr ? realloc(rdest, rcap * sizeof *nd) : NULL;
+        if (nr) refs = nr;
+        if (nd) rdest = nd;
+        if (!nr || !nd) {
+          free(refs);
+          free(rdest);
+          free(batch);
+          free(dest);
+          wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
+          return;
+        }
+      }
+      rdest[nrefs] = gs->coord_rank;
+      refs[nrefs++] = ref;
+      continue;
+    }
     if (nb == cap) {
       cap = cap ? cap * 2 : 16;
       wf_request_msg *nbatch = realloc(batch, cap * sizeof *nbatch);
@@ -317,6 +396,8 @@ static void drain_submissions(weft_world *w) {
       if (!nbatch || !ndest) {
         free(batch);
         free(dest);
+        free(refs);
+        free(rdest);
         wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
         return;
       }
@@ -324,6 +405,23 @@ static void drain_submissions(weft_world *w) {
     dest[nb] = gs->coord_rank;
     batch[nb++] = r->msg; /* shallow: the encoder only reads */
   }
+  /* cache hits first: one CACHED frame per coordinator */
+  wf_cache_ref *rone = nrefs ? malloc(nrefs * sizeof *rone) : NULL;
+  if (nrefs && !rone) wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
+  for (uint32_t i = 0; rone && i < nrefs; i++) {
+    int d = rdest[i];
+    if (d < 0) continue;
+    uint32_t k = 0;
+    for (uint32_t j = i; j < nrefs; j++)
+      if (rdest[j] == d) {
+        rone[k++] = refs[j];
+        rdest[j] = -1;
+      }
+    send_refs(w, d, WF_MSG_CACHED, rone, k);
+  }
+  free(rone);
+  free(refs);
+  free(rdest);
   /* one REQUESTS frame per coordinator, requests in submission order */
   wf_request_msg *one = nb ? malloc(nb * sizeof *one) : NULL;
   if (nb && !one) wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
@@ -336,13 +434,7 @@ static void drain_submissions(weft_world *w) {
         one[k++] = batch[j];
         dest[j] = -1;
       }
-    for (uint32_t off = 0; off < k; off += WF_MAX_BATCH) { /* the receiver caps a frame's entries */
-      uint32_t c = k - off < WF_MAX_BATCH ? k - off : WF_MAX_BATCH;
-      wf_buf b = {0};
-      if (wf_encode_requests(&b, (uint32_t)w->rank, one + off, c) != WEFT_OK) b.oom = 1;
-      wf_engine_send_frame(w, d, &b);
-      wf_buf_free(&b);
-    }
+    send_requests(w, d, one, k);
   }
   free(one);
   free(batch);
@@ -440,6 +532,72 @@ static int world_failed(weft_world *w) {
   return f;
 }
 
+/* Coordinator: a member's cache hits. Each resolves to the request it
+ * stands for, or (the member had not yet seen the responses that evicted
+ * it) goes back in a RESEND. */
+static void on_cached(weft_world *w, int peer, const wf_cache_refs_msg *m) {
+  wf_cache_ref *stale = NULL;
+  uint32_t nstale = 0;
+  for (uint32_t i = 0; i < m->count; i++) {
+    const wf_cache_ref *ref = &m->refs[i];
+    wf_gstate *gs = wf_gs_find(w, ref->group_id);
+    int gr = gs ? wf_group_index(gs->group, peer) : -1;
+    if (!gs || !gs->coord || gr < 0) {
+      wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent a cached request for group %u to a rank that does not "
+                    "coordinate it", peer, ref->group_id);
+      wf_tcp_close(w->tcp, peer);
+      break;
+    }
+    const wf_request_msg *q = wf_coord_cached(gs->coord, gr, ref->id, ref->epoch);
+    if (!q) {
+      if (!stale && !(stale = malloc(sizeof *stale * m->count))) {
+        wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory answering rank %d's cached requests", peer);
+        break;
+      }
+      stale[nstale++] = *ref;
+      continue;
+    }
+    if (wf_tl_on(&w->tl)) {
+      char what[32];
+      snprintf(what, sizeof what, "rank %d ready", peer);
+      wf_tl_mark(&w->tl, q->name, what);
+    }
+    wf_coord_add(gs->coord, gr, q);
+  }
+  if (nstale) {
+    WF_DEBUG(WF_SUB_COORD, "response cache: %u of rank %d's cached requests name evicted entries: resend", nstale,
+             peer);
+    send_refs(w, peer, WF_MSG_RESEND, stale, nstale);
+  }
+  free(stale);
+}
+
+/* Member: the coordinator could not resolve these cache hits: send those
+ * requests in full. */
+static void on_resend(weft_world *w, int peer, const wf_cache_refs_msg *m) {
+  wf_request_msg *full = malloc(sizeof *full * m->count);
+  uint32_t n = 0;
+  if (!full) {
+    wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory resending requests to rank %d", peer);
+    return;
+  }
+  for (uint32_t i = 0; i < m->count; i++) {
+    wf_gstate *gs = wf_gs_find(w, m->refs[i].group_id);
+    if (!gs || gs->coord_rank != peer) {
+      wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d sent RESEND for group %u, which it does not coordinate", peer,
+                    m->refs[i].group_id);
+      wf_tcp_close(w->tcp, peer);
+      break;
+    }
+    char name[WF_NAME_MAX + 1];
+    if (!gs->mcache || !wf_mcache_resend(gs->mcache, &m->refs[i], name)) continue; /* nothing pending under it */
+    weft_request *r = wf_strmap_get(&gs->table, name);
+    if (r) full[n++] = r->msg; /* shallow: the encoder only reads */
+  }
+  if (n) send_requests(w, peer, full, n);
+  free(full);
+}
+
 static void process_inbox(weft_world *w) {
   /* an abort wins over whatever else arrived in the same pass (a BYE would
    * otherwise fail pending work with a less useful reason first) */
@@ -465,6 +623,7 @@ static void process_inbox(weft_world *w) {
     if (world_failed(w)) { /* the first failure decides every pending request: drop the rest */
       wf_requests_msg_free(&m->reqs);
       wf_responses_msg_free(&m->resps);
+      wf_cache_refs_msg_free(&m->refs);
       free(m);
       continue;
     }
@@ -527,9 +686,18 @@ static void process_inbox(weft_world *w) {
             wf_response_msg_free(q);
             continue;
           }
+          if (gs->mcache) wf_mcache_response(gs->mcache, q, own_request, gs); /* in response order */
           wf_gs_queue_responses(gs, q, 1);
         }
         free(m->resps.resps);
+        break;
+      case WF_MSG_CACHED:
+        on_cached(w, m->peer, &m->refs);
+        wf_cache_refs_msg_free(&m->refs);
+        break;
+      case WF_MSG_RESEND:
+        on_resend(w, m->peer, &m->refs);
+        wf_cache_refs_msg_free(&m->refs);
         break;
       case WF_MSG_ABORT: {
         pthread_mutex_lock(&w->mu);
@@ -540,7 +708,8 @@ static void process_inbox(weft_world *w) {
           /* a peer's failure, passed on: same status, same cause */
           wf_world_fail(w, (weft_status)relayed_st, "%s (reported by rank %d on %s)", m->reason + off, m->peer,
                         w->peers[m->peer].host);
-          w->fail_relayed = 1; /* the cause is already going around */
+          /* not marked relayed: fail_all passes it on once (the sender may
+           * have been cut off before it told every peer) */
           break;
         }
         wf_world_fail(w, WEFT_ERR_ABORTED, "aborted by rank %d (%s): %s", m->peer, w->peers[m->peer].host,
@@ -652,9 +821,9 @@ static void on_shm_error(void *ctx, int peer, weft_status st, const char *msg) {
  * tcp). Uses the blocking bootstrap sockets, before TCP takes them. */
 static weft_status start_shm(weft_world *w, int *fds) {
   const char *tp = wf_param_str("WEFT_TRANSPORT");
-  if (!strcmp(tp, "tcp") || w->size == 1) return WEFT_OK;
+  if (!strcmp(tp, "tcp") || !strcmp(tp, "mpi") /* [mpi] all data over MPI */ || w->size == 1) return WEFT_OK;
   if (*tp && strcmp(tp, "shm") && strcmp(tp, "auto"))
-    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=%s: use auto, shm or tcp", tp);
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=%s: use auto, shm, tcp or mpi", tp);
   int *local = malloc(sizeof(int) * (size_t)w->size), nlocal = 0;
   if (!local) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   for (int i = 0; i < w->size; i++) {
@@ -711,7 +880,8 @@ static void *engine_main(void *arg) {
       }
       n = epoll_wait(w->epfd, evs, 64, 0);
     } else {
-      n = epoll_wait(w->epfd, evs, 64, wf_ms_until(dl));
+      /* [mpi] poll hook: pending MPI transfers bound the wait (spin, then 1 ms) */
+      n = epoll_wait(w->epfd, evs, 64, wf_mux_wait_ms(&w->mux, wf_ms_until(dl)));
     }
     if (n < 0 && errno != EINTR) {
       wf_world_fail(w, WEFT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
@@ -729,6 +899,7 @@ static void *engine_main(void *arg) {
       wf_tcp_on_event(w->tcp, (int)evs[i].data.u32, evs[i].events);
     }
     if (w->shm) wf_shm_progress(w->shm);
+    wf_mux_progress(&w->mux); /* [mpi] poll hook: test MPI requests */
     pthread_mutex_lock(&w->mu);
     int stopping = w->stopping;
     weft_status fail = w->fail_status;
@@ -801,8 +972,10 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   wf_mux_init(&w->mux, wf_tcp_transport(w->tcp), w->shm);
+  WF_CHECK(wf_mux_start_mpi(&w->mux, w->rank, w->size, w, on_error)); /* [mpi] WEFT_TRANSPORT=mpi */
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
+  cache_attach(w, &w->world_group);
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
   w->fusion_threshold = thr > 0 ? (uint64_t)thr : 0;
@@ -837,6 +1010,7 @@ void wf_engine_stop(weft_world *w) {
     w->in_head = m->next;
     wf_requests_msg_free(&m->reqs);
     wf_responses_msg_free(&m->resps);
+    wf_cache_refs_msg_free(&m->refs);
     free(m);
   }
   w->in_tail = NULL;
@@ -846,6 +1020,7 @@ void wf_engine_stop(weft_world *w) {
     wf_requests_msg_free(&m->reqs);
     free(m);
   }
+  for (int gi = 0; gi < w->ngs; gi++) cache_detach(w->gs[gi]);
   while (w->ngs > 0) wf_gs_remove(w, w->gs[w->ngs - 1]);
   free(w->gs);
   w->gs = NULL;

@@ -69,6 +69,8 @@ struct weft_request {
   int result_owned;          /* the request frees result */
   int phantom;               /* made by the engine for a joined rank's part: freed, never completed */
   struct weft_request *parent; /* grouped op: the request the user holds */
+  struct weft_request **kids;  /* grouped op (parent): its children, one reference each (weft_request_output_at) */
+  int nkids;
   _Atomic int remaining;     /* grouped op (parent): children not yet complete */
   weft_status child_status;  /* grouped op (parent): the first child's error */
   char *child_error;
@@ -121,6 +123,7 @@ typedef struct wf_gstate {
   int coord_gone;            /* the coordinator finalized: nothing new can be negotiated */
   wf_topo topo;              /* members' hosts and pids (algorithms' view) */
   int *topo_arrays;          /* host_of and pid_of: 2 x group size */
+  struct wf_mcache *mcache;  /* response cache, member side (negotiate/cache.h); NULL on the coordinator or off */
 } wf_gstate;
 
 /* A control message received, waiting for the engine to act on it. */
@@ -130,6 +133,7 @@ typedef struct wf_inbox {
   uint8_t type;
   wf_requests_msg reqs;      /* WF_MSG_REQUESTS */
   wf_responses_msg resps;    /* WF_MSG_RESPONSES */
+  wf_cache_refs_msg refs;    /* WF_MSG_CACHED, WF_MSG_RESEND */
   char reason[512];          /* WF_MSG_ABORT */
 } wf_inbox;
 

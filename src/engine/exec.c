@@ -57,8 +57,18 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
   }
   if (many) {
     for (uint32_t i = 0; i < n; i++) {
-      wf_tl_end(&w->tl, many[i]->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
-      wf_request_complete(w, many[i], st, msg);
+      weft_status sti = st;
+      const char *msgi = msg;
+      if (many[i]->alloc_failed && st == WEFT_OK) { /* fused allgather/reducescatter: as for one, above */
+        if (many[i]->result_owned) free(many[i]->result);
+        many[i]->result = NULL;
+        many[i]->result_owned = 0;
+        sti = WEFT_ERR_NO_MEMORY;
+        msgi = "the output allocator returned NULL: this rank took part in the collective but its result was "
+               "discarded";
+      }
+      wf_tl_end(&w->tl, many[i]->msg.name, sti == WEFT_OK ? NULL : msgi ? msgi : weft_status_string(sti));
+      wf_request_complete(w, many[i], sti, msgi);
     }
     free(many);
   } else if (one) {
@@ -104,6 +114,120 @@ static weft_status alloc_output(weft_request *r, size_t bytes) {
     r->result_owned = 1;
     if (!r->result) return WEFT_ERR_NO_MEMORY;
   }
+  return WEFT_OK;
+}
+
+/* Grows the group's persistent fusion buffer to at least bytes. */
+static weft_status fusion_reserve(wf_gstate *gs, size_t bytes) {
+  if (!bytes) bytes = 1;
+  if (bytes <= gs->fusion_cap) return WEFT_OK;
+  void *nb = realloc(gs->fusion_buf, bytes);
+  if (!nb) return WEFT_ERR_NO_MEMORY;
+  gs->fusion_buf = nb;
+  gs->fusion_cap = bytes;
+  return WEFT_OK;
+}
+
+/* Rows of a dim-0 slice of dim0 rows that group rank i gets in a
+ * reducescatter of n ranks. */
+static size_t rs_rows(size_t dim0, int n, int i) { return dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n); }
+
+/* Fused allgather: every rank's rows of each tensor, packed rank by rank
+ * (this rank's part: tensor after tensor), gathered once through the fusion
+ * buffer [gathered | this rank's input]; finalize_output unpacks. The
+ * response's sizes hold each tensor's rows per rank, tensor after tensor. */
+static weft_status prepare_fused_allgather(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
+  wf_exec *x = &gs->exec;
+  int n = gs->group->size, me = gs->group->rank;
+  size_t es = a->elem_size, *counts = x->arrays, *displs = counts + n;
+  if (x->resp.nsizes != (uint64_t)x->nfused * (uint64_t)n) {
+    snprintf(err, errlen, "fused allgather response carries %u sizes for %u tensors of %d ranks", x->resp.nsizes,
+             x->nfused, n);
+    return WEFT_ERR_PROTOCOL;
+  }
+  for (uint32_t t = 0; t < x->nfused; t++) {
+    const wf_request_msg *q = &x->fused[t]->msg;
+    if (q->ndim < 1 || q->dtype != a->dtype || x->resp.sizes[(size_t)t * n + me] != q->shape[0]) {
+      snprintf(err, errlen, "fused allgather response does not match this rank's tensor '%s'", q->name);
+      return WEFT_ERR_PROTOCOL;
+    }
+    size_t row = (size_t)elems_of(q->shape, 1, q->ndim);
+    for (int i = 0; i < n; i++) counts[i] += (size_t)x->resp.sizes[(size_t)t * n + i] * row;
+  }
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  if (fusion_reserve(gs, (total + counts[me]) * es)) return WEFT_ERR_NO_MEMORY;
+  char *out = gs->fusion_buf, *in = out + total * es;
+  size_t off = 0;
+  for (uint32_t t = 0; t < x->nfused; t++) {
+    weft_request *q = x->fused[t];
+    size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), k = (size_t)q->msg.shape[0] * row, rows = 0;
+    if (k) memcpy(in + off * es, q->in.data, k * es);
+    off += k;
+    for (int i = 0; i < n; i++) rows += (size_t)x->resp.sizes[(size_t)t * n + i];
+    if (alloc_output(q, rows * row * es)) return WEFT_ERR_NO_MEMORY;
+    q->result_ndim = q->msg.ndim;
+    memcpy(q->result_shape, q->msg.shape, sizeof q->msg.shape);
+    q->result_shape[0] = (int64_t)rows;
+  }
+  a->in = in;
+  a->out = out;
+  a->counts = counts;
+  a->displs = displs;
+  return WEFT_OK;
+}
+
+/* Fused reducescatter: every tensor's slice for rank i, prescaled, packed
+ * rank by rank (tensor after tensor) into the fusion buffer [input |
+ * this rank's result], reduce-scattered once; finalize_output unpacks and
+ * post-scales. The shapes are the same on every rank (validated), so the
+ * response needs no sizes. */
+static weft_status prepare_fused_reducescatter(wf_gstate *gs, wf_coll_args *a) {
+  wf_exec *x = &gs->exec;
+  int n = gs->group->size, me = gs->group->rank;
+  size_t es = a->elem_size, *counts = x->arrays, *displs = counts + n;
+  for (uint32_t t = 0; t < x->nfused; t++) {
+    const wf_request_msg *q = &x->fused[t]->msg;
+    size_t row = (size_t)elems_of(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0];
+    for (int i = 0; i < n; i++) counts[i] += rs_rows(dim0, n, i) * row;
+  }
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    displs[i] = total;
+    total += counts[i];
+  }
+  if (fusion_reserve(gs, (total + counts[me]) * es)) return WEFT_ERR_NO_MEMORY;
+  char *in = gs->fusion_buf;
+  size_t off = 0;
+  for (int i = 0; i < n; i++)
+    for (uint32_t t = 0; t < x->nfused; t++) {
+      const wf_request_msg *q = &x->fused[t]->msg;
+      size_t row = (size_t)elems_of(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = 0;
+      for (int j = 0; j < i; j++) start += rs_rows(dim0, n, j);
+      size_t k = rs_rows(dim0, n, i) * row;
+      if (k) wf_scale_copy(a->dtype, in + off * es, (const char *)x->fused[t]->in.data + start * row * es, k, q->prescale);
+      off += k;
+    }
+  for (uint32_t t = 0; t < x->nfused; t++) {
+    weft_request *q = x->fused[t];
+    size_t rows = rs_rows((size_t)q->msg.shape[0], n, me), row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim);
+    if (q->out.data) {
+      q->result = q->out.data;
+      q->result_owned = 0;
+    } else if (alloc_output(q, rows * row * es)) {
+      return WEFT_ERR_NO_MEMORY;
+    }
+    q->result_ndim = q->msg.ndim;
+    memcpy(q->result_shape, q->msg.shape, sizeof q->msg.shape);
+    q->result_shape[0] = (int64_t)rows;
+  }
+  a->in = in;
+  a->out = in + total * es;
+  a->counts = counts;
+  a->displs = displs;
   return WEFT_OK;
 }
 
@@ -162,6 +286,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       a->count = total;
       break;
     case WF_COLL_ALLGATHER: {
+      if (x->nfused > 1) return prepare_fused_allgather(gs, a, err, errlen);
       if (x->resp.nsizes != (uint32_t)n) {
         snprintf(err, errlen, "allgather response carries %u sizes for %d ranks", x->resp.nsizes, n);
         return WEFT_ERR_PROTOCOL;
@@ -225,6 +350,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       break;
     }
     case WF_COLL_REDUCESCATTER: {
+      if (x->nfused > 1) return prepare_fused_reducescatter(gs, a);
       size_t dim0 = (size_t)m->shape[0], off = 0;
       for (int i = 0; i < n; i++) {
         size_t rows = dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n);
@@ -315,6 +441,30 @@ static void finalize_output(wf_gstate *gs) {
       size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
       memcpy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
       post_process(m, q->out.data, k, n);
+      off += k;
+    }
+  } else if (m->coll == WF_COLL_ALLGATHER && x->nfused > 1) { /* rank by rank, each tensor's rows */
+    size_t es = weft_dtype_size(m->dtype), *displs = x->arrays + n, *cur = x->arrays + 2 * n;
+    for (int i = 0; i < n; i++) cur[i] = displs[i];
+    for (uint32_t t = 0; t < x->nfused; t++) {
+      weft_request *q = x->fused[t];
+      size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), off = 0;
+      for (int i = 0; i < n; i++) {
+        size_t k = (size_t)x->resp.sizes[(size_t)t * n + i] * row;
+        if (k) memcpy((char *)q->result + off * es, (char *)gs->fusion_buf + cur[i] * es, k * es);
+        cur[i] += k;
+        off += k;
+      }
+    }
+  } else if (m->coll == WF_COLL_REDUCESCATTER && x->nfused > 1) { /* this rank's slices, tensor after tensor */
+    size_t es = weft_dtype_size(m->dtype), total = 0, off = 0;
+    for (int i = 0; i < n; i++) total += x->arrays[i];
+    const char *res = (const char *)gs->fusion_buf + total * es;
+    for (uint32_t t = 0; t < x->nfused; t++) {
+      weft_request *q = x->fused[t];
+      size_t k = rs_rows((size_t)q->msg.shape[0], n, r->group->rank) * (size_t)elems_of(q->msg.shape, 1, q->msg.ndim);
+      if (k) memcpy(q->result, res + off * es, k * es);
+      post_process(&q->msg, q->result, k, n);
       off += k;
     }
   } else if (m->coll == WF_COLL_ALLREDUCE) {
@@ -436,7 +586,7 @@ static int start_next(weft_world *w, wf_gstate *gs) {
     fused = malloc(sizeof *fused * resp.nnames);
     for (uint32_t i = 0; fused && i < resp.nnames; i++) {
       fused[i] = wf_strmap_get(&gs->table, resp.names[i]);
-      if (!fused[i] || fused[i]->msg.coll != WF_COLL_ALLREDUCE) {
+      if (!fused[i] || fused[i]->msg.coll != resp.coll) {
         name = resp.names[i];
         r = NULL;
         break;
@@ -570,7 +720,19 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
       return;
     } else {
       /* The round's transfers are complete: run its local steps. */
-      wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
+      st = wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
+      if (st != WEFT_OK) {
+        /* A cross-memory read failed: the peer died, or gave up on this
+         * collective (and reused its buffer) because of a failure whose
+         * report may still be on its way. As for a departed peer, give the
+         * real cause a moment to arrive first; the world's failure then
+         * ends this collective, which nothing else completes. */
+        char why[512];
+        snprintf(why, sizeof why, "%s", wf_err_msg());
+        wf_world_fail_later(w, st, "collective '%s' on rank %d: %s", x->req->msg.name, w->rank, why);
+        x->pending = 1;
+        return;
+      }
       x->round_first = x->sched.round_end[x->round];
       if (++x->round < x->sched.nrounds) st = post_round(w, gs);
     }

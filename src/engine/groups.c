@@ -58,7 +58,8 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
   if (!gs->topo_arrays) return -1;
   int *host_of = gs->topo_arrays, *pid_of = host_of + n, *map = pid_of + n;
   for (int i = 0; i < w->size; i++) map[i] = -1;
-  int nh = 0, cma = wf_param_int("WEFT_CMA") != 0;
+  /* WEFT_TRANSPORT=mpi means all data over MPI: no cross-memory reads */
+  int nh = 0, cma = wf_param_int("WEFT_CMA") != 0 && strcmp(wf_param_str("WEFT_TRANSPORT"), "mpi") != 0;
   int myhost = w->peers[w->rank].cross_rank;
   for (int i = 0; i < n; i++) {
     const wf_peer_info *p = &w->peers[g->ranks[i]];

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "negotiate/coord.h"
+#include "negotiate/cache.h"
 #include "util/log.h"
 #include "util/params.h"
 #include "util/strmap.h"
@@ -22,12 +23,30 @@ typedef struct entry {
   int64_t next_warn;    /* next stall report */
 } entry;
 
+/* The coordinator's response-cache payload for a name: every member's
+ * request as last negotiated (have[r] 0: rank r had joined). */
+typedef struct cpay {
+  int size;
+  wf_request_msg *reqs;
+  uint8_t *have;
+} cpay;
+
+static void cpay_free(void *p) {
+  cpay *c = p;
+  if (!c) return;
+  for (int r = 0; r < c->size; r++) free(c->reqs[r].splits);
+  free(c->reqs);
+  free(c->have);
+  free(c);
+}
+
 /* What fusion and ordering need to know about a ready response. */
 typedef struct meta {
   int32_t priority;
   uint64_t bytes;
   uint8_t dtype, reduce_op;
   double prescale, postscale;
+  cpay *pay;            /* for the response cache (assigned in response order, at take) */
 } meta;
 
 struct wf_coord {
@@ -46,6 +65,7 @@ struct wf_coord {
   uint8_t *joined;   /* per rank: weft_join pending */
   int njoined, last_joined;
   char join_name[WF_NAME_MAX + 1];
+  wf_cache *cache;   /* response cache (NULL: WEFT_CACHE_CAPACITY=0) */
 };
 
 weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out) {
@@ -67,13 +87,14 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
     return WEFT_ERR_NO_MEMORY;
   }
   wf_strmap_init(&c->table);
+  c->cache = wf_cache_create(wf_cache_capacity_param(), cpay_free);
   *out = c;
   return WEFT_OK;
 }
 
 static void entry_free(entry *e, int size) {
   if (!e) return;
-  for (int r = 0; r < size; r++) free(e->reqs[r].splits);
+  for (int r = 0; e->reqs && r < size; r++) free(e->reqs[r].splits);
   free(e->reqs);
   free(e->have);
   free(e);
@@ -86,7 +107,11 @@ void wf_coord_destroy(wf_coord *c) {
     if (s->key && !s->tomb) entry_free(s->val, c->size);
   }
   wf_strmap_free(&c->table);
-  for (size_t i = 0; i < c->nready; i++) wf_response_msg_free(&c->ready[i]);
+  for (size_t i = 0; i < c->nready; i++) {
+    wf_response_msg_free(&c->ready[i]);
+    cpay_free(c->meta[i].pay);
+  }
+  wf_cache_destroy(c->cache);
   free(c->ready);
   free(c->meta);
   free(c->departed);
@@ -109,6 +134,7 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
     if (!n || !nm) {
       WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
       wf_response_msg_free(resp);
+      if (m) cpay_free(m->pay);
       return;
     }
     c->cap = ncap;
@@ -123,7 +149,7 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
   } else {
     resp->nnames = 1;
   }
-  meta none = {0, 0, 0, 0, 1.0, 1.0};
+  meta none = {0, 0, 0, 0, 1.0, 1.0, NULL};
   c->meta[c->nready] = m ? *m : none;
   c->ready[c->nready++] = *resp;
 }
@@ -176,10 +202,24 @@ static void finish(wf_coord *c, const char *name, entry *e) {
     } else {
       resp.type = WF_RESP_OK;
       resp.coll = q->coll;
-      meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale};
+      meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale, NULL};
       for (int d = 0; d < q->ndim; d++) m.bytes *= (uint64_t)q->shape[d];
+      if (q->coll == WF_COLL_ALLGATHER && q->ndim >= 1) { /* fusion holds every rank's rows */
+        uint64_t rows = 0, row = weft_dtype_size(q->dtype);
+        for (int d = 1; d < q->ndim; d++) row *= (uint64_t)q->shape[d];
+        for (uint32_t r = 0; r < resp.nsizes; r++) rows += (uint64_t)resp.sizes[r];
+        m.bytes = rows * row;
+      }
       for (int r = 0; r < c->size; r++)
         if (e->have[r] && e->reqs[r].priority > m.priority) m.priority = e->reqs[r].priority;
+      if (c->cache && wf_cache_assigns(&resp) && (m.pay = malloc(sizeof *m.pay))) {
+        /* the requests move to the cache payload (entry_free skips them) */
+        m.pay->size = c->size;
+        m.pay->reqs = e->reqs;
+        m.pay->have = e->have;
+        e->reqs = NULL;
+        e->have = NULL;
+      }
       emit(c, &resp, name, &m);
     }
   }
@@ -332,14 +372,25 @@ void wf_coord_rank_departed(wf_coord *c, int rank) {
   }
 }
 
-/* Can response j join the fused response that starts at i? */
+/* Can response j join the fused response that starts at i (and has j - i
+ * tensors)? Allreduces and reducescatters: same dtype, op and scales;
+ * allgathers: same dtype (their per-tensor, per-rank row counts must fit
+ * one response's sizes). */
 static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
   const wf_response_msg *a = &c->ready[i], *b = &c->ready[j];
   const meta *ma = &c->meta[i], *mb = &c->meta[j];
-  return a->type == WF_RESP_OK && b->type == WF_RESP_OK && a->coll == WF_COLL_ALLREDUCE &&
-         b->coll == WF_COLL_ALLREDUCE && a->group_id == b->group_id && ma->dtype == mb->dtype &&
-         ma->reduce_op == mb->reduce_op && ma->prescale == mb->prescale && ma->postscale == mb->postscale &&
-         total + mb->bytes <= threshold;
+  if (a->type != WF_RESP_OK || b->type != WF_RESP_OK || a->coll != b->coll || a->group_id != b->group_id ||
+      ma->dtype != mb->dtype || total + mb->bytes > threshold)
+    return 0;
+  switch (a->coll) {
+    case WF_COLL_ALLREDUCE:
+    case WF_COLL_REDUCESCATTER:
+      return ma->reduce_op == mb->reduce_op && ma->prescale == mb->prescale && ma->postscale == mb->postscale;
+    case WF_COLL_ALLGATHER:
+      return a->nsizes == b->nsizes && (uint64_t)(j - i + 1) * b->nsizes <= WF_MAX_RANKS;
+    default:
+      return 0;
+  }
 }
 
 size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out) {
@@ -360,6 +411,17 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     c->ready[j] = r;
     c->meta[j] = m;
   }
+  /* The response cache's assignments, in response order (fusion below
+   * keeps the order of names). */
+  for (size_t i = 0; i < n; i++) {
+    if (c->cache && c->ready[i].nnames && wf_cache_assigns(&c->ready[i])) {
+      uint64_t epoch;
+      wf_cache_assign(c->cache, c->ready[i].names[0], c->meta[i].pay, &epoch); /* takes the payload */
+    } else {
+      cpay_free(c->meta[i].pay);
+    }
+    c->meta[i].pay = NULL;
+  }
   /* Fusion: consecutive compatible allreduces become one response naming
    * them all, up to the threshold. */
   size_t k = 0;
@@ -369,16 +431,25 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->meta[j++].bytes;
     wf_response_msg r = c->ready[i];
     if (j > i + 1) {
+      /* sizes: allreduce: dtype, op, then each tensor's count; allgather:
+       * each tensor's rows per rank, tensor after tensor; reducescatter: none */
+      int ar = r.coll == WF_COLL_ALLREDUCE;
+      size_t nsizes = r.nsizes;
+      for (size_t m = i + 1; m < j; m++) nsizes += ar ? 1 : c->ready[m].nsizes;
       char **names = realloc(r.names, sizeof(char *) * (j - i));
       if (names) r.names = names;
-      int64_t *sizes = names ? realloc(r.sizes, sizeof(int64_t) * (2 + (j - i))) : NULL;
-      if (!names || !sizes) {
+      int64_t *sizes = r.sizes;
+      if (names && nsizes) sizes = realloc(r.sizes, sizeof(int64_t) * nsizes);
+      if (!names || (nsizes && !sizes)) {
         j = i + 1; /* no memory to fuse: send it alone */
       } else {
-        r.sizes = sizes; /* dtype, op, then each tensor's count */
+        r.sizes = sizes;
         for (size_t m = i + 1; m < j; m++) {
-          r.names[r.nnames++] = c->ready[m].names[0];
-          r.sizes[r.nsizes++] = c->ready[m].sizes ? c->ready[m].sizes[2] : 0;
+          const wf_response_msg *q = &c->ready[m];
+          r.names[r.nnames++] = q->names[0];
+          if (ar) r.sizes[r.nsizes++] = q->sizes && q->nsizes >= 3 ? q->sizes[2] : 0;
+          else
+            for (uint32_t z = 0; z < q->nsizes; z++) r.sizes[r.nsizes++] = q->sizes[z];
           c->ready[m].names[0] = NULL;
           wf_response_msg_free(&c->ready[m]);
         }
@@ -477,3 +548,9 @@ int64_t wf_coord_next_deadline(const wf_coord *c) {
 }
 
 size_t wf_coord_pending(const wf_coord *c) { return c->table.len; }
+
+const wf_request_msg *wf_coord_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch) {
+  if (!c->cache || rank < 0 || rank >= c->size) return NULL;
+  const cpay *p = wf_cache_by_id(c->cache, id, epoch, NULL);
+  return p && p->have[rank] ? &p->reqs[rank] : NULL;
+}

@@ -33,9 +33,11 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m);
 void wf_coord_rank_departed(wf_coord *c, int rank);
 
 /* Moves out the responses ready so far: higher priority first, compatible
- * allreduces (same group, dtype, reduce op, scales) fused into one response
- * naming them all while their total stays within fusion_threshold bytes,
- * then numbered in that order. *out is a malloc'd array (caller frees each
+ * allreduces or reducescatters (same group, dtype, reduce op, scales) and
+ * allgathers (same group, dtype) fused into one response naming them all
+ * while their total stays within fusion_threshold bytes (allgather: the
+ * gathered bytes), then numbered in that order; the response cache's
+ * assignments run in that order too. *out is a malloc'd array (caller frees each
  * with wf_response_msg_free, then the array). */
 size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out);
 
@@ -46,6 +48,12 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now);
 int64_t wf_coord_next_deadline(const wf_coord *c);
 /* Number of tensors waiting for some rank. */
 size_t wf_coord_pending(const wf_coord *c);
+
+/* The response cache (negotiate/cache.h): rank's request as stored under
+ * (id, epoch), or NULL if the coordinator no longer holds that assignment
+ * (the rank must send the request in full: RESEND). Valid until the next
+ * wf_coord_take; pass it to wf_coord_add. */
+const wf_request_msg *wf_coord_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch);
 
 /* Cross-rank validation of n requests for one name (index = group rank).
  * ranks maps group ranks to the world ranks messages name (NULL: identity).

@@ -35,7 +35,9 @@ void *wf_strmap_get(const wf_strmap *m, const char *key) {
 }
 
 static int grow(wf_strmap *m) {
-  size_t ncap = m->cap ? m->cap * 2 : 16;
+  /* tombstones count toward the load but not toward the size: a map with
+   * steady adds and deletes rehashes in place instead of doubling forever */
+  size_t ncap = m->cap ? m->cap : 16;
   while (m->len * 2 >= ncap) ncap *= 2;
   wf_strmap_entry *ns = calloc(ncap, sizeof *ns);
   if (!ns) return -1;

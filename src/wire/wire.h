@@ -18,7 +18,7 @@
 #include "weft.h"
 
 #define WF_WIRE_MAGIC 0x54464557u
-#define WF_WIRE_VERSION 1
+#define WF_WIRE_VERSION 1      /* CACHED and RESEND (types 10, 11) were added without changing any layout */
 #define WF_FRAME_HDR_SIZE 24
 #define WF_NAME_MAX 255          /* bytes in a tensor name */
 #define WF_ERRMSG_MAX 4096       /* bytes in an error message */
@@ -36,7 +36,9 @@ typedef enum wf_msg_type {
   WF_MSG_ABORT = 7,      /* payload: a string, the reason */
   WF_MSG_BYE = 8,        /* orderly shutdown of the sender; empty payload */
   WF_MSG_STALL = 9,      /* coordinator -> waiting ranks: a stall report (a string, like ABORT) */
-  WF_MSG_TYPE_MAX_ = 10
+  WF_MSG_CACHED = 10,    /* rank -> coordinator: tensors ready here, named by response-cache id */
+  WF_MSG_RESEND = 11,    /* coordinator -> rank: cache ids it could not resolve: send them in full */
+  WF_MSG_TYPE_MAX_ = 12
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -147,6 +149,20 @@ typedef struct wf_responses_msg {
   wf_response_msg *resps; /* count entries; malloc'd by the decoder */
 } wf_responses_msg;
 
+/* ---- CACHED / RESEND: compact references to the response cache
+ * (negotiate/cache.h). (id, epoch) names one cache assignment of the group:
+ * epochs count assignments from 1 and are never reused. */
+#define WF_CACHE_MAX_IDS 65536   /* ids are < this (WEFT_CACHE_CAPACITY's maximum) */
+typedef struct wf_cache_ref {
+  uint32_t group_id;
+  uint32_t id;         /* < WF_CACHE_MAX_IDS */
+  uint64_t epoch;      /* >= 1 */
+} wf_cache_ref;
+typedef struct wf_cache_refs_msg {
+  uint32_t count;
+  wf_cache_ref *refs;  /* count entries; malloc'd by the decoder */
+} wf_cache_refs_msg;
+
 /* Growable output buffer for encoders. */
 typedef struct wf_buf {
   uint8_t *data;
@@ -165,6 +181,9 @@ weft_status wf_encode_responses(wf_buf *out, uint32_t src, const wf_response_msg
 weft_status wf_encode_simple(wf_buf *out, uint32_t src, wf_msg_type type); /* HEARTBEAT, BYE */
 weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason);
 weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report);
+/* type: WF_MSG_CACHED or WF_MSG_RESEND. */
+weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,
+                                 uint32_t count);
 
 /* Decoders take a payload (without the frame header) and fill *m, allocating
  * arrays as documented above. On error they free what they allocated, leave
@@ -175,6 +194,9 @@ weft_status wf_decode_hello(const uint8_t *p, size_t n, wf_hello_msg *m, char *e
 weft_status wf_decode_peers(const uint8_t *p, size_t n, wf_peers_msg *m, char *err, size_t errlen);
 weft_status wf_decode_requests(const uint8_t *p, size_t n, wf_requests_msg *m, char *err, size_t errlen);
 weft_status wf_decode_responses(const uint8_t *p, size_t n, wf_responses_msg *m, char *err, size_t errlen);
+/* CACHED and RESEND payloads (what names the message in errors: "CACHED"). */
+weft_status wf_decode_cache_refs(const uint8_t *p, size_t n, const char *what, wf_cache_refs_msg *m, char *err,
+                                 size_t errlen);
 /* ABORT and STALL payloads (one string). */
 weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t reason_len, char *err, size_t errlen);
 
@@ -183,5 +205,6 @@ void wf_request_msg_free(wf_request_msg *m);     /* frees splits */
 void wf_requests_msg_free(wf_requests_msg *m);
 void wf_response_msg_free(wf_response_msg *m);   /* frees names, sizes, error */
 void wf_responses_msg_free(wf_responses_msg *m);
+void wf_cache_refs_msg_free(wf_cache_refs_msg *m);
 
 #endif

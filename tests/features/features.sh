@@ -24,6 +24,10 @@
 #       WEFT_FUSION_THRESHOLD=0 (counted from the engine's debug log), and
 #       WEFT_* wins over HOROVOD_*
 #   alias-timeline HOROVOD_TIMELINE / HOROVOD_TIMELINE_MARK_CYCLES
+#   fusion-gather  feat_fuse_gather --probe: allgathers and reducescatters
+#       submitted at once run as fewer collectives than tensors (engine debug
+#       log), and as one each with WEFT_FUSION_THRESHOLD=0
+#   cache-hits     feat_cache: a member's response cache reports hits
 #
 # Temporary files go to a fresh directory under $TMPDIR, removed on success
 # and kept (and named) on failure.
@@ -189,6 +193,32 @@ for b in bad:
     print("FAIL: " + b)
 sys.exit(1 if bad else 0)
 EOF
+  ;;
+fusion-gather)
+  N=24
+  # count the executed allgather / reducescatter collectives of the probe on rank 0
+  gruns() {
+    local name=$1 coll=$2
+    shift 2
+    stderr_of "$name" 0 | grep -c "run $coll 'fg\."
+  }
+  run_job fg_on WEFT_LOG_SUBSYS=engine WEFT_LOG_LEVEL=debug WEFT_CYCLE_TIME_US=100000 -- \
+    "$FEATBIN/feat_fuse_gather" --probe $N >&2
+  run_job fg_off WEFT_LOG_SUBSYS=engine WEFT_LOG_LEVEL=debug WEFT_CYCLE_TIME_US=100000 WEFT_FUSION_THRESHOLD=0 -- \
+    "$FEATBIN/feat_fuse_gather" --probe $N >&2
+  on_ag=$(gruns fg_on allgather) on_rs=$(gruns fg_on reducescatter)
+  off_ag=$(gruns fg_off allgather) off_rs=$(gruns fg_off reducescatter)
+  echo "collectives for $N allgathers / $N reducescatters: fused $on_ag / $on_rs, WEFT_FUSION_THRESHOLD=0 $off_ag / $off_rs"
+  [ "$off_ag" -eq $N ] && [ "$off_rs" -eq $N ] || fail "WEFT_FUSION_THRESHOLD=0 still fused"
+  [ "$on_ag" -lt $N ] || fail "allgathers were not fused ($on_ag collectives)"
+  [ "$on_rs" -lt $N ] || fail "reducescatters were not fused ($on_rs collectives)"
+  ;;
+cache-hits)
+  # a member's response cache reports its hits when the world ends
+  run_job cache WEFT_LOG_SUBSYS=engine WEFT_LOG_LEVEL=debug -- "$FEATBIN/feat_cache" >&2
+  hits=$(stderr_of cache 1 | sed -n 's/.*response cache: \([0-9]*\) hits.*/\1/p' | head -1)
+  echo "rank 1: ${hits:-no} cache hits"
+  [ "${hits:-0}" -gt 0 ] || fail "rank 1 reports no response cache hits"
   ;;
 alias-fusion)
   N=40

@@ -1,231 +1,463 @@
-/* fuzz_wire.c - libFuzzer target for the wire decoders (src/wire).
+/* fuzz_wire.c - libFuzzer target for every wire decoder (src/wire: frame.c,
+ * bootmsg.c, ctrlmsg.c).
  *
- * The first input byte picks what the rest feeds:
- *   0      a frame: header decoder, then the payload decoder of its type
- *   1      the DATA sub-header decoder
- *   2..6   HELLO, PEERS, REQUESTS, RESPONSES, ABORT payload decoders
- *   7, 8   structured: the bytes drive a valid REQUESTS / RESPONSES message,
- *          which is encoded, decoded and compared, then one byte of the
- *          encoding is corrupted and decoded again (reaches deep states that
- *          random bytes rarely do)
- * Anything that decodes must re-encode to the same bytes; a mismatch aborts
- * (so libFuzzer reports it). Crashes, leaks and UB are reported by the
- * sanitizers. */
+ * One table row per message type (k_types below: decoder check, builder of
+ * a valid frame, payload cap); a static assertion fails the build when
+ * wire.h gains a type without a row, so a new message is fuzzed as soon as
+ * it exists. The first input byte picks the mode (and, in its high bits,
+ * the size of the error buffer the decoders get, so short buffers are
+ * fuzzed too):
+ *   0           a stream: a cap byte, then frames one after another, each
+ *               header decoded and then its payload by the decoder of its
+ *               type, as a connection reader does, until one is rejected
+ *   1..T        raw payload bytes for the decoder of type 1..T
+ *   T+1..2T     structured: the bytes drive the builder of a valid frame of
+ *               that type (plus maybe one frame of another type); the
+ *               stream must decode whole; then it is corrupted once
+ *               (flipped byte, boundary value in a length/count field, cut
+ *               short) and decoded again
+ * Properties checked (a violation aborts, so libFuzzer saves the input):
+ *  - whatever decodes re-encodes to the same bytes (header and payload);
+ *  - an accepted header's length is within the caps given and the type's
+ *    own limit; HEARTBEAT and BYE carry nothing;
+ *  - a rejected payload leaves the output zeroed (nothing to free) and a
+ *    NUL-terminated, non-empty message within the error buffer (a canary
+ *    after it catches overruns the sanitizers cannot see);
+ *  - a valid encoding always decodes.
+ * Crashes, leaks, out-of-bounds reads and UB are the sanitizers' to report. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_common.h"
 #include "wire/wire.h"
 
-#define FZ_MAX_CTRL (1u << 20)
-#define FZ_MAX_DATA (1u << 20)
+#define FZ_BIG_CAP (1u << 20)
+#define ERR_ROOM 300
+#define CANARY 0xA5
 
-static void fz_fail(const char *what) {
-  fprintf(stderr, "fuzz_wire: %s\n", what);
-  abort();
+/* ------------------------------------------------------------ checks */
+
+static size_t g_errlen = 256; /* the error buffer size the decoders get */
+
+static void err_reset(char *err) { memset(err, CANARY, ERR_ROOM); }
+
+/* A rejection must leave a terminated, non-empty message inside errlen. */
+static void check_err(const char *err, const char *what) {
+  for (size_t i = g_errlen; i < ERR_ROOM; i++)
+    if ((uint8_t)err[i] != CANARY) fz_fail("%s: the error message overran its %zu-byte buffer", what, g_errlen);
+  if (g_errlen == 0) return;
+  if (!memchr(err, 0, g_errlen)) fz_fail("%s: the error message is not NUL-terminated", what);
+  if (g_errlen > 1 && err[0] == '\0') fz_fail("%s: rejected without a message", what);
+}
+
+static void check_zero(const void *m, size_t n, const char *what) {
+  const uint8_t *p = m;
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) fz_fail("%s: a rejected decode left the output non-zero at byte %zu", what, i);
 }
 
 /* Re-encoded frame b must carry exactly payload p[0..n). */
 static void same_payload(wf_buf *b, const uint8_t *p, size_t n, const char *what) {
-  if (b->oom) fz_fail("out of memory re-encoding");
-  if (b->len != WF_FRAME_HDR_SIZE + n || memcmp(b->data + WF_FRAME_HDR_SIZE, p, n) != 0) fz_fail(what);
+  if (b->oom) fz_fail("%s: out of memory re-encoding", what);
+  if (b->len != WF_FRAME_HDR_SIZE + n || memcmp(b->data + WF_FRAME_HDR_SIZE, p, n) != 0)
+    fz_fail("%s re-encodes differently", what);
   wf_buf_free(b);
 }
 
-static void decode_payload(uint8_t type, const uint8_t *p, size_t n) {
-  char err[256];
+/* ------------------------------------------------------------ decoders: 1 = accepted */
+
+static int dec_hello(const uint8_t *p, size_t n, char *err) {
+  wf_hello_msg m;
   wf_buf b = {0};
-  switch (type) {
-    case WF_MSG_HELLO: {
-      wf_hello_msg m;
-      if (wf_decode_hello(p, n, &m, err, sizeof err) != WEFT_OK) return;
-      if (wf_encode_hello(&b, 0, &m) != WEFT_OK) fz_fail("decoded HELLO does not encode");
-      same_payload(&b, p, n, "HELLO re-encodes differently");
-      return;
-    }
-    case WF_MSG_PEERS: {
-      wf_peers_msg m;
-      if (wf_decode_peers(p, n, &m, err, sizeof err) != WEFT_OK) return;
-      if (wf_encode_peers(&b, 0, &m) != WEFT_OK) fz_fail("decoded PEERS does not encode");
-      wf_peers_msg_free(&m);
-      same_payload(&b, p, n, "PEERS re-encodes differently");
-      return;
-    }
-    case WF_MSG_REQUESTS: {
-      wf_requests_msg m;
-      if (wf_decode_requests(p, n, &m, err, sizeof err) != WEFT_OK) return;
-      if (wf_encode_requests(&b, 0, m.reqs, m.count) != WEFT_OK) fz_fail("decoded REQUESTS does not encode");
-      wf_requests_msg_free(&m);
-      same_payload(&b, p, n, "REQUESTS re-encodes differently");
-      return;
-    }
-    case WF_MSG_RESPONSES: {
-      wf_responses_msg m;
-      if (wf_decode_responses(p, n, &m, err, sizeof err) != WEFT_OK) return;
-      if (wf_encode_responses(&b, 0, m.resps, m.count) != WEFT_OK) fz_fail("decoded RESPONSES does not encode");
-      wf_responses_msg_free(&m);
-      same_payload(&b, p, n, "RESPONSES re-encodes differently");
-      return;
-    }
-    case WF_MSG_ABORT: {
-      char reason[WF_ERRMSG_MAX + 1];
-      if (wf_decode_abort(p, n, reason, sizeof reason, err, sizeof err) != WEFT_OK) return;
-      if (wf_encode_abort(&b, 0, reason) != WEFT_OK) fz_fail("decoded ABORT does not encode");
-      same_payload(&b, p, n, "ABORT re-encodes differently");
-      return;
-    }
-    case WF_MSG_DATA: {
-      wf_data_hdr d;
-      uint8_t again[WF_DATA_SUBHDR_SIZE];
-      if (n < WF_DATA_SUBHDR_SIZE) fz_fail("header accepted a DATA frame without sub-header");
-      if (wf_data_hdr_decode(p, &d, err, sizeof err) != WEFT_OK) return;
-      wf_data_hdr_encode(again, &d);
-      if (memcmp(again, p, sizeof again) != 0) fz_fail("DATA sub-header re-encodes differently");
-      return;
-    }
-    default: return; /* HEARTBEAT, BYE: no payload */
+  if (wf_decode_hello(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "HELLO"), 0;
+  if (wf_encode_hello(&b, 0, &m) != WEFT_OK) fz_fail("a decoded HELLO does not encode");
+  same_payload(&b, p, n, "HELLO");
+  return 1;
+}
+
+static int dec_peers(const uint8_t *p, size_t n, char *err) {
+  wf_peers_msg m;
+  wf_buf b = {0};
+  if (wf_decode_peers(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "PEERS"), 0;
+  if (wf_encode_peers(&b, 0, &m) != WEFT_OK) fz_fail("a decoded PEERS does not encode");
+  wf_peers_msg_free(&m);
+  same_payload(&b, p, n, "PEERS");
+  return 1;
+}
+
+static int dec_requests(const uint8_t *p, size_t n, char *err) {
+  wf_requests_msg m;
+  wf_buf b = {0};
+  if (wf_decode_requests(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "REQUESTS"), 0;
+  if (wf_encode_requests(&b, 0, m.reqs, m.count) != WEFT_OK) fz_fail("a decoded REQUESTS does not encode");
+  wf_requests_msg_free(&m);
+  same_payload(&b, p, n, "REQUESTS");
+  return 1;
+}
+
+static int dec_responses(const uint8_t *p, size_t n, char *err) {
+  wf_responses_msg m;
+  wf_buf b = {0};
+  if (wf_decode_responses(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "RESPONSES"), 0;
+  if (wf_encode_responses(&b, 0, m.resps, m.count) != WEFT_OK) fz_fail("a decoded RESPONSES does not encode");
+  wf_responses_msg_free(&m);
+  same_payload(&b, p, n, "RESPONSES");
+  return 1;
+}
+
+static int dec_data(const uint8_t *p, size_t n, char *err) {
+  wf_data_hdr d;
+  uint8_t again[WF_DATA_SUBHDR_SIZE];
+  if (n < WF_DATA_SUBHDR_SIZE) return 0; /* the frame header never lets this through */
+  if (wf_data_hdr_decode(p, &d, err, g_errlen) != WEFT_OK) return check_zero(&d, sizeof d, "DATA"), 0;
+  wf_data_hdr_encode(again, &d);
+  if (memcmp(again, p, sizeof again) != 0) fz_fail("the DATA sub-header re-encodes differently");
+  return 1;
+}
+
+/* ABORT and STALL share the payload (one string); the reason buffer is
+ * sometimes short, which must truncate, never overrun. */
+static int dec_text(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
+  char reason[WF_ERRMSG_MAX + 1 + 16];
+  size_t rlen = n % 3 == 0 ? 7 : WF_ERRMSG_MAX + 1;
+  memset(reason, CANARY, sizeof reason);
+  wf_buf b = {0};
+  const char *what = type == WF_MSG_ABORT ? "ABORT" : "STALL";
+  weft_status st = wf_decode_abort(p, n, reason, rlen, err, g_errlen);
+  for (size_t i = rlen; i < sizeof reason; i++)
+    if ((uint8_t)reason[i] != CANARY) fz_fail("%s: the reason overran its %zu-byte buffer", what, rlen);
+  if (!memchr(reason, 0, rlen)) fz_fail("%s: the reason is not NUL-terminated", what);
+  if (st != WEFT_OK) {
+    if (reason[0]) fz_fail("%s: a rejected decode left a reason", what);
+    return 0;
   }
+  if (rlen < WF_ERRMSG_MAX + 1) { /* truncated copy: a prefix of the payload's string */
+    if (strncmp(reason, (const char *)p + 2, strlen(reason)) != 0) fz_fail("%s: truncated reason differs", what);
+    return 1;
+  }
+  st = type == WF_MSG_ABORT ? wf_encode_abort(&b, 0, reason) : wf_encode_stall(&b, 0, reason);
+  if (st != WEFT_OK) fz_fail("a decoded %s does not encode", what);
+  same_payload(&b, p, n, what);
+  return 1;
+}
+static int dec_abort(const uint8_t *p, size_t n, char *err) { return dec_text(p, n, err, WF_MSG_ABORT); }
+static int dec_stall(const uint8_t *p, size_t n, char *err) { return dec_text(p, n, err, WF_MSG_STALL); }
+
+/* CACHED and RESEND share the payload (a list of cache references). */
+static int dec_refs(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
+  wf_cache_refs_msg m;
+  wf_buf b = {0};
+  const char *what = type == WF_MSG_CACHED ? "CACHED" : "RESEND";
+  if (wf_decode_cache_refs(p, n, what, &m, err, g_errlen) != WEFT_OK) {
+    check_zero(&m, sizeof m, what);
+    if (g_errlen > 8 && strncmp(err, what, strlen(what) < g_errlen - 1 ? strlen(what) : g_errlen - 1) != 0)
+      fz_fail("%s: the error does not name the message: %s", what, err);
+    return 0;
+  }
+  if (wf_encode_cache_refs(&b, 0, type, m.refs, m.count) != WEFT_OK) fz_fail("a decoded %s does not encode", what);
+  wf_cache_refs_msg_free(&m);
+  same_payload(&b, p, n, what);
+  return 1;
+}
+static int dec_cached(const uint8_t *p, size_t n, char *err) { return dec_refs(p, n, err, WF_MSG_CACHED); }
+static int dec_resend(const uint8_t *p, size_t n, char *err) { return dec_refs(p, n, err, WF_MSG_RESEND); }
+
+/* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
+static int dec_empty(const uint8_t *p, size_t n, char *err) {
+  (void)p, (void)err;
+  return n == 0;
 }
 
-static void decode_frame(const uint8_t *p, size_t n) {
-  char err[256];
-  wf_frame_hdr h;
-  if (n < WF_FRAME_HDR_SIZE) return;
-  if (wf_frame_hdr_decode(p, FZ_MAX_CTRL, FZ_MAX_DATA, &h, err, sizeof err) != WEFT_OK) return;
-  uint8_t again[WF_FRAME_HDR_SIZE];
-  wf_frame_hdr_encode(again, &h);
-  if (memcmp(again, p, sizeof again) != 0) fz_fail("frame header re-encodes differently");
-  if (h.length != n - WF_FRAME_HDR_SIZE) return; /* the payload is not all here */
-  decode_payload(h.type, p + WF_FRAME_HDR_SIZE, (size_t)h.length);
+/* ------------------------------------------------------------ builders: one valid frame */
+
+static void build_hello(fz_in *in, wf_buf *b) {
+  wf_hello_msg m;
+  memset(&m, 0, sizeof m);
+  m.size = 1 + (uint32_t)(fz_take(in, 4) % WF_MAX_RANKS);
+  m.rank = (uint32_t)(fz_take(in, 4) % m.size);
+  m.pid = (uint32_t)fz_take(in, 4);
+  fz_take_name(in, m.host, WF_HOST_MAX);
+  if (fz_take(in, 1) % 4) fz_take_name(in, m.boot_id, sizeof m.boot_id - 1);
+  fz_take_name(in, m.listen_addr, WF_HOST_MAX);
+  if (wf_encode_hello(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid HELLO was rejected");
 }
 
-/* ---- structured inputs: a tiny byte reader that never fails */
-typedef struct fz_in {
-  const uint8_t *p;
-  size_t n, off;
-} fz_in;
-static uint64_t take(fz_in *in, int nbytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < nbytes; i++) v = (v << 8) | (in->off < in->n ? in->p[in->off++] : 0);
-  return v;
-}
-static void take_name(fz_in *in, char *dst, size_t max) {
-  size_t len = 1 + (size_t)(take(in, 1) % max);
-  for (size_t i = 0; i < len; i++) dst[i] = (char)(1 + take(in, 1) % 255); /* never NUL */
-  dst[len] = '\0';
-}
-
-/* Encodes a message built from the input, checks that it decodes, then
- * decodes it once more with one byte corrupted. */
-static void check_encoded(wf_buf *b, fz_in *in) {
-  if (b->oom) fz_fail("out of memory encoding");
-  decode_frame(b->data, b->len); /* round-trip check on the good frame */
-  size_t at = (size_t)(take(in, 2) % b->len);
-  b->data[at] ^= (uint8_t)(1 + take(in, 1) % 255);
-  decode_frame(b->data, b->len);
+static void build_peers(fz_in *in, wf_buf *b) {
+  wf_peer_info peers[5];
+  wf_peers_msg m = {1 + (uint32_t)(fz_take(in, 1) % 5), peers};
+  memset(peers, 0, sizeof peers);
+  for (uint32_t i = 0; i < m.size; i++) {
+    wf_peer_info *e = &peers[i];
+    fz_take_name(in, e->host, 1 + fz_take(in, 1) % WF_HOST_MAX);
+    fz_take_name(in, e->listen_addr, 1 + fz_take(in, 1) % WF_HOST_MAX);
+    e->pid = (uint32_t)fz_take(in, 4);
+    e->local_size = 1 + (int32_t)(fz_take(in, 1) % m.size);
+    e->local_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->local_size);
+    e->cross_size = 1 + (int32_t)(fz_take(in, 1) % m.size);
+    e->cross_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->cross_size);
+  }
+  if (wf_encode_peers(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid PEERS was rejected");
 }
 
-static void structured_requests(fz_in *in) {
+static void build_requests(fz_in *in, wf_buf *b) {
   wf_request_msg reqs[4];
   int64_t splits[4][8];
-  uint32_t count = (uint32_t)(take(in, 1) % 5);
+  uint32_t count = (uint32_t)(fz_take(in, 1) % 5);
   memset(reqs, 0, sizeof reqs);
   for (uint32_t i = 0; i < count; i++) {
     wf_request_msg *r = &reqs[i];
-    r->group_id = (uint32_t)take(in, 4);
-    r->coll = (uint8_t)(take(in, 1) % WF_COLL_COUNT_);
-    r->dtype = (uint8_t)(take(in, 1) % WEFT_DTYPE_COUNT_);
-    r->reduce_op = (uint8_t)(take(in, 1) % WEFT_OP_COUNT_);
-    r->ndim = (uint8_t)(take(in, 1) % (WEFT_MAX_DIMS + 1));
-    r->root = r->coll == WF_COLL_BROADCAST ? (int32_t)(take(in, 2)) : -1;
-    r->device = (int32_t)(take(in, 1) % 4) - 1;
-    r->priority = (int32_t)(uint32_t)take(in, 4);
-    uint64_t bits = take(in, 8);
+    r->group_id = (uint32_t)fz_take(in, 4);
+    r->coll = (uint8_t)(fz_take(in, 1) % WF_COLL_COUNT_);
+    r->dtype = (uint8_t)(fz_take(in, 1) % WEFT_DTYPE_COUNT_);
+    r->reduce_op = (uint8_t)(fz_take(in, 1) % WEFT_OP_COUNT_);
+    r->ndim = (uint8_t)(fz_take(in, 1) % (WEFT_MAX_DIMS + 1));
+    r->root = r->coll == WF_COLL_BROADCAST ? (int32_t)(fz_take(in, 2)) : -1;
+    r->device = (int32_t)(fz_take(in, 1) % 4) - 1;
+    r->priority = (int32_t)(uint32_t)fz_take(in, 4);
+    uint64_t bits = fz_take(in, 8);
     memcpy(&r->prescale, &bits, sizeof bits);
-    bits = take(in, 8);
+    bits = fz_take(in, 8);
     memcpy(&r->postscale, &bits, sizeof bits);
-    for (unsigned d = 0; d < r->ndim; d++) r->shape[d] = (int64_t)(take(in, 8) >> 1);
+    for (unsigned d = 0; d < r->ndim; d++) r->shape[d] = (int64_t)(fz_take(in, 8) >> 1);
     if (r->coll == WF_COLL_ALLTOALL) {
-      r->nsplits = 1 + (uint32_t)(take(in, 1) % 8);
-      for (uint32_t s = 0; s < r->nsplits; s++) splits[i][s] = (int64_t)(take(in, 4));
+      r->nsplits = 1 + (uint32_t)(fz_take(in, 1) % 8);
+      for (uint32_t s = 0; s < r->nsplits; s++) splits[i][s] = (int64_t)(fz_take(in, 4));
       r->splits = splits[i];
     }
-    take_name(in, r->name, WF_NAME_MAX);
+    fz_take_name(in, r->name, WF_NAME_MAX);
   }
-  wf_buf b = {0};
-  if (wf_encode_requests(&b, (uint32_t)take(in, 2), reqs, count) != WEFT_OK) fz_fail("valid REQUESTS rejected");
-  check_encoded(&b, in);
-  wf_buf_free(&b);
+  if (wf_encode_requests(b, (uint32_t)fz_take(in, 2), reqs, count) != WEFT_OK) fz_fail("a valid REQUESTS was rejected");
 }
 
-static void structured_responses(fz_in *in) {
+static void build_responses(fz_in *in, wf_buf *b) {
   wf_response_msg resps[4];
   char names[4][3][WF_NAME_MAX + 1];
   char *name_ptrs[4][3];
   int64_t sizes[4][16];
   char error[4][64];
-  uint32_t count = (uint32_t)(take(in, 1) % 5);
+  uint32_t count = (uint32_t)(fz_take(in, 1) % 5);
   memset(resps, 0, sizeof resps);
   for (uint32_t i = 0; i < count; i++) {
     wf_response_msg *r = &resps[i];
-    r->seq = take(in, 8);
-    r->group_id = (uint32_t)take(in, 4);
-    r->type = (uint8_t)(take(in, 1) % 2);
-    r->coll = (uint8_t)(take(in, 1) % WF_COLL_COUNT_);
-    r->status = r->type == WF_RESP_ERROR ? -1 - (int32_t)(take(in, 1) % 13) : 0;
-    r->nnames = 1 + (uint32_t)(take(in, 1) % 3);
+    r->seq = fz_take(in, 8);
+    r->group_id = (uint32_t)fz_take(in, 4);
+    r->type = (uint8_t)(fz_take(in, 1) % 2);
+    r->coll = (uint8_t)(fz_take(in, 1) % WF_COLL_COUNT_);
+    r->status = r->type == WF_RESP_ERROR ? -1 - (int32_t)(fz_take(in, 1) % 13) : 0;
+    r->nnames = 1 + (uint32_t)(fz_take(in, 1) % 3);
     for (uint32_t k = 0; k < r->nnames; k++) {
-      take_name(in, names[i][k], 40);
+      fz_take_name(in, names[i][k], 40);
       name_ptrs[i][k] = names[i][k];
     }
     r->names = name_ptrs[i];
-    uint32_t k = (uint32_t)(take(in, 1) % 5);
+    uint32_t k = (uint32_t)(fz_take(in, 1) % 5);
     r->nsizes = r->coll == WF_COLL_ALLTOALL ? k * k : k;
-    for (uint32_t s = 0; s < r->nsizes; s++) sizes[i][s] = (int64_t)take(in, 3);
+    for (uint32_t s = 0; s < r->nsizes; s++) sizes[i][s] = (int64_t)fz_take(in, 3);
     r->sizes = r->nsizes ? sizes[i] : NULL;
-    if (r->type == WF_RESP_ERROR && take(in, 1) % 2) {
-      take_name(in, error[i], sizeof error[i] - 1);
+    if (r->type == WF_RESP_ERROR && fz_take(in, 1) % 2) {
+      fz_take_name(in, error[i], sizeof error[i] - 1);
       r->error = error[i];
     }
   }
+  if (wf_encode_responses(b, (uint32_t)fz_take(in, 2), resps, count) != WEFT_OK)
+    fz_fail("a valid RESPONSES was rejected");
+}
+
+/* There is no whole-frame DATA encoder (the transport writes the header,
+ * the sub-header and the user's bytes separately): the same pieces here. */
+static void build_data(fz_in *in, wf_buf *b) {
+  uint8_t frame[WF_FRAME_HDR_SIZE + WF_DATA_SUBHDR_SIZE + 64];
+  size_t k = (size_t)(fz_take(in, 1) % 65);
+  wf_frame_hdr h = {WF_MSG_DATA, 0, (uint32_t)fz_take(in, 2), WF_DATA_SUBHDR_SIZE + k};
+  wf_data_hdr d = {fz_take(in, 8), (uint32_t)fz_take(in, 4)};
+  wf_frame_hdr_encode(frame, &h);
+  wf_data_hdr_encode(frame + WF_FRAME_HDR_SIZE, &d);
+  memset(frame + WF_FRAME_HDR_SIZE + WF_DATA_SUBHDR_SIZE, 0, k);
+  fz_take_bytes(in, frame + WF_FRAME_HDR_SIZE + WF_DATA_SUBHDR_SIZE, k);
+  size_t n = WF_FRAME_HDR_SIZE + WF_DATA_SUBHDR_SIZE + k;
+  if (b->oom || n > b->cap - b->len) {
+    uint8_t *nd = b->oom ? NULL : realloc(b->data, b->len + n);
+    if (!nd) fz_fail("out of memory");
+    b->data = nd, b->cap = b->len + n;
+  }
+  memcpy(b->data + b->len, frame, n);
+  b->len += n;
+}
+
+/* ABORT / STALL: sometimes longer than the limit (the encoder truncates). */
+static void build_text(fz_in *in, wf_buf *b, wf_msg_type type) {
+  static char text[WF_ERRMSG_MAX + 200];
+  size_t len = fz_take(in, 1) % 8 == 0 ? WF_ERRMSG_MAX + 1 + fz_take(in, 1) % 100 : fz_take(in, 1) % 200;
+  for (size_t i = 0; i < len; i++) text[i] = (char)(1 + fz_take(in, 1) % 255);
+  text[len] = '\0';
+  weft_status st = type == WF_MSG_ABORT ? wf_encode_abort(b, 1, text) : wf_encode_stall(b, 1, text);
+  if (st != WEFT_OK) fz_fail("a valid ABORT/STALL was rejected");
+}
+static void build_abort(fz_in *in, wf_buf *b) { build_text(in, b, WF_MSG_ABORT); }
+static void build_stall(fz_in *in, wf_buf *b) { build_text(in, b, WF_MSG_STALL); }
+static void build_heartbeat(fz_in *in, wf_buf *b) {
+  if (wf_encode_simple(b, (uint32_t)fz_take(in, 2), WF_MSG_HEARTBEAT) != WEFT_OK) fz_fail("HEARTBEAT rejected");
+}
+static void build_bye(fz_in *in, wf_buf *b) {
+  if (wf_encode_simple(b, (uint32_t)fz_take(in, 2), WF_MSG_BYE) != WEFT_OK) fz_fail("BYE rejected");
+}
+
+static void build_refs(fz_in *in, wf_buf *b, wf_msg_type type) {
+  wf_cache_ref refs[6];
+  uint32_t count = 1 + (uint32_t)(fz_take(in, 1) % 6);
+  for (uint32_t i = 0; i < count; i++) {
+    refs[i].group_id = (uint32_t)fz_take(in, 4);
+    refs[i].id = (uint32_t)(fz_take(in, 4) % WF_CACHE_MAX_IDS);
+    refs[i].epoch = 1 + fz_take(in, 8) % UINT64_MAX;
+  }
+  if (wf_encode_cache_refs(b, (uint32_t)fz_take(in, 2), type, refs, count) != WEFT_OK)
+    fz_fail("a valid CACHED/RESEND was rejected");
+}
+static void build_cached(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_CACHED); }
+static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }
+
+/* ------------------------------------------------------------ the table */
+
+typedef struct fz_type {
+  uint8_t type;
+  const char *name;
+  int (*decode)(const uint8_t *p, size_t n, char *err); /* 1: accepted (and round-trip checked) */
+  void (*build)(fz_in *in, wf_buf *b);                  /* appends one valid frame */
+  uint64_t max_len;                                     /* the type's own payload limit */
+} fz_type;
+
+/* In wf_msg_type order, from 1. A new message type: add its row here. */
+static const fz_type k_types[] = {
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 591},
+    {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
+    {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
+    {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},
+    {WF_MSG_DATA, "data", dec_data, build_data, UINT64_MAX},
+    {WF_MSG_HEARTBEAT, "heartbeat", dec_empty, build_heartbeat, 0},
+    {WF_MSG_ABORT, "abort", dec_abort, build_abort, 2 + WF_ERRMSG_MAX},
+    {WF_MSG_BYE, "bye", dec_empty, build_bye, 0},
+    {WF_MSG_STALL, "stall", dec_stall, build_stall, 2 + WF_ERRMSG_MAX},
+    {WF_MSG_CACHED, "cached", dec_cached, build_cached, UINT64_MAX},
+    {WF_MSG_RESEND, "resend", dec_resend, build_resend, UINT64_MAX},
+};
+#define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
+_Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,
+               "wire.h has a message type without a row in fuzz_wire.c's k_types");
+
+/* ------------------------------------------------------------ streams */
+
+/* Decodes frames from p[0..n) until the bytes end or one is rejected;
+ * returns the number of frames accepted. */
+static int decode_stream(const uint8_t *p, size_t n, uint64_t max_ctrl, uint64_t max_data) {
+  char err[ERR_ROOM];
+  int frames = 0;
+  while (n >= WF_FRAME_HDR_SIZE) {
+    wf_frame_hdr h;
+    err_reset(err);
+    if (wf_frame_hdr_decode(p, max_ctrl, max_data, &h, err, g_errlen) != WEFT_OK) {
+      check_err(err, "frame header");
+      check_zero(&h, sizeof h, "frame header");
+      break;
+    }
+    if (h.type < 1 || h.type > NTYPES) fz_fail("frame header accepted unknown type %u", h.type);
+    const fz_type *t = &k_types[h.type - 1];
+    uint64_t cap = h.type == WF_MSG_DATA ? max_data : max_ctrl;
+    if (h.length > cap || h.length > t->max_len)
+      fz_fail("%s header accepted with length %llu over its cap", t->name, (unsigned long long)h.length);
+    uint8_t again[WF_FRAME_HDR_SIZE];
+    wf_frame_hdr_encode(again, &h);
+    if (memcmp(again, p, sizeof again) != 0) fz_fail("frame header re-encodes differently");
+    if (h.length > n - WF_FRAME_HDR_SIZE) break; /* the rest of the frame is not here */
+    err_reset(err);
+    if (!t->decode(p + WF_FRAME_HDR_SIZE, (size_t)h.length, err)) {
+      if (t->decode != dec_empty) check_err(err, t->name);
+      break;
+    }
+    frames++;
+    p += WF_FRAME_HDR_SIZE + h.length;
+    n -= WF_FRAME_HDR_SIZE + (size_t)h.length;
+  }
+  return frames;
+}
+
+static void structured(const fz_type *t, fz_in *in) {
   wf_buf b = {0};
-  if (wf_encode_responses(&b, (uint32_t)take(in, 2), resps, count) != WEFT_OK) fz_fail("valid RESPONSES rejected");
-  check_encoded(&b, in);
+  t->build(in, &b);
+  int frames = 1;
+  if (fz_take(in, 1) % 4 == 0) { /* a second frame of any type after it */
+    k_types[fz_take(in, 1) % NTYPES].build(in, &b);
+    frames++;
+  }
+  if (b.oom) fz_fail("out of memory encoding");
+  if (decode_stream(b.data, b.len, FZ_BIG_CAP, FZ_BIG_CAP) != frames)
+    fz_fail("a valid %s stream was rejected", t->name);
+  size_t len = fz_corrupt(in, b.data, b.len);
+  decode_stream(b.data, len, FZ_BIG_CAP, FZ_BIG_CAP);
   wf_buf_free(&b);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  uint8_t sel = data[0] % 9;
+  static const size_t errlens[4] = {256, 1, 9, 40};
+  int modes = 1 + 2 * NTYPES;
+  int mode = data[0] % modes;
+  g_errlen = errlens[(data[0] / modes) % 4];
   const uint8_t *p = data + 1;
   size_t n = size - 1;
-  char err[256];
-  switch (sel) {
-    case 0: decode_frame(p, n); break;
-    case 1:
-      if (n == WF_DATA_SUBHDR_SIZE) decode_payload(WF_MSG_DATA, p, n);
-      else if (n > WF_DATA_SUBHDR_SIZE) {
-        wf_data_hdr d;
-        (void)wf_data_hdr_decode(p, &d, err, sizeof err);
-      }
-      break;
-    case 2: decode_payload(WF_MSG_HELLO, p, n); break;
-    case 3: decode_payload(WF_MSG_PEERS, p, n); break;
-    case 4: decode_payload(WF_MSG_REQUESTS, p, n); break;
-    case 5: decode_payload(WF_MSG_RESPONSES, p, n); break;
-    case 6: decode_payload(WF_MSG_ABORT, p, n); break;
-    case 7: {
-      fz_in in = {p, n, 0};
-      structured_requests(&in);
-      break;
-    }
-    case 8: {
-      fz_in in = {p, n, 0};
-      structured_responses(&in);
-      break;
+  if (mode == 0) {
+    if (n < 1) return 0;
+    /* caps from the first byte: small ones reach the length checks */
+    uint64_t max_ctrl = 1ull << (p[0] % 21), max_data = WF_DATA_SUBHDR_SIZE + (1ull << (p[0] / 21 % 12));
+    decode_stream(p + 1, n - 1, max_ctrl, max_data);
+  } else if (mode <= NTYPES) {
+    char err[ERR_ROOM];
+    err_reset(err);
+    const fz_type *t = &k_types[mode - 1];
+    if (!t->decode(p, n, err) && t->decode != dec_empty && (t->type != WF_MSG_DATA || n >= WF_DATA_SUBHDR_SIZE))
+      check_err(err, t->name);
+  } else {
+    fz_in in = {p, n, 0};
+    structured(&k_types[mode - 1 - NTYPES], &in);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ seeds */
+
+static void fz_write_seeds(void) {
+  int modes = 1 + 2 * NTYPES;
+  for (int i = 0; i < NTYPES; i++) {
+    const fz_type *t = &k_types[i];
+    if (t->type != i + 1) fz_fail("k_types is not in wf_msg_type order at row %d", i);
+    for (uint64_t s = 1; s <= 3; s++) {
+      uint8_t bytes[600];
+      char name[64];
+      fz_fill(bytes, sizeof bytes, s * 7919 + (uint64_t)i);
+      snprintf(name, sizeof name, "structured-%s-%d", t->name, (int)s);
+      fz_seed(name, (uint8_t)(1 + NTYPES + i), bytes, sizeof bytes);
+      /* the same message as a stream and as a raw payload */
+      fz_in in = {bytes, sizeof bytes, 0};
+      wf_buf b = {0};
+      t->build(&in, &b);
+      if (b.oom || b.len < WF_FRAME_HDR_SIZE) fz_fail("seed: cannot build %s", t->name);
+      uint8_t *st = malloc(b.len + 1);
+      if (!st) fz_fail("out of memory");
+      st[0] = 20; /* caps: 1 MiB control */
+      memcpy(st + 1, b.data, b.len);
+      snprintf(name, sizeof name, "stream-%s-%d", t->name, (int)s);
+      fz_seed(name, 0, st, b.len + 1);
+      snprintf(name, sizeof name, "payload-%s-%d", t->name, (int)s);
+      fz_seed(name, (uint8_t)(1 + i + modes * (s % 2)), b.data + WF_FRAME_HDR_SIZE, b.len - WF_FRAME_HDR_SIZE);
+      free(st);
+      wf_buf_free(&b);
     }
   }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  fz_seed_init("fuzz_wire");
   return 0;
 }

@@ -121,9 +121,16 @@ case_child_setup() {
   rc=$?
   expect_rc 0
   for r in 0 1; do
-    # ls sees 0 1 2 and the directory it opened (3): nothing else
-    [ "$(grep "^\[$r\] " "$T/out" | sort | tr '\n' ' ')" = "[$r] 0 [$r] 1 [$r] 2 [$r] 3 " ] ||
+    # ls sees 0 1 2, the directory it opened (3) and the status channel
+    # to weftrun (4, WEFT_LAUNCHER_FD): nothing else
+    [ "$(grep "^\[$r\] " "$T/out" | sort | tr '\n' ' ')" = "[$r] 0 [$r] 1 [$r] 2 [$r] 3 [$r] 4 " ] ||
       fail "rank $r has unexpected fds: $(grep "^\[$r\] " "$T/out" | tr '\n' ' ')"
+  done
+  wr -np 2 bash -c 'echo "$WEFT_LAUNCHER_FD $WEFT_LAUNCHER_TAG $WEFT_JOB_ID $(readlink /proc/self/fd/4)"'
+  expect_rc 0
+  for r in 0 1; do
+    grep -q "^\[$r\] 4 \([0-9a-f]\{16\}\) \1 pipe:" "$T/out" ||
+      fail "rank $r: no status channel on fd 4 tagged with the job id: $(grep "^\[$r\] " "$T/out")"
   done
   wr -np 1 readlink /proc/self/fd/0
   [ "$(cat "$T/out")" = "[0] /dev/null" ] || fail "stdin of a rank is not /dev/null"
@@ -363,7 +370,24 @@ true
 -np 2 --timeout -1 true
 -np 2 --grace x true
 -np 2 --output-filename= true
+-np 5 -H a:2,b:2 true
+-np 2 -H a,a true
+-np 2 -H a:0 true
+-np 2 -H a:x true
+-np 2 -H , true
+-np 2 -H a;b true
+-np 2 --hostfile /nonexistent true
+-np 2 --rsh true
+-np 2 --network-interface a/b true
 EOF
+  # a host file: comments, HOST, HOST:N, HOST slots=N; then a bad one
+  printf '# hosts\nlocalhost slots=2\n\n' >"$T/hosts"
+  wr -np 2 --hostfile "$T/hosts" bash "$RANK" env
+  expect_rc 0
+  printf 'localhost slots=two\n' >"$T/hosts"
+  wr -np 2 --hostfile "$T/hosts" true
+  expect_rc 2
+  expect_err "$T/hosts:1: expected slots=N"
   wr --help
   expect_rc 0
   grep -q "^Usage: weftrun -np N" "$T/out" || fail "--help has no usage line"
@@ -403,6 +427,62 @@ case_success() {
   grep -q "^\[1\] rank 1 leaving$" "$T/out" || fail "output missing"
   expect_err "still hold its output open"
   expect_gone "$T"/child.*
+}
+
+# -H: local hosts start directly; the others through --rsh. Here the
+# "remote shell" is env(1) on this machine ('env FAKE_HOST={host}' +
+# 'sh -s'), so the remote path runs without ssh or namespaces.
+case_hosts() {
+  export INHERITED=yes FWD=fwd-value
+  wr -np 5 -H localhost:2,hostb:2,hostc:3 --rsh 'env -i PATH=/usr/bin:/bin FAKE_HOST={host}' -x FOO=bar -x FWD \
+    -x WEFT_SIZE=9 -- bash "$RANK" hosts
+  expect_rc 0
+  local r line secret
+  secret=$(sed -n 's/.* WEFT_SECRET=\([^ ]*\).*/\1/p' <<<"$(grep '^\[0\] ' "$T/out")")
+  [[ $secret =~ ^[0-9a-f]{64}$ ]] || fail "rank 0 got no secret"
+  for r in 0 1 2 3 4; do
+    line=$(grep "^\[$r\] " "$T/out")
+    local host lr ls cr fake fwd inh
+    case $r in 0 | 1) host=localhost lr=$r ls=2 cr=0 fake="<unset>" fwd=fwd-value inh=yes ;;
+      2 | 3) host=hostb lr=$((r - 2)) ls=2 cr=1 fake=hostb fwd=fwd-value inh="<unset>" ;;
+      4) host=hostc lr=0 ls=1 cr=2 fake=hostc fwd=fwd-value inh="<unset>" ;; esac
+    for kv in "WEFT_RANK=$r" WEFT_SIZE=5 "WEFT_LOCAL_RANK=$lr" "WEFT_LOCAL_SIZE=$ls" "WEFT_CROSS_RANK=$cr" \
+              WEFT_CROSS_SIZE=3 "HOROVOD_CROSS_RANK=$cr" "WEFT_HOSTNAME=$host" FOO=bar "FWD=$fwd" \
+              "FAKE_HOST=$fake" "INHERITED=$inh" "WEFT_SECRET=$secret"; do
+      [[ " $line " == *" $kv "* ]] || fail "rank $r: expected $kv in: $line"
+    done
+    [[ $line =~ WEFT_ADDR=[^\ ]+:[0-9]+ ]] || fail "rank $r: no WEFT_ADDR in: $line"
+    # the secret is never on a command line: the remote shell is "sh -s"
+    [[ ${line#*PARENT=} == *"$secret"* ]] && fail "rank $r: the secret is on its parent's command line"
+    if [ $r -ge 2 ]; then [[ $line == *"PARENT=sh -s "* ]] || fail "rank $r: parent is not 'sh -s': $line"; fi
+  done
+  # rank 0 is local, the others are not: rank 0 listens on this machine's name
+  grep -q "^\[0\] .*WEFT_ADDR=$(hostname):[0-9]" "$T/out" || fail "rank 0 does not listen on $(hostname)"
+  # rank 0 on a "remote" host: its name as given and a high port
+  wr -np 2 -H hosta:1,hostb:1 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" hosts
+  expect_rc 0
+  grep -q "^\[1\] .*WEFT_ADDR=hosta:[2-5][0-9][0-9][0-9][0-9] " "$T/out" || fail "rank 0 remote: bad WEFT_ADDR"
+  # a remote rank that fails or is killed: named with its host, its status
+  wr -np 3 -H localhost:1,hostb:2 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" fail_signal "$T"
+  expect_rc 137
+  grep -q "^weftrun: rank 1 (pid [0-9]* on host hostb) was killed by signal 9" "$T/err" ||
+    fail "the killed remote rank was not named with its host"
+  expect_gone "$T"/pid.*
+  wr -np 3 -H hostb:3 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" fail_exit "$T"
+  expect_rc 3
+  grep -q "^weftrun: rank 2 (pid [0-9]* on host hostb) exited with status 3" "$T/err" || fail "exit 3 not reported"
+  expect_gone "$T"/pid.*
+  # output files of remote ranks are written by weftrun
+  wr -np 2 -H hostb:2 --rsh 'env FAKE_HOST={host}' --output-filename "$T/o" -- bash "$RANK" files
+  expect_rc 0
+  [ "$(cat "$T/o/rank.1/stdout")" = "out 1" ] && [ "$(cat "$T/o/rank.1/stderr")" = "err 1" ] ||
+    fail "remote output files are wrong"
+  # a status line on a remote rank's stderr is taken out of the output
+  wr -np 2 -H hostb:2 --rsh 'env FAKE_HOST={host}' -- bash -c \
+    'printf "before weft-link %s rank=%s cause=self status=-5\nafter\n" "$WEFT_LAUNCHER_TAG" "$WEFT_RANK" >&2'
+  expect_rc 0
+  grep -q "weft-link" "$T/err" "$T/out" && fail "a status line was relayed"
+  grep -q "^\[1\] before $" "$T/err" && grep -q "^\[1\] after$" "$T/err" || fail "the text around a status line was lost"
 }
 
 "case_$CASE" || fail "case returned $?"

@@ -15,6 +15,13 @@ env) # every variable weftrun sets, plus two the test sets; "<unset>" if missing
   done
   printf '\n'
   ;;
+hosts) # what -H placement sets, and the parent's command line (remote ranks: "sh -s")
+  for v in WEFT_RANK WEFT_SIZE WEFT_LOCAL_RANK WEFT_LOCAL_SIZE WEFT_CROSS_RANK WEFT_CROSS_SIZE HOROVOD_CROSS_RANK \
+           WEFT_HOSTNAME WEFT_ADDR WEFT_SECRET FOO FWD FAKE_HOST INHERITED; do
+    printf '%s=%s ' "$v" "${!v-<unset>}"
+  done
+  printf 'PARENT=%s\n' "$(tr '\0' ' ' </proc/$PPID/cmdline)"
+  ;;
 lines) # 1000 lines on each stream at full speed, a 150000-byte line, a partial last line
   seq -f "r$r err %g" 1 1000 >&2 &
   seq -f "r$r out %g" 1 1000

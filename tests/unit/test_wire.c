@@ -133,6 +133,19 @@ static int decode_any(uint8_t t, const uint8_t *p, size_t n) {
       est = wf_encode_abort(&b, 1, reason);
       break;
     }
+    case WF_MSG_CACHED:
+    case WF_MSG_RESEND: {
+      wf_cache_refs_msg m;
+      memset(&m, 0xab, sizeof m);
+      st = wf_decode_cache_refs(p, n, t == WF_MSG_CACHED ? "CACHED" : "RESEND", &m, g_err, sizeof g_err);
+      if (st != WEFT_OK) {
+        CHECK(all_zero(&m, sizeof m), "CACHED/RESEND not zeroed after error");
+        return 0;
+      }
+      est = wf_encode_cache_refs(&b, 1, (wf_msg_type)t, m.refs, m.count);
+      wf_cache_refs_msg_free(&m);
+      break;
+    }
     default: CHECK(0, "bad type %u", t);
   }
   CHECK(st == WEFT_OK && est == WEFT_OK, "re-encode of a decoded type %u failed: %d", t, (int)est);
@@ -567,7 +580,9 @@ static void test_headers(void) {
   expect_bad_hdr(hdr(M, 0, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 0");
   expect_bad_hdr(hdr(M, 1, 0, 0, 30, 1000, 1000, &h), &h, "type 0", "type 0");
   expect_bad_hdr(hdr(M, 1, 200, 0, 30, 1000, 1000, &h), &h, "type 200", "type 200");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 10", "type 10");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 12", "type 12");
+  CHECK(hdr(M, 1, WF_MSG_CACHED, 0, 20, 1000, 1000, &h) == WEFT_OK && h.type == WF_MSG_CACHED, "CACHED header");
+  CHECK(hdr(M, 1, WF_MSG_RESEND, 0, 20, 1000, 1000, &h) == WEFT_OK && h.type == WF_MSG_RESEND, "RESEND header");
   expect_bad_hdr(hdr(M, 1, WF_MSG_REQUESTS, 0, 1ull << 40, UINT64_MAX >> 30, 1000, &h), &h, "1099511627776",
                  "2^40 under a 2^34 cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 1ull << 40, 1ull << 50, 1u << 30, &h), &h, "DATA", "DATA 2^40");
@@ -586,6 +601,49 @@ static void test_headers(void) {
   CHECK(hdr(0, 0, 0, 0, 0, 0, 0, &h) == WEFT_ERR_PROTOCOL, "all-zero header");
   uint8_t zeros[WF_FRAME_HDR_SIZE] = {0};
   CHECK(wf_frame_hdr_decode(zeros, 1, 1, &h, NULL, 0) == WEFT_ERR_PROTOCOL, "NULL err buffer");
+}
+
+/* CACHED / RESEND: the response cache's compact references. */
+static void test_cache_refs(void) {
+  wf_cache_ref refs[3] = {{0, 0, 1}, {0xdeadbeef, WF_CACHE_MAX_IDS - 1, UINT64_MAX}, {7, 1023, 42}};
+  wf_buf b = {0};
+  CHECK(wf_encode_cache_refs(&b, 3, WF_MSG_CACHED, refs, 3) == WEFT_OK, "encode CACHED: %s", weft_last_error());
+  CHECK(wf_encode_cache_refs(&b, 0, WF_MSG_RESEND, refs + 2, 1) == WEFT_OK, "encode RESEND: %s", weft_last_error());
+  size_t n, n1;
+  const uint8_t *p = frame_payload(&b, 0, WF_MSG_CACHED, 3, &n);
+  const uint8_t *p1 = frame_payload(&b, WF_FRAME_HDR_SIZE + n, WF_MSG_RESEND, 0, &n1);
+  /* pinned layout: u32 count, then {u32 group, u32 id, u64 epoch} */
+  CHECK(n == 4 + 3 * 16 && n1 == 4 + 16, "CACHED %zu / RESEND %zu bytes", n, n1);
+  CHECK(le(p, 4) == 3 && le(p + 4, 4) == 0 && le(p + 8, 4) == 0 && le(p + 12, 8) == 1 && le(p + 20, 4) == 0xdeadbeef &&
+            le(p + 24, 4) == WF_CACHE_MAX_IDS - 1 && le(p + 28, 8) == UINT64_MAX && le(p1 + 4, 4) == 7 &&
+            le(p1 + 8, 4) == 1023 && le(p1 + 12, 8) == 42,
+        "CACHED layout");
+  wf_cache_refs_msg d;
+  CHECK(wf_decode_cache_refs(p, n, "CACHED", &d, g_err, sizeof g_err) == WEFT_OK && d.count == 3, "decode: %s", g_err);
+  for (int i = 0; i < 3; i++)
+    CHECK(d.refs[i].group_id == refs[i].group_id && d.refs[i].id == refs[i].id && d.refs[i].epoch == refs[i].epoch,
+          "ref %d round trip", i);
+  wf_cache_refs_msg_free(&d);
+  CHECK(decode_any(WF_MSG_RESEND, p1, n1) == 2, "RESEND round trip: %s", g_err);
+  keep_sample(WF_MSG_CACHED, p, n);
+  keep_sample(WF_MSG_RESEND, p1, n1);
+  wf_buf_free(&b);
+
+  /* encoder checks: each names the field and leaves b untouched */
+  wf_cache_ref bad[2] = {{0, WF_CACHE_MAX_IDS, 1}, {0, 0, 0}};
+  const char *words[2] = {"id", "epoch"};
+  for (int k = 0; k < 2; k++) {
+    CHECK(wf_encode_cache_refs(&b, 0, WF_MSG_CACHED, &bad[k], 1) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0,
+          "bad ref %d accepted", k);
+    CHECK(strstr(weft_last_error(), words[k]), "case %d should name %s: %s", k, words[k], weft_last_error());
+  }
+  CHECK(wf_encode_cache_refs(&b, 0, WF_MSG_CACHED, refs, 0) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0,
+        "empty CACHED accepted");
+  CHECK(wf_encode_cache_refs(&b, 0, WF_MSG_CACHED, refs, 4097) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0,
+        "4097 refs accepted");
+  CHECK(wf_encode_cache_refs(&b, 0, WF_MSG_ABORT, refs, 1) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0,
+        "CACHED encoder with type ABORT accepted");
+  wf_buf_free(&b);
 }
 
 /* ------------------------------------------------------------------ hostile payloads */
@@ -643,6 +701,11 @@ static void expect_reject(uint8_t type, const pb *b, weft_status want, const cha
       break;
     }
     case WF_MSG_ABORT: { char r[8]; st = wf_decode_abort(copy, b->n, r, sizeof r, g_err, sizeof g_err); break; }
+    case WF_MSG_CACHED: {
+      wf_cache_refs_msg m;
+      st = wf_decode_cache_refs(copy, b->n, "CACHED", &m, g_err, sizeof g_err);
+      break;
+    }
   }
   free(copy);
   CHECK(st == want, "%s: status %d, want %d (%s)", what, (int)st, (int)want, g_err);
@@ -790,6 +853,30 @@ static void test_bad_fields(void) {
   put(&b, 0, 4);
   expect_reject(WF_MSG_PEERS, &b, P, "size", "0", "PEERS size 0");
 
+  /* CACHED: counts capped before allocation, bad ids and epochs named */
+  b.n = 0;
+  put(&b, UINT32_MAX, 4);
+  expect_reject(WF_MSG_CACHED, &b, P, "count", "4294967295", "CACHED count 2^32-1");
+  b.n = 0;
+  put(&b, 0, 4);
+  expect_reject(WF_MSG_CACHED, &b, P, "count", "0", "CACHED count 0");
+  b.n = 0;
+  put(&b, 4096, 4);
+  put(&b, 0, 8);
+  expect_reject(WF_MSG_CACHED, &b, P, "count", "4096", "CACHED count beyond the bytes");
+  b.n = 0;
+  put(&b, 1, 4);
+  put(&b, 0, 4);
+  put(&b, WF_CACHE_MAX_IDS, 4);
+  put(&b, 1, 8);
+  expect_reject(WF_MSG_CACHED, &b, P, "CACHED[0].id", "65536", "CACHED id over the max");
+  b.n = 0;
+  put(&b, 1, 4);
+  put(&b, 0, 4);
+  put(&b, 5, 4);
+  put(&b, 0, 8);
+  expect_reject(WF_MSG_CACHED, &b, P, "epoch", "0", "CACHED epoch 0");
+
   b.n = 0;
   put_str(&b, "ab\0", 3);
   expect_reject(WF_MSG_ABORT, &b, P, "reason", "NUL", "NUL in abort reason");
@@ -836,6 +923,7 @@ int main(void) {
   test_requests();
   test_responses();
   test_abort_simple_data();
+  test_cache_refs();
   test_headers();
   test_truncations();
   test_bad_fields();

@@ -1,0 +1,73 @@
+/* allgather_cma.c - allgather(v) among the ranks of one host through cross-
+ * memory attach: every rank reads each peer's block straight from the
+ * peer's input into its own output (process_vm_readv), one copy per byte.
+ *
+ * Round 0: every rank sends every peer the address of its input block
+ * (which may sit inside its own output: nobody writes that part). Then rank
+ * r copies its own block into place and reads every other block. Round 1:
+ * "done" tokens between all pairs: nobody finishes (and lets the caller
+ * reuse its input) while a peer still reads it. Every step writes only the
+ * rank's own output. */
+#include "algo/cma.h"
+#include "util/err.h"
+
+/* Below this (total output) the transport's ring is as fast. */
+#define WF_ALLGATHER_CMA_MIN_BYTES ((size_t)64 << 10)
+
+static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLGATHER && wf_cma_usable(a); }
+
+static size_t total_of(const wf_coll_args *a) {
+  size_t t = 0;
+  for (int i = 0; i < a->size; i++) t += a->counts[i];
+  return t;
+}
+
+static int cma_prefer(const wf_coll_args *a) {
+  return a->size >= 2 && total_of(a) >= WF_ALLGATHER_CMA_MIN_BYTES / a->elem_size ? 10 : 0;
+}
+
+/* Chosen by its claim (prefer) only, never by the cost models of the
+ * transport's algorithms: the claim's threshold was measured. */
+static double cma_cost(const wf_coll_args *a) {
+  (void)a;
+  return 1.0;
+}
+
+static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
+  int p = a->size, r = a->rank;
+  size_t es = a->elem_size, n = a->counts[r];
+  char *out = a->out, *mine = out + a->displs[r] * es;
+  if (p == 1) {
+    wf_sched_copy(s, mine, a->in, n * es);
+    return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "allgather cma: no memory for the schedule") : WEFT_OK;
+  }
+  wf_cma_sync y;
+  WF_CHECK(wf_cma_setup(a, s, 0, &y, "allgather cma"));
+  for (int d = 1; d < p; d++) {
+    int j = (r + d) % p;
+    wf_cma_send_addr(s, &y, j, a->in);
+    wf_cma_recv_addr(s, &y, j);
+  }
+  wf_sched_copy(s, mine, a->in, n * es);
+  for (int d = 1; d < p; d++) {
+    int j = (r + d) % p;
+    wf_sched_cma_read(s, out + a->displs[j] * es, wf_cma_peer(a, &y, j, 0), a->counts[j] * es);
+  }
+  wf_sched_end_round(s);
+  for (int d = 1; d < p; d++) {
+    int j = (r + d) % p;
+    wf_cma_send_tok(s, &y, j);
+    wf_cma_recv_tok(s, &y, j);
+  }
+  wf_sched_end_round(s);
+  return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "allgather cma: no memory for the schedule") : WEFT_OK;
+}
+
+const wf_algo wf_algo_allgather_cma = {
+    .name = "cma",
+    .coll = WF_COLL_ALLGATHER,
+    .supports = cma_supports,
+    .cost = cma_cost,
+    .prefer = cma_prefer,
+    .build = cma_build,
+};

@@ -1,0 +1,27 @@
+/* launcher_link.h - tells the launcher (weftrun) why this rank's world
+ * failed, so that weftrun can report the root cause of a job's failure
+ * rather than the first exit it happened to see.
+ *
+ * weftrun sets WEFT_LAUNCHER_FD (a pipe, or 2 for remote ranks whose stderr
+ * it relays) and WEFT_LAUNCHER_TAG (its job id). On the world's first
+ * failure this rank writes one line there, in one write(2) (atomic on a
+ * pipe):
+ *   "weft-link <tag> rank=<r> cause=<n|self> status=<code>\n"
+ * cause=<n>: the failure came from rank n (it was lost, it aborted, it
+ * reported the failure); cause=self: this rank's own failure. Without the
+ * variables nothing is written. Never blocks (the launcher's pipe is
+ * non-blocking; a full pipe drops the line). */
+#ifndef WF_API_LAUNCHER_LINK_H
+#define WF_API_LAUNCHER_LINK_H
+
+#include "weft.h"
+
+struct weft_world;
+/* Engine or caller thread; called once, on the world's first failure. */
+void wf_launcher_link_report(const struct weft_world *w, weft_status st, const char *msg);
+
+/* The rank msg blames (see above), or -1 for the rank's own failure. self:
+ * this rank; size: the world size. Exposed for unit tests. */
+int wf_launcher_link_cause(weft_status st, const char *msg, int self, int size);
+
+#endif

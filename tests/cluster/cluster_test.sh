@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# cluster_test.sh - multi-host weftrun on a test cluster of network
+# namespaces (netns.sh): `cluster_test.sh CASE WEFTRUN MPDIR FAULTDIR`.
+# MPDIR holds mp_reduce/mp_gather, FAULTDIR fault_peers. Cases:
+#   2x2_reduce  2 hosts x 2 ranks of mp_reduce: passes; the rendezvous put
+#               2 ranks on each host; same-host data went through shared
+#               memory and cross-host data through TCP on the hosts' eth0
+#   3x2_gather  3 hosts x 2 ranks of mp_gather, the same checks
+#   kill        a rank on host 2 is SIGKILLed mid-job: weftrun stops the job
+#               within the bound, names the rank and its host, exits 137
+#   partition   host 2's link goes down mid-job (no RST): the job fails within
+#               the bound, naming the lost peer; nothing is left behind
+# Exit 0 = pass, 77 = skipped (no network namespaces here), else fail.
+set -u
+CASE=$1
+WR=$2
+MP=$3
+FP=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+NETNS="$HERE/netns.sh"
+D=$(mktemp -d "${TMPDIR:-/tmp}/weft_cluster.XXXXXX")
+SUB=""
+cleanup() {
+  [ -n "$SUB" ] && bash "$NETNS" down "$SUB"
+  [ -n "${KEEP:-}" ] && cp -r "$D" /tmp/cluster_keep; rm -rf "$D"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+  echo "FAIL [cluster.$CASE]: $*" >&2
+  local f
+  for f in "$D"/err "$D"/out; do
+    [ -s "$f" ] && { echo "--- $(basename "$f") (last 40 lines):" >&2; tail -40 "$f" >&2; }
+  done
+  exit 1
+}
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
+less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+# up N: the cluster; HOSTS gets its host names
+up() {
+  local out rc
+  out=$(bash "$NETNS" up "$1" 2>"$D/err.netns")
+  rc=$?
+  if [ $rc = 77 ]; then
+    echo "SKIP [cluster.$CASE]: $(cat "$D/err.netns")"
+    exit 77
+  fi
+  [ $rc = 0 ] || fail "cannot build the test cluster: $(cat "$D/err.netns")"
+  SUB=${out%% *}
+  HOSTS=${out#* }
+}
+# hostlist SLOTS: "h1:SLOTS,h2:SLOTS,..."
+hostlist() { local h l=""; for h in $HOSTS; do l="$l,$h:$1"; done; echo "${l#,}"; }
+# bytes sent on interface IF in host H
+tx() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
+RSH='ip netns exec {host}'
+
+# run_mp NHOSTS PROGRAM: NHOSTS x 2 ranks, with the checks of the header
+run_mp() {
+  local nh=$1 prog=$2 np=$(( $1 * 2 )) large=300007 h k
+  up "$nh"
+  declare -A tx0 lo0
+  for h in $HOSTS; do tx0[$h]=$(tx "$h" eth0); lo0[$h]=$(tx "$h" lo); done
+  WEFT_LOG_LEVEL=info timeout -k 5 150 "$WR" -np $np -H "$(hostlist 2)" --rsh "$RSH" --timeout 140 \
+    -x WEFT_TIMEOUT_SECONDS=60 "$MP/$prog" --large $large >"$D/out" 2>"$D/err"
+  local rc=$?
+  [ $rc = 0 ] || fail "the job exited $rc"
+  for k in $(seq 0 $((np - 1))); do
+    grep -q "^\[$k\] DONE rank $k: 0 failure" "$D/out" || fail "rank $k did not finish cleanly"
+    # what the rendezvous computed from the hosts the ranks reported
+    grep -q "^\[$k\] .*rendezvous done .*: $np ranks, local $((k % 2))/2, cross $((k / 2))/$nh" "$D/err" ||
+      fail "rank $k: the rendezvous did not place it as local $((k % 2))/2, cross $((k / 2))/$nh"
+    grep -q "^\[$k\] .*shared memory with 2 local ranks" "$D/err" || fail "rank $k did not use shared memory"
+  done
+  # every host sent at least its share of the data (4 bytes * large per
+  # cross-host exchange, many collectives) over eth0, i.e. over TCP across
+  # hosts, and far less over loopback: its two ranks talk through shm
+  for h in $HOSTS; do
+    local e=$(( $(tx "$h" eth0) - ${tx0[$h]} )) l=$(( $(tx "$h" lo) - ${lo0[$h]} ))
+    echo "host $h: $e bytes out on eth0, $l on lo"
+    [ $e -gt $(( large * 4 )) ] || fail "host $h sent only $e bytes to other hosts"
+    [ $l -lt $(( e / 4 )) ] || fail "host $h sent $l bytes over loopback (eth0: $e): same-host data did not use shm"
+  done
+}
+
+# loop_job: 2 hosts x 2 ranks allreducing until something breaks, in the
+# background; sets WRPID once every rank wrote its pid file
+loop_job() {
+  up 2
+  export FAULT_DIR=$D
+  "$WR" -np 4 -H "$(hostlist 2)" --rsh "$RSH" --timeout 60 -x FAULT_DIR -x WEFT_HEARTBEAT_TIMEOUT=2 \
+    -x WEFT_HEARTBEAT_INTERVAL=0.5 -x WEFT_TIMEOUT_SECONDS=30 "$FP/fault_peers" loop --die none \
+    >"$D/out" 2>"$D/err" &
+  WRPID=$!
+  local k
+  for k in $(seq 200); do
+    [ -s "$D/pid.0" ] && [ -s "$D/pid.1" ] && [ -s "$D/pid.2" ] && [ -s "$D/pid.3" ] && break
+    sleep 0.05
+  done
+  [ -s "$D/pid.3" ] || { kill -KILL $WRPID; fail "the ranks did not start"; }
+  sleep 0.5
+}
+# nothing of the job is left
+expect_gone() {
+  local k p
+  for k in 0 1 2 3; do
+    p=$(cat "$D/pid.$k")
+    for _ in $(seq 20); do [ -e "/proc/$p" ] || break; sleep 0.1; done
+    [ -e "/proc/$p" ] && { kill -KILL "$p"; fail "rank $k (pid $p) is still alive"; }
+  done
+  return 0
+}
+
+case $CASE in
+2x2_reduce) run_mp 2 mp_reduce ;;
+3x2_gather) run_mp 3 mp_gather ;;
+kill)
+  loop_job
+  h2=${HOSTS#* }
+  t0=$(now)
+  kill -KILL "$(cat "$D/pid.3")"
+  wait $WRPID
+  rc=$?
+  dt=$(calc "$(now) - $t0")
+  [ $rc = 137 ] || fail "weftrun exited $rc, not 137 (the killed rank's status)"
+  grep -q "^weftrun: rank 3 (pid [0-9]* on host $h2) was killed by signal 9" "$D/err" ||
+    fail "weftrun did not name rank 3 on host $h2 as the cause"
+  expect_gone
+  less "$dt" 8 || fail "the job took $dt s to stop (bound 8 s)"
+  grep "^weftrun:" "$D/err"
+  echo "job stopped ${dt}s after rank 3 on $h2 was killed (bound 8 s)"
+  ;;
+partition)
+  loop_job
+  h2=${HOSTS#* }
+  t0=$(now)
+  bash "$NETNS" cut "$h2" || fail "cannot take $h2's link down"
+  wait $WRPID
+  rc=$?
+  dt=$(calc "$(now) - $t0")
+  [ $rc = 5 ] || fail "weftrun exited $rc, not 5 (the ranks' status when they lose a peer)"
+  # the ranks name the peer on the other side, and so does weftrun
+  grep -q "rank [23] ($h2) is unresponsive" "$D/err" || fail "no rank on host $h2 was reported unresponsive"
+  grep -q "^weftrun: rank [0-3] (pid [0-9]* on host $SUB\.[12]) exited with status 5 because it lost rank [0-3] on host" \
+    "$D/err" || fail "weftrun did not name the lost peer"
+  expect_gone
+  less "$dt" 10 || fail "the job took $dt s to fail (bound: heartbeat timeout 2 s + 8 s)"
+  grep "^weftrun:" "$D/err"
+  echo "job failed ${dt}s after the partition (bound 10 s)"
+  ;;
+*)
+  echo "cluster_test.sh: unknown case '$CASE'" >&2
+  exit 2
+  ;;
+esac
+echo "PASS [cluster.$CASE]"

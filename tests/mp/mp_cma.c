@@ -1,0 +1,315 @@
+/* mp_cma.c - the collectives at sizes around the thresholds of the
+ * cross-memory attach algorithms (64 KiB; 32 KiB per alltoall block), run
+ * with whatever WEFT_ALGO_<COLL> the test's environment forces (cma,
+ * direct, or automatic), checked against references computed here:
+ *  - allreduce and reducescatter: inputs are floats with full mantissas
+ *    (their sums round), so only the left fold in rank order,
+ *    ((x_0 op x_1) op x_2) ..., gives the expected bits; it is computed here
+ *    in the dtype's own arithmetic (float16/bfloat16: in float, rounded
+ *    back after every step) and compared bit for bit. "direct" is defined
+ *    by that order, so passing under both direct and cma means both give
+ *    identical bits. Also integer wrap-around, min/max, in place and out of
+ *    place, and several tensors submitted at once (fused);
+ *  - allgather (uneven rows, one rank with none), broadcast from every root,
+ *    alltoall (per pair: nothing, a small block, a large block): every
+ *    element against the sender's deterministic payload.
+ *
+ * Usage (under weftrun -np N): mp_cma [--large COUNT] [--seed S] */
+#include "mp_harness.c"
+
+static size_t g_large = 1000003;
+static uint64_t g_seed = 11;
+
+/* ------------------------------------------------------------- reductions */
+/* Rank r's input element i: a float with a full mantissa in about
+ * [-1000, 1000] (exact in no narrower type, so every sum rounds), or an
+ * integer over the full range of the type (sums wrap). */
+static void put_input(weft_dtype t, void *buf, size_t at, int r, size_t i) {
+  uint64_t h = mp_hash((uint64_t)r, i, g_seed);
+  if (mp_is_float(t)) {
+    double v = (double)(h >> 11) / (double)(1ULL << 53) * 2000.0 - 1000.0;
+    mp_set_f(t, buf, at, v);
+  } else {
+    mp_set_i(t, buf, at, mp_wrap(t, h));
+  }
+}
+
+/* acc = acc op x, one element, in t's arithmetic (the reference). */
+static void combine(weft_dtype t, weft_reduce_op op, unsigned char *acc, const unsigned char *x) {
+  if (t == WEFT_DTYPE_FLOAT64 || t == WEFT_DTYPE_FLOAT32 || t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16) {
+    double a = mp_get_f(t, acc, 0), b = mp_get_f(t, x, 0), r;
+    if (t == WEFT_DTYPE_FLOAT64) {
+      r = op == WEFT_OP_MIN       ? (b < a ? b : a)
+          : op == WEFT_OP_MAX     ? (b > a ? b : a)
+          : op == WEFT_OP_PRODUCT ? a * b
+                                  : a + b;
+    } else { /* float arithmetic, one rounding */
+      float fa = (float)a, fb = (float)b;
+      r = op == WEFT_OP_MIN       ? (fb < fa ? fb : fa)
+          : op == WEFT_OP_MAX     ? (fb > fa ? fb : fa)
+          : op == WEFT_OP_PRODUCT ? (double)(fa * fb)
+                                  : (double)(fa + fb);
+    }
+    mp_set_f(t, acc, 0, r);
+    return;
+  }
+  uint64_t a = (uint64_t)mp_get_i(t, acc, 0), b = (uint64_t)mp_get_i(t, x, 0);
+  int64_t sa = mp_get_i(t, acc, 0), sb = mp_get_i(t, x, 0);
+  int64_t r = op == WEFT_OP_MIN ? (sb < sa ? sb : sa) : op == WEFT_OP_MAX ? (sb > sa ? sb : sa)
+              : op == WEFT_OP_PRODUCT ? mp_wrap(t, a * b) : mp_wrap(t, a + b);
+  mp_set_i(t, acc, 0, r);
+}
+
+/* The expected result of element i: the left fold over ranks in order. */
+static void expect(weft_dtype t, weft_reduce_op op, size_t i, unsigned char *out) {
+  unsigned char x[8];
+  put_input(t, out, 0, 0, i);
+  for (int r = 1; r < mp_size; r++) {
+    put_input(t, x, 0, r, i);
+    combine(t, op, out, x);
+  }
+}
+
+/* Compares n elements of got (element `first` of the tensor at got[0])
+ * with the fold, bit for bit. */
+static int check_fold(weft_dtype t, weft_reduce_op op, const void *got, size_t first, size_t n, const char *what) {
+  size_t es = mp_esize(t);
+  unsigned char want[8];
+  for (size_t k = 0; k < n; k++) {
+    expect(t, op, first + k, want);
+    const unsigned char *g = (const unsigned char *)got + k * es;
+    if (memcmp(g, want, es)) {
+      uint64_t gv = 0, wv = 0;
+      memcpy(&gv, g, es);
+      memcpy(&wv, want, es);
+      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold gives 0x%llx", what, first + k,
+                     (unsigned long long)gv, (unsigned long long)wv);
+    }
+  }
+  return 1;
+}
+
+typedef struct red_case {
+  weft_dtype dt;
+  weft_reduce_op op;
+} red_case;
+
+static const red_case k_reds[] = {
+    {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM},  {WEFT_DTYPE_FLOAT64, WEFT_OP_SUM},   {WEFT_DTYPE_FLOAT16, WEFT_OP_SUM},
+    {WEFT_DTYPE_BFLOAT16, WEFT_OP_SUM}, {WEFT_DTYPE_INT32, WEFT_OP_SUM},     {WEFT_DTYPE_UINT8, WEFT_OP_MAX},
+    {WEFT_DTYPE_FLOAT32, WEFT_OP_MIN},  {WEFT_DTYPE_INT64, WEFT_OP_PRODUCT},
+};
+
+/* Element counts of a case: tiny, around 64 KiB of the dtype, large. */
+static size_t counts_of(weft_dtype t, size_t *c) {
+  size_t k = 0, at = ((size_t)64 << 10) / mp_esize(t);
+  c[k++] = 0;
+  c[k++] = 1;
+  c[k++] = 7;
+  c[k++] = at - 1;
+  c[k++] = at;
+  c[k++] = at + 1;
+  c[k++] = g_large;
+  return k;
+}
+
+static void run_allreduce(const red_case *rc, size_t n, int in_place) {
+  mp_case("allreduce %s %s n=%zu %s", weft_dtype_name(rc->dt), weft_reduce_op_name(rc->op), n,
+          in_place ? "in place" : "out of place");
+  size_t es = mp_esize(rc->dt);
+  unsigned char *in = mp_alloc(n * es), *out = in_place ? in : mp_alloc(n * es);
+  for (size_t i = 0; i < n; i++) put_input(rc->dt, in, i, mp_rank, i);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU}, to = ti;
+  to.data = out;
+  char name[96];
+  snprintf(name, sizeof name, "ar.%d.%d.%zu.%d", (int)rc->dt, (int)rc->op, n, in_place);
+  weft_request *req = NULL;
+  mp_submitted(weft_allreduce(mp_group, name, &ti, &to, rc->op, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) check_fold(rc->dt, rc->op, out, 0, n, name);
+  weft_request_free(req);
+  if (out != in) free(out);
+  free(in);
+  mp_case_end();
+}
+
+/* Several tensors at once: the engine may fuse them into one buffer. */
+static void run_fused(void) {
+  mp_case("allreduce fused float32 (4 tensors submitted together)");
+  const size_t ns[4] = {5, 20000, 70001, 16384};
+  float *buf[4];
+  weft_request *req[4];
+  for (int k = 0; k < 4; k++) {
+    buf[k] = mp_alloc(ns[k] * 4);
+    for (size_t i = 0; i < ns[k]; i++) put_input(WEFT_DTYPE_FLOAT32, buf[k], i, mp_rank, i);
+  }
+  for (int k = 0; k < 4; k++) {
+    int64_t shape[1] = {(int64_t)ns[k]};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf[k], WEFT_DEVICE_CPU};
+    char name[32];
+    snprintf(name, sizeof name, "fused.%d", k);
+    req[k] = NULL;
+    mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req[k]), &req[k], name);
+  }
+  for (int k = 0; k < 4; k++) {
+    if (mp_wait_ok(req[k], "fused")) check_fold(WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, buf[k], 0, ns[k], "fused");
+    weft_request_free(req[k]);
+    free(buf[k]);
+  }
+  mp_case_end();
+}
+
+/* Reducescatter of a 1-d tensor of n elements: rank r's block is rows
+ * [first, first + rows) as the library splits dim 0. */
+static void run_reducescatter(const red_case *rc, size_t n) {
+  mp_case("reducescatter %s %s n=%zu", weft_dtype_name(rc->dt), weft_reduce_op_name(rc->op), n);
+  size_t es = mp_esize(rc->dt), p = (size_t)mp_size, r = (size_t)mp_rank;
+  size_t rows = n / p + (r < n % p), first = r * (n / p) + (r < n % p ? r : n % p);
+  unsigned char *in = mp_alloc(n * es);
+  for (size_t i = 0; i < n; i++) put_input(rc->dt, in, i, mp_rank, i);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU};
+  char name[96];
+  snprintf(name, sizeof name, "rs.%d.%d.%zu", (int)rc->dt, (int)rc->op, n);
+  weft_request *req = NULL;
+  mp_submitted(weft_reducescatter(mp_group, name, &ti, NULL, rc->op, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    weft_tensor out;
+    if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 1 || (size_t)out.shape[0] != rows)
+      mp_fail("%s: output is not %zu rows", name, rows);
+    else
+      check_fold(rc->dt, rc->op, out.data, first, rows, name);
+  }
+  weft_request_free(req);
+  free(in);
+  mp_case_end();
+}
+
+/* --------------------------------------------------------- data movement */
+/* Allgather: rank r has rows(r) rows of 3 float32 (the last rank none). */
+static void run_allgather(size_t base) {
+  mp_case("allgather rows %zu + 7r", base);
+  const size_t inner = 3;
+  size_t rows[64], total = 0, mine;
+  for (int r = 0; r < mp_size; r++) total += rows[r] = r == mp_size - 1 && mp_size > 1 ? 0 : base + 7 * (size_t)r;
+  mine = rows[mp_rank];
+  float *in = mp_alloc(mine * inner * 4);
+  mp_fill(WEFT_DTYPE_FLOAT32, in, 0, mine * inner, mp_rank, 0, g_seed);
+  int64_t shape[2] = {(int64_t)mine, (int64_t)inner};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape, in, WEFT_DEVICE_CPU};
+  char name[64];
+  snprintf(name, sizeof name, "ag.%zu", base);
+  weft_request *req = NULL;
+  mp_submitted(weft_allgather(mp_group, name, &t, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    weft_tensor out;
+    if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 2 || (size_t)out.shape[0] != total) {
+      mp_fail("%s: output is not %zu rows", name, total);
+    } else {
+      size_t at = 0;
+      for (int r = 0; r < mp_size; r++) {
+        mp_check_fill(WEFT_DTYPE_FLOAT32, out.data, at, rows[r] * inner, r, 0, g_seed, name);
+        at += rows[r] * inner;
+      }
+    }
+  }
+  weft_request_free(req);
+  free(in);
+  mp_case_end();
+}
+
+static void run_broadcast(weft_dtype t, size_t n, int root) {
+  mp_case("broadcast %s n=%zu root %d", weft_dtype_name(t), n, root);
+  size_t es = mp_esize(t);
+  unsigned char *buf = mp_alloc(n * es);
+  if (mp_rank == root) mp_fill(t, buf, 0, n, root, 0, g_seed);
+  else memset(buf, 0xA5, n * es);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor ti = {t, 1, shape, buf, WEFT_DEVICE_CPU};
+  char name[64];
+  snprintf(name, sizeof name, "bc.%d.%zu.%d", (int)t, n, root);
+  weft_request *req = NULL;
+  mp_submitted(weft_broadcast(mp_group, name, &ti, root, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) mp_check_fill(t, buf, 0, n, root, 0, g_seed, name);
+  weft_request_free(req);
+  free(buf);
+  mp_case_end();
+}
+
+/* Rows rank i sends rank j: none, a small block or a large one (>= 32
+ * KiB of float32), depending on the pair and the variant. */
+static size_t a2a_rows(int i, int j, int variant) {
+  switch ((i + 2 * j + variant) % 3) {
+    case 0: return 0;
+    case 1: return 100 + (size_t)i;
+    default: return 8192 + 8 * (size_t)i + (size_t)j; /* 32 KiB and more */
+  }
+}
+
+static void run_alltoall(int variant) {
+  mp_case("alltoall variant %d", variant);
+  int p = mp_size, me = mp_rank;
+  int64_t splits[64];
+  size_t rows_in = 0;
+  for (int j = 0; j < p; j++) rows_in += (size_t)(splits[j] = (int64_t)a2a_rows(me, j, variant));
+  rows_in += 3; /* unused trailing rows */
+  float *in = mp_alloc(rows_in * 4);
+  mp_fill(WEFT_DTYPE_FLOAT32, in, 0, rows_in, me, 0, g_seed);
+  int64_t shape[1] = {(int64_t)rows_in};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, in, WEFT_DEVICE_CPU};
+  char name[64];
+  snprintf(name, sizeof name, "a2a.%d", variant);
+  weft_request *req = NULL;
+  mp_submitted(weft_alltoall(mp_group, name, &t, splits, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    weft_tensor out;
+    size_t want = 0;
+    for (int i = 0; i < p; i++) want += a2a_rows(i, me, variant);
+    if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 1 || (size_t)out.shape[0] != want) {
+      mp_fail("%s: output is not %zu rows", name, want);
+    } else {
+      size_t at = 0;
+      for (int i = 0; i < p; i++) {
+        size_t off = 0; /* where rank i's block for me starts in its input */
+        for (int j = 0; j < me; j++) off += a2a_rows(i, j, variant);
+        size_t n = a2a_rows(i, me, variant);
+        mp_check_fill(WEFT_DTYPE_FLOAT32, out.data, at, n, i, off, g_seed, name);
+        at += n;
+      }
+    }
+  }
+  weft_request_free(req);
+  free(in);
+  mp_case_end();
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--large") && i + 1 < argc) g_large = (size_t)strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], NULL, 10);
+    else {
+      fprintf(stderr, "usage: mp_cma [--large COUNT] [--seed S]\n");
+      return 2;
+    }
+  }
+  mp_setup();
+  if (mp_size > 64) mp_fatal("at most 64 ranks");
+  size_t c[8];
+  for (size_t k = 0; k < sizeof k_reds / sizeof k_reds[0]; k++) {
+    size_t nc = counts_of(k_reds[k].dt, c);
+    for (size_t i = 0; i < nc; i++) run_allreduce(&k_reds[k], c[i], (int)(i % 2));
+  }
+  run_fused();
+  for (size_t k = 0; k < 4; k++) {
+    size_t nc = counts_of(k_reds[k].dt, c);
+    for (size_t i = 0; i < nc; i++) run_reducescatter(&k_reds[k], c[i] * (size_t)mp_size + i);
+  }
+  const size_t ag_rows[] = {0, 3, 5461, 5462, g_large / 3 / (size_t)mp_size};
+  for (size_t k = 0; k < sizeof ag_rows / sizeof ag_rows[0]; k++) run_allgather(ag_rows[k]);
+  const size_t bc_n[] = {100, 16383, 16384, 16385, g_large};
+  for (size_t k = 0; k < sizeof bc_n / sizeof bc_n[0]; k++)
+    for (int root = 0; root < mp_size; root++) run_broadcast(WEFT_DTYPE_FLOAT32, bc_n[k], root);
+  run_broadcast(WEFT_DTYPE_UINT8, g_large + 1, mp_size - 1);
+  for (int v = 0; v < 3; v++) run_alltoall(v);
+  return mp_teardown();
+}
