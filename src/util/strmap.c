@@ -38,7 +38,7 @@ static int grow(wf_strmap *m) {
   /* tombstones count toward the load but not toward the size: a map with
    * steady adds and deletes rehashes in place instead of doubling forever */
   size_t ncap = m->cap ? m->cap : 16;
-  while (m->len * 2 >= ncap) ncap *= 2;
+  while (m->len * 4 >= ncap) ncap *= 2;
   wf_strmap_entry *ns = calloc(ncap, sizeof *ns);
   if (!ns) return -1;
   for (size_t i = 0; i < m->cap; i++) {
@@ -59,17 +59,19 @@ static int grow(wf_strmap *m) {
 int wf_strmap_put(wf_strmap *m, const char *key, void *val) {
   wf_strmap_entry *e = find(m, key);
   if (e) { e->val = val; return 0; }
-  if ((m->used + 1) * 4 >= m->cap * 3 && grow(m)) return -1;
+  /* load (live + tombstones) at most 1/2: probe chains stay short */
+  if ((m->used + 1) * 2 >= m->cap && grow(m)) return -1;
   char *k = strdup(key);
   if (!k) return -1;
   size_t mask = m->cap - 1;
   size_t i = hash(key) & mask;
-  while (m->slots[i].key) i = (i + 1) & mask;
+  while (m->slots[i].key && !m->slots[i].tomb) i = (i + 1) & mask;
+  if (m->slots[i].key) free(m->slots[i].key); /* reuse the first tombstone on the path */
+  else m->used++;
   m->slots[i].key = k;
   m->slots[i].val = val;
   m->slots[i].tomb = 0;
   m->len++;
-  m->used++;
   return 0;
 }
 
