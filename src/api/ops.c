@@ -326,6 +326,10 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
     atomic_store_explicit(&kids[i]->refs, 2, memory_order_relaxed); /* the engine's and the parent's */
   }
   atomic_store_explicit(&parent->remaining, n, memory_order_relaxed);
+  /* before the children are queued: the engine may complete the parent (and
+   * run its callback, which may read outputs) before this returns */
+  parent->kids = kids;
+  parent->nkids = n;
   pthread_mutex_lock(&w->mu);
   if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
   else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
@@ -355,8 +359,6 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
     free(parent);
     return st;
   }
-  parent->kids = kids;
-  parent->nkids = n;
   wf_engine_wake(w);
   *req = parent;
   return WEFT_OK;

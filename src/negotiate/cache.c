@@ -104,7 +104,11 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
     s->name = strdup(name);
     if (s->name && wf_strmap_put(&c->byname, name, (void *)(uintptr_t)(id + 1))) {
       free(s->name);
-      s->name = NULL; /* no memory to index it: never found by name, still consistent by id */
+      /* no memory to index it: never found by name here, so this rank's ids
+       * may now differ from other ranks'; epochs do not (one per assignment,
+       * in response order everywhere), and the coordinator accepts only an
+       * exact (id, epoch), so a divergent id costs a RESEND, never a wrong tensor */
+      s->name = NULL;
     }
   }
   slot *s = &c->slots[id];
