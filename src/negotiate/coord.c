@@ -87,7 +87,12 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
     return WEFT_ERR_NO_MEMORY;
   }
   wf_strmap_init(&c->table);
-  c->cache = wf_cache_create(wf_cache_capacity_param(), cpay_free);
+  /* the coordinator keeps every member's request per entry: at most 64 MiB
+   * of them (a smaller cache than the members' only costs RESENDs) */
+  uint32_t cap = wf_cache_capacity_param();
+  size_t fit = ((size_t)64 << 20) / ((size_t)size * sizeof(wf_request_msg));
+  if (cap > fit) cap = fit > 0 ? (uint32_t)fit : 1;
+  c->cache = wf_cache_create(cap, cpay_free);
   *out = c;
   return WEFT_OK;
 }
