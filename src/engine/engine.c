@@ -314,6 +314,22 @@ static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
   }
 }
 
+/* Room for one more item in a batch (items of isz bytes) and its
+ * destination array, doubling *cap when full. 0, or -1 out of memory (the
+ * arrays stay valid and owned by the caller). */
+static int batch_room(void **items, size_t isz, int **dest, uint32_t n, uint32_t *cap) {
+  if (n < *cap) return 0;
+  uint32_t ncap = *cap ? *cap * 2 : 16;
+  void *ni = realloc(*items, (size_t)ncap * isz);
+  if (!ni) return -1;
+  *items = ni;
+  int *nd = realloc(*dest, (size_t)ncap * sizeof *nd);
+  if (!nd) return -1;
+  *dest = nd;
+  *cap = ncap;
+  return 0;
+}
+
 /* Moves new submissions into their group's tensor table and sends their
  * requests to each group's coordinator, one batch per coordinator. */
 static void drain_submissions(weft_world *w) {
@@ -368,40 +384,12 @@ static void drain_submissions(weft_world *w) {
     }
     wf_cache_ref ref;
     if (gs->mcache && wf_mcache_lookup(gs->mcache, gs->id, &r->msg, &ref)) {
-      if (nrefs == rcap) {
-        rcap = rcap ? rcap * 2 : 16;
-        wf_cache_ref *nr = realloc(refs, rcap * sizeof *nr);
-        int *nd = nr ? realloc(rdest, rcap * sizeof *nd) : NULL;
-        if (nr) refs = nr;
-        if (nd) rdest = nd;
-        if (!nr || !nd) {
-          free(refs);
-          free(rdest);
-          free(batch);
-          free(dest);
-          wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
-          return;
-        }
-      }
+      if (batch_room((void **)&refs, sizeof *refs, &rdest, nrefs, &rcap)) goto oom;
       rdest[nrefs] = gs->coord_rank;
       refs[nrefs++] = ref;
       continue;
     }
-    if (nb == cap) {
-      cap = cap ? cap * 2 : 16;
-      wf_request_msg *nbatch = realloc(batch, cap * sizeof *nbatch);
-      int *ndest = nbatch ? realloc(dest, cap * sizeof *ndest) : NULL;
-      if (nbatch) batch = nbatch;
-      if (ndest) dest = ndest;
-      if (!nbatch || !ndest) {
-        free(batch);
-        free(dest);
-        free(refs);
-        free(rdest);
-        wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
-        return;
-      }
-    }
+    if (batch_room((void **)&batch, sizeof *batch, &dest, nb, &cap)) goto oom;
     dest[nb] = gs->coord_rank;
     batch[nb++] = r->msg; /* shallow: the encoder only reads */
   }
@@ -440,6 +428,13 @@ static void drain_submissions(weft_world *w) {
   free(batch);
   free(dest);
   if (del) drain_groups(w, NULL, del);
+  return;
+oom:
+  free(batch);
+  free(dest);
+  free(refs);
+  free(rdest);
+  wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
 }
 
 /* Coordinators: send each group's new responses to its members (and queue
