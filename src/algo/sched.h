@@ -5,8 +5,8 @@
  *
  * Round semantics: in round r, every SEND and RECV step is posted at once
  * (transfers to/from the same peer keep their step order); when all of them
- * have completed, the local steps of round r (REDUCE, COPY, SCALE) run in
- * step order; then round r+1 starts. A round may have no transfers (local
+ * have completed, the local steps of round r (REDUCE, COPY, SCALE and the
+ * CMA steps below) run in step order; then round r+1 starts. A round may have no transfers (local
  * steps only) or no local steps.
  *
  * Matching: messages between a (sender, receiver) pair are matched in order.
@@ -14,9 +14,9 @@
  * the k-th RECV from a in b's schedule.
  *
  * Cross-memory attach (CMA) steps are local steps that read a same-host
- * peer's memory directly (process_vm_readv, one copy). The
- * peer's address is only known at run time: an earlier round RECVs it (a
- * uint64_t) into a slot, and the step points at that slot. Ordinary tiny
+ * peer's memory directly (process_vm_readv, one copy). The peer's address
+ * is only known at run time: an earlier round RECVs it (a uint64_t) into a
+ * slot, and the step points at that slot. Ordinary tiny
  * SEND/RECV rounds are the synchronisation that makes this safe (the peer's
  * data is ready when its address arrives; a peer does not finish, reusing
  * its buffer, before every reader sent "done"). Steps only ever write this

@@ -1,5 +1,6 @@
 /* mp_cma.c - the collectives at sizes around the thresholds of the
- * cross-memory attach algorithms (64 KiB; 32 KiB per alltoall block), run
+ * cross-memory attach algorithms (64 KiB to 2 MiB, by collective and world
+ * size; 32 KiB per alltoall block), run
  * with whatever WEFT_ALGO_<COLL> the test's environment forces (cma,
  * direct, or automatic), checked against references computed here:
  *  - allreduce and reducescatter: inputs are floats with full mantissas
@@ -100,15 +101,18 @@ static const red_case k_reds[] = {
     {WEFT_DTYPE_FLOAT32, WEFT_OP_MIN},  {WEFT_DTYPE_INT64, WEFT_OP_PRODUCT},
 };
 
-/* Element counts of a case: tiny, around 64 KiB of the dtype, large. */
+/* Element counts of a case: tiny, around 256 KiB and 2 MiB of the dtype
+ * (the thresholds of allreduce), large. */
 static size_t counts_of(weft_dtype t, size_t *c) {
-  size_t k = 0, at = ((size_t)64 << 10) / mp_esize(t);
+  size_t k = 0, at = ((size_t)256 << 10) / mp_esize(t), at2 = ((size_t)2 << 20) / mp_esize(t);
   c[k++] = 0;
   c[k++] = 1;
   c[k++] = 7;
   c[k++] = at - 1;
   c[k++] = at;
   c[k++] = at + 1;
+  c[k++] = at2 - 1;
+  c[k++] = at2;
   c[k++] = g_large;
   return k;
 }
@@ -294,7 +298,7 @@ int main(int argc, char **argv) {
   }
   mp_setup();
   if (mp_size > 64) mp_fatal("at most 64 ranks");
-  size_t c[8];
+  size_t c[9];
   for (size_t k = 0; k < sizeof k_reds / sizeof k_reds[0]; k++) {
     size_t nc = counts_of(k_reds[k].dt, c);
     for (size_t i = 0; i < nc; i++) run_allreduce(&k_reds[k], c[i], (int)(i % 2));
@@ -302,9 +306,11 @@ int main(int argc, char **argv) {
   run_fused();
   for (size_t k = 0; k < 4; k++) {
     size_t nc = counts_of(k_reds[k].dt, c);
-    for (size_t i = 0; i < nc; i++) run_reducescatter(&k_reds[k], c[i] * (size_t)mp_size + i);
+    for (size_t i = 0; i < nc; i++) run_reducescatter(&k_reds[k], c[i] + i); /* thresholds: total input */
   }
-  const size_t ag_rows[] = {0, 3, 5461, 5462, g_large / 3 / (size_t)mp_size};
+  /* allgather rows of 3 float32 (12 bytes): around 1 MiB of output */
+  size_t mib = ((size_t)1 << 20) / 12 / (size_t)mp_size;
+  const size_t ag_rows[] = {0, 3, 5461, mib - 3 * (size_t)mp_size, mib + 1, g_large / 3 / (size_t)mp_size};
   for (size_t k = 0; k < sizeof ag_rows / sizeof ag_rows[0]; k++) run_allgather(ag_rows[k]);
   const size_t bc_n[] = {100, 16383, 16384, 16385, g_large};
   for (size_t k = 0; k < sizeof bc_n / sizeof bc_n[0]; k++)

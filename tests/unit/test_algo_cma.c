@@ -423,10 +423,14 @@ static void test_registry(void) {
   const dtop f32 = {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 4, "float32"};
   wf_coll_args a = args_of(WF_COLL_ALLREDUCE, &f32, 1, 4);
   a.buf = buf;
-  a.count = 16384; /* 64 KiB: the threshold */
-  CHECK(!strcmp(chosen_for(&a), "cma"), "64 KiB allreduce on one host: not cma");
-  a.count = 16383;
+  a.count = 65536; /* 256 KiB: the threshold of 4 ranks */
+  CHECK(!strcmp(chosen_for(&a), "cma"), "256 KiB allreduce on one host: not cma");
+  a.count = 65535;
   CHECK(!strcmp(chosen_for(&a), "direct"), "small allreduce: not direct");
+  a.size = 2;
+  CHECK(!strcmp(chosen_for(&a), "direct"), "256 KiB allreduce on 2 ranks: not direct");
+  a.count = (size_t)1 << 19; /* 2 MiB: the threshold of 2 ranks */
+  CHECK(!strcmp(chosen_for(&a), "cma"), "2 MiB allreduce on 2 ranks: not cma");
   a.count = big;
   wf_topo off = g_topo, two = g_topo;
   off.cma = 0;
@@ -446,12 +450,11 @@ static void test_registry(void) {
   b.buf = buf;
   b.count = 100;
   CHECK(!strcmp(chosen_for(&b), "tree"), "small broadcast: %s, not tree", chosen_for(&b));
-  b.count = big;
-  CHECK(!strcmp(chosen_for(&b), "cma"), "large broadcast on 3 ranks: not cma");
+  b.count = 16384;
+  CHECK(!strcmp(chosen_for(&b), "cma"), "64 KiB broadcast on 3 ranks: not cma");
   b.size = 2;
-  CHECK(!strcmp(chosen_for(&b), "chain"), "4 MiB broadcast on 2 ranks: not chain");
-  b.count = big / 2;
-  CHECK(!strcmp(chosen_for(&b), "cma"), "2 MiB broadcast on 2 ranks: not cma");
+  b.count = big;
+  CHECK(strcmp(chosen_for(&b), "cma"), "broadcast on 2 ranks: cma");
   free(buf);
 }
 
