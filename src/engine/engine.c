@@ -964,6 +964,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   w->departed = calloc((size_t)w->size, sizeof *w->departed);
   if (!w->departed) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
   WF_CHECK(start_shm(w, fds));
+  WF_CHECK(wf_cma_agree(w, fds));
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   wf_mux_init(&w->mux, wf_tcp_transport(w->tcp), w->shm);

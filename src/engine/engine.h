@@ -177,6 +177,7 @@ struct weft_world {
   int norphans;              /* requests held in orphans (capped: WF_MAX_ORPHANS) */
   uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
+  int cma_ok;                /* every rank of this host may read the others' memory (cma_agree.c) */
   int *departed;             /* per rank: sent BYE */
   int fail_relayed;          /* the world's failure was passed on to the peers */
   int64_t later_at;          /* wf_world_fail_later: when (0: none) */
@@ -236,6 +237,9 @@ wf_gstate *wf_gs_find(weft_world *w, uint32_t id);
 /* Registers g with the engine: its state, and its coordinator if this rank
  * is g's first member. */
 weft_status wf_gs_add(weft_world *w, weft_group *g);
+/* Init, before the engine owns fds: same-host ranks agree on cross-memory
+ * attach (sets w->cma_ok). */
+weft_status wf_cma_agree(weft_world *w, const int *fds);
 /* Forgets g's state and frees g. */
 void wf_gs_remove(weft_world *w, wf_gstate *gs);
 /* g's index of world rank r, or -1. Any thread. */

@@ -2,10 +2,8 @@
  * (the world, and process sets created at run time) negotiates and executes
  * independently: its own coordinator (its first member), tensor table,
  * response sequence and executor. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
 #include "engine/engine.h"
 #include "util/err.h"
@@ -40,15 +38,6 @@ static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
   }
 }
 
-/* 1 if this process may read pid's memory (cross-memory attach): a read of
- * address 0 fails with EFAULT when permitted, EPERM/ENOSYS when not. */
-static int cma_allowed(uint32_t pid) {
-  char c;
-  struct iovec l = {&c, 1}, r = {NULL, 1};
-  errno = 0;
-  return process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0) < 0 && errno == EFAULT;
-}
-
 /* Fills gs->topo from the world's peer table: hosts are the bootstrap's
  * host groups (cross ranks), renumbered in order of first group rank. */
 static int topo_fill(weft_world *w, wf_gstate *gs) {
@@ -58,16 +47,13 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
   if (!gs->topo_arrays) return -1;
   int *host_of = gs->topo_arrays, *pid_of = host_of + n, *map = pid_of + n;
   for (int i = 0; i < w->size; i++) map[i] = -1;
-  /* WEFT_TRANSPORT=mpi means all data over MPI: no cross-memory reads */
-  int nh = 0, cma = wf_param_int("WEFT_CMA") != 0 && strcmp(wf_param_str("WEFT_TRANSPORT"), "mpi") != 0;
-  int myhost = w->peers[w->rank].cross_rank;
+  int nh = 0, cma = w->cma_ok; /* agreed by the host's ranks at init (cma_agree.c) */
   for (int i = 0; i < n; i++) {
     const wf_peer_info *p = &w->peers[g->ranks[i]];
     int c = p->cross_rank >= 0 && p->cross_rank < w->size ? p->cross_rank : 0;
     if (map[c] < 0) map[c] = nh++;
     host_of[i] = map[c];
     pid_of[i] = (int)p->pid;
-    if (cma && g->ranks[i] != w->rank && p->cross_rank == myhost && !cma_allowed(p->pid)) cma = 0;
   }
   gs->topo = (wf_topo){nh, host_of, pid_of, cma};
   return 0;
