@@ -13,6 +13,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -33,8 +36,9 @@
 
 #define NP_MAX 4096
 #define HOST_NAME_MAX_LEN 253
-/* the remote script goes through a pipe before the remote shell runs: it
- * must fit the pipe's buffer */
+/* the remote script goes through a pipe (enlarged to fit it, if the kernel
+ * lets weftrun) while the remote shell connects; the environment it
+ * exports must also fit the remote exec's limits */
 #define SCRIPT_MAX 60000
 #define DEFAULT_RSH "ssh -o BatchMode=yes {host}"
 
@@ -50,14 +54,15 @@ static const char *const g_reserved[] = {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "Usage: weftrun -np N [-H HOST[:SLOTS],...] [options] [--] command [args...]\n"
+          "Usage: weftrun -np N [-H [USER@]HOST[:SLOTS],...] [options] [--] command [args...]\n"
           "Starts N ranks of a weft job, on this machine or on several hosts, and supervises them.\n"
           "\n"
           "Options:\n"
           "  -np N, -n N              number of ranks (1..%d); required\n"
-          "  -H, --host HOST[:SLOTS],...\n"
+          "  -H, --host [USER@]HOST[:SLOTS],...\n"
           "                           hosts to run on, SLOTS ranks each (default 1); ranks fill\n"
-          "                           them in order. Without -H every rank runs here.\n"
+          "                           them in order; USER@ goes to the remote shell only.\n"
+          "                           Without -H every rank runs here.\n"
           "  --hostfile FILE          hosts from FILE, one a line: HOST, HOST:SLOTS or\n"
           "                           HOST slots=SLOTS ('#' starts a comment)\n"
           "  --rsh TEMPLATE           how to start ranks on another host (default\n"
@@ -83,7 +88,7 @@ static void usage(FILE *f) {
           "Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE, WEFT_CROSS_RANK,\n"
           "WEFT_CROSS_SIZE, WEFT_ADDR (rank 0 listens there), WEFT_SECRET, WEFT_JOB_ID, and the\n"
           "same values as HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE;\n"
-          "with -H also WEFT_HOSTNAME (the host as given). Remote ranks get no other\n"
+          "with -H also WEFT_HOSTNAME (the host as given, without USER@). Remote ranks get no other\n"
           "environment from weftrun than that and -x. Ranks read stdin from /dev/null.\n"
           "\n"
           "When a rank exits non-zero or dies by a signal, the others get a second to report and\n"
@@ -172,13 +177,28 @@ static void add_env(struct wf_run_opts *o, const char *arg) {
 
 /* ------------------------------------------------------------------- hosts */
 
+/* A host (or interface, or user) name: letters, digits, '.', '-', '_'. */
 static int host_name_ok(const char *s, size_t n) {
   if (n == 0 || n > HOST_NAME_MAX_LEN || s[0] == '-') return 0;
   for (size_t k = 0; k < n; k++)
-    if (!(s[k] == '.' || s[k] == '-' || s[k] == '_' || s[k] == '@' || (s[k] >= 'a' && s[k] <= 'z') ||
-          (s[k] >= 'A' && s[k] <= 'Z') || (s[k] >= '0' && s[k] <= '9')))
+    if (!(s[k] == '.' || s[k] == '-' || s[k] == '_' || (s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') ||
+          (s[k] >= '0' && s[k] <= '9')))
       return 0;
   return 1;
+}
+
+/* [USER@]HOST: both parts names as above. */
+static int user_host_ok(const char *s, size_t n) {
+  const char *at = memchr(s, '@', n);
+  if (!at) return host_name_ok(s, n);
+  size_t un = (size_t)(at - s);
+  return host_name_ok(s, un) && host_name_ok(at + 1, n - un - 1);
+}
+
+/* The host part of [USER@]HOST. */
+static const char *host_part(const char *s) {
+  const char *at = strchr(s, '@');
+  return at ? at + 1 : s;
 }
 
 /* Adds "HOST" or "HOST:SLOTS" (n bytes of s); slots_dflt when none given.
@@ -199,11 +219,8 @@ static void add_host(struct wf_run_opts *o, const char *s, size_t n, int slots, 
       usage_error("%s: the slot count in '%.*s' must be a number from 1 to %d", where, (int)n, s, NP_MAX);
     slots = (int)v;
   }
-  if (!host_name_ok(s, hn))
-    usage_error("%s: '%.*s' is not a host name (letters, digits, '.', '-', '_', '@')", where, (int)hn, s);
-  for (int h = 0; h < o->nhosts; h++)
-    if (strlen(o->hosts[h].name) == hn && !memcmp(o->hosts[h].name, s, hn))
-      usage_error("%s: host '%.*s' is listed twice (give it more slots instead)", where, (int)hn, s);
+  if (!user_host_ok(s, hn))
+    usage_error("%s: '%.*s' is not [USER@]HOST (names of letters, digits, '.', '-', '_')", where, (int)hn, s);
   struct wf_run_host *nh = realloc(o->hosts, sizeof *nh * (size_t)(o->nhosts + 1));
   char *name = strndup(s, hn);
   if (!nh || !name) {
@@ -211,7 +228,11 @@ static void add_host(struct wf_run_opts *o, const char *s, size_t n, int slots, 
     exit(WF_RUN_EXIT_SETUP);
   }
   o->hosts = nh;
-  o->hosts[o->nhosts++] = (struct wf_run_host){.name = name, .slots = slots};
+  /* one machine, one entry: its ranks' placement (local rank, size) is per host */
+  for (int h = 0; h < o->nhosts; h++)
+    if (!strcmp(o->hosts[h].addr, host_part(name)))
+      usage_error("%s: host '%s' is listed twice (give it more slots instead)", where, host_part(name));
+  o->hosts[o->nhosts++] = (struct wf_run_host){.name = name, .addr = host_part(name), .slots = slots};
 }
 
 static void add_host_list(struct wf_run_opts *o, const char *list) {
@@ -274,7 +295,7 @@ static void place(struct wf_run_opts *o) {
     struct wf_run_host *x = &o->hosts[h];
     x->nranks = left < x->slots ? left : x->slots;
     left -= x->nranks;
-    x->local = host_is_local(x->name);
+    x->local = host_is_local(x->addr);
     x->index = x->nranks > 0 ? o->nused++ : -1;
   }
 }
@@ -376,7 +397,7 @@ static void set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
     snprintf(st->s[st->n++], cap, "WEFT_LAUNCHER_FD=%d", r->remote ? 2 : WF_RUN_LINK_FD);
     snprintf(st->s[st->n++], cap, "WEFT_LAUNCHER_TAG=%s", j->job_id);
   }
-  if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->name);
+  if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->addr);
   if (o->iface) snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", o->iface);
 }
 
@@ -593,11 +614,44 @@ out:
   return rc;
 }
 
+/* This machine's IPv4 address for ranks on other hosts: what its name
+ * resolves to, unless that is loopback (Debian maps the name to 127.0.1.1),
+ * then the first address of an interface that is up and not loopback. */
+static int reachable_ipv4(char *ip, size_t cap) {
+  char me[HOST_NAME_MAX_LEN + 2] = "";
+  struct in_addr a;
+  if (gethostname(me, sizeof me - 1) == 0 && me[0]) {
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(me, NULL, &hints, &res) == 0) {
+      for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        a = ((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        if ((ntohl(a.s_addr) >> 24) != 127 && inet_ntop(AF_INET, &a, ip, (socklen_t)cap)) {
+          freeaddrinfo(res);
+          return 0;
+        }
+      }
+      freeaddrinfo(res);
+    }
+  }
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs) != 0) return -1;
+  int rc = -1;
+  for (struct ifaddrs *f = ifs; f && rc != 0; f = f->ifa_next) {
+    if (!f->ifa_addr || f->ifa_addr->sa_family != AF_INET || !(f->ifa_flags & IFF_UP) || (f->ifa_flags & IFF_LOOPBACK))
+      continue;
+    a = ((const struct sockaddr_in *)f->ifa_addr)->sin_addr;
+    if ((ntohl(a.s_addr) >> 24) != 127 && inet_ntop(AF_INET, &a, ip, (socklen_t)cap)) rc = 0;
+  }
+  freeifaddrs(ifs);
+  return rc;
+}
+
 /* WEFT_ADDR. All ranks here: loopback (or --network-interface's address)
- * and a port free now. Rank 0 here, others elsewhere: this machine's
- * interface address or name. Rank 0 on another host: its name as given,
- * and a random port in a high range (weftrun cannot look there; if rank 0
- * cannot listen on it, rank 0 fails and says so, and the job stops). */
+ * and a port free now. Rank 0 here, others elsewhere: --network-interface's
+ * address, else this machine's (reachable_ipv4). Rank 0 on another host:
+ * its name as given (without USER@), and a random port in a high range
+ * (weftrun cannot look there; if rank 0 cannot listen on it, rank 0 fails
+ * and says so, and the job stops). */
 static int choose_addr(struct wf_run_job *j) {
   const struct wf_run_opts *o = j->o;
   int all_local = 1;
@@ -611,12 +665,15 @@ static int choose_addr(struct wf_run_job *j) {
       fprintf(stderr, "weftrun: --network-interface: %s\n", wf_err_msg());
       return -1;
     }
-    if (free_port(all_local || o->iface ? ip : NULL, &port) != 0) {
-      fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s\n", ip, strerror(errno));
+    if (!all_local && !o->iface && reachable_ipv4(ip, sizeof ip) != 0) {
+      fprintf(stderr, "weftrun: rank 0 runs here and other ranks elsewhere, but this machine has no IPv4 address "
+              "other than loopback for them to reach it; name the interface with --network-interface\n");
       return -1;
     }
-    if (!all_local && !o->iface && (gethostname(ip, sizeof ip - 1) != 0 || !ip[0])) {
-      fprintf(stderr, "weftrun: cannot get this machine's name for the remote ranks; use --network-interface\n");
+    /* binding the address also proves it is this machine's */
+    if (free_port(ip, &port) != 0) {
+      fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s%s\n", ip, strerror(errno),
+              all_local || o->iface ? "" : " (use --network-interface)");
       return -1;
     }
     snprintf(j->addr, sizeof j->addr, "%s:%u", ip, port);
@@ -624,7 +681,7 @@ static int choose_addr(struct wf_run_job *j) {
   }
   uint16_t r;
   if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint16_t)getpid();
-  snprintf(j->addr, sizeof j->addr, "%s:%u", h0->name, 20000u + (unsigned)r % 40000u);
+  snprintf(j->addr, sizeof j->addr, "%s:%u", h0->addr, 20000u + (unsigned)r % 40000u);
   return 0;
 }
 

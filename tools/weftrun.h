@@ -23,7 +23,8 @@
 
 /* One entry of -H / --hostfile. */
 struct wf_run_host {
-  char *name;             /* as given (what the remote shell and WEFT_HOSTNAME get) */
+  char *name;             /* as given, [USER@]HOST: what the remote shell's {host} gets */
+  const char *addr;       /* name without USER@ (points into it): WEFT_HOSTNAME, WEFT_ADDR, the local check */
   int slots;              /* ranks it may take, >= 1 */
   int local;              /* this machine: ranks start directly */
   int nranks;             /* ranks placed here */
@@ -55,6 +56,8 @@ struct wf_run_rank {
   int local_rank, local_size;
   int remote;             /* started through the remote shell */
   int stdin_w;            /* remote: the shell's stdin (its script, then held open), else -1 */
+  char *script;           /* remote: its start script while not all written to stdin_w (non-blocking), else NULL */
+  size_t script_len, script_done;
   int cause;              /* from its status line: rank that caused its failure, -1 own, -2 unknown */
   int code;               /* exit code once reaped (128+signal), -1 before */
   int wstatus;            /* wait status once reaped */
@@ -127,6 +130,10 @@ char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host);
 /* Starts rank i (fork + exec). Returns 0 if the process was created (its exec
  * may still have failed: ranks[i].exec_errno), -1 if not (message printed). */
 int wf_run_spawn(struct wf_run_job *j, int i);
+
+/* Writes what it can of remote rank r's start script to its stdin without
+ * blocking; frees the script once all is written or the shell is gone. */
+void wf_run_feed_script(struct wf_run_rank *r);
 
 /* Begins stopping the job: sends sig to every rank still alive; SIGKILL
  * follows after --grace. */

@@ -115,6 +115,18 @@ child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t pare
   _exit(e == ENOENT ? 127 : 126); /* as shells do: not found / not executable */
 }
 
+void wf_run_feed_script(struct wf_run_rank *r) {
+  while (r->script && r->script_done < r->script_len) {
+    ssize_t w = write(r->stdin_w, r->script + r->script_done, r->script_len - r->script_done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* the pipe is full: later */
+    if (w <= 0) break; /* the shell is gone already (EPIPE): its exit reports it */
+    r->script_done += (size_t)w;
+  }
+  free(r->script);
+  r->script = NULL;
+}
+
 /* --output-filename: DIR/rank.<i>/stdout and stderr, truncated. */
 static int open_outputs(const char *dir, int i, int *out_fd, int *err_fd) {
   char path[PATH_MAX];
@@ -196,17 +208,23 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   while (n < 0 && errno == EINTR);
   if (n == (ssize_t)sizeof e) r->exec_errno = e;
   if (script) {
-    /* the whole script fits the pipe (SCRIPT_MAX): this never blocks. The
-     * write end then stays open: its closing tells the remote side to stop. */
-    size_t len = strlen(script), done = 0;
-    while (done < len) {
-      ssize_t w = write(in[1], script + done, len - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break; /* the shell is gone already: its exit reports it */
-      done += (size_t)w;
-    }
+    /* The write end stays open after the script: its closing tells the
+     * remote side to stop. Non-blocking: the remote shell reads only once it
+     * is connected, so what does not fit the pipe now (as when a user over
+     * pipe-user-pages-soft gets 4 KiB pipes) is written from the poll loop,
+     * where signals and deadlines still count. */
     r->stdin_w = in[1];
     in[1] = -1;
+    r->script = script;
+    script = NULL;
+    r->script_len = strlen(r->script);
+    r->script_done = 0;
+    (void)fcntl(r->stdin_w, F_SETFL, O_NONBLOCK);
+    int psz = fcntl(r->stdin_w, F_GETPIPE_SZ);
+    const char *test_sz = getenv("WEFTRUN_TEST_PIPE_BYTES"); /* tests: the small pipe of a user over the limit */
+    if (test_sz && atoi(test_sz) > 0) (void)fcntl(r->stdin_w, F_SETPIPE_SZ, atoi(test_sz));
+    else if (psz >= 0 && (size_t)psz < r->script_len) (void)fcntl(r->stdin_w, F_SETPIPE_SZ, (int)r->script_len);
+    wf_run_feed_script(r);
   }
 
   char prefix[32];
@@ -394,6 +412,8 @@ static void reaped(struct wf_run_job *j, int i, int status) {
   r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (r->stdin_w >= 0) close(r->stdin_w);
   r->stdin_w = -1;
+  free(r->script);
+  r->script = NULL;
   /* its last lines (and status line) first, then what weftrun has to say about it */
   wf_run_stream_pump(&r->out, 64);
   wf_run_stream_pump(&r->err, 64);
@@ -556,10 +576,12 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int wf_run_supervise(struct wf_run_job *j) {
   int np = j->o->np;
-  struct pollfd *pf = calloc(2 + 2 * (size_t)np, sizeof *pf);
-  struct wf_run_stream **ps = calloc(2 + 2 * (size_t)np, sizeof *ps);
+  /* the signalfd, each rank's stdout, stderr and script pipe, the status channel */
+  struct pollfd *pf = calloc(2 + 3 * (size_t)np, sizeof *pf);
+  struct wf_run_stream **ps = calloc(2 + 3 * (size_t)np, sizeof *ps);
+  int *pin = calloc(2 + 3 * (size_t)np, sizeof *pin); /* rank whose script pipe pf[k] is, else -1 */
   int64_t linger_at = WF_NO_DEADLINE, abandon_at = WF_NO_DEADLINE;
-  if (!pf || !ps) {
+  if (!pf || !ps || !pin) {
     fputs("weftrun: out of memory; killing the job\n", stderr);
     if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_SETUP;
     signal_ranks(j, SIGKILL);
@@ -568,21 +590,31 @@ int wf_run_supervise(struct wf_run_job *j) {
   for (;;) {
     on_deadlines(j, &linger_at, &abandon_at);
     int n = 0, running = running_count(j);
+    pin[n] = -1;
     pf[n++] = (struct pollfd){.fd = j->sigfd, .events = POLLIN};
-    for (int i = 0; i < np; i++) {
-      struct wf_run_stream *s[2] = {&j->ranks[i].out, &j->ranks[i].err};
-      for (int k = 0; k < 2; k++) {
-        if (s[k]->fd < 0) continue;
-        ps[n] = s[k];
-        pf[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
-      }
-    }
     int link_at = -1;
     if (j->link_r >= 0) {
       link_at = n;
+      pin[n] = -1;
       pf[n++] = (struct pollfd){.fd = j->link_r, .events = POLLIN};
     }
-    if (running == 0 && n == 1 + (link_at >= 0)) break;
+    int fixed = n;
+    for (int i = 0; i < np; i++) {
+      struct wf_run_rank *r = &j->ranks[i];
+      struct wf_run_stream *s[2] = {&r->out, &r->err};
+      for (int k = 0; k < 2; k++) {
+        if (s[k]->fd < 0) continue;
+        ps[n] = s[k];
+        pin[n] = -1;
+        pf[n++] = (struct pollfd){.fd = s[k]->fd, .events = POLLIN};
+      }
+      if (r->script && r->stdin_w >= 0) {
+        ps[n] = NULL;
+        pin[n] = i;
+        pf[n++] = (struct pollfd){.fd = r->stdin_w, .events = POLLOUT};
+      }
+    }
+    if (running == 0 && n == fixed) break;
 
     int64_t next = WF_NO_DEADLINE;
     if (!j->stopping && running > 0) next = j->timeout_at;
@@ -603,8 +635,11 @@ int wf_run_supervise(struct wf_run_job *j) {
     if (pf[0].revents) on_signals(j);
     /* a few reads per stream per round, so one chatty rank cannot starve the
      * others or the signals */
-    for (int k = 1; k < n; k++)
-      if (k != link_at && pf[k].revents) wf_run_stream_pump(ps[k], 4);
+    for (int k = fixed; k < n; k++) {
+      if (!pf[k].revents) continue;
+      if (pin[k] >= 0) wf_run_feed_script(&j->ranks[pin[k]]); /* POLLOUT, or POLLERR: the shell is gone */
+      else wf_run_stream_pump(ps[k], 4);
+    }
   }
 out:
   /* normally nobody is left; after a failure above, do not leave zombies */
@@ -613,11 +648,14 @@ out:
     if (r->running) (void)waitpid(r->pid, NULL, 0);
     if (r->stdin_w >= 0) close(r->stdin_w);
     r->stdin_w = -1;
+    free(r->script);
+    r->script = NULL;
     wf_run_stream_close(&r->out);
     wf_run_stream_close(&r->err);
   }
   free(pf);
   free(ps);
+  free(pin);
   try_decide(j, 1);
   return j->exit_code < 0 ? 0 : j->exit_code;
 }

@@ -10,13 +10,25 @@
  * cause=<n>: the failure came from rank n (it was lost, it aborted, it
  * reported the failure); cause=self: this rank's own failure. Without the
  * variables nothing is written. Never blocks (the launcher's pipe is
- * non-blocking; a full pipe drops the line). */
+ * non-blocking; a full pipe drops the line).
+ *
+ * The variables are read once, at the first weft_init, and removed from the
+ * environment (the rank's own children are not weftrun's ranks). The fd
+ * must then be a pipe (S_ISFIFO), or 2 (stderr, as remote ranks get it);
+ * the line is written only if the fd still refers to that same file, so a
+ * process that inherited the variables but not the pipe, and has another
+ * file open at that number, never gets the line in its file. */
 #ifndef WF_API_LAUNCHER_LINK_H
 #define WF_API_LAUNCHER_LINK_H
 
 #include "weft.h"
 
 struct weft_world;
+/* Reads (and unsets) WEFT_LAUNCHER_FD and WEFT_LAUNCHER_TAG, the first time
+ * it is called in the process; later calls do nothing. weft_init calls it
+ * before it starts any thread of its own. */
+void wf_launcher_link_init(void);
+
 /* Engine or caller thread; called once, on the world's first failure. */
 void wf_launcher_link_report(const struct weft_world *w, weft_status st, const char *msg);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/launcher_link.h"
 #include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/mpi_boot.h"
@@ -61,6 +62,7 @@ static void world_free(weft_world *w) {
 
 weft_status weft_init(const weft_config *cfg, weft_world **out) {
   wf_err_clear();
+  wf_launcher_link_init(); /* WEFT_LAUNCHER_FD/TAG: read and unset once, before weft starts threads */
   if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: out is NULL");
   *out = NULL;
   if (cfg && cfg->struct_size < offsetof(weft_config, timeout_seconds) + sizeof(double))
@@ -73,6 +75,14 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
    * and (below) rank 0's rendezvous address and the job secret */
   wf_mpi_comm *mpic = NULL;
   const char *mpivar = *(cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR")) ? NULL : wf_mpi_launcher_var();
+  /* a launcher's single process (srun -n1, mpirun -np 1) is a world of one
+   * without MPI; a build without MPI keeps that and names what is missing */
+  if (mpivar && size != 1 && !wf_mpi_built())
+    return wf_err(WEFT_ERR_NOT_SUPPORTED,
+                  "weft_init: started by an MPI launcher (%s is set) as rank %d of %d%s, but weft was built "
+                  "without MPI, so it cannot bootstrap from MPI: set WEFT_ADDR (and WEFT_RANK/WEFT_SIZE), launch "
+                  "with weftrun, or rebuild weft with -DWEFT_WITH_MPI=ON",
+                  mpivar, rank, size, size < 0 ? " (size unknown)" : "");
   if (mpivar && size != 1) {
     int mrank = -1, msize = -1;
     weft_status mst = wf_mpi_comm_open(wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"), &mpic, &mrank, &msize);

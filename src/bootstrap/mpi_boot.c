@@ -25,7 +25,17 @@
 #define PACKET_SECRET 4096   /* the largest secret weft accepts (auth.c) */
 #define HOST_MAX 256
 
+/* Requests that timed out are still active in MPI, and so are the buffers
+ * they point to: their heap blocks go on this list and are never freed (the
+ * list keeps them reachable; MPI may complete them at any time). With any
+ * on it, the exit handler skips MPI_Finalize, which would wait for them. */
+typedef struct abandoned {
+  struct abandoned *next;
+} abandoned;
+static abandoned *g_abandoned; /* under g_mu */
+
 struct wf_mpi_comm {
+  abandoned link; /* first: abandon() may take the block (a timed-out duplication) */
   MPI_Comm comm;
   int provided; /* MPI's thread level */
 };
@@ -37,10 +47,17 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_ours;
 static atomic_int g_live; /* relaxed: only read at exit, after the last free */
 
+static int any_abandoned(void);
+
 static void finalize_at_exit(void) {
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
+  if (any_abandoned()) {
+    WF_WARN(WF_SUB_INIT, "the process exits with a weft MPI bootstrap collective that timed out still pending: "
+                         "MPI_Finalize skipped (it would wait for the ranks that never joined)");
+    return;
+  }
   if (atomic_load_explicit(&g_live, memory_order_relaxed) > 0) {
     WF_WARN(WF_SUB_INIT, "the process exits with a weft world still using MPI: MPI_Finalize skipped (call "
                          "weft_finalize before exiting)");
@@ -62,22 +79,54 @@ MPI_Comm wf_mpi_comm_handle(const wf_mpi_comm *c) { return c->comm; }
 
 int wf_mpi_comm_multiple(const wf_mpi_comm *c) { return c && c->provided >= MPI_THREAD_MULTIPLE; }
 
-/* Tests r until it completes or the deadline passes (then r stays active:
- * a collective request cannot be cancelled; the job is failing anyway). */
+/* Leaks the block a heads for good. */
+static void abandon(abandoned *a) {
+  pthread_mutex_lock(&g_mu);
+  a->next = g_abandoned;
+  g_abandoned = a;
+  pthread_mutex_unlock(&g_mu);
+}
+
+static int any_abandoned(void) {
+  pthread_mutex_lock(&g_mu);
+  int any = g_abandoned != NULL;
+  pthread_mutex_unlock(&g_mu);
+  return any;
+}
+
+/* This process's rank in MPI_COMM_WORLD and its host, for error messages. */
+static void whoami(int *rank, char *host, size_t hostlen) {
+  *rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  if (gethostname(host, hostlen - 1)) snprintf(host, hostlen, "?");
+  host[hostlen - 1] = '\0';
+}
+
+/* Tests r until it completes or the deadline passes. Then r stays active
+ * (a collective request cannot be cancelled): the caller must abandon() the
+ * block holding r and its buffers instead of freeing it. */
 static weft_status wait_req(MPI_Request *r, int64_t deadline, double timeout, const char *what) {
   struct timespec nap = {0, 100 * 1000};
   for (int spins = 0;; spins++) {
     int flag = 0, rc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
-      char m[MPI_MAX_ERROR_STRING];
+      char m[MPI_MAX_ERROR_STRING], host[HOST_MAX];
+      int rank;
       mpi_msg(rc, m, sizeof m);
-      return wf_err(WEFT_ERR_SYSTEM, "weft_init: %s over MPI failed: %s", what, m);
+      whoami(&rank, host, sizeof host);
+      return wf_err(WEFT_ERR_SYSTEM, "weft_init: %s over MPI failed on MPI rank %d (host %s): %s", what, rank,
+                    host, m);
     }
     if (flag) return WEFT_OK;
-    if (wf_now_ns() > deadline)
+    if (wf_now_ns() > deadline) {
+      char host[HOST_MAX];
+      int rank;
+      whoami(&rank, host, sizeof host);
       return wf_err(WEFT_ERR_TIMEOUT,
-                    "weft_init: %s over MPI did not complete within %g s (WEFT_INIT_TIMEOUT_SECONDS): does every "
-                    "rank of the MPI job call weft_init?", what, timeout);
+                    "weft_init: MPI rank %d (host %s): %s over MPI did not complete within %g s "
+                    "(WEFT_INIT_TIMEOUT_SECONDS): does every rank of the MPI job call weft_init?",
+                    rank, host, what, timeout);
+    }
     if (spins > 64) nanosleep(&nap, NULL);
   }
 }
@@ -134,7 +183,7 @@ weft_status wf_mpi_comm_open(double timeout, wf_mpi_comm **out, int *rank, int *
   }
   weft_status st = wait_req(&req, deadline, timeout, "duplicating MPI_COMM_WORLD");
   if (st != WEFT_OK) {
-    free(c); /* the duplicate never completed: nothing to free in MPI */
+    abandon(&c->link); /* the request may still be active: MPI writes c->comm if it ever completes */
     return st;
   }
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
@@ -226,6 +275,32 @@ static void rank0_listen(packet *p, int all_local, const char *bind_addr, const 
   p->status = WEFT_OK;
 }
 
+/* One exchange's MPI request and every buffer its collectives use, in one
+ * heap block: abandoned as a whole (never freed) when a collective times
+ * out, since MPI may still write into it. */
+typedef struct xchg {
+  abandoned link; /* first: see abandon() */
+  MPI_Request req;
+  char host0[HOST_MAX];
+  int same;
+  packet p;
+} xchg;
+
+/* Runs the collective just started on x->req (rc: its start's code) to
+ * completion. On failure x may be in MPI's hands: the caller abandons it. */
+static weft_status run_coll(xchg *x, int rc, int64_t deadline, double timeout, const char *what) {
+  if (rc != MPI_SUCCESS) {
+    char m[MPI_MAX_ERROR_STRING], host[HOST_MAX];
+    int rank;
+    mpi_msg(rc, m, sizeof m);
+    whoami(&rank, host, sizeof host);
+    x->req = MPI_REQUEST_NULL; /* never started */
+    return wf_err(WEFT_ERR_SYSTEM, "weft_init: MPI rank %d (host %s): starting %s over MPI failed: %s", rank, host,
+                  what, m);
+  }
+  return wait_req(&x->req, deadline, timeout, what);
+}
+
 weft_status wf_mpi_boot_exchange(wf_mpi_comm *c, const char *bind_addr, const char *host, double timeout,
                                  char *addr, size_t addrlen, uint8_t *secret, size_t cap, size_t *slen, int *lfd) {
   *lfd = -1;
@@ -235,30 +310,28 @@ weft_status wf_mpi_boot_exchange(wf_mpi_comm *c, const char *bind_addr, const ch
   int64_t deadline = wf_deadline_after(timeout);
   int rank = 0;
   MPI_Comm_rank(c->comm, &rank);
-  char m[MPI_MAX_ERROR_STRING];
-  MPI_Request req;
-  int rc;
+  xchg *x = calloc(1, sizeof *x);
+  if (!x) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
+  packet *p = &x->p;
   /* 1. does every rank run on rank 0's host? then loopback will do */
-  char me[HOST_MAX] = {0}, host0[HOST_MAX] = {0};
+  char me[HOST_MAX] = {0};
   if (host && *host) snprintf(me, sizeof me, "%s", host);
   else if (gethostname(me, sizeof me - 1)) snprintf(me, sizeof me, "localhost");
-  memcpy(host0, me, sizeof host0);
-  if ((rc = MPI_Ibcast(host0, HOST_MAX, MPI_CHAR, 0, c->comm, &req)) != MPI_SUCCESS) goto mpi_fail;
-  WF_CHECK(wait_req(&req, deadline, timeout, "broadcasting rank 0's host name"));
-  int same = !strncmp(me, host0, HOST_MAX);
-  if ((rc = MPI_Iallreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_LAND, c->comm, &req)) != MPI_SUCCESS) goto mpi_fail;
-  WF_CHECK(wait_req(&req, deadline, timeout, "comparing host names"));
-  /* 2. rank 0 listens and chooses the secret; everybody learns both */
-  packet *p = calloc(1, sizeof *p);
-  if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
-  if (rank == 0) rank0_listen(p, same, bind_addr, secret, *slen, lfd);
-  weft_status st = WEFT_OK;
-  if ((rc = MPI_Ibcast(p, (int)sizeof *p, MPI_BYTE, 0, c->comm, &req)) != MPI_SUCCESS) {
-    mpi_msg(rc, m, sizeof m);
-    st = wf_err(WEFT_ERR_SYSTEM, "weft_init: MPI_Ibcast failed: %s", m);
-  } else {
-    st = wait_req(&req, deadline, timeout, "broadcasting the rendezvous address");
+  memcpy(x->host0, me, sizeof x->host0);
+  weft_status st = run_coll(x, MPI_Ibcast(x->host0, HOST_MAX, MPI_CHAR, 0, c->comm, &x->req), deadline, timeout,
+                            "broadcasting rank 0's host name");
+  if (st == WEFT_OK) {
+    x->same = !strncmp(me, x->host0, HOST_MAX);
+    st = run_coll(x, MPI_Iallreduce(MPI_IN_PLACE, &x->same, 1, MPI_INT, MPI_LAND, c->comm, &x->req), deadline,
+                  timeout, "comparing host names");
   }
+  /* 2. rank 0 listens and chooses the secret; everybody learns both */
+  if (st == WEFT_OK) {
+    if (rank == 0) rank0_listen(p, x->same, bind_addr, secret, *slen, lfd);
+    st = run_coll(x, MPI_Ibcast(p, (int)sizeof *p, MPI_BYTE, 0, c->comm, &x->req), deadline, timeout,
+                  "broadcasting the rendezvous address");
+  }
+  int in_mpi = st != WEFT_OK && x->req != MPI_REQUEST_NULL; /* a collective may still use x */
   if (st == WEFT_OK && p->status != WEFT_OK)
     st = wf_err(p->status < 0 ? (weft_status)p->status : WEFT_ERR_INTERNAL, "weft_init: %s", p->err);
   if (st == WEFT_OK && (p->slen > cap || p->slen > PACKET_SECRET))
@@ -268,15 +341,16 @@ weft_status wf_mpi_boot_exchange(wf_mpi_comm *c, const char *bind_addr, const ch
     memcpy(secret, p->secret, p->slen);
     *slen = p->slen;
     WF_INFO(WF_SUB_BOOT, "rank %d: MPI bootstrap: rank 0's rendezvous at %s%s", rank, p->addr,
-            same ? " (all ranks on one host)" : "");
+            x->same ? " (all ranks on one host)" : "");
   } else if (*lfd >= 0) {
     close(*lfd);
     *lfd = -1;
   }
-  OPENSSL_cleanse(p, sizeof *p); /* the secret */
-  free(p);
+  if (in_mpi) {
+    abandon(&x->link); /* MPI may still read or write it: never freed (the secret stays in it) */
+  } else {
+    OPENSSL_cleanse(p, sizeof *p); /* the secret */
+    free(x);
+  }
   return st;
-mpi_fail:
-  mpi_msg(rc, m, sizeof m);
-  return wf_err(WEFT_ERR_SYSTEM, "weft_init: MPI bootstrap collective failed: %s", m);
 }

@@ -16,7 +16,10 @@
  *
  * The collectives here are non-blocking ones tested until
  * WEFT_INIT_TIMEOUT_SECONDS passes (a rank that never calls weft_init makes
- * the others fail instead of hang); MPI_Init_thread itself has no deadline.
+ * the others fail, naming their MPI rank and host, instead of hang);
+ * MPI_Init_thread itself has no deadline. A collective that timed out stays
+ * active in MPI, so its request and buffers are kept (never freed) and the
+ * exit handler then skips MPI_Finalize.
  *
  * Built without MPI (mpi_none.c), wf_mpi_launcher_var still works and every
  * other call returns WEFT_ERR_NOT_SUPPORTED "weft was built without MPI". */

@@ -812,6 +812,14 @@ static void on_shm_error(void *ctx, int peer, weft_status st, const char *msg) {
   wf_world_fail(w, st, "%s (shared memory, rank %d on %s)", msg, peer, w->peers[peer].host);
 }
 
+/* [mpi] The MPI transport's errors are not filtered by departure: a receive
+ * from a peer that said BYE but whose data never came is still a failure. */
+static void on_mpi_error(void *ctx, int peer, weft_status st, const char *msg) {
+  weft_world *w = ctx;
+  if (peer >= 0 && peer < w->size) wf_world_fail(w, st, "%s (MPI, rank %d on host %s)", msg, peer, w->peers[peer].host);
+  else wf_world_fail(w, st, "%s (MPI)", msg);
+}
+
 /* Shared memory for the ranks on this host (WEFT_TRANSPORT: auto, shm,
  * tcp). Uses the blocking bootstrap sockets, before TCP takes them. */
 static weft_status start_shm(weft_world *w, int *fds) {
@@ -968,7 +976,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   wf_mux_init(&w->mux, wf_tcp_transport(w->tcp), w->shm);
-  WF_CHECK(wf_mux_start_mpi(&w->mux, w->rank, w->size, w, on_error)); /* [mpi] WEFT_TRANSPORT=mpi */
+  WF_CHECK(wf_mux_start_mpi(&w->mux, w->rank, w->size, w, on_mpi_error)); /* [mpi] WEFT_TRANSPORT=mpi */
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
   cache_attach(w, &w->world_group);

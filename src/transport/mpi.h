@@ -6,18 +6,26 @@
  * Called only from the engine thread, which polls it (wf_mpi_tr_progress,
  * MPI_Testsome) while requests are pending: MPI has no file descriptor to
  * wake epoll. Matching: one MPI tag per (group, collective mod 128) (the
- * group id in the high bits; folded into MPI_TAG_UB when that is small), and
- * MPI's in-order matching per (source, tag, communicator) pairs the k-th send
- * of a (sender, receiver) pair with the k-th receive, as the executor posts
- * them in order; different groups' concurrent collectives never share a
- * tag. A message longer than WF_MPI_CHUNK bytes travels as several MPI
- * messages (counts are ints). A received byte count that differs from the
- * posted one is a protocol error.
+ * group id in the high bits; the group id alone when MPI_TAG_UB is small; a
+ * group whose tag would exceed MPI_TAG_UB is refused, WEFT_ERR_NOT_SUPPORTED,
+ * never folded), and MPI's in-order matching per (source, tag,
+ * communicator) pairs the k-th send of a (sender, receiver) pair with the
+ * k-th receive, as the executor posts them in order; different groups'
+ * concurrent collectives never share a tag. A message longer than
+ * WF_MPI_CHUNK bytes travels as several MPI messages (counts are ints). A
+ * received byte count that differs from the posted one is a protocol error.
  *
- * cancel_data: receives are MPI_Cancel'ed; sends cannot be cancelled in
- * most MPIs, so every request is then tested for up to 0.2 s; one still
- * pending after that is released with MPI_Request_free (MPI may still touch
- * its buffer if the peer ever matches it, which a failed peer does not). */
+ * cancel_data: receives are MPI_Cancel'ed and tested (yielding) until MPI
+ * confirms the cancellation or completes them, for up to 1 s (a matched
+ * receive finishes as long as its sender lives); sends, which most MPIs
+ * cannot cancel and which only read their buffer, for up to 0.2 s. No
+ * request is MPI_Request_free'd while MPI may still use it: what remains is
+ * kept (abandoned slots, tested by progress until MPI completes them). Only a
+ * receive whose sender failed mid-transfer can outlast the wait (warned).
+ *
+ * incomplete(peer) (the peer said goodbye): 1 when a send to it is pending;
+ * receives from it may still be in flight, so progress gives them 2 s from
+ * then and reports on_error (WEFT_ERR_PEER_LOST) if they have not landed. */
 #ifndef WF_TRANSPORT_MPI_H
 #define WF_TRANSPORT_MPI_H
 #include "bootstrap/mpi_boot.h"

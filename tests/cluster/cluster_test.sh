@@ -6,6 +6,7 @@
 #               2 ranks on each host; same-host data went through shared
 #               memory and cross-host data through TCP on the hosts' eth0
 #   3x2_gather  3 hosts x 2 ranks of mp_gather, the same checks
+#   user_at_host  2x2_reduce with the hosts given as USER@HOST
 #   kill        a rank on host 2 is SIGKILLed mid-job: weftrun stops the job
 #               within the bound, names the rank and its host, exits 137
 #   partition   host 2's link goes down mid-job (no RST): the job fails within
@@ -53,19 +54,27 @@ up() {
   SUB=${out%% *}
   HOSTS=${out#* }
 }
-# hostlist SLOTS: "h1:SLOTS,h2:SLOTS,..."
-hostlist() { local h l=""; for h in $HOSTS; do l="$l,$h:$1"; done; echo "${l#,}"; }
+# hostlist SLOTS [USER]: "h1:SLOTS,h2:SLOTS,..." (or "USER@h1:SLOTS,...")
+hostlist() { local h l="" u=${2:+$2@}; for h in $HOSTS; do l="$l,$u$h:$1"; done; echo "${l#,}"; }
 # bytes sent on interface IF in host H
 tx() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_bytes"; }
 RSH='ip netns exec {host}'
 
-# run_mp NHOSTS PROGRAM: NHOSTS x 2 ranks, with the checks of the header
+# run_mp NHOSTS PROGRAM [USER]: NHOSTS x 2 ranks, with the checks of the
+# header. With USER the hosts are USER@HOST: the remote shell (a wrapper of
+# ip netns exec that drops USER@, as ssh would take it) gets USER@HOST; rank 0's
+# address and WEFT_HOSTNAME must not carry it.
 run_mp() {
-  local nh=$1 prog=$2 np=$(( $1 * 2 )) large=300007 h k
+  local nh=$1 prog=$2 np=$(( $1 * 2 )) large=${LARGE:-300007} h k rsh=$RSH
   up "$nh"
+  if [ -n "${3:-}" ]; then
+    printf '#!/bin/sh\nh=${1#*@}\nshift\nexec ip netns exec "$h" "$@"\n' >"$D/nsrsh"
+    chmod +x "$D/nsrsh"
+    rsh="$D/nsrsh {host}"
+  fi
   declare -A tx0 lo0
   for h in $HOSTS; do tx0[$h]=$(tx "$h" eth0); lo0[$h]=$(tx "$h" lo); done
-  WEFT_LOG_LEVEL=info timeout -k 5 150 "$WR" -np $np -H "$(hostlist 2)" --rsh "$RSH" --timeout 140 \
+  WEFT_LOG_LEVEL=info timeout -k 5 150 "$WR" -np $np -H "$(hostlist 2 "${3:-}")" --rsh "$rsh" --timeout 140 \
     -x WEFT_TIMEOUT_SECONDS=60 "$MP/$prog" --large $large >"$D/out" 2>"$D/err"
   local rc=$?
   [ $rc = 0 ] || fail "the job exited $rc"
@@ -118,6 +127,7 @@ expect_gone() {
 case $CASE in
 2x2_reduce) run_mp 2 mp_reduce ;;
 3x2_gather) run_mp 3 mp_gather ;;
+user_at_host) LARGE=30011 run_mp 2 mp_reduce weftuser ;; # about the addresses: less data
 kill)
   loop_job
   h2=${HOSTS#* }

@@ -376,6 +376,9 @@ true
 -np 2 -H a:x true
 -np 2 -H , true
 -np 2 -H a;b true
+-np 2 -H a@:2 true
+-np 2 -H @a:2 true
+-np 2 -H a@b@c:2 true
 -np 2 --hostfile /nonexistent true
 -np 2 --rsh true
 -np 2 --network-interface a/b true
@@ -456,12 +459,36 @@ case_hosts() {
     [[ ${line#*PARENT=} == *"$secret"* ]] && fail "rank $r: the secret is on its parent's command line"
     if [ $r -ge 2 ]; then [[ $line == *"PARENT=sh -s "* ]] || fail "rank $r: parent is not 'sh -s': $line"; fi
   done
-  # rank 0 is local, the others are not: rank 0 listens on this machine's name
-  grep -q "^\[0\] .*WEFT_ADDR=$(hostname):[0-9]" "$T/out" || fail "rank 0 does not listen on $(hostname)"
-  # rank 0 on a "remote" host: its name as given and a high port
-  wr -np 2 -H hosta:1,hostb:1 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" hosts
+  # rank 0 is local, the others are not: rank 0 listens on an address of this
+  # machine the others can reach, never loopback (Debian maps the host name to
+  # 127.0.1.1)
+  local a0 mine
+  a0=$(grep '^\[0\] ' "$T/out" | sed -n 's/.* WEFT_ADDR=\([^ ]*\):[0-9][0-9]* .*/\1/p')
+  [[ $a0 =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] && [[ $a0 != 127.* ]] ||
+    fail "rank 0 listens on '$a0', not a non-loopback IPv4 address"
+  mine=" $(hostname -I 2>/dev/null) "
+  [[ $mine == *" $a0 "* ]] || fail "rank 0 listens on $a0, which is not one of this machine's addresses:$mine"
+  # rank 0 on a "remote" host: its name as given (USER@ goes to the remote
+  # shell only) and a high port
+  wr -np 2 -H bob@hosta:1,hostb:1 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" hosts
   expect_rc 0
   grep -q "^\[1\] .*WEFT_ADDR=hosta:[2-5][0-9][0-9][0-9][0-9] " "$T/out" || fail "rank 0 remote: bad WEFT_ADDR"
+  grep -q "^\[0\] .*WEFT_HOSTNAME=hosta .*FAKE_HOST=bob@hosta " "$T/out" || fail "USER@HOST: $(grep '^\[0\] ' "$T/out")"
+  # USER@ on this machine's name: still started directly, WEFT_HOSTNAME without the user
+  wr -np 3 -H me@localhost:1,alice@hostb:2 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" hosts
+  expect_rc 0
+  for r in 0 1 2; do
+    line=$(grep "^\[$r\] " "$T/out")
+    case $r in 0) host=localhost fake="<unset>" ;; *) host=hostb fake=alice@hostb ;; esac
+    for kv in "WEFT_HOSTNAME=$host" "FAKE_HOST=$fake"; do
+      [[ " $line " == *" $kv "* ]] || fail "USER@HOST, rank $r: expected $kv in: $line"
+    done
+  done
+  a0=$(grep '^\[0\] ' "$T/out" | sed -n 's/.* WEFT_ADDR=\([^ ]*\):[0-9][0-9]* .*/\1/p')
+  [[ $mine == *" $a0 "* ]] || fail "USER@HOST: rank 0 listens on '$a0'"
+  wr -np 2 -H u@hostb:1,hostb:1 --rsh 'env FAKE_HOST={host}' true
+  expect_rc 2
+  expect_err "host 'hostb' is listed twice"
   # a remote rank that fails or is killed: named with its host, its status
   wr -np 3 -H localhost:1,hostb:2 --rsh 'env FAKE_HOST={host}' -- bash "$RANK" fail_signal "$T"
   expect_rc 137
@@ -485,5 +512,81 @@ case_hosts() {
   grep -q "^\[1\] before $" "$T/err" && grep -q "^\[1\] after$" "$T/err" || fail "the text around a status line was lost"
 }
 
-"case_$CASE" || fail "case returned $?"
+# A remote shell that takes a while to connect (reads its start script late)
+# while weftrun's pipe to it is 4 KiB (WEFTRUN_TEST_PIPE_BYTES, as for a user
+# over pipe-user-pages-soft) and the script far larger: weftrun must not block
+# on the write, must deliver the whole script, and --timeout and signals must
+# still work while the shell "connects".
+case_slow_rsh() {
+  printf '#!/bin/sh\nsleep "$SLOW"\nh=$1\nshift\nexec env FAKE_HOST="$h" "$@"\n' >"$T/slowrsh"
+  chmod +x "$T/slowrsh"
+  local big t0 dt r sum
+  big=$(head -c 50000 /dev/zero | tr '\0' x)
+  sum=$(printf '%s' "$big" | cksum | cut -d' ' -f1)
+  export WEFTRUN_TEST_PIPE_BYTES=4096 SLOW=2
+  t0=$(now_ms)
+  wr -v -np 4 -H hostb:2,hostc:2 --rsh "$T/slowrsh {host}" -x "BIG=$big" -- bash "$RANK" biglen
+  dt=$(($(now_ms) - t0))
+  expect_rc 0
+  for r in 0 1 2 3; do
+    grep -q "^\[$r\] host=host[bc] len=50000 sum=$sum\$" "$T/out" || fail "rank $r did not get the whole script"
+  done
+  # the four shells "connected" at the same time (2 s): weftrun did not wait
+  # for each before starting the next (8 s)
+  [ "$dt" -lt 6000 ] || fail "took $dt ms: the ranks were started one after the other"
+  # a shell that never reads: --timeout still ends the job
+  SLOW=30
+  t0=$(now_ms)
+  wr --timeout 1 --grace 1 -np 2 -H hostb:2 --rsh "$T/slowrsh {host}" -x "BIG=$big" -- bash "$RANK" biglen
+  dt=$(($(now_ms) - t0))
+  expect_rc 124
+  expect_err "timeout"
+  [ "$dt" -lt 4000 ] || fail "--timeout 1 took $dt ms while the shells did not read"
+  # ... and SIGINT
+  local wpid
+  timeout --foreground -k 5 40 "$WR" --grace 1 -np 2 -H hostb:2 --rsh "$T/slowrsh {host}" -x "BIG=$big" -- \
+    bash "$RANK" biglen >"$T/out" 2>"$T/err" &
+  wpid=$!
+  sleep 0.5
+  t0=$(now_ms)
+  kill -INT $wpid
+  wait $wpid
+  rc=$?
+  dt=$(($(now_ms) - t0))
+  expect_rc 130
+  [ "$dt" -lt 3000 ] || fail "SIGINT took $dt ms while the shells did not read"
+}
+
+# The status channel (WEFT_LAUNCHER_FD, src/api/launcher_link.c) with a real
+# weft program: rank 1 exits 3, rank 0 loses it and names it on the channel.
+# weft_init takes the variables out of the environment and keeps the pipe
+# from its children; a process whose fd 4 is not weftrun's pipe (a file, or
+# closed) never gets the line.
+case_link_channel() {
+  local probe=$3 r
+  wr -v -np 2 -- "$probe"
+  expect_rc 3
+  for r in 0 1; do
+    grep -q "^\[$r\] rank $r env=<unset> fd4=cloexec\$" "$T/out" || fail "rank $r: $(grep "^\[$r\] " "$T/out")"
+  done
+  expect_err "rank 0 reports its failure (status"
+  expect_err "came from rank 1"
+  # fd 4 is a file the rank opened (it inherited the variables, not the pipe)
+  wr -v -np 2 -- bash -c 'exec 4>"$0/link.$WEFT_RANK"; exec "$1"' "$T" "$probe"
+  expect_rc 3
+  for r in 0 1; do
+    grep -q "^\[$r\] rank $r env=<unset> fd4=inherit\$" "$T/out" || fail "file on fd 4, rank $r: $(grep "^\[$r\] " "$T/out")"
+    [ -e "$T/link.$r" ] && [ ! -s "$T/link.$r" ] || fail "rank $r wrote into the file on fd 4: $(cat "$T/link.$r")"
+  done
+  grep -q "reports its failure" "$T/err" && fail "a status line came through a file"
+  grep -q "rank 0 failed: " "$T/err" || fail "rank 0 did not see the failure"
+  # fd 4 closed at start (weft_init then opens its own sockets there)
+  wr -v -np 2 -- bash -c 'exec 4>&-; exec "$0"' "$probe"
+  expect_rc 3
+  grep -q "^\[0\] rank 0 env=<unset> " "$T/out" || fail "closed fd 4: $(cat "$T/out")"
+  grep -q "reports its failure" "$T/err" && fail "a status line came through a descriptor weftrun did not give"
+  grep -q "rank 0 failed: WEFT_ERR_PEER_LOST" "$T/err" || fail "closed fd 4: rank 0 did not see rank 1 lost"
+}
+
+"case_$CASE" "$@" || fail "case returned $?"
 echo "PASS [$CASE]"

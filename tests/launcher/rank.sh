@@ -22,6 +22,9 @@ hosts) # what -H placement sets, and the parent's command line (remote ranks: "s
   done
   printf 'PARENT=%s\n' "$(tr '\0' ' ' </proc/$PPID/cmdline)"
   ;;
+biglen) # the length and a checksum of BIG (a large -x value), and the host
+  printf 'host=%s len=%s sum=%s\n' "${FAKE_HOST-<unset>}" "${#BIG}" "$(printf '%s' "$BIG" | cksum | cut -d' ' -f1)"
+  ;;
 lines) # 1000 lines on each stream at full speed, a 150000-byte line, a partial last line
   seq -f "r$r err %g" 1 1000 >&2 &
   seq -f "r$r out %g" 1 1000
