@@ -54,14 +54,7 @@ static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
     int j = (r + d) % p;
     wf_sched_cma_read(s, out + a->displs[j] * es, wf_cma_peer(a, &y, j, 0), a->counts[j] * es);
   }
-  wf_sched_end_round(s);
-  for (int d = 1; d < p; d++) {
-    int j = (r + d) % p;
-    wf_cma_send_tok(s, &y, j);
-    wf_cma_recv_tok(s, &y, j);
-  }
-  wf_sched_end_round(s);
-  return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "allgather cma: no memory for the schedule") : WEFT_OK;
+  return wf_cma_finish(s, &y, r, p, "allgather");
 }
 
 const wf_algo wf_algo_allgather_cma = {

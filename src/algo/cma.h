@@ -36,6 +36,10 @@ wf_mem wf_cma_peer(const wf_coll_args *a, const wf_cma_sync *y, int j, size_t of
 /* "Done" tokens: to peer j, from peer j. */
 void wf_cma_send_tok(wf_sched *s, const wf_cma_sync *y, int j);
 void wf_cma_recv_tok(wf_sched *s, const wf_cma_sync *y, int j);
+/* The last round of a cma schedule: a token to and from every peer ("done
+ * reading your buffer"), so no rank returns a buffer a peer still reads.
+ * Then WEFT_OK, or NO_MEMORY naming what if an append failed. */
+weft_status wf_cma_finish(wf_sched *s, const wf_cma_sync *y, int rank, int size, const char *what);
 
 /* Elements per fold chunk for elements of es bytes, at most n (>= 1). */
 size_t wf_cma_chunk(size_t es, size_t n);

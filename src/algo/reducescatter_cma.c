@@ -65,14 +65,7 @@ static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
     wf_sched_cma_fold(s, a->out, src, p, n, y.tmp, chunk);
     free(src);
   }
-  wf_sched_end_round(s);
-  for (int d = 1; d < p; d++) {
-    int j = (r + d) % p;
-    wf_cma_send_tok(s, &y, j);
-    wf_cma_recv_tok(s, &y, j);
-  }
-  wf_sched_end_round(s);
-  return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "reducescatter cma: no memory for the schedule") : WEFT_OK;
+  return wf_cma_finish(s, &y, r, p, "reducescatter");
 }
 
 const wf_algo wf_algo_reducescatter_cma = {

@@ -48,3 +48,14 @@ size_t wf_cma_chunk(size_t es, size_t n) {
   if (c > n) c = n;
   return c ? c : 1;
 }
+
+weft_status wf_cma_finish(wf_sched *s, const wf_cma_sync *y, int rank, int size, const char *what) {
+  wf_sched_end_round(s);
+  for (int d = 1; d < size; d++) {
+    int j = (rank + d) % size;
+    wf_cma_send_tok(s, y, j);
+    wf_cma_recv_tok(s, y, j);
+  }
+  wf_sched_end_round(s);
+  return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "%s cma: no memory for the schedule", what) : WEFT_OK;
+}
