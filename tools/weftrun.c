@@ -3,9 +3,10 @@
  * (through a remote shell), gives each its WEFT_* (and matching HOROVOD_*)
  * environment, relays their output and stops the whole job when one rank
  * fails or weftrun is signalled. This file parses the command line and
- * prepares the job (placement, environment, rendezvous address, the remote
- * ranks' start script); weftrun_job.c runs it, weftrun_relay.c relays
- * output. weftrun does not use the weft library itself (no weft_init). */
+ * prepares the job (placement, environment, rendezvous address);
+ * weftrun_remote.c builds the remote ranks' start script and remote shell
+ * command; weftrun_job.c runs the job, weftrun_relay.c relays output.
+ * weftrun does not use the weft library itself (no weft_init). */
 #include "weftrun.h"
 
 #include <arpa/inet.h>
@@ -36,10 +37,6 @@
 
 #define NP_MAX 4096
 #define HOST_NAME_MAX_LEN 253
-/* the remote script goes through a pipe (enlarged to fit it, if the kernel
- * lets weftrun) while the remote shell connects; the environment it
- * exports must also fit the remote exec's limits */
-#define SCRIPT_MAX 60000
 #define DEFAULT_RSH "ssh -o BatchMode=yes {host}"
 
 extern char **environ;
@@ -373,7 +370,7 @@ static int env_is(const char *entry, const char *name, size_t n) {
 }
 
 /* The variables weftrun sets for rank (they win over inherited and -x ones). */
-static void set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st) {
+void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st) {
   const struct wf_run_opts *o = j->o;
   const struct wf_run_rank *r = &j->ranks[rank];
   const struct wf_run_host *h = r->host >= 0 ? &o->hosts[r->host] : NULL;
@@ -402,7 +399,7 @@ static void set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
 }
 
 /* entry ("NAME=...") names one of the variables in st */
-static int is_set(const struct wf_run_env_store *st, const char *entry, size_t n) {
+int wf_run_env_is_set(const struct wf_run_env_store *st, const char *entry, size_t n) {
   for (int k = 0; k < st->n; k++)
     if (env_is(st->s[k], entry, n)) return 1;
   return 0;
@@ -410,7 +407,7 @@ static int is_set(const struct wf_run_env_store *st, const char *entry, size_t n
 
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store) {
   const struct wf_run_opts *o = j->o;
-  set_vars(j, rank, store);
+  wf_run_set_vars(j, rank, store);
   size_t nenv = 0;
   while (environ && environ[nenv]) nenv++;
   char **envp = calloc(nenv + (size_t)o->nenv + WF_RUN_NSET + 1, sizeof *envp);
@@ -420,162 +417,19 @@ char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_
     const char *eq = strchr(environ[e], '=');
     if (!eq) continue;
     size_t n = (size_t)(eq - environ[e]);
-    int drop = is_reserved(environ[e], n) || is_set(store, environ[e], n);
+    int drop = is_reserved(environ[e], n) || wf_run_env_is_set(store, environ[e], n);
     for (int x = 0; x < o->nenv && !drop; x++) drop = env_is(o->env[x], environ[e], n);
     if (!drop) envp[k++] = environ[e];
   }
   for (int x = 0; x < o->nenv; x++) {
     size_t n = (size_t)(strchr(o->env[x], '=') - o->env[x]);
-    int later = is_set(store, o->env[x], n); /* the last -x of a name wins; weftrun's own win over all */
+    int later = wf_run_env_is_set(store, o->env[x], n); /* the last -x of a name wins; weftrun's own win over all */
     for (int y = x + 1; y < o->nenv && !later; y++) later = env_is(o->env[y], o->env[x], n);
     if (!later) envp[k++] = o->env[x];
   }
   for (int t = 0; t < store->n; t++) envp[k++] = store->s[t];
   envp[k] = NULL;
   return envp;
-}
-
-/* --------------------------------------------------------- remote ranks */
-
-struct sbuf {
-  char *p;
-  size_t len, cap;
-  int bad; /* out of memory or over SCRIPT_MAX */
-};
-
-static void sb_put(struct sbuf *b, const char *s, size_t n) {
-  if (b->bad) return;
-  if (b->len + n + 1 > SCRIPT_MAX) {
-    b->bad = 1;
-    return;
-  }
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 4096;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->bad = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-/* s as one shell word: in single quotes, each ' written as '\'' */
-static void sb_quoted(struct sbuf *b, const char *s, size_t n) {
-  sb_put(b, "'", 1);
-  for (size_t k = 0; k < n; k++) {
-    if (s[k] == '\'') sb_str(b, "'\\''");
-    else sb_put(b, &s[k], 1);
-  }
-  sb_put(b, "'", 1);
-}
-
-/* NAME='value'; export NAME */
-static void sb_export(struct sbuf *b, const char *name, size_t n, const char *value) {
-  sb_put(b, name, n);
-  sb_put(b, "=", 1);
-  sb_quoted(b, value, strlen(value));
-  sb_str(b, "; export ");
-  sb_put(b, name, n);
-  sb_put(b, "\n", 1);
-}
-
-char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
-  const struct wf_run_opts *o = j->o;
-  struct sbuf b = {0};
-  struct wf_run_env_store st;
-  set_vars(j, rank, &st);
-  for (int x = 0; x < o->nenv; x++) {
-    size_t n = (size_t)(strchr(o->env[x], '=') - o->env[x]);
-    if (!is_set(&st, o->env[x], n)) sb_export(&b, o->env[x], n, o->env[x] + n + 1);
-  }
-  for (int x = 0; x < o->nfwd; x++) {
-    const char *v = getenv(o->fwd[x]);
-    if (v && !is_set(&st, o->fwd[x], strlen(o->fwd[x]))) sb_export(&b, o->fwd[x], strlen(o->fwd[x]), v);
-  }
-  for (int t = 0; t < st.n; t++) {
-    size_t n = (size_t)(strchr(st.s[t], '=') - st.s[t]);
-    sb_export(&b, st.s[t], n, st.s[t] + n + 1);
-  }
-  char cwd[PATH_MAX];
-  if (getcwd(cwd, sizeof cwd)) {
-    sb_str(&b, "cd ");
-    sb_quoted(&b, cwd, strlen(cwd));
-    sb_str(&b, " 2>/dev/null\n");
-  }
-  /* The command runs in the background so that the shell can watch its
-   * stdin: when weftrun (or the connection to it) goes away, stdin closes
-   * and the rank is killed. A signal to the shell is passed on; the
-   * shell ends as the rank did (the same exit code, or the same signal). */
-  sb_str(&b, "exec 3<&0\n");
-  for (char **a = o->cmd; *a; a++) {
-    sb_quoted(&b, *a, strlen(*a));
-    sb_put(&b, " ", 1);
-  }
-  sb_str(&b, "</dev/null 3<&- &\n"
-             "p=$!\n"
-             "trap 'kill -TERM $p 2>/dev/null' TERM\n"
-             "trap 'kill -INT $p 2>/dev/null' INT\n"
-             "trap 'kill -HUP $p 2>/dev/null' HUP\n"
-             "(read -r _ <&3; kill -KILL $p 2>/dev/null) &\n"
-             "w=$!\n"
-             "exec 3<&-\n"
-             "while :; do wait $p; s=$?; kill -0 $p 2>/dev/null || break; done\n"
-             "kill $w 2>/dev/null\n"
-             "if [ $s -gt 128 ] && [ $s -lt 193 ]; then trap - TERM INT HUP; kill -$((s - 128)) $$; fi\n"
-             "exit $s\n");
-  if (b.bad) {
-    fprintf(stderr, "weftrun: rank %d: the command and its environment are too long to start on host %s (at most "
-            "%d bytes)\n", rank, o->hosts[j->ranks[rank].host].name, SCRIPT_MAX);
-    free(b.p);
-    return NULL;
-  }
-  return b.p;
-}
-
-char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host) {
-  const char *t = j->o->rsh;
-  size_t words = 0, bytes = 0, hl = strlen(host);
-  int has_host = strstr(t, "{host}") != NULL;
-  for (const char *p = t; *p; p++) bytes += !strncmp(p, "{host}", 6) ? hl + 1 : 2;
-  words = strlen(t) + 4;
-  bytes += hl + 16;
-  char **argv = malloc(words * sizeof *argv + bytes);
-  if (!argv) return NULL;
-  char *out = (char *)(argv + words);
-  size_t n = 0;
-  for (const char *p = t;;) {
-    p += strspn(p, " \t");
-    if (!*p) break;
-    size_t wl = strcspn(p, " \t");
-    argv[n++] = out;
-    for (size_t k = 0; k < wl;) {
-      if (wl - k >= 6 && !strncmp(p + k, "{host}", 6)) {
-        memcpy(out, host, hl);
-        out += hl;
-        k += 6;
-      } else {
-        *out++ = p[k++];
-      }
-    }
-    *out++ = '\0';
-    p += wl;
-  }
-  if (!has_host) {
-    argv[n++] = out;
-    memcpy(out, host, hl + 1);
-    out += hl + 1;
-  }
-  argv[n++] = "sh";
-  argv[n++] = "-s";
-  argv[n] = NULL;
-  return argv;
 }
 
 static int random_hex(char *out, size_t nbytes) {

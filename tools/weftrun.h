@@ -1,9 +1,9 @@
 /* weftrun.h - what weftrun's files share: the parsed command line and the
  * running job. weftrun.c parses options and prepares the job (hosts and
- * placement, environment, secret, rendezvous address, output files, the
- * remote ranks' start script); weftrun_job.c starts the ranks (directly, or
- * through the remote shell) and supervises them; weftrun_relay.c copies
- * their output. */
+ * placement, environment, secret, rendezvous address, output files);
+ * weftrun_remote.c builds the remote ranks' start script and remote shell
+ * command; weftrun_job.c starts the ranks (directly, or through the remote
+ * shell) and supervises them; weftrun_relay.c copies their output. */
 #ifndef WF_TOOLS_WEFTRUN_H
 #define WF_TOOLS_WEFTRUN_H
 
@@ -115,7 +115,13 @@ struct wf_run_env_store {
  * HOROVOD_* variables (which win). Returns a malloc'ed array (free it and
  * nothing else; the strings live in *store) or NULL when out of memory. */
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store);
+/* Fills store with the variables weftrun sets for rank (they win over
+ * inherited and -x ones). */
+void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *store);
+/* entry (n bytes, "NAME" of "NAME=...") names one of the variables in store. */
+int wf_run_env_is_set(const struct wf_run_env_store *store, const char *entry, size_t n);
 
+/* weftrun_remote.c */
 /* The script a remote rank's shell ("sh -s") reads on stdin: its
  * environment (the secret included: never on a command line), the working
  * directory, the command, and a watchdog that kills the rank when stdin
