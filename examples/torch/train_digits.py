@@ -13,7 +13,10 @@ fixed, 1, 2 or 4 ranks follow the same trajectory up to float rounding and
 reach the same accuracy. Rank 0 prints the loss and test accuracy per epoch.
 
 --bench N times N further training steps and prints their median (and the
-time spent in optimizer.step(), where the allreduces are awaited)."""
+time spent in optimizer.step(), where the allreduces are awaited).
+--no-overlap makes those timed steps wait for backward to finish and then
+average every gradient in one grouped allreduce (no overlap of communication
+with backward), for comparison with DistributedOptimizer's hooks."""
 
 import argparse
 import statistics
@@ -74,14 +77,21 @@ def evaluate(model, x, y):
     return (totals[0] / totals[1]).item()
 
 
-def train_step(model, optimizer, xb, yb, global_batch):
+def train_step(model, optimizer, xb, yb, global_batch, plain=None):
     """One step; the loss is scaled so that the average over ranks is the
-    mean over the global batch, even when slices differ in size."""
-    optimizer.zero_grad()
+    mean over the global batch, even when slices differ in size. With plain
+    (the wrapped torch optimizer), gradients are averaged only after backward,
+    in one grouped allreduce: no overlap."""
+    (plain or optimizer).zero_grad()
     loss = F.cross_entropy(model(xb), yb, reduction="sum") * (hvd.size() / global_batch)
     loss.backward()
     t0 = time.perf_counter()
-    optimizer.step()
+    if plain is not None:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        hvd.grouped_allreduce_(grads, op=hvd.Average, name="grads")
+        plain.step()
+    else:
+        optimizer.step()
     return loss.detach(), time.perf_counter() - t0
 
 
@@ -95,6 +105,8 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--min-accuracy", type=float, default=0.0, help="exit 1 if the final accuracy is lower")
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="then time N more steps")
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="--bench steps: one grouped allreduce after backward instead of per-gradient hooks")
     args = parser.parse_args()
 
     hvd.init()
@@ -130,13 +142,19 @@ def main():
                   % (epoch, mean_loss, accuracy, time.perf_counter() - start), flush=True)
 
     if args.bench:
+        plain = None
+        if args.no_overlap:  # a copy without DistributedOptimizer's hooks
+            copy = make_model(args.hidden)
+            copy.load_state_dict(model.state_dict())
+            model, plain = copy, torch.optim.SGD(copy.parameters(), lr=args.lr, momentum=0.9)
         step_times, sync_times = [], []
         order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(12345))
         for i in range(args.bench):
             b = (i * args.batch_size) % (len(order) - args.batch_size)
             mine = my_slice(order[b:b + args.batch_size], rank, size)
             t0 = time.perf_counter()
-            _, sync = train_step(model, optimizer, x_train[mine], y_train[mine], args.batch_size)
+            _, sync = train_step(model, optimizer, x_train[mine], y_train[mine], args.batch_size,
+                                 plain)
             step_times.append(time.perf_counter() - t0)
             sync_times.append(sync)
         # the slowest rank sets the pace: report rank medians' maximum
@@ -144,8 +162,9 @@ def main():
                                              dtype=torch.float64))
         if rank == 0:
             worst = medians.max(0).values
-            print("bench: %d steps on %d rank(s): median step %.3f ms (of which optimizer.step %.3f ms)"
-                  % (args.bench, size, worst[0].item() * 1e3, worst[1].item() * 1e3), flush=True)
+            print("bench: %d steps on %d rank(s)%s: median step %.3f ms (of which waiting for gradients %.3f ms)"
+                  % (args.bench, size, ", no overlap" if args.no_overlap else "", worst[0].item() * 1e3,
+                     worst[1].item() * 1e3), flush=True)
 
     hvd.shutdown()
     if accuracy < args.min_accuracy:

@@ -183,6 +183,18 @@ FX_FN void fx_threads_settle(void) {
   pthread_t t;
   if (pthread_create(&t, NULL, fx_nothing, NULL) == 0) pthread_join(t, NULL);
 }
+/* Threads after a finalize that joined its threads: a joined thread's task
+ * can stay listed in /proc for a moment after pthread_join returns, so look
+ * again for up to half a second before reporting more than want. */
+FX_FN int fx_count_threads_after(int want) {
+  int n = fx_count_threads();
+  for (int i = 0; i < 50 && n > want; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    n = fx_count_threads();
+  }
+  return n;
+}
 
 /* Processes whose parent is this process (live or zombie). */
 FX_FN int fx_count_children(void) {
