@@ -387,6 +387,7 @@ void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
     snprintf(st->s[st->n++], cap, "%s_CROSS_SIZE=%d", pre[p], ncross);
   }
   snprintf(st->s[st->n++], cap, "WEFT_ADDR=%s", j->addr);
+  if (rank == 0 && !r->remote && j->listen_fd >= 0) snprintf(st->s[st->n++], cap, "WEFT_LISTEN_FD=%d", WF_RUN_LISTEN_FD);
   snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
   snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
   /* the status channel: a pipe locally; stderr (relayed by weftrun) remotely */
@@ -445,10 +446,10 @@ static int random_hex(char *out, size_t nbytes) {
   return 0;
 }
 
-/* A port that is free now on ip (INADDR_ANY if NULL): rank 0 will listen
- * there. Another process could take it in between; rank 0 then fails to
- * listen and the job stops. */
-static int free_port(const char *ip, unsigned *port) {
+/* A listening socket on a free port of ip (INADDR_ANY if NULL), at an fd
+ * >= 10, close-on-exec: rank 0 inherits it (WEFT_LISTEN_FD), so no other
+ * process can take the port between weftrun's choice and rank 0's start. */
+static int free_port(const char *ip, unsigned *port, int *lfd) {
   int rc = -1;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) goto out;
@@ -459,8 +460,15 @@ static int free_port(const char *ip, unsigned *port) {
     goto out;
   }
   socklen_t len = sizeof sa;
+  /* as rank 0's own listeners: its accepted connections' TIME_WAIT must not
+   * keep a later weft_init (same port) from binding */
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) goto out;
   if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) goto out;
   if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0) goto out;
+  if (listen(fd, 128) != 0) goto out;
+  *lfd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (*lfd < 0) goto out;
   *port = ntohs(sa.sin_port);
   rc = 0;
 out:
@@ -525,7 +533,7 @@ static int choose_addr(struct wf_run_job *j) {
       return -1;
     }
     /* binding the address also proves it is this machine's */
-    if (free_port(ip, &port) != 0) {
+    if (free_port(ip, &port, &j->listen_fd) != 0) {
       fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s%s\n", ip, strerror(errno),
               all_local || o->iface ? "" : " (use --network-interface)");
       return -1;
@@ -612,6 +620,7 @@ int main(int argc, char **argv) {
   j.devnull = -1;
   j.sigfd = -1;
   j.link_r = j.link_w = -1;
+  j.listen_fd = -1;
   j.pending = -1;
   j.decide_at = WF_NO_DEADLINE;
   j.exitfd = epoll_create1(EPOLL_CLOEXEC); /* -1: ranks are reaped in index order */
@@ -697,6 +706,10 @@ int main(int argc, char **argv) {
               wf_run_host_of(&j, i), j.ranks[i].remote ? " (through the remote shell)" : "");
     if (j.ranks[i].exec_errno) break; /* its exit stops the job; start no more */
   }
+  if (j.listen_fd >= 0) { /* rank 0 has its copy (or never started) */
+    close(j.listen_fd);
+    j.listen_fd = -1;
+  }
   rc = wf_run_supervise(&j);
 
 out:
@@ -706,6 +719,7 @@ out:
   if (j.devnull >= 0) close(j.devnull);
   if (j.link_r >= 0) close(j.link_r);
   if (j.link_w >= 0) close(j.link_w);
+  if (j.listen_fd >= 0) close(j.listen_fd);
   free(j.ranks);
   free(o.env);
   free(o.fwd);

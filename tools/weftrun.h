@@ -15,6 +15,9 @@
 
 /* Local ranks get their status channel (the write end of a pipe) here. */
 #define WF_RUN_LINK_FD 4
+/* rank 0 (when local) inherits its rendezvous listener here (WEFT_LISTEN_FD):
+ * the port weftrun chose cannot be taken by another process in between */
+#define WF_RUN_LISTEN_FD 5
 
 /* weftrun's own exit codes (a failed job exits with its rank's code). */
 #define WF_RUN_EXIT_SETUP 1    /* weftrun itself could not set the job up */
@@ -89,6 +92,7 @@ struct wf_run_job {
   int64_t timeout_at;          /* --timeout deadline, or WF_NO_DEADLINE */
   int64_t signal_at;           /* when the first stop signal came, 0 if none */
   int link_r, link_w;          /* status channel of local ranks (pipe; -1 if none) */
+  int listen_fd;               /* rank 0's listener when rank 0 is local (-1: none) */
   char link_buf[4096];         /* partial line read from link_r */
   size_t link_len;
   int signalled;               /* weftrun sent the ranks a signal */

@@ -72,7 +72,7 @@ static void append(char *buf, size_t cap, size_t *len, const char *s) {
  * calls here, no stdio or malloc. */
 static void __attribute__((noreturn))
 child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t parent, char **envp, int in_r,
-      char **rsh) {
+      char **rsh, int rank0) {
   (void)setpgid(0, 0);
   /* Die with weftrun even if it is SIGKILLed. If weftrun died before prctl,
    * our parent is already someone else and nobody would stop us. */
@@ -91,6 +91,10 @@ child(const struct wf_run_job *j, int out_w, int err_w, int status_w, pid_t pare
   if (!rsh && j->link_w >= 0) {
     if (dup2(j->link_w, WF_RUN_LINK_FD) < 0) _exit(WF_RUN_EXIT_SETUP);
     last = WF_RUN_LINK_FD;
+  }
+  if (!rsh && rank0 && j->listen_fd >= 0) { /* at fd >= 10 too: nothing above clobbered it */
+    if (dup2(j->listen_fd, WF_RUN_LISTEN_FD) < 0) _exit(WF_RUN_EXIT_SETUP);
+    last = WF_RUN_LISTEN_FD;
   }
   if (close_range((unsigned)last + 1, ~0U, 0) != 0)
     for (int fd = last + 1; fd < 65536; fd++) (void)close(fd);
@@ -183,7 +187,7 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) goto out;
-  if (pid == 0) child(j, out[1], err[1], st[1], parent, envp, in[0], rsh);
+  if (pid == 0) child(j, out[1], err[1], st[1], parent, envp, in[0], rsh, i == 0);
 
   /* the child does this too; whichever runs first wins the race with exec */
   (void)setpgid(pid, pid);

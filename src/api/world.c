@@ -1,10 +1,13 @@
 /* world.c - weft_init / weft_finalize, the configuration (explicit fields,
  * then the environment, then defaults), ranks and sizes, abort. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "api/launcher_link.h"
@@ -16,6 +19,33 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/params.h"
+
+/* weftrun hands rank 0 its rendezvous listener (WEFT_LISTEN_FD), so the port
+ * it chose cannot be taken in between. Used once (a later weft_init binds
+ * again), and only if it really is a listening TCP socket on WEFT_ADDR's port. */
+static void inherited_listener(const char *addr, int *have, int *fd) {
+  const char *v = getenv("WEFT_LISTEN_FD");
+  if (!v || !*v) return;
+  char *end;
+  long n = strtol(v, &end, 10);
+  unsetenv("WEFT_LISTEN_FD");
+  const char *colon = addr ? strrchr(addr, ':') : NULL;
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  int acc = 0;
+  socklen_t alen = sizeof acc;
+  if (*end || n < 3 || n > 65535 || !colon ||
+      getsockopt((int)n, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0 || !acc ||
+      getsockname((int)n, (struct sockaddr *)&sa, &len) != 0 || sa.sin_family != AF_INET ||
+      ntohs(sa.sin_port) != (unsigned)atoi(colon + 1)) {
+    WF_WARN(WF_SUB_INIT, "WEFT_LISTEN_FD=%s is not a listener on %s: ignored", v, addr ? addr : "(no WEFT_ADDR)");
+    return;
+  }
+  int fl = fcntl((int)n, F_GETFL);
+  if (fl < 0 || fcntl((int)n, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl((int)n, F_SETFD, FD_CLOEXEC) != 0) return;
+  *have = 1;
+  *fd = (int)n;
+}
 
 /* First set integer among env names (NULL-terminated list), or dflt. */
 static int env_int(const char *const *names, int dflt, const char **which) {
@@ -181,6 +211,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
         .handshake_timeout = wf_param_double("WEFT_HANDSHAKE_TIMEOUT"),
     };
+    if (!mpic && rank == 0) inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
     char mpi_addr[64];
     if (mpic) { /* [mpi] rank 0 listens on a free port; address and secret come by broadcast */
       int lfd = -1;

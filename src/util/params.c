@@ -19,6 +19,7 @@ static const wf_param g_params[] = {
     {"WEFT_SECRET_FILE", NULL, WF_PARAM_STRING, "", "file holding the job secret"},
     {"WEFT_JOB_ID", NULL, WF_PARAM_STRING, "", "job identifier mixed into the handshake (weftrun sets it)"},
     {"WEFT_HOSTNAME", "HOROVOD_HOSTNAME", WF_PARAM_STRING, "", "host name reported to peers (default: gethostname)"},
+    {"WEFT_LISTEN_FD", NULL, WF_PARAM_STRING, "", "set by weftrun for rank 0: an inherited socket already listening on WEFT_ADDR's port"},
     {"WEFT_BIND_ADDR", NULL, WF_PARAM_STRING, "", "address data listeners bind to (default: the one used to reach rank 0)"},
     {"WEFT_LAUNCHER_FD", NULL, WF_PARAM_STRING, "", "set by weftrun: descriptor on which a failing rank names the rank that caused its failure"},
     {"WEFT_LAUNCHER_TAG", NULL, WF_PARAM_STRING, "", "set by weftrun: the job's tag on that descriptor's lines"},

@@ -180,8 +180,15 @@ static void *fx_nothing(void *arg) { return arg; }
  * so that helper exists before the baseline is taken. */
 FX_FN int fx_count_threads(void) { return fx_count_dir("/proc/self/task"); }
 FX_FN void fx_threads_settle(void) {
+  int before = fx_count_threads();
   pthread_t t;
   if (pthread_create(&t, NULL, fx_nothing, NULL) == 0) pthread_join(t, NULL);
+  /* the joined thread may stay listed for a moment: wait for it to leave
+   * (a sanitizer's helper thread stays: then this gives up after 0.5 s) */
+  for (int i = 0; i < 50 && fx_count_threads() > before; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 /* Threads after a finalize that joined its threads: a joined thread's task
  * can stay listed in /proc for a moment after pthread_join returns, so look

@@ -121,9 +121,12 @@ case_child_setup() {
   rc=$?
   expect_rc 0
   for r in 0 1; do
-    # ls sees 0 1 2, the directory it opened (3) and the status channel
-    # to weftrun (4, WEFT_LAUNCHER_FD): nothing else
-    [ "$(grep "^\[$r\] " "$T/out" | sort | tr '\n' ' ')" = "[$r] 0 [$r] 1 [$r] 2 [$r] 3 [$r] 4 " ] ||
+    # ls sees 0 1 2, the directory it opened (3), the status channel to
+    # weftrun (4, WEFT_LAUNCHER_FD) and, on rank 0, its rendezvous listener
+    # (5, WEFT_LISTEN_FD): nothing else
+    want="[$r] 0 [$r] 1 [$r] 2 [$r] 3 [$r] 4 "
+    [ $r = 0 ] && want="$want[$r] 5 "
+    [ "$(grep "^\[$r\] " "$T/out" | sort | tr '\n' ' ')" = "$want" ] ||
       fail "rank $r has unexpected fds: $(grep "^\[$r\] " "$T/out" | tr '\n' ' ')"
   done
   wr -np 2 bash -c 'echo "$WEFT_LAUNCHER_FD $WEFT_LAUNCHER_TAG $WEFT_JOB_ID $(readlink /proc/self/fd/4)"'
