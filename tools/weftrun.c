@@ -449,7 +449,7 @@ static int random_hex(char *out, size_t nbytes) {
 /* A listening socket on a free port of ip (INADDR_ANY if NULL), at an fd
  * >= 10, close-on-exec: rank 0 inherits it (WEFT_LISTEN_FD), so no other
  * process can take the port between weftrun's choice and rank 0's start. */
-static int free_port(const char *ip, unsigned *port, int *lfd) {
+static int rank0_listener(const char *ip, unsigned *port, int *lfd) {
   int rc = -1;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) goto out;
@@ -533,7 +533,7 @@ static int choose_addr(struct wf_run_job *j) {
       return -1;
     }
     /* binding the address also proves it is this machine's */
-    if (free_port(ip, &port, &j->listen_fd) != 0) {
+    if (rank0_listener(ip, &port, &j->listen_fd) != 0) {
       fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s%s\n", ip, strerror(errno),
               all_local || o->iface ? "" : " (use --network-interface)");
       return -1;

@@ -1,8 +1,8 @@
 /* topo_info.c - the internal topology view of a live world (topo_info.h),
  * for weft-info --topology. Everything read here is set before the engine
  * thread starts and never changed while the world lives: the peer table,
- * the shared-memory transport handle and the world group's topology (the
- * first group state). */
+ * the shared-memory transport handle and the world group's topology
+ * (w->world_gs: not w->gs, which the engine reallocates as groups come). */
 #include "api/topo_info.h"
 
 #include <stdlib.h>
@@ -15,10 +15,9 @@
 weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
   memset(v, 0, sizeof *v);
   if (!w || w->magic != WF_WORLD_MAGIC) return wf_err(WEFT_ERR_MISUSE, "topology view: not a live world handle");
-  if (w->ngs < 1 || w->gs[0]->group != &w->world_group)
-    return wf_err(WEFT_ERR_INTERNAL, "topology view: the world group is not registered");
+  if (!w->world_gs) return wf_err(WEFT_ERR_INTERNAL, "topology view: the world group is not registered");
   int n = w->size;
-  const wf_topo *t = &w->gs[0]->topo;
+  const wf_topo *t = &w->world_gs->topo;
   v->rank = w->rank;
   v->size = n;
   v->nhosts = t->nhosts;

@@ -979,6 +979,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   WF_CHECK(wf_mux_start_mpi(&w->mux, w->rank, w->size, w, on_mpi_error)); /* [mpi] WEFT_TRANSPORT=mpi */
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
+  w->world_gs = w->gs[0];
   cache_attach(w, &w->world_group);
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");

@@ -171,6 +171,7 @@ struct weft_world {
   wf_mux mux;                /* data: shm for local peers, else tcp */
   wf_transport *tr;          /* &mux.base */
   wf_gstate **gs;            /* groups this rank is a member of; gs[0]: the world */
+  wf_gstate *world_gs;       /* gs[0], set before the engine starts: stable while the engine may grow gs */
   int ngs;
   wf_inbox *in_head, *in_tail;
   wf_inbox *orphans;         /* requests for a group not registered here yet */

@@ -355,6 +355,55 @@ static inline size_t layout(const size_t *counts, size_t *displs, int p, int gap
   return off;
 }
 
+/* Checks an allgather simulated on p ranks and frees its buffers: every
+ * rank's output holds each rank's block (orig[j]) at displs[j] and nothing
+ * in the gaps (0xCD), inputs (when not aliased into out) are unchanged, no
+ * guard byte was touched. */
+static inline void sim_check_allgather(void **in, void **out, void **orig, const size_t *counts, const size_t *displs,
+                                   int p, size_t es, size_t total, int alias) {
+  for (int i = 0; i < p; i++) {
+    gb_check(out[i], total * es, "out", i);
+    CHECK(!memcmp(out[i], out[0], total * es), "rank %d's output differs from rank 0's", i);
+    if (!alias) {
+      gb_check(in[i], counts[i] * es, "in", i);
+      CHECK(!memcmp(in[i], orig[i], counts[i] * es), "rank %d's input changed", i);
+    }
+  }
+  size_t pos = 0;
+  for (int j = 0; j < p; j++) {
+    for (; pos < displs[j] * es; pos++) CHECK(((unsigned char *)out[0])[pos] == 0xCD, "gap byte %zu written", pos);
+    CHECK(!memcmp((char *)out[0] + pos, orig[j], counts[j] * es), "block of rank %d is wrong", j);
+    pos += counts[j] * es;
+  }
+  for (int i = 0; i < p; i++) {
+    if (!alias) gb_free(in[i]);
+    gb_free(out[i]);
+    gb_free(orig[i]);
+  }
+}
+
+/* After a simulated allreduce: every rank's buf holds the same bytes and no
+ * guard byte was touched; frees every buffer but rank 0's, which is returned. */
+static inline void *same_results_keep0(void **buf, int p, size_t bytes) {
+  for (int i = 0; i < p; i++) {
+    gb_check(buf[i], bytes, "buf", i);
+    CHECK(!memcmp(buf[i], buf[0], bytes), "rank %d's result differs from rank 0's", i);
+  }
+  for (int i = 1; i < p; i++) gb_free(buf[i]);
+  return buf[0];
+}
+
+/* The algorithm the registry picks for a (a schedule is built and freed). */
+static inline const char *chosen_algo(wf_coll_args *a) {
+  wf_sched s;
+  wf_sched_init(&s, a->dtype, a->op);
+  const char *chosen = NULL;
+  weft_status st = wf_algo_build(a, NULL, &s, &chosen);
+  CHECK(st == WEFT_OK, "wf_algo_build -> %s (%s)", weft_status_string(st), wf_err_msg());
+  wf_sched_free(&s);
+  return chosen;
+}
+
 /* The tests have one thread, so TSan can find nothing in them that the
  * plain and ASan runs miss; its ~100 MB/s on large buffers would only cost
  * time, so they run fewer large cases under it. */

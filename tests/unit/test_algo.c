@@ -171,25 +171,7 @@ static void run_allgather(int p, size_t es, int pat, int alias) {
     if (!alias) add_region(&R[i], in[i], n, 0);
   }
   simulate(R, p, es);
-  for (int i = 0; i < p; i++) {
-    gb_check(out[i], total * es, "out", i);
-    CHECK(!memcmp(out[i], out[0], total * es), "rank %d's output differs from rank 0's", i);
-    if (!alias) {
-      gb_check(in[i], counts[i] * es, "in", i);
-      CHECK(!memcmp(in[i], orig[i], counts[i] * es), "rank %d's input changed", i);
-    }
-  }
-  size_t pos = 0;
-  for (int j = 0; j < p; j++) {
-    for (; pos < displs[j] * es; pos++) CHECK(((unsigned char *)out[0])[pos] == 0xCD, "gap byte %zu written", pos);
-    CHECK(!memcmp((char *)out[0] + pos, orig[j], counts[j] * es), "block of rank %d is wrong", j);
-    pos += counts[j] * es;
-  }
-  for (int i = 0; i < p; i++) {
-    if (!alias) gb_free(in[i]);
-    gb_free(out[i]);
-    gb_free(orig[i]);
-  }
+  sim_check_allgather(in, out, orig, counts, displs, p, es, total, alias);
   free_scheds(R, p);
 }
 

@@ -405,16 +405,6 @@ static void test_moves(int p, size_t base, int order) {
 }
 
 /* ------------------------------------------------------------ registry */
-static const char *chosen_for(wf_coll_args *a) {
-  wf_sched s;
-  wf_sched_init(&s, a->dtype, a->op);
-  const char *chosen = NULL;
-  weft_status st = wf_algo_build(a, NULL, &s, &chosen);
-  CHECK(st == WEFT_OK, "wf_algo_build -> %s (%s)", weft_status_string(st), wf_err_msg());
-  wf_sched_free(&s);
-  return chosen;
-}
-
 static void test_registry(void) {
   snprintf(g_ctx, sizeof g_ctx, "registry");
   size_t big = (size_t)1 << 20;
@@ -424,37 +414,37 @@ static void test_registry(void) {
   wf_coll_args a = args_of(WF_COLL_ALLREDUCE, &f32, 1, 4);
   a.buf = buf;
   a.count = 65536; /* 256 KiB: the threshold of 4 ranks */
-  CHECK(!strcmp(chosen_for(&a), "cma"), "256 KiB allreduce on one host: not cma");
+  CHECK(!strcmp(chosen_algo(&a), "cma"), "256 KiB allreduce on one host: not cma");
   a.count = 65535;
-  CHECK(!strcmp(chosen_for(&a), "direct"), "small allreduce: not direct");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "small allreduce: not direct");
   a.size = 2;
-  CHECK(!strcmp(chosen_for(&a), "direct"), "256 KiB allreduce on 2 ranks: not direct");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "256 KiB allreduce on 2 ranks: not direct");
   a.count = (size_t)1 << 19; /* 2 MiB: the threshold of 2 ranks */
-  CHECK(!strcmp(chosen_for(&a), "cma"), "2 MiB allreduce on 2 ranks: not cma");
+  CHECK(!strcmp(chosen_algo(&a), "cma"), "2 MiB allreduce on 2 ranks: not cma");
   a.count = big;
   wf_topo off = g_topo, two = g_topo;
   off.cma = 0;
   two.nhosts = 2;
   a.topo = &off;
-  CHECK(!strcmp(chosen_for(&a), "direct"), "allreduce with CMA off: not direct");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "allreduce with CMA off: not direct");
   a.topo = &two;
-  CHECK(strcmp(chosen_for(&a), "cma"), "allreduce across hosts: cma");
+  CHECK(strcmp(chosen_algo(&a), "cma"), "allreduce across hosts: cma");
   a.topo = NULL;
-  CHECK(!strcmp(chosen_for(&a), "direct"), "allreduce without topology: not direct");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "allreduce without topology: not direct");
   a.size = 1;
   a.rank = 0;
   a.topo = &g_topo;
-  CHECK(!strcmp(chosen_for(&a), "direct"), "allreduce of one rank: claimed");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "allreduce of one rank: claimed");
   /* never by cost: a small broadcast stays on tree */
   wf_coll_args b = args_of(WF_COLL_BROADCAST, &f32, 0, 3);
   b.buf = buf;
   b.count = 100;
-  CHECK(!strcmp(chosen_for(&b), "tree"), "small broadcast: %s, not tree", chosen_for(&b));
+  CHECK(!strcmp(chosen_algo(&b), "tree"), "small broadcast: %s, not tree", chosen_algo(&b));
   b.count = 16384;
-  CHECK(!strcmp(chosen_for(&b), "cma"), "64 KiB broadcast on 3 ranks: not cma");
+  CHECK(!strcmp(chosen_algo(&b), "cma"), "64 KiB broadcast on 3 ranks: not cma");
   b.size = 2;
   b.count = big;
-  CHECK(strcmp(chosen_for(&b), "cma"), "broadcast on 2 ranks: cma");
+  CHECK(strcmp(chosen_algo(&b), "cma"), "broadcast on 2 ranks: cma");
   free(buf);
 }
 

@@ -154,13 +154,8 @@ static void *sim_allreduce(const char *algo, const layout_t *L, const dtop *d, s
           bytes);
   }
   simulate(R, p, d->es);
-  for (int i = 0; i < p; i++) {
-    gb_check(buf[i], bytes, "buf", i);
-    CHECK(!memcmp(buf[i], buf[0], bytes), "rank %d's result differs from rank 0's", i);
-  }
-  for (int i = 1; i < p; i++) gb_free(buf[i]);
   free_scheds(R, p);
-  return buf[0];
+  return same_results_keep0(buf, p, bytes);
 }
 
 static void check_allreduce(const layout_t *L, const dtop *d, size_t count, size_t seg, uint64_t seed) {
@@ -237,25 +232,7 @@ static void check_allgather(const layout_t *L, size_t es, int pat, int alias) {
   for (int i = 0; i < p; i++) cross += cross_bytes(R, i, L);
   CHECK(cross == (size_t)(L->H - 1) * data, "%zu bytes cross hosts, want (H-1) x %zu", cross, data);
   simulate(R, p, es);
-  for (int i = 0; i < p; i++) {
-    gb_check(out[i], total * es, "out", i);
-    CHECK(!memcmp(out[i], out[0], total * es), "rank %d's output differs from rank 0's", i);
-    if (!alias) {
-      gb_check(in[i], counts[i] * es, "in", i);
-      CHECK(!memcmp(in[i], orig[i], counts[i] * es), "rank %d's input changed", i);
-    }
-  }
-  size_t pos = 0;
-  for (int j = 0; j < p; j++) {
-    for (; pos < displs[j] * es; pos++) CHECK(((unsigned char *)out[0])[pos] == 0xCD, "gap byte %zu written", pos);
-    CHECK(!memcmp((char *)out[0] + pos, orig[j], counts[j] * es), "block of rank %d is wrong", j);
-    pos += counts[j] * es;
-  }
-  for (int i = 0; i < p; i++) {
-    if (!alias) gb_free(in[i]);
-    gb_free(out[i]);
-    gb_free(orig[i]);
-  }
+  sim_check_allgather(in, out, orig, counts, displs, p, es, total, alias);
   free_scheds(R, p);
 }
 
@@ -296,16 +273,6 @@ static void check_broadcast(const layout_t *L, int root, size_t es, size_t count
 }
 
 /* ------------------------------------------------------------ choice */
-static const char *choose(wf_coll_args *a) {
-  wf_sched s;
-  wf_sched_init(&s, a->dtype, a->op);
-  const char *chosen = NULL;
-  weft_status st = wf_algo_build(a, NULL, &s, &chosen);
-  CHECK(st == WEFT_OK, "wf_algo_build -> %s (%s)", weft_status_string(st), wf_err_msg());
-  wf_sched_free(&s);
-  return chosen;
-}
-
 static void test_choice(void) {
   snprintf(g_ctx, sizeof g_ctx, "automatic choice");
   static float buf[64];
@@ -324,23 +291,23 @@ static void test_choice(void) {
       wf_coll_args ar = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM,
                          .elem_size = 4, .rank = 1, .size = 4, .buf = buf, .count = 8,
                          .segment_bytes = 1 << 20, .topo = t};
-      const char *c = choose(&ar);
+      const char *c = chosen_algo(&ar);
       CHECK(!strcmp(c, claim ? "hier" : "direct"), "allreduce mode %s topo %d: chose %s", modes[mi] ? modes[mi] : "unset",
             ti, c);
       ar.count = (size_t)1 << 24; /* any size (never touched): a tensor's bits must not depend on it */
-      CHECK(!strcmp(choose(&ar), claim ? "hier" : "direct"), "allreduce: choice depends on the size");
+      CHECK(!strcmp(chosen_algo(&ar), claim ? "hier" : "direct"), "allreduce: choice depends on the size");
       wf_coll_args ag = {.coll = WF_COLL_ALLGATHER, .dtype = WEFT_DTYPE_FLOAT32, .elem_size = 4, .rank = 2,
                          .size = 4, .in = buf + 4, .out = buf, .counts = counts, .displs = displs, .topo = t};
-      c = choose(&ag);
+      c = chosen_algo(&ag);
       CHECK(!strcmp(c, claim ? "hier" : "ring"), "allgather mode %d topo %d: chose %s", mode, ti, c);
       wf_coll_args bc = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_FLOAT32, .elem_size = 4, .rank = 3, .size = 4,
                          .buf = buf, .count = 8, .root = 1, .segment_bytes = 1 << 20, .topo = t};
-      c = choose(&bc);
+      c = chosen_algo(&bc);
       CHECK(!strcmp(c, claim ? "hier" : "tree"), "broadcast mode %d topo %d: chose %s", mode, ti, c);
       wf_coll_args rs = {.coll = WF_COLL_REDUCESCATTER, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM,
                          .elem_size = 4, .rank = 0, .size = 4, .in = buf, .out = buf + 32, .counts = counts,
                          .displs = displs, .segment_bytes = 1 << 20, .topo = t};
-      CHECK(!strcmp(choose(&rs), "direct"), "reducescatter is not hierarchical");
+      CHECK(!strcmp(chosen_algo(&rs), "direct"), "reducescatter is not hierarchical");
     }
   }
   unsetenv("WEFT_HIERARCHICAL");
@@ -356,7 +323,7 @@ static void test_choice(void) {
   wf_sched_free(&R[0].s);
   a.topo = &tbad;
   fprintf(stderr, "test_algo_hier: a warning (hier declines an inconsistent topology) is expected next\n");
-  CHECK(!strcmp(choose(&a), "direct"), "an inconsistent topology was not declined");
+  CHECK(!strcmp(chosen_algo(&a), "direct"), "an inconsistent topology was not declined");
   wf_sched s;
   wf_sched_init(&s, a.dtype, a.op);
   const char *chosen = NULL;
