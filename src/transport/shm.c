@@ -70,6 +70,7 @@ struct wf_shm {
   size_t map_size;
   wf_shm_bell *bell; /* ours */
   size_t slot_bytes, nslots, stride;
+  size_t board_off, board_bytes, stage_off, stage_bytes; /* extra regions (shm_seg.h) */
   copy_fn nt_copy; /* streaming copy into large receive buffers, or NULL */
   _Atomic int interrupt;
   tx *tx_free; /* recycled queue entries: no malloc per message */
@@ -467,6 +468,19 @@ int wf_shm_is_local(const wf_shm *s, int world_rank) {
   return s && world_rank >= 0 && world_rank < s->size && world_rank != s->rank && s->lidx[world_rank] >= 0;
 }
 
+void *wf_shm_board(const wf_shm *s, size_t *bytes) {
+  *bytes = s && s->map ? s->board_bytes : 0;
+  return *bytes ? s->map + s->board_off : NULL;
+}
+
+void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes) {
+  *bytes = s && s->map && li >= 0 && li < s->nlocal ? s->stage_bytes : 0;
+  return *bytes ? s->map + s->stage_off + s->stage_bytes * (size_t)li : NULL;
+}
+
+int wf_shm_local_index(const wf_shm *s) { return s->me; }
+int wf_shm_nlocal(const wf_shm *s) { return s->nlocal; }
+
 static const wf_transport_ops shm_ops = {
     .name = "shm",
     .send = shm_send,
@@ -536,6 +550,10 @@ weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out) {
   s->slot_bytes = l.slot_bytes;
   s->nslots = l.nslots;
   s->stride = l.stride;
+  s->board_off = l.board_off;
+  s->board_bytes = l.board_bytes;
+  s->stage_off = l.stage_off;
+  s->stage_bytes = l.stage_bytes;
   s->bell = (wf_shm_bell *)(map + l.bells_off) + s->me;
   for (int i = 0; i < s->nlocal; i++) {
     if (i == s->me) continue;

@@ -54,6 +54,10 @@ typedef struct wf_shm_cfg {
    * defaults (64 KiB x 16, shrunk when many local ranks would make the
    * segment large). The lowest local rank's values are used by all. */
   size_t slot_bytes, nslots;
+  /* Extra regions, zero-filled at creation, the lowest local rank's sizes
+   * used by all: one board of board_bytes (engine/board.c) and one staging
+   * region of stage_bytes per local rank (0 = none). */
+  size_t board_bytes, stage_bytes;
   int copy_mode; /* WF_SHM_COPY_* */
   /* Called (engine thread, from send/recv/progress) when a peer breaks the
    * protocol (length or tag mismatch, malformed slot): st is
@@ -103,6 +107,16 @@ int wf_shm_progress(wf_shm *s);
  * path of a send has no syscall. Returns at once when there is no local
  * peer (nlocal == 1). Engine thread only. */
 void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
+
+/* The segment's extra regions as mapped in this process (NULL, *bytes = 0
+ * when the segment has none): the board, and the staging region of local
+ * index li (0 <= li < nlocal, ascending world rank). Any thread. */
+void *wf_shm_board(const wf_shm *s, size_t *bytes);
+void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes);
+
+/* Local index of this rank and number of local ranks. */
+int wf_shm_local_index(const wf_shm *s);
+int wf_shm_nlocal(const wf_shm *s);
 
 /* Makes a wf_shm_wait in progress (or the next one) return at once. Any
  * thread; async-signal-safe. For the engine's own wake-ups (new

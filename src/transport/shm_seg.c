@@ -22,7 +22,7 @@
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
-#define SEG_VERSION 1
+#define SEG_VERSION 2
 #define PAGE 4096u
 #define DEF_SLOT_BYTES (64u << 10)
 #define DEF_NSLOTS 16u
@@ -46,8 +46,9 @@ typedef struct setup_msg {
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Fills l from the geometry; 0 if the sizes overflow. */
-static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, wf_shm_layout *l) {
-  size_t pairs = (size_t)nlocal * (size_t)(nlocal - 1), ring, rings;
+static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t board_bytes, size_t stage_bytes,
+                       wf_shm_layout *l) {
+  size_t pairs = (size_t)nlocal * (size_t)(nlocal - 1), ring, rings, stages, end;
   l->slot_bytes = round_up(slot_bytes, 64);
   l->nslots = nslots;
   l->stride = WF_SHM_SLOT_HDR + l->slot_bytes;
@@ -55,7 +56,15 @@ static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, wf_shm_layo
   l->ring_bytes = round_up(sizeof(wf_shm_ring) + ring, PAGE);
   l->bells_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * (size_t)nlocal, PAGE);
   l->rings_off = l->bells_off + round_up(sizeof(wf_shm_bell) * (size_t)nlocal, PAGE);
-  if (__builtin_mul_overflow(l->ring_bytes, pairs, &rings) || __builtin_add_overflow(rings, l->rings_off, &l->size))
+  if (__builtin_mul_overflow(l->ring_bytes, pairs, &rings) || __builtin_add_overflow(rings, l->rings_off, &end))
+    return 0;
+  if (board_bytes > SIZE_MAX / 4 || stage_bytes > SIZE_MAX / 4) return 0;
+  l->board_bytes = round_up(board_bytes, PAGE);
+  l->stage_bytes = round_up(stage_bytes, PAGE);
+  l->board_off = end;
+  l->stage_off = end + l->board_bytes;
+  if (__builtin_mul_overflow(l->stage_bytes, (size_t)nlocal, &stages) ||
+      __builtin_add_overflow(l->stage_off, stages, &l->size))
     return 0;
   return 1;
 }
@@ -67,11 +76,11 @@ static int auto_layout(const wf_shm_cfg *cfg, wf_shm_layout *l) {
   size_t slot = cfg->slot_bytes ? cfg->slot_bytes : DEF_SLOT_BYTES;
   size_t n = cfg->nslots ? (cfg->nslots < 2 ? 2 : cfg->nslots) : DEF_NSLOTS;
   if (slot > UINT32_MAX - 64) slot = UINT32_MAX - 64;
-  if (!make_layout(cfg->nlocal, slot, n, l)) return 0;
+  if (!make_layout(cfg->nlocal, slot, n, cfg->board_bytes, cfg->stage_bytes, l)) return 0;
   while (l->size > AUTO_MAX_BYTES && ((!cfg->nslots && n > 4) || (!cfg->slot_bytes && slot > 8192))) {
     if (!cfg->nslots && n > 4) n /= 2;
     else slot /= 2;
-    if (!make_layout(cfg->nlocal, slot, n, l)) return 0;
+    if (!make_layout(cfg->nlocal, slot, n, cfg->board_bytes, cfg->stage_bytes, l)) return 0;
   }
   return 1;
 }
@@ -157,6 +166,8 @@ static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_sh
   h->slot_bytes = l->slot_bytes;
   h->nslots = l->nslots;
   h->ring_bytes = l->ring_bytes;
+  h->board_bytes = l->board_bytes;
+  h->stage_bytes = l->stage_bytes;
   h->size = l->size;
   for (int i = 0; i < cfg->nlocal; i++) h->ranks[i] = cfg->local_ranks[i];
   h->magic = SEG_MAGIC; /* peers map only after READY, sent after this */
@@ -189,7 +200,7 @@ static weft_status seg_attach(const char *name, size_t size, const wf_shm_cfg *c
   const wf_shm_seg_hdr *h = m;
   int ok = h->magic == SEG_MAGIC && h->version == SEG_VERSION && h->nlocal == (uint32_t)cfg->nlocal &&
            h->size == size && h->nslots >= 2 && h->slot_bytes >= 64 && h->slot_bytes <= UINT32_MAX &&
-           make_layout(cfg->nlocal, h->slot_bytes, h->nslots, l) && l->size == size;
+           make_layout(cfg->nlocal, h->slot_bytes, h->nslots, h->board_bytes, h->stage_bytes, l) && l->size == size;
   for (int i = 0; ok && i < cfg->nlocal; i++) ok = h->ranks[i] == cfg->local_ranks[i];
   if (!ok) {
     munmap(m, size);

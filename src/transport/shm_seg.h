@@ -8,6 +8,8 @@
  *   rings    nlocal*(nlocal-1) rings; ring (i->j) of local indices i != j at
  *            index i*(nlocal-1) + (j < i ? j : j-1); each: head line, tail
  *            line, then nslots slots of a 64-byte header + slot_bytes payload.
+ *   board    board_bytes for the one-host negotiation board (engine/board.c)
+ *   stages   nlocal staging regions of stage_bytes each, local index order
  * head counts slots published by the producer, tail slots released by the
  * consumer (both only grow; slot k lives at k % nslots). Each sits alone on
  * 128 bytes: the adjacent-line prefetcher pulls 64-byte lines in pairs. */
@@ -27,6 +29,7 @@ typedef struct wf_shm_seg_hdr {
   uint64_t magic;
   uint32_t version, nlocal;
   uint64_t slot_bytes, nslots, ring_bytes, size;
+  uint64_t board_bytes, stage_bytes; /* the creator's choice: every mapper uses these */
   int32_t ranks[]; /* nlocal world ranks */
 } wf_shm_seg_hdr;
 
@@ -51,6 +54,8 @@ typedef struct wf_shm_layout {
   size_t stride;             /* bytes from one slot to the next */
   size_t ring_bytes;         /* bytes of one ring (control lines + slots) */
   size_t bells_off, rings_off, size;
+  size_t board_off, board_bytes; /* the board region (page multiple, may be 0) */
+  size_t stage_off, stage_bytes; /* nlocal staging regions of stage_bytes each (page multiple, may be 0) */
 } wf_shm_layout;
 
 /* The ring from local index `from` to local index `to` (from != to). */
