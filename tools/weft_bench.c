@@ -66,6 +66,7 @@ typedef struct bench {
   size_t esize;
   slot *slots;
   weft_request **reqs;
+  char (*names)[96]; /* the tensors' names for the current size: formatted once, not in the timed loop */
   uint64_t wrong;  /* wrong elements seen by this rank for the current size */
   int reported;    /* mismatches printed for the current size */
   uint64_t seq;    /* iteration counter: makes every iteration's pattern distinct */
@@ -384,15 +385,13 @@ static weft_status submit(bench *b, const geom *gm, int k, const char *name, wef
 static int run_iter(bench *b, const geom *gm, double *elapsed) {
   uint64_t it = b->seq++;
   int K = b->a.tensors, rc = 0, n = 0;
-  char name[96];
   if (b->a.check)
     for (int k = 0; k < K; k++) fill(b, gm, k, it);
   double t0 = now_s();
   for (; n < K; n++) {
-    snprintf(name, sizeof name, "bench.%s.%zu.%d", k_op_names[b->a.op], gm->bytes, n);
-    weft_status st = submit(b, gm, n, name, &b->reqs[n]);
+    weft_status st = submit(b, gm, n, b->names[n], &b->reqs[n]);
     if (st < 0) {
-      rc = fail(b, "submitting %s: %s: %s", name, weft_status_string(st), weft_last_error());
+      rc = fail(b, "submitting %s: %s: %s", b->names[n], weft_status_string(st), weft_last_error());
       goto out;
     }
   }
@@ -449,6 +448,8 @@ static int run_size(bench *b, const geom *gm, double *bw_sum) {
   int iters = b->a.iters;
   b->wrong = 0;
   b->reported = 0;
+  for (int k = 0; k < b->a.tensors; k++)
+    snprintf(b->names[k], sizeof b->names[k], "bench.%s.%zu.%d", k_op_names[b->a.op], gm->bytes, k);
   snprintf(name, sizeof name, "bench.barrier.%s.%zu", k_op_names[b->a.op], gm->bytes);
   if (barrier(b, name)) return -1;
   for (int w = 0; w < b->a.warmup; w++) {
@@ -664,7 +665,8 @@ static int alloc_slots(bench *b) {
                  (b->a.op == OP_ALLREDUCE && b->a.out_of_place);
   b->slots = calloc((size_t)b->a.tensors, sizeof *b->slots);
   b->reqs = calloc((size_t)b->a.tensors, sizeof *b->reqs);
-  if (!b->slots || !b->reqs) return -1;
+  b->names = calloc((size_t)b->a.tensors, sizeof *b->names);
+  if (!b->slots || !b->reqs || !b->names) return -1;
   for (int k = 0; k < b->a.tensors; k++) {
     slot *s = &b->slots[k];
     /* at least one byte so a NULL from malloc(0) is never mistaken for failure */
@@ -756,5 +758,6 @@ out:
     }
   free(b.slots);
   free(b.reqs);
+  free(b.names);
   return rc;
 }

@@ -236,3 +236,90 @@ def test_many_threads_wait_on_one_request():
         t.join()
     assert not errors and len(results) == 4
     assert all(v == 1000 * sum(k + 1.0 for k in range(n)) for v in results)
+
+
+def _rows(dim0, n, k):
+    """Rows of dim 0 rank k of n receives from a reducescatter."""
+    return dim0 // n + (1 if k < dim0 % n else 0)
+
+
+def test_grouped_allgather():
+    """One request for several allgathers (mixed dtypes, shapes and per-rank
+    row counts, one of them empty on rank 0), each against the rank-ordered
+    concatenation of every rank's input."""
+    r, n = ranks()
+
+    def inputs(k):
+        return [np.full((k + 1, 2), k, np.int32),
+                np.arange(k + 2, dtype=np.float64) * (k + 1),
+                np.ones((k, 3), np.float32) * k,  # no rows on rank 0
+                np.array([k * 10, k * 10 + 1], np.int64)]
+    req = weft.grouped_allgather_async(inputs(r), name="gag")
+    assert isinstance(req, weft.Request) and req.name == "grouped_allgather.gag"
+    got = req.synchronize()
+    assert len(got) == 4
+    for i, g in enumerate(got):
+        expect = np.concatenate([inputs(k)[i] for k in range(n)])
+        assert g.dtype == expect.dtype and g.shape == expect.shape, (i, g.shape, expect.shape)
+        np.testing.assert_array_equal(g, expect)
+    assert weft.grouped_allgather([]) == []
+    # unnamed, twice (numbered in call order on every rank), blocking form
+    for it in range(2):
+        a, = weft.grouped_allgather([np.array([r + it])])
+        np.testing.assert_array_equal(a, np.arange(n) + it)
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_grouped_reducescatter(op):
+    """One request for several reducescatters (uneven rows, other dims,
+    dtypes), with scales, each against this rank's slice of the reduction
+    computed here."""
+    r, n = ranks()
+    shapes = [(2 * n + 1, 2), (n,), (3 * n + 2, 1, 2)]
+    dtypes = [np.float64, np.int64, np.float32]
+
+    def inputs(k):
+        return [((np.arange(int(np.prod(s))) % 5 + 1) * (k + 1)).astype(d).reshape(s) for s, d in zip(shapes, dtypes)]
+    got = weft.grouped_reducescatter(inputs(r), op=op, name="grs." + op, prescale=2.0, postscale=0.5)
+    assert len(got) == len(shapes)
+    for i, g in enumerate(got):
+        stacked = np.stack([inputs(k)[i].astype(np.float64) * 2.0 for k in range(n)])
+        total = (stacked.sum(axis=0) if op == "sum" else stacked.max(axis=0)) * 0.5
+        start = sum(_rows(shapes[i][0], n, k) for k in range(r))
+        expect = total[start:start + _rows(shapes[i][0], n, r)]
+        assert g.dtype == np.dtype(dtypes[i]) and g.shape == expect.shape, (i, g.shape, expect.shape)
+        np.testing.assert_allclose(g.astype(np.float64), expect)
+    assert weft.grouped_reducescatter([]) == []
+
+
+def test_grouped_mismatch_then_ok():
+    """A shape that differs on the last rank fails the whole group on every
+    rank with WeftError naming the tensor; the next group works."""
+    r, n = ranks()
+    if n < 2:
+        pytest.skip("needs two ranks")
+    cols = 3 if r == n - 1 else 2
+    with pytest.raises(weft.WeftError, match=r"grouped_allgather\.gbad\.1"):
+        weft.grouped_allgather([np.ones((1, 2)), np.ones((1, cols))], name="gbad")
+    with pytest.raises(weft.WeftError, match=r"grouped_reducescatter\.gbad\.0"):
+        weft.grouped_reducescatter([np.ones((n, cols)), np.ones(n)], name="gbad")
+    a, b = weft.grouped_reducescatter([np.ones((n, 2)), np.arange(n, dtype=np.float64)], name="gok")
+    np.testing.assert_array_equal(a, np.full((1, 2), n))
+    np.testing.assert_array_equal(b, [r * n])
+
+
+def test_grouped_in_a_group():
+    """Grouped allgather/reducescatter inside a process set (the first and last
+    rank)."""
+    r, n = ranks()
+    members = sorted({0, n - 1})
+    if r not in members:
+        return
+    g = weft.Group(members)
+    try:
+        a, = weft.grouped_allgather([np.array([r, r])], name="gg", group=g)
+        np.testing.assert_array_equal(a, np.repeat(members, 2))
+        s, = weft.grouped_reducescatter([np.ones((len(members), 2)) * (r + 1)], name="gg", group=g)
+        np.testing.assert_array_equal(s, np.full((1, 2), sum(k + 1 for k in members)))
+    finally:
+        g.destroy()

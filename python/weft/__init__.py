@@ -138,6 +138,25 @@ def allgather(x, name=None, group=None):
     return allgather_async(x, name, group=group).synchronize()
 
 
+def grouped_allgather_async(xs, name=None, priority=0, group=None):
+    """Starts one allgather of several arrays, enqueued atomically and fused
+    (array i is named '<name>.<i>'); synchronize() gives the list of results."""
+    arrays = [_array(x) for x in xs]
+    if not arrays:
+        return GroupRequest([])
+    h = _weft.grouped_allgather(op_name("grouped_allgather", name, group), arrays, int(priority), None, group)
+    np = _np()
+
+    def finish(h):
+        return [np.frombuffer(b, dtype=a.dtype).reshape(s) for a, b, s in zip(arrays, h.output, h.shape)]
+    return Request(h, finish)
+
+
+def grouped_allgather(xs, name=None, group=None):
+    """allgather of each array of a list, as one fused operation."""
+    return grouped_allgather_async(xs, name, group=group).synchronize()
+
+
 # ---------------------------------------------------------------- broadcast
 def broadcast_async_(x, root, name=None, priority=0, group=None):
     _writable(x, "broadcast_")
@@ -202,6 +221,32 @@ def reducescatter(x, op=SUM, name=None, prescale=1.0, postscale=1.0, group=None)
     return reducescatter_async(x, op, name, prescale, postscale, group=group).synchronize()
 
 
+def grouped_reducescatter_async(xs, op=SUM, name=None, prescale=1.0, postscale=1.0, priority=0, group=None):
+    """Starts one reducescatter of several arrays, enqueued atomically and
+    fused (array i is named '<name>.<i>'); synchronize() gives the list of
+    this rank's slices."""
+    arrays = [_array(x) for x in xs]
+    if not arrays:
+        return GroupRequest([])
+    np = _np()
+    n, r = (size(), rank()) if group is None else (group.size(), group.rank())
+    # 0-d arrays get no output here: the library sizes it (the ranks reject them anyway)
+    outs = [np.empty((reducescatter_rows(a.shape[0], n, r),) + a.shape[1:], dtype=a.dtype) if a.ndim > 0 else None
+            for a in arrays]
+    h = _weft.grouped_reducescatter(op_name("grouped_reducescatter", name, group), arrays, outs, _op(op),
+                                    float(prescale), float(postscale), int(priority), None, group)
+
+    def finish(h):
+        return [o if o is not None else np.frombuffer(h.output[i], dtype=a.dtype).reshape(h.shape[i])
+                for i, (a, o) in enumerate(zip(arrays, outs))]
+    return Request(h, finish)
+
+
+def grouped_reducescatter(xs, op=SUM, name=None, prescale=1.0, postscale=1.0, group=None):
+    """reducescatter of each array of a list, as one fused operation."""
+    return grouped_reducescatter_async(xs, op, name, prescale, postscale, group=group).synchronize()
+
+
 # ---------------------------------------------------------------- barrier, join, timeline, failures
 def barrier_async(name=None, group=None):
     # always named here: weft numbers unnamed barriers per world, not per group
@@ -253,4 +298,6 @@ __all__ = ["WeftError", "HorovodInternalError", "Request", "init", "shutdown", "
            "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "allgather", "allgather_async",
            "broadcast", "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
            "reducescatter", "reducescatter_async", "barrier", "barrier_async", "abort", "async_error", "Group",
-           "grouped_allreduce", "grouped_allreduce_async", "join", "join_async", "start_timeline", "stop_timeline"]
+           "grouped_allreduce", "grouped_allreduce_async", "grouped_allgather", "grouped_allgather_async",
+           "grouped_reducescatter", "grouped_reducescatter_async", "join", "join_async", "start_timeline",
+           "stop_timeline"]

@@ -448,6 +448,98 @@ static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *
   return submitted(op, st, req, name);
 }
 
+/* Grouped allgather and reducescatter: n tensors, one request. Outputs
+ * whose size only the negotiation reveals (every allgather output; a
+ * reducescatter output given as None) come from wpy_output_alloc and are
+ * collected per tensor at completion (the Handle's output and shape are then
+ * lists). */
+static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObject *ins, PyObject *outs, int rop,
+                               double pre, double post, int prio, PyObject *keep, PyObject *group) {
+  weft_group *g = op_group(group);
+  if (!g) return NULL;
+  char what[96];
+  PyObject *in_seq = PySequence_Fast(ins, "inputs must be a sequence of tensors");
+  PyObject *out_seq = in_seq && outs && outs != Py_None ? PySequence_Fast(outs, "outputs must be a sequence") : NULL;
+  wpy_op *op = in_seq && (!outs || outs == Py_None || out_seq) ? op_new(kind, keep) : NULL;
+  int n = 0;
+  if (op) {
+    n = (int)PySequence_Fast_GET_SIZE(in_seq);
+    op->n = n;
+    op->grouped = 1;
+    op->lib_alloc = 1;
+    op->ins = PyMem_Calloc(n ? (size_t)n : 1, sizeof *op->ins);
+    op->outs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *op->outs);
+    if (!op->ins || !op->outs) {
+      PyErr_NoMemory();
+    } else if (out_seq && PySequence_Fast_GET_SIZE(out_seq) != n) {
+      PyErr_Format(PyExc_ValueError, "%s('%s'): %d inputs but %zd outputs", fn, name, n,
+                   PySequence_Fast_GET_SIZE(out_seq));
+    } else {
+      snprintf(what, sizeof what, "%s input", fn);
+      if (parse_tensors(in_seq, n, 0, what, op->ins) == 0 && out_seq) {
+        snprintf(what, sizeof what, "%s output", fn);
+        for (int i = 0; i < n; i++) {
+          PyObject *o = PySequence_Fast_GET_ITEM(out_seq, i);
+          if (o != Py_None && parse_tensor(o, 1, what, &op->outs[i]) < 0) break;
+        }
+      }
+    }
+  }
+  Py_XDECREF(in_seq);
+  Py_XDECREF(out_seq);
+  if (!op || PyErr_Occurred()) {
+    wpy_op_free(op);
+    return NULL;
+  }
+  weft_tensor *tin = PyMem_Calloc(n ? (size_t)n : 1, sizeof *tin);
+  weft_tensor *tout = PyMem_Calloc(n ? (size_t)n : 1, sizeof *tout);
+  if (!tin || !tout) {
+    PyMem_Free(tin);
+    PyMem_Free(tout);
+    wpy_op_free(op);
+    return PyErr_NoMemory();
+  }
+  for (int i = 0; i < n; i++) {
+    tin[i] = op->ins[i].t;
+    tout[i] = op->outs[i].t; /* data NULL: the library allocates it */
+  }
+  weft_op_options o;
+  options(&o, pre, post, prio);
+  o.alloc = wpy_output_alloc;
+  weft_request *req = NULL;
+  weft_status st = kind == WPY_ALLGATHER
+                       ? weft_grouped_allgather(g, name, n, tin, &o, &req)
+                       : weft_grouped_reducescatter(g, name, n, tin, tout, (weft_reduce_op)rop, &o, &req);
+  PyMem_Free(tin); /* descriptors are copied at submission */
+  PyMem_Free(tout);
+  return submitted(op, st, req, name);
+}
+
+static PyObject *py_grouped_allgather(PyObject *self, PyObject *args, PyObject *kw) {
+  (void)self;
+  static char *kwlist[] = {"name", "inputs", "priority", "keep", "group", NULL};
+  const char *name;
+  PyObject *ins, *keep = NULL, *group = NULL;
+  int prio = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOO:grouped_allgather", kwlist, &name, &ins, &prio, &keep, &group))
+    return NULL;
+  return grouped_sized(WPY_ALLGATHER, "grouped_allgather", name, ins, NULL, WEFT_OP_SUM, 1.0, 1.0, prio, keep, group);
+}
+
+static PyObject *py_grouped_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
+  (void)self;
+  static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
+                           NULL};
+  const char *name;
+  PyObject *ins, *outs = Py_None, *keep = NULL, *group = NULL;
+  int rop = WEFT_OP_SUM, prio = 0;
+  double pre = 1.0, post = 1.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOO:grouped_reducescatter", kwlist, &name, &ins, &outs, &rop,
+                                   &pre, &post, &prio, &keep, &group))
+    return NULL;
+  return grouped_sized(WPY_REDUCESCATTER, "grouped_reducescatter", name, ins, outs, rop, pre, post, prio, keep, group);
+}
+
 /* ------------------------------------------------------------------ world */
 static PyObject *py_init(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
@@ -594,6 +686,13 @@ static PyMethodDef methods[] = {
     {"grouped_allreduce", KW py_grouped_allreduce, METH_VARARGS | METH_KEYWORDS,
      "grouped_allreduce(name, inputs, outputs, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None,\n"
      "group=None) -> one Handle for all (tensor i is named '<name>.<i>')"},
+    {"grouped_allgather", KW py_grouped_allgather, METH_VARARGS | METH_KEYWORDS,
+     "grouped_allgather(name, inputs, priority=0, keep=None, group=None) -> one Handle for all (tensor i is\n"
+     "named '<name>.<i>'); its output and shape are lists, one entry per tensor"},
+    {"grouped_reducescatter", KW py_grouped_reducescatter, METH_VARARGS | METH_KEYWORDS,
+     "grouped_reducescatter(name, inputs, outputs=None, op=SUM, prescale=1.0, postscale=1.0, priority=0,\n"
+     "keep=None, group=None) -> one Handle for all; outputs: a tensor or None (library-allocated: then in the\n"
+     "Handle's output and shape lists) per input"},
     {"timeline_start", KW wpy_timeline_start, METH_VARARGS | METH_KEYWORDS,
      "timeline_start(path, mark_cycles=False): write a Chrome-trace timeline ('%r' in path: one per rank)"},
     {"timeline_stop", wpy_timeline_stop, METH_NOARGS, "timeline_stop(): finish the timeline file"},

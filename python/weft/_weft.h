@@ -37,8 +37,9 @@ typedef struct wpy_op {
   int kind;
   int lib_alloc;        /* outputs come from wpy_output_alloc (allgather, alltoall) */
   wpy_tensor in, out;
-  wpy_tensor *ins, *outs; /* grouped allreduce: n inputs and outputs */
+  wpy_tensor *ins, *outs; /* grouped ops: n inputs and outputs (an output without data: library-allocated) */
   int n;
+  int grouped;          /* a weft_grouped_* request: outputs per tensor (weft_request_output_at) */
   PyObject *keep;       /* objects kept alive until completion, or NULL */
   struct wpy_op *next;  /* orphan list link */
 } wpy_op;

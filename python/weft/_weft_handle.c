@@ -76,8 +76,21 @@ static void release_tensors(wpy_op *op) {
   }
 }
 
+/* Frees the library-allocated outputs of a completed grouped op that no
+ * Buffer adopted (those whose output tensor had no data). */
+static void free_grouped_outputs(wpy_op *op) {
+  for (int i = 0; i < op->n; i++) {
+    weft_tensor o;
+    if (!op->outs[i].t.data && weft_request_output_at(op->req, i, &o) != WEFT_ERR_MISUSE) free(o.data);
+  }
+}
+
 void wpy_op_free(wpy_op *op) {
   if (!op) return;
+  if (op->grouped && op->lib_alloc && op->req && op->outs && weft_test(op->req) != WEFT_IN_PROGRESS) {
+    free_grouped_outputs(op);
+    op->lib_alloc = 0;
+  }
   release_tensors(op);
   PyMem_Free(op->ins);
   PyMem_Free(op->outs);
@@ -210,6 +223,46 @@ static int collect_outputs(wpy_handle *h) {
   return 0;
 }
 
+/* Grouped allgather / reducescatter: output and shape become lists, one
+ * entry per tensor: a Buffer and its shape for library-allocated outputs,
+ * None and the shape for outputs the caller gave. */
+static int collect_grouped(wpy_handle *h) {
+  wpy_op *op = h->op;
+  if (h->status != WEFT_OK) { /* nothing to hand out: free what the library allocated */
+    if (op->lib_alloc) free_grouped_outputs(op);
+    op->lib_alloc = 0;
+    return 0;
+  }
+  op->lib_alloc = 0; /* ours now: adopted below, or freed on failure */
+  int rc = 0;
+  h->output = PyList_New(op->n);
+  h->shape = PyList_New(op->n);
+  for (int i = 0; i < op->n; i++) {
+    weft_tensor o;
+    weft_request_output_at(op->req, i, &o);
+    int mine = !op->outs[i].t.data;
+    PyObject *buf = NULL, *shape = NULL;
+    if (rc == 0 && h->output && h->shape) {
+      buf = mine ? buffer_adopt(o.data, (Py_ssize_t)tensor_bytes(&o)) : (Py_INCREF(Py_None), Py_None);
+      shape = shape_tuple(&o);
+    }
+    if (buf) {
+      PyList_SET_ITEM(h->output, i, buf);
+    } else {
+      if (mine) free(o.data);
+      rc = -1;
+    }
+    if (shape) PyList_SET_ITEM(h->shape, i, shape);
+    else rc = -1;
+  }
+  if (rc < 0) { /* no half-filled lists reach Python */
+    Py_CLEAR(h->output);
+    Py_CLEAR(h->shape);
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+  }
+  return rc;
+}
+
 /* Frees the request once completion is recorded and no thread waits on it. */
 static void maybe_release(wpy_handle *h) {
   if (h->op && h->status != WEFT_IN_PROGRESS && h->waiters == 0) {
@@ -230,7 +283,11 @@ static int complete(wpy_handle *h, weft_status st) {
   int rc = h->error || st == WEFT_OK ? 0 : -1;
   int library_sized = op->kind == WPY_ALLGATHER || op->kind == WPY_ALLTOALL ||
                       (op->kind == WPY_REDUCESCATTER && !op->out.t.data);
-  if (library_sized && collect_outputs(h) < 0) rc = -1;
+  if (op->grouped) {
+    if (collect_grouped(h) < 0) rc = -1;
+  } else if (library_sized && collect_outputs(h) < 0) {
+    rc = -1;
+  }
   if (op->kind == WPY_JOIN && st == WEFT_OK) {
     int last = -1;
     weft_request_last_joined(op->req, &last);
@@ -395,8 +452,10 @@ static PyGetSetDef handle_getset[] = {
     {"done", handle_done, NULL, "True once completion has been observed (poll or wait)", NULL},
     {"status", handle_status, NULL, "weft status code (1 = in progress, 0 = ok, < 0 = error)", NULL},
     {"error", handle_error, NULL, "the error message, or None", NULL},
-    {"output", handle_output, NULL, "Buffer holding a library-sized output (allgather, alltoall), or None", NULL},
-    {"shape", handle_shape, NULL, "shape of that output, or None", NULL},
+    {"output", handle_output, NULL,
+     "Buffer holding a library-sized output (allgather, alltoall), or None; grouped allgather/reducescatter: a "
+     "list, one Buffer (or None: the caller's output) per tensor", NULL},
+    {"shape", handle_shape, NULL, "shape of that output, or None; grouped: a list of shapes", NULL},
     {"recv_splits", handle_splits, NULL, "alltoall: rows received from each rank, or None", NULL},
     {"last_joined", handle_last_joined, NULL, "join: the group rank that joined last, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -26,6 +26,8 @@ typedef struct wf_topo {
   const int *pid_of;   /* group rank -> process id (meaningful on this host) */
   int cma;             /* 1: this rank may read every same-host member's memory
                           with process_vm_readv (cross-memory attach) */
+  struct wf_stage *stage; /* the host's shm staging regions (algo/shm_stage.h): set
+                             on the world group only, when all its ranks are local */
 } wf_topo;
 
 /* Arguments of one collective on one rank, after negotiation. All counts are

@@ -40,6 +40,10 @@ extern const wf_algo wf_algo_reducescatter_cma;
 extern const wf_algo wf_algo_allreduce_hier;
 extern const wf_algo wf_algo_allgather_hier;
 extern const wf_algo wf_algo_broadcast_hier;
+extern const wf_algo wf_algo_allreduce_shm;
+extern const wf_algo wf_algo_reducescatter_shm;
+extern const wf_algo wf_algo_allgather_shm;
+extern const wf_algo wf_algo_broadcast_shm;
 
 static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
@@ -47,7 +51,8 @@ static const wf_algo *const g_table[] = {
     &wf_algo_alltoall_pairwise,   &wf_algo_reducescatter_direct, &wf_algo_reducescatter_ring,
     &wf_algo_allreduce_hier,      &wf_algo_allgather_hier,      &wf_algo_broadcast_hier,
     &wf_algo_allreduce_cma,       &wf_algo_allgather_cma,       &wf_algo_broadcast_cma,
-    &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,
+    &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,   &wf_algo_allreduce_shm,
+    &wf_algo_reducescatter_shm,   &wf_algo_allgather_shm,       &wf_algo_broadcast_shm,
     NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }

@@ -3,12 +3,14 @@
  * marks the schedule (oom) and wf_sched_finish reports it once, so builders
  * stay straight-line code. Zero-sized steps are dropped here, which keeps the
  * rule "never a SEND/RECV of 0 bytes" true on both sides of every pair
- * whatever the builder does. Cross-memory steps run in sched_cma.c. */
+ * whatever the builder does. Cross-memory steps run in sched_cma.c, staged
+ * collectives in shm_stage.c. */
 #include "algo/sched.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/shm_stage.h"
 #include "reduce/reduce.h"
 
 #define WF_SCHED_ALIGN 64
@@ -21,6 +23,9 @@ void wf_sched_init(wf_sched *s, weft_dtype dtype, weft_reduce_op op) {
 
 void wf_sched_free(wf_sched *s) {
   if (!s) return;
+  /* a staged collective cut short tells its peers (they stop waiting for it) */
+  for (size_t i = 0; i < s->nsteps; i++)
+    if (s->steps[i].kind == WF_STEP_STAGE) wf_stage_release(s->steps[i].tmp);
   free(s->steps);
   free(s->round_end);
   free(s->mems);
@@ -175,6 +180,15 @@ void wf_sched_cma_fold(wf_sched *s, void *dst, const wf_mem *src, int nsrc, size
   st->chunk = chunk ? chunk : 1;
 }
 
+void wf_sched_stage(wf_sched *s, void *op) {
+  wf_sched_end_round(s);
+  wf_step *st = append(s);
+  if (!st) return;
+  st->kind = WF_STEP_STAGE;
+  st->tmp = op;
+  wf_sched_end_round(s);
+}
+
 void wf_sched_end_round(wf_sched *s) {
   if (s->oom || s->nsteps == round_start(s)) return;
   if (s->nrounds == s->rcap) {
@@ -203,6 +217,11 @@ weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
       case WF_STEP_CMA_FOLD: {
         weft_status rc = wf_sched_run_cma(s, st);
         if (rc != WEFT_OK) return rc;
+        break;
+      }
+      case WF_STEP_STAGE: {
+        weft_status rc = wf_stage_run(st->tmp);
+        if (rc != WEFT_OK) return rc; /* WEFT_IN_PROGRESS: waits for its peers */
         break;
       }
       case WF_STEP_REDUCE:

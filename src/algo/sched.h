@@ -21,7 +21,13 @@
  * data is ready when its address arrives; a peer does not finish, reusing
  * its buffer, before every reader sent "done"). Steps only ever write this
  * process's memory: a peer that gave up on a failed collective may reuse its
- * buffer at once, and reading it then is harmless, writing into it is not. */
+ * buffer at once, and reading it then is harmless, writing into it is not.
+ *
+ * A STAGE step (algo/shm_stage.h) runs a whole collective through the
+ * staging regions of the host's shared segment, synchronised by flags in
+ * shared memory instead of messages. It is resumable: running it returns
+ * WEFT_IN_PROGRESS while it waits for its peers, and the engine runs it again
+ * on its next loop. It is always alone in its round. */
 #ifndef WF_ALGO_SCHED_H
 #define WF_ALGO_SCHED_H
 #include <stddef.h>
@@ -36,7 +42,8 @@ typedef enum wf_step_kind {
   WF_STEP_COPY = 3,   /* memcpy(dst, src, bytes) (memmove if overlapping) */
   WF_STEP_SCALE = 4,  /* dst = src * factor, count elements (dst may equal src) */
   WF_STEP_CMA_READ = 5, /* dst <- bytes of operand mems[mem0] (a peer's memory) */
-  WF_STEP_CMA_FOLD = 6  /* see wf_sched_cma_fold */
+  WF_STEP_CMA_FOLD = 6, /* see wf_sched_cma_fold */
+  WF_STEP_STAGE = 7     /* a whole collective through the shm staging regions (algo/shm_stage.h) */
 } wf_step_kind;
 
 /* An operand of a CMA step: local memory (peer < 0: local + off) or a
@@ -59,7 +66,7 @@ typedef struct wf_step {
   double factor;     /* SCALE */
   size_t mem0;       /* CMA: first operand in the schedule's mems */
   uint32_t nsrc;     /* CMA_FOLD: sources mems[mem0 .. mem0 + nsrc) */
-  void *tmp;         /* CMA_FOLD: scratch of 2 x chunk elements */
+  void *tmp;         /* CMA_FOLD: scratch of 2 x chunk elements; STAGE: its wf_stage_op */
   size_t chunk;      /* CMA_FOLD: elements per chunk */
 } wf_step;
 
@@ -101,6 +108,9 @@ void wf_sched_cma_read(wf_sched *s, void *dst, wf_mem from, size_t bytes);
  * source is local or a peer's. dst may be one of the local sources. tmp
  * holds 2 x chunk elements. */
 void wf_sched_cma_fold(wf_sched *s, void *dst, const wf_mem *src, int nsrc, size_t count, void *tmp, size_t chunk);
+/* A STAGE step (op: a struct wf_stage_op in the schedule's scratch, see
+ * algo/shm_stage.h) in a round of its own. */
+void wf_sched_stage(wf_sched *s, void *op);
 /* Closes the current round; the next append starts a new one. Closing an
  * empty round does nothing. */
 void wf_sched_end_round(wf_sched *s);
@@ -109,8 +119,9 @@ void wf_sched_end_round(wf_sched *s);
 weft_status wf_sched_finish(wf_sched *s);
 
 /* Runs the local steps [first, last) of a schedule (engine and tests).
- * WEFT_OK, or an error (a CMA transfer failed: the message names the peer
- * and the cause). */
+ * WEFT_OK, WEFT_IN_PROGRESS (a STAGE step waits for its peers: run the same
+ * steps again later), or an error (a CMA transfer failed, a staging peer
+ * gave up: the message names the peer and the cause). */
 weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last);
 /* Runs one CMA step (sched_cma.c). */
 weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/fast.h"
 #include "util/err.h"
 #include "util/time.h"
 
@@ -78,8 +79,18 @@ static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, 
   r->msg.prescale = o ? o->prescale : 1.0;
   r->msg.postscale = o ? o->postscale : 1.0;
   r->msg.priority = o ? o->priority : 0;
-  snprintf(r->msg.name, sizeof r->msg.name, "%s", name);
-  snprintf(r->key, sizeof r->key, "%u/%s", g->id, name);
+  /* no snprintf: this runs once per tensor (names are checked: 1..WF_NAME_MAX bytes) */
+  size_t len = strlen(name);
+  memcpy(r->msg.name, name, len);
+  r->msg.name[len] = '\0';
+  char digits[10];
+  int nd = 0;
+  uint32_t id = g->id;
+  do digits[nd++] = (char)('0' + id % 10); while ((id /= 10) && nd < 10);
+  char *k = r->key; /* "<group id>/<name>" */
+  while (nd) *k++ = digits[--nd];
+  *k++ = '/';
+  memcpy(k, r->msg.name, len + 1); /* at most 10 + 1 + 255 + 1 bytes: fits */
   if (in) {
     r->in = *in;
     r->msg.dtype = (uint8_t)in->dtype;
@@ -98,20 +109,28 @@ static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, 
   return r;
 }
 
-/* Registers the name and enqueues; on failure frees r. */
+/* Registers the name and enqueues, under one lock; on failure frees r. */
 static weft_status submit(weft_request *r, weft_request **out) {
   weft_world *w = r->world;
+  int fast = wf_fast_wants(w, r); /* one-host fast path: register here, visit the board below */
   pthread_mutex_lock(&w->mu);
   weft_status st = WEFT_OK;
+  int rc = 0;
   if (w->fail_status != WEFT_OK) {
     st = wf_err(w->fail_status, "%s", w->fail_msg);
   } else if (w->stopping) {
     st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  } else if (wf_strmap_get(&w->inflight, r->key)) {
-    st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll), r->msg.name,
-                 w->rank);
-  } else if (wf_strmap_put(&w->inflight, r->key, r)) {
-    st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
+  } else if ((rc = wf_strmap_insert(&w->inflight, r->key, r, 1)) != 0) {
+    /* the key lives in r, which leaves the set before it is freed (completion) */
+    st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll),
+                          r->msg.name, w->rank)
+                : wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
+  } else if (!fast) {
+    /* the engine's queue, under the same lock (wf_engine_submit's work) */
+    r->next = NULL;
+    if (w->q_tail) w->q_tail->next = r;
+    else w->q_head = r;
+    w->q_tail = r;
   }
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
@@ -120,7 +139,8 @@ static weft_status submit(weft_request *r, weft_request **out) {
     return st;
   }
   *out = r;
-  wf_engine_submit(w, r);
+  if (!fast) wf_engine_wake(w);
+  else if (!wf_fast_submit(w, r)) wf_engine_submit(w, r);
   return WEFT_OK;
 }
 
@@ -291,9 +311,11 @@ weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tenso
 weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_barrier");
   char auto_name[64];
+  uint64_t nth = 0;
   if (!name) {
     pthread_mutex_lock(&g->world->mu);
-    snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)g->barrier_count++); /* per group */
+    nth = g->barrier_count++;
+    snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)nth); /* per group */
     pthread_mutex_unlock(&g->world->mu);
     name = auto_name;
   }
@@ -301,6 +323,7 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
   WF_CHECK(check_opts("weft_barrier", name, opt));
   weft_request *r = new_request(g, WF_COLL_BARRIER, name, NULL, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  if (name == auto_name) r->auto_barrier = nth + 1;
   return submit(r, req);
 }
 
@@ -333,12 +356,14 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
   pthread_mutex_lock(&w->mu);
   if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
   else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  for (int i = 0; st == WEFT_OK && i < n; i++)
-    if (wf_strmap_get(&w->inflight, kids[i]->key))
-      st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", fn, kids[i]->msg.name, w->rank);
   int put = 0;
-  for (; st == WEFT_OK && put < n; put++)
-    if (wf_strmap_put(&w->inflight, kids[put]->key, kids[put])) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  for (; st == WEFT_OK && put < n; put++) {
+    int rc = wf_strmap_insert(&w->inflight, kids[put]->key, kids[put], 1); /* key borrowed: see submit */
+    if (rc > 0)
+      st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", fn, kids[put]->msg.name, w->rank);
+    else if (rc < 0) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+    if (rc) break;
+  }
   if (st != WEFT_OK) {
     for (int i = 0; i < put; i++) wf_strmap_del(&w->inflight, kids[i]->key);
   } else {
@@ -359,6 +384,7 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
     free(parent);
     return st;
   }
+  for (int i = 0; i < n; i++) wf_fast_visit(w, kids[i]); /* keeps the one-host board's counts in step */
   wf_engine_wake(w);
   *req = parent;
   return WEFT_OK;

@@ -5,6 +5,8 @@
  * ready, an eventfd wake-up arrives (new submission, abort, stop) or the
  * nearest deadline passes. */
 #include "engine/engine.h"
+#include "engine/fast.h"
+#include "engine/stage.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -80,32 +82,44 @@ void wf_request_unref(weft_request *r) {
   free(r);
 }
 
-void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg) {
-  r->status = st;
-  if (st != WEFT_OK && msg) r->error = strdup(msg);
-  pthread_mutex_lock(&w->mu);
-  if (wf_strmap_get(&w->inflight, r->key) == r) wf_strmap_del(&w->inflight, r->key);
-  /* release: the result fields above become visible to a thread that reads
-   * state == DONE with acquire (weft_test / weft_wait) */
-  atomic_store_explicit(&r->state, WF_REQ_DONE, memory_order_release);
-  if (w->waiters) pthread_cond_broadcast(&w->done_cv); /* no futex syscall when nobody sleeps */
-  pthread_mutex_unlock(&w->mu);
+/* After publication: the callback, the engine's reference, and (grouped op)
+ * the parent, which completes with its last child carrying the first error. */
+static void complete_rest(weft_world *w, weft_request *r) {
+  weft_status st = r->status;
   if (r->callback) r->callback(r, st, r->user_data);
   weft_request *parent = r->parent;
-  wf_request_unref(r);
-  if (!parent) return;
-  /* grouped op: the user's request completes with its last child, carrying
-   * the first error */
-  if (st != WEFT_OK && parent->child_status == WEFT_OK) {
+  if (parent && st != WEFT_OK && parent->child_status == WEFT_OK) {
     parent->child_status = st;
-    parent->child_error = msg ? strdup(msg) : NULL;
+    parent->child_error = r->error ? strdup(r->error) : NULL;
   }
-  if (atomic_fetch_sub_explicit(&parent->remaining, 1, memory_order_acq_rel) == 1) {
+  wf_request_unref(r);
+  if (parent && atomic_fetch_sub_explicit(&parent->remaining, 1, memory_order_acq_rel) == 1) {
     char *m = parent->child_error;
     parent->child_error = NULL;
     wf_request_complete(w, parent, parent->child_status, m);
     free(m);
   }
+}
+
+void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
+  pthread_mutex_lock(&w->mu);
+  for (uint32_t i = 0; i < n; i++) {
+    wf_strmap_del_val(&w->inflight, rs[i]->key, rs[i]); /* one lookup; the key's own pointer: no strcmp */
+    /* release: the result fields become visible to a thread that reads
+     * state == DONE with acquire (weft_test / weft_wait) */
+    atomic_store_explicit(&rs[i]->state, WF_REQ_DONE, memory_order_release);
+  }
+  /* one wake-up for the whole batch (none when nobody sleeps): a woken
+   * waiter does not contend with the engine for the lock request by request */
+  if (w->waiters) pthread_cond_broadcast(&w->done_cv);
+  pthread_mutex_unlock(&w->mu);
+  for (uint32_t i = 0; i < n; i++) complete_rest(w, rs[i]);
+}
+
+void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg) {
+  r->status = st;
+  if (st != WEFT_OK && msg) r->error = strdup(msg);
+  wf_request_complete_many(w, &r, 1);
 }
 
 void wf_engine_submit(weft_world *w, weft_request *r) {
@@ -371,8 +385,11 @@ static void drain_submissions(weft_world *w) {
       wf_request_complete(w, r, WEFT_ERR_PEER_LOST, why);
       continue;
     }
-    if (wf_strmap_put(&gs->table, r->msg.name, r)) {
-      wf_request_complete(w, r, WEFT_ERR_NO_MEMORY, "out of memory in the tensor table");
+    /* the key is borrowed: r leaves the table before it completes (start_next, fail_all, peer_departed) */
+    int rc = wf_strmap_insert(&gs->table, r->msg.name, r, 1);
+    if (rc) { /* present: impossible while the in-flight set rejects duplicates */
+      wf_request_complete(w, r, rc < 0 ? WEFT_ERR_NO_MEMORY : WEFT_ERR_INTERNAL,
+                          rc < 0 ? "out of memory in the tensor table" : "the tensor table already holds this name");
       continue;
     }
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
@@ -543,8 +560,8 @@ static void on_cached(weft_world *w, int peer, const wf_cache_refs_msg *m) {
       wf_tcp_close(w->tcp, peer);
       break;
     }
-    const wf_request_msg *q = wf_coord_cached(gs->coord, gr, ref->id, ref->epoch);
-    if (!q) {
+    const char *name;
+    if (!wf_coord_add_cached(gs->coord, gr, ref->id, ref->epoch, &name)) {
       if (!stale && !(stale = malloc(sizeof *stale * m->count))) {
         wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory answering rank %d's cached requests", peer);
         break;
@@ -555,9 +572,8 @@ static void on_cached(weft_world *w, int peer, const wf_cache_refs_msg *m) {
     if (wf_tl_on(&w->tl)) {
       char what[32];
       snprintf(what, sizeof what, "rank %d ready", peer);
-      wf_tl_mark(&w->tl, q->name, what);
+      wf_tl_mark(&w->tl, name, what);
     }
-    wf_coord_add(gs->coord, gr, q);
   }
   if (nstale) {
     WF_DEBUG(WF_SUB_COORD, "response cache: %u of rank %d's cached requests name evicted entries: resend", nstale,
@@ -749,6 +765,7 @@ static void fail_all(weft_world *w) {
     }
   }
   wf_exec_abort(w, st, msg);
+  wf_fast_fail_all(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
@@ -796,6 +813,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
+  if (w->fast_next < d) d = w->fast_next;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
   return x < d ? x : d;
@@ -848,6 +866,8 @@ static weft_status start_shm(weft_world *w, int *fds) {
                       .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
                       .slot_bytes = (size_t)wf_param_int("WEFT_SHM_SLOT_BYTES"),
                       .nslots = (size_t)wf_param_int("WEFT_SHM_SLOTS"),
+                      .board_bytes = wf_fast_board_bytes(nlocal),
+                      .stage_bytes = wf_stage_bytes(nlocal), /* shm staging algorithms (stage.c) */
                       .copy_mode = !strcmp(wf_param_str("WEFT_SHM_COPY"), "memcpy") ? WF_SHM_COPY_MEMCPY
                                    : !strcmp(wf_param_str("WEFT_SHM_COPY"), "nt")   ? WF_SHM_COPY_NT
                                                                                     : WF_SHM_COPY_AUTO,
@@ -927,6 +947,9 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
+    if (w->fast_next <= now || atomic_exchange(&w->fast_kick, 0)) {
+      w->fast_next = wf_fast_scan(w, now);
+    }
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;
       wf_world_fail(w, w->later_st, "%s", w->later_msg);
@@ -972,6 +995,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   w->departed = calloc((size_t)w->size, sizeof *w->departed);
   if (!w->departed) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
   WF_CHECK(start_shm(w, fds));
+  wf_fast_start(w);
   WF_CHECK(wf_cma_agree(w, fds));
   wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = on_ctrl, .on_error = on_error};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
@@ -980,6 +1004,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
   w->world_gs = w->gs[0];
+  WF_CHECK(wf_stage_attach(w)); /* shm staging algorithms for the world group (stage.c) */
   cache_attach(w, &w->world_group);
   w->next_hb_check = wf_now_ns();
   int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
@@ -1025,6 +1050,7 @@ void wf_engine_stop(weft_world *w) {
     wf_requests_msg_free(&m->reqs);
     free(m);
   }
+  wf_stage_detach(w);
   for (int gi = 0; gi < w->ngs; gi++) cache_detach(w->gs[gi]);
   while (w->ngs > 0) wf_gs_remove(w, w->gs[w->ngs - 1]);
   free(w->gs);
@@ -1035,6 +1061,9 @@ void wf_engine_stop(weft_world *w) {
   w->new_groups = w->dead_groups = NULL;
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
+  wf_fast_stop(w);
+  free(w->fast);
+  w->fast = NULL;
   wf_shm_destroy(w->shm);
   w->shm = NULL;
   free(w->departed);

@@ -15,6 +15,7 @@
 
 #include "algo/algo.h"
 #include "algo/sched.h"
+#include "engine/board.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
 #include "transport/mux.h"
@@ -40,6 +41,7 @@ struct weft_group {
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
   uint64_t barrier_count; /* unnamed barriers so far (under world->mu) */
+  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (fast.c) */
   struct weft_group *next; /* registration / removal lists */
 };
 
@@ -81,6 +83,13 @@ struct weft_request {
   int result_ndim;
   int64_t *recv_splits;      /* alltoall: group size entries */
   int nrecv_splits;
+
+  /* one-host fast path (fast.c) */
+  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed */
+  int fast_n, fast_rank;     /* group size and rank at submission */
+  uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
+  wf_board_ticket fast_t;
+  int64_t fast_t0;           /* when it arrived */
 };
 
 /* The collective a group is executing (one at a time per group, in the
@@ -185,6 +194,18 @@ struct weft_world {
   weft_status later_st;
   char later_msg[1024];
   int64_t next_hb_check;
+
+  /* one-host fast path (fast.c) */
+  struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */
+  int fast_on;               /* WEFT_FAST on this rank */
+  int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
+  int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */
+  _Atomic int board_users, board_closing; /* caller threads inside the board; finalize under way */
+  weft_request **fast;       /* pending fast requests (under mu) */
+  int nfast, fast_cap, fast_lost;
+  _Atomic int fast_kick;     /* a request was added: scan soon */
+  _Atomic uint64_t fast_done, fast_diverted; /* requests completed on the board / handed to the engine after arriving */
+  int64_t fast_next;         /* engine thread: next scan */
 };
 
 /* Engine lifecycle (world.c calls these). */
@@ -212,6 +233,9 @@ void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) __
  * from the in-flight set, publishes, runs the callback, drops the engine's
  * reference. */
 void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg);
+/* Completes n requests (engine thread) whose status and error (malloc'd or
+ * NULL) are set: published under one lock with one broadcast, then as above. */
+void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n);
 /* Drops one reference; frees at zero. */
 void wf_request_unref(weft_request *r);
 

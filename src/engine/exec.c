@@ -68,8 +68,10 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
                "discarded";
       }
       wf_tl_end(&w->tl, many[i]->msg.name, sti == WEFT_OK ? NULL : msgi ? msgi : weft_status_string(sti));
-      wf_request_complete(w, many[i], sti, msgi);
+      many[i]->status = sti;
+      if (sti != WEFT_OK && msgi) many[i]->error = strdup(msgi);
     }
+    wf_request_complete_many(w, many, n); /* one lock, one wake-up for all */
     free(many);
   } else if (one) {
     wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
@@ -402,30 +404,9 @@ static const char *forced_algo(wf_coll c) {
   }
 }
 
-/* Integer average: an exact division of the (wrapped) sum, truncating
- * toward zero, instead of a trip through double that loses int64 bits. */
-#define DIV_LOOP(T)                                                            \
-  do {                                                                         \
-    T *p = buf;                                                                \
-    for (size_t i = 0; i < count; i++) p[i] = (T)(p[i] / (T)n);                \
-  } while (0)
-static int divide_int(weft_dtype t, void *buf, size_t count, int n) {
-  switch (t) {
-    case WEFT_DTYPE_UINT8: DIV_LOOP(uint8_t); return 1;
-    case WEFT_DTYPE_INT8: DIV_LOOP(int8_t); return 1;
-    case WEFT_DTYPE_UINT16: DIV_LOOP(uint16_t); return 1;
-    case WEFT_DTYPE_INT16: DIV_LOOP(int16_t); return 1;
-    case WEFT_DTYPE_INT32: DIV_LOOP(int32_t); return 1;
-    case WEFT_DTYPE_INT64: DIV_LOOP(int64_t); return 1;
-    default: return 0;
-  }
-}
-
 /* Applies average (1/n) and postscale to count elements at buf. */
 static void post_process(const wf_request_msg *m, void *buf, size_t count, int n) {
-  double f = m->postscale;
-  if (m->reduce_op == WEFT_OP_AVERAGE && !divide_int((weft_dtype)m->dtype, buf, count, n)) f /= n;
-  wf_scale((weft_dtype)m->dtype, buf, count, f);
+  wf_post_scale((weft_dtype)m->dtype, (weft_reduce_op)m->reduce_op, m->postscale, buf, count, n);
 }
 
 /* Output post-processing once the schedule has run. */
@@ -721,6 +702,7 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
     } else {
       /* The round's transfers are complete: run its local steps. */
       st = wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
+      if (st == WEFT_IN_PROGRESS) return; /* a staged step waits for its peers (algo/shm_stage.h): again next loop */
       if (st != WEFT_OK) {
         /* A cross-memory read failed: the peer died, or gave up on this
          * collective (and reused its buffer) because of a failure whose

@@ -55,7 +55,7 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
     host_of[i] = map[c];
     pid_of[i] = (int)p->pid;
   }
-  gs->topo = (wf_topo){nh, host_of, pid_of, cma};
+  gs->topo = (wf_topo){nh, host_of, pid_of, cma, NULL}; /* stage: engine/stage.c */
   return 0;
 }
 

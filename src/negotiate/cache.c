@@ -1,7 +1,8 @@
 /* cache.c - the response cache (protocol in cache.h): a fixed number of
  * slots (ids), a name index and a least-recently-assigned list, identical
  * on every member of a group because it changes only in response order;
- * plus the member side's record of the references it sent. */
+ * plus the member side's record of the references it sent (in the slot,
+ * so a hit costs one name lookup when sent and one when answered). */
 #include "negotiate/cache.h"
 
 #include <stdlib.h>
@@ -12,8 +13,9 @@
 #define NIL UINT32_MAX
 
 typedef struct slot {
-  char *name;        /* NULL: free (or its name could not be stored) */
+  char *name;        /* NULL: free (or its name could not be stored); the index's key */
   uint64_t epoch;    /* 0: never assigned */
+  uint64_t sent;     /* member: this epoch was named in a CACHED not yet answered (0: none) */
   void *payload;
   uint32_t prev, next; /* assignment order: head = newest */
 } slot;
@@ -23,7 +25,8 @@ struct wf_cache {
   uint64_t epoch;    /* assignments so far */
   slot *slots;
   uint32_t head, tail;
-  wf_strmap byname;  /* name -> slot index + 1 */
+  wf_strmap byname;  /* name -> slot index + 1 (key borrowed from the slot) */
+  wf_strmap aside;   /* member: name -> wf_cache_ref*, sent for a slot since reassigned */
   void (*free_payload)(void *);
 };
 
@@ -47,17 +50,21 @@ wf_cache *wf_cache_create(uint32_t capacity, void (*free_payload)(void *)) {
   c->head = c->tail = NIL;
   c->free_payload = free_payload;
   wf_strmap_init(&c->byname);
+  wf_strmap_init(&c->aside);
   return c;
 }
 
 void wf_cache_destroy(wf_cache *c) {
   if (!c) return;
+  wf_strmap_free(&c->byname); /* borrowed keys: before the names go */
   for (uint32_t i = 0; i < c->used; i++) {
     free(c->slots[i].name);
     if (c->slots[i].payload && c->free_payload) c->free_payload(c->slots[i].payload);
   }
+  for (size_t i = 0; i < c->aside.cap; i++)
+    if (c->aside.slots[i].key && !c->aside.slots[i].tomb) free(c->aside.slots[i].val);
+  wf_strmap_free(&c->aside);
   free(c->slots);
-  wf_strmap_free(&c->byname);
   free(c);
 }
 
@@ -85,11 +92,16 @@ static void push_front(wf_cache *c, uint32_t i) {
   if (c->tail == NIL) c->tail = i;
 }
 
-uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t *epoch) {
-  uint32_t id;
+/* name's slot index, or NIL. */
+static uint32_t find(const wf_cache *c, const char *name) {
   void *v = wf_strmap_get(&c->byname, name);
-  if (v) {
-    id = (uint32_t)((uintptr_t)v - 1);
+  return v ? (uint32_t)((uintptr_t)v - 1) : NIL;
+}
+
+/* The assignment for name, whose slot is id (NIL: not cached): see
+ * wf_cache_assign. */
+static uint32_t assign_at(wf_cache *c, uint32_t id, const char *name, void *payload, uint64_t *epoch) {
+  if (id != NIL) {
     unlink_slot(c, id);
   } else {
     if (c->used < c->cap) {
@@ -97,12 +109,23 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
     } else { /* evict the least recently assigned */
       id = c->tail;
       unlink_slot(c, id);
-      if (c->slots[id].name) wf_strmap_del(&c->byname, c->slots[id].name);
-      free(c->slots[id].name);
+      slot *old = &c->slots[id];
+      if (old->name) wf_strmap_del(&c->byname, old->name);
+      if (old->sent && old->name) {
+        /* a member's reference still pending: keep it for a RESEND, by name */
+        wf_cache_ref *rec = malloc(sizeof *rec);
+        if (rec) *rec = (wf_cache_ref){0, id, old->sent};
+        if (rec && wf_strmap_put(&c->aside, old->name, rec)) free(rec);
+        /* no memory: a RESEND for it finds nothing and the tensor times out
+         * at the coordinator, naming this rank */
+      }
+      old->sent = 0;
+      free(old->name);
+      old->name = NULL;
     }
     slot *s = &c->slots[id];
     s->name = strdup(name);
-    if (s->name && wf_strmap_put(&c->byname, name, (void *)(uintptr_t)(id + 1))) {
+    if (s->name && wf_strmap_insert(&c->byname, s->name, (void *)(uintptr_t)(id + 1), 1)) {
       free(s->name);
       /* no memory to index it: never found by name here, so this rank's ids
        * may now differ from other ranks'; epochs do not (one per assignment,
@@ -112,7 +135,7 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
     }
   }
   slot *s = &c->slots[id];
-  if (s->payload && c->free_payload) c->free_payload(s->payload);
+  if (s->payload && s->payload != payload && c->free_payload) c->free_payload(s->payload);
   s->payload = payload;
   s->epoch = ++c->epoch;
   push_front(c, id);
@@ -120,13 +143,13 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
   return id;
 }
 
-void *wf_cache_by_name(const wf_cache *c, const char *name, uint32_t *id, uint64_t *epoch) {
-  void *v = wf_strmap_get(&c->byname, name);
-  if (!v) return NULL;
-  uint32_t i = (uint32_t)((uintptr_t)v - 1);
-  *id = i;
-  *epoch = c->slots[i].epoch;
-  return c->slots[i].payload;
+uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t *epoch) {
+  return assign_at(c, find(c, name), name, payload, epoch);
+}
+
+uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch) {
+  int ok = hint < c->used && c->slots[hint].name && !strcmp(c->slots[hint].name, name);
+  return assign_at(c, ok ? hint : find(c, name), name, payload, epoch);
 }
 
 void *wf_cache_by_id(const wf_cache *c, uint32_t id, uint64_t epoch, const char **name) {
@@ -182,67 +205,73 @@ wf_mcache *wf_mcache_create(void) {
     free(m);
     return NULL;
   }
-  wf_strmap_init(&m->sent);
   return m;
 }
 
-static void forget_sent(wf_mcache *m, const char *name) { free(wf_strmap_del(&m->sent, name)); }
-
 void wf_mcache_destroy(wf_mcache *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->sent.cap; i++)
-    if (m->sent.slots[i].key && !m->sent.slots[i].tomb) free(m->sent.slots[i].val);
-  wf_strmap_free(&m->sent);
   wf_cache_destroy(m->c);
   free(m);
 }
 
 int wf_mcache_lookup(wf_mcache *m, uint32_t group_id, const wf_request_msg *q, wf_cache_ref *ref) {
-  uint32_t id;
-  uint64_t epoch;
-  const wf_request_msg *mine = wf_cache_by_name(m->c, q->name, &id, &epoch);
-  if (!mine || !wf_req_same(mine, q)) {
+  wf_cache *c = m->c;
+  uint32_t id = find(c, q->name);
+  slot *s = id != NIL ? &c->slots[id] : NULL;
+  if (!s || !s->payload || !wf_req_same(s->payload, q)) {
     m->misses++;
     return 0;
   }
-  wf_cache_ref *rec = malloc(sizeof *rec);
-  if (!rec) return 0;
-  *rec = (wf_cache_ref){group_id, id, epoch};
-  forget_sent(m, q->name); /* (none expected: one request per name in flight) */
-  if (wf_strmap_put(&m->sent, q->name, rec)) {
-    free(rec);
-    return 0; /* cannot remember it: send it in full */
-  }
-  *ref = *rec;
+  s->sent = s->epoch; /* remembered in the slot until the response (or a RESEND) */
+  *ref = (wf_cache_ref){group_id, id, s->epoch};
   m->hits++;
   return 1;
 }
 
 void wf_mcache_response(wf_mcache *m, const wf_response_msg *r,
                         const wf_request_msg *(*own)(void *ctx, const char *name), void *ctx) {
+  wf_cache *c = m->c;
   int assigns = wf_cache_assigns(r);
   for (uint32_t i = 0; i < r->nnames; i++) {
-    forget_sent(m, r->names[i]);
+    const char *name = r->names[i];
+    uint32_t id = find(c, name);
+    int hit = 0; /* sent as a hit: the slot's description is this rank's request */
+    if (id != NIL) {
+      hit = c->slots[id].sent != 0;
+      c->slots[id].sent = 0;
+    } else if (c->aside.len) {
+      free(wf_strmap_del(&c->aside, name));
+    }
     if (!assigns) continue;
-    const wf_request_msg *q = own(ctx, r->names[i]);
-    wf_request_msg *d = q ? wf_req_dup(q) : NULL; /* NULL (no memory): a miss next time, still consistent */
+    void *keep = id != NIL ? c->slots[id].payload : NULL, *pay = keep;
+    if (!hit) {
+      const wf_request_msg *q = own(ctx, name);
+      if (!q) pay = NULL;
+      else if (!keep || !wf_req_same(keep, q)) pay = wf_req_dup(q); /* NULL (no memory): a miss next time */
+    }
     uint64_t epoch;
-    wf_cache_assign(m->c, r->names[i], d, &epoch);
+    assign_at(c, id, name, pay, &epoch);
   }
 }
 
 int wf_mcache_resend(wf_mcache *m, const wf_cache_ref *ref, char *name) {
-  for (size_t i = 0; i < m->sent.cap; i++) {
-    wf_strmap_entry *e = &m->sent.slots[i];
-    if (!e->key || e->tomb) continue;
-    const wf_cache_ref *s = e->val;
-    if (s->group_id == ref->group_id && s->id == ref->id && s->epoch == ref->epoch) {
-      strncpy(name, e->key, WF_NAME_MAX);
-      name[WF_NAME_MAX] = '\0';
-      forget_sent(m, name);
-      m->resends++;
-      return 1;
+  wf_cache *c = m->c;
+  const char *found = NULL;
+  if (ref->id < c->used && c->slots[ref->id].sent == ref->epoch && c->slots[ref->id].name) {
+    c->slots[ref->id].sent = 0;
+    found = c->slots[ref->id].name;
+  } else {
+    for (size_t i = 0; i < c->aside.cap && !found; i++) {
+      wf_strmap_entry *e = &c->aside.slots[i];
+      if (!e->key || e->tomb) continue;
+      const wf_cache_ref *s = e->val;
+      if (s->id == ref->id && s->epoch == ref->epoch) found = e->key;
     }
+    if (!found) return 0;
   }
-  return 0;
+  strncpy(name, found, WF_NAME_MAX);
+  name[WF_NAME_MAX] = '\0';
+  if (c->aside.len) free(wf_strmap_del(&c->aside, name));
+  m->resends++;
+  return 1;
 }

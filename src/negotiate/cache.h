@@ -14,7 +14,7 @@
  *    (name, id, epoch) table.
  *  - Payloads differ: a member keeps its own request's description for the
  *    name (none if it had no request: a joined rank); the coordinator keeps
- *    every member's.
+ *    every member's, and the response they negotiated to.
  *  - A member whose new request equals (every field: wf_req_same) its cached
  *    description sends CACHED {group, id, epoch} instead of the request; any
  *    difference (shape, dtype, op, root, scales, priority, splits) sends the
@@ -26,6 +26,9 @@
  *    evicted it): the epoch differs, and the coordinator answers RESEND
  *    {group, id, epoch}; the member sends that request in full. An id is
  *    never mistaken for another tensor's, whatever the timing or capacities.
+ *  - When every rank's request for a name equals what the coordinator
+ *    stored at the name's last assignment, the coordinator skips validation
+ *    and reuses that response (negotiate/coord.c).
  * Engine thread only. */
 #ifndef WF_CACHE_H
 #define WF_CACHE_H
@@ -49,11 +52,13 @@ int wf_cache_assigns(const wf_response_msg *r);
 
 /* The next assignment: name gets an id and the next epoch; the slot takes
  * payload (may be NULL: known name, no description), freeing the one it
- * held. Returns the id. */
+ * held unless that is payload itself. Returns the id. */
 uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t *epoch);
 
-/* The payload of name's entry (NULL if none), with its id and epoch. */
-void *wf_cache_by_name(const wf_cache *c, const char *name, uint32_t *id, uint64_t *epoch);
+/* Same, when the caller believes slot hint holds name (from a reference
+ * it received; any value is safe): saves the name lookup when it does. */
+uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch);
+
 /* The payload of slot id if it holds exactly epoch, else NULL; *name gets
  * its name. */
 void *wf_cache_by_id(const wf_cache *c, uint32_t id, uint64_t epoch, const char **name);
@@ -65,11 +70,12 @@ int wf_req_same(const wf_request_msg *a, const wf_request_msg *b);
 wf_request_msg *wf_req_dup(const wf_request_msg *m);
 void wf_req_free(void *m);
 
-/* ---- member side: the cache plus the references sent and not yet answered */
+/* ---- member side: the cache plus the references sent and not yet
+ * answered (kept in their slot; moved aside if the slot is reassigned to
+ * another name first) */
 typedef struct wf_mcache {
   wf_cache *c;
-  wf_strmap sent;   /* name -> wf_cache_ref*: sent as CACHED, no response yet */
-  uint64_t hits, misses, resends; /* statistics (debug log) */
+  uint64_t hits, misses, resends; /* statistics (debug log; the tests read them there) */
 } wf_mcache;
 
 /* NULL when WEFT_CACHE_CAPACITY is 0 or out of memory. */
@@ -79,8 +85,8 @@ void wf_mcache_destroy(wf_mcache *m);
  * cache holds exactly q's description, else 0 (send it in full). */
 int wf_mcache_lookup(wf_mcache *m, uint32_t group_id, const wf_request_msg *q, wf_cache_ref *ref);
 /* A response for the group, in order: runs its assignments; own(ctx, name)
- * gives this rank's request for a name (NULL: none). Forgets the
- * references it answers. */
+ * gives this rank's request for a name (NULL: none), asked only for names
+ * this rank did not send as a cache hit. Forgets the references it answers. */
 void wf_mcache_response(wf_mcache *m, const wf_response_msg *r,
                         const wf_request_msg *(*own)(void *ctx, const char *name), void *ctx);
 /* RESEND for ref: copies the name sent with it into name (WF_NAME_MAX + 1

@@ -2,7 +2,16 @@
  * A tensor becomes ready when the last rank's request arrives; it is then
  * validated (validate.c) and turned into an OK or ERROR response with the
  * next sequence number. Entries that wait too long for some rank become
- * ERROR responses naming the missing ranks. */
+ * ERROR responses naming the missing ranks.
+ *
+ * Cost per tensor is what bounds fusion's gain (many small tensors per
+ * step), so the table recycles its entries and request blocks, keys them by
+ * the entry's own copy of the name, and scans for timeouts only when the
+ * earliest deadline is due. With the response cache on, a member's CACHED
+ * reference is not copied, and when every rank's request equals what the
+ * name's last negotiation stored, validation is skipped and the stored
+ * response reused. take() may hold ready responses while a burst of
+ * fusable requests is still arriving (HOLD_* below). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,30 +23,19 @@
 #include "util/strmap.h"
 #include "util/time.h"
 
-typedef struct entry {
-  wf_request_msg *reqs; /* size entries */
-  uint8_t *have;        /* size flags */
-  int count;
-  int64_t deadline;     /* negotiation fails after this (timeout / stall shutdown) */
-  int64_t first_ns;     /* when the first rank's request arrived */
-  int64_t next_warn;    /* next stall report */
-} entry;
+#define FREE_MAX 4096 /* recycled entries and blocks kept */
+/* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses (two or
+ * more: a lone one goes at once) wait while requests for tensors that could
+ * fuse with them are still arriving (one within HOLD_GAP_NS left an entry
+ * waiting for other ranks), at most HOLD_MAX_NS: a burst of tensors
+ * submitted together runs as one collective, not as many pieces as the
+ * ranks' engines happened to drain. When the burst's last request completes
+ * every entry the hold ends at once. */
+#define HOLD_GAP_NS 100000
+#define HOLD_MAX_NS 1000000
 
-/* The coordinator's response-cache payload for a name: every member's
- * request as last negotiated (have[r] 0: rank r had joined). */
-typedef struct cpay {
-  int size;
-  wf_request_msg *reqs;
-  uint8_t *have;
-} cpay;
-
-static void cpay_free(void *p) {
-  cpay *c = p;
-  if (!c) return;
-  for (int r = 0; r < c->size; r++) free(c->reqs[r].splits);
-  free(c->reqs);
-  free(c->have);
-  free(c);
+static int fusable_coll(uint8_t coll) {
+  return coll == WF_COLL_ALLREDUCE || coll == WF_COLL_ALLGATHER || coll == WF_COLL_REDUCESCATTER;
 }
 
 /* What fusion and ordering need to know about a ready response. */
@@ -46,8 +44,47 @@ typedef struct meta {
   uint64_t bytes;
   uint8_t dtype, reduce_op;
   double prescale, postscale;
-  cpay *pay;            /* for the response cache (assigned in response order, at take) */
+  int64_t elems;        /* allreduce: elements (its response's sizes are built at take) */
 } meta;
+
+/* Every rank's request for one name: filled while the name negotiates,
+ * then (OK, cache on) the response cache's payload, holding the response it
+ * negotiated to. Same size for every name of a coordinator: recycled. */
+typedef struct rblock {
+  struct wf_coord *owner;
+  struct rblock *next_free;
+  int refs;             /* pins: the cache's slot, entries hitting it, a ready response */
+  int in_cache;         /* a cache slot holds it */
+  int known;            /* m, sizes: the OK response these requests negotiated to */
+  meta m;
+  uint32_t nsizes;
+  int64_t *sizes;       /* allgather / alltoall sizes (malloc'd) */
+  uint8_t *have;        /* per rank: reqs[r] holds its request (or, during negotiation, via[r]) */
+  uint8_t *via;         /* per rank, during negotiation: equal to the entry's hit block's (not copied) */
+  wf_request_msg reqs[]; /* size entries, then have and via */
+} rblock;
+
+typedef struct entry {
+  rblock *b;            /* requests that arrived, as above */
+  rblock *hit;          /* the name's last negotiation (pinned), or NULL */
+  int count, nhits;     /* requests; those equal to hit's */
+  uint8_t coll;         /* of the first request */
+  uint32_t slot;        /* the cache slot a reference named (a hint), or UINT32_MAX */
+  int64_t deadline;     /* negotiation fails after this (timeout / stall shutdown) */
+  int64_t first_ns;     /* when the first rank's request arrived */
+  int64_t next_warn;    /* next stall report */
+  struct entry *next_free;
+  char name[WF_NAME_MAX + 1]; /* the table's key */
+} entry;
+
+/* A response ready to be numbered. */
+typedef struct ready {
+  wf_response_msg resp; /* names unset: built at take */
+  char *name;           /* malloc'd */
+  meta m;
+  rblock *pay;          /* pinned: the cache's new payload for name (OK, cache on), else NULL */
+  uint32_t slot;        /* the entry's slot hint */
+} ready;
 
 struct wf_coord {
   int size;
@@ -57,16 +94,106 @@ struct wf_coord {
   wf_stall_fn on_stall;
   void *stall_ctx;
   wf_strmap table;
+  int64_t next_check; /* no entry's deadline or stall report is due before this */
   uint64_t next_seq;
-  wf_response_msg *ready; /* seq not yet assigned */
-  meta *meta;
+  ready *ready;       /* seq not yet assigned */
   size_t nready, cap;
   uint8_t *departed; /* per rank: said BYE */
   uint8_t *joined;   /* per rank: weft_join pending */
   int njoined, last_joined;
   char join_name[WF_NAME_MAX + 1];
   wf_cache *cache;   /* response cache (NULL: WEFT_CACHE_CAPACITY=0) */
+  const wf_request_msg **scratch; /* size entries: finish's view of an entry */
+  int hold;          /* the fusion hold is on (no cycle time) */
+  int npending_fusable; /* entries of fusable collectives */
+  size_t nready_fusable; /* ready OK responses of fusable collectives */
+  int64_t last_add_ns;  /* when a request last left its entry waiting for other ranks */
+  int64_t first_ready_ns; /* when the oldest ready response became ready */
+  int64_t hold_until;   /* take holds until then (INT64_MAX: not holding) */
+  entry *free_entries;
+  rblock *free_blocks;
+  int nfree_entries, nfree_blocks;
 };
+
+/* the world rank of group rank r, for messages */
+static int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] : r; }
+
+/* ------------------------------------------------------------------ blocks and entries */
+static rblock *block_get(wf_coord *c) {
+  rblock *b = c->free_blocks;
+  if (b) {
+    c->free_blocks = b->next_free;
+    c->nfree_blocks--;
+  } else {
+    size_t n = (size_t)c->size;
+    b = malloc(sizeof *b + n * sizeof(wf_request_msg) + 2 * n);
+    if (!b) return NULL;
+    b->owner = c;
+    b->have = (uint8_t *)(b->reqs + n);
+    b->via = b->have + n;
+  }
+  b->next_free = NULL;
+  b->refs = 1;
+  b->in_cache = b->known = 0;
+  b->nsizes = 0;
+  b->sizes = NULL;
+  memset(b->have, 0, 2 * (size_t)c->size);
+  return b;
+}
+
+static void block_unpin(rblock *b) {
+  if (!b || --b->refs > 0) return;
+  wf_coord *c = b->owner;
+  for (int r = 0; r < c->size; r++)
+    if (b->have[r] && !b->via[r]) free(b->reqs[r].splits);
+  free(b->sizes);
+  if (c->nfree_blocks < FREE_MAX) {
+    b->next_free = c->free_blocks;
+    c->free_blocks = b;
+    c->nfree_blocks++;
+  } else {
+    free(b);
+  }
+}
+
+/* The cache's free_payload: its slot lets go of the block. */
+static void block_release(void *p) {
+  rblock *b = p;
+  b->in_cache = 0;
+  block_unpin(b);
+}
+
+/* Rank r's request in e (present). */
+static const wf_request_msg *req_of(const entry *e, int r) {
+  return e->b->via[r] ? &e->hit->reqs[r] : &e->b->reqs[r];
+}
+
+/* The collective of e's first present request. */
+static uint8_t entry_coll(const wf_coord *c, const entry *e) {
+  for (int r = 0; r < c->size; r++)
+    if (e->b->have[r]) return req_of(e, r)->coll;
+  return 0;
+}
+
+static void entry_free(wf_coord *c, entry *e) {
+  if (!e) return;
+  if (fusable_coll(e->coll)) c->npending_fusable--;
+  block_unpin(e->b);
+  block_unpin(e->hit);
+  if (c->nfree_entries < FREE_MAX) {
+    e->next_free = c->free_entries;
+    c->free_entries = e;
+    c->nfree_entries++;
+  } else {
+    free(e);
+  }
+}
+
+/* Removes e from the table and frees it. */
+static void entry_drop(wf_coord *c, entry *e) {
+  wf_strmap_del(&c->table, e->name); /* the key is e->name: not read after */
+  entry_free(c, e);
+}
 
 weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out) {
   wf_coord *c = calloc(1, sizeof *c);
@@ -76,13 +203,18 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   c->timeout = timeout_seconds;
   c->stall_check = wf_param_int("WEFT_STALL_CHECK_DISABLE") ? 0 : wf_param_double("WEFT_STALL_CHECK_SECONDS");
   c->stall_shutdown = wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
+  c->next_check = INT64_MAX;
+  c->hold_until = INT64_MAX;
+  c->hold = wf_param_int("WEFT_CYCLE_TIME_US") <= 0 && wf_param_double("WEFT_CYCLE_TIME_MS") <= 0;
   /* a stall shutdown shortens the negotiation deadline */
   if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
   c->departed = calloc((size_t)size, 1);
   c->joined = calloc((size_t)size, 1);
-  if (!c->departed || !c->joined) {
+  c->scratch = calloc((size_t)size, sizeof *c->scratch);
+  if (!c->departed || !c->joined || !c->scratch) {
     free(c->departed);
     free(c->joined);
+    free(c->scratch);
     free(c);
     return WEFT_ERR_NO_MEMORY;
   }
@@ -92,71 +224,73 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   uint32_t cap = wf_cache_capacity_param();
   size_t fit = ((size_t)64 << 20) / ((size_t)size * sizeof(wf_request_msg));
   if (cap > fit) cap = fit > 0 ? (uint32_t)fit : 1;
-  c->cache = wf_cache_create(cap, cpay_free);
+  c->cache = wf_cache_create(cap, block_release);
   *out = c;
   return WEFT_OK;
-}
-
-static void entry_free(entry *e, int size) {
-  if (!e) return;
-  for (int r = 0; e->reqs && r < size; r++) free(e->reqs[r].splits);
-  free(e->reqs);
-  free(e->have);
-  free(e);
 }
 
 void wf_coord_destroy(wf_coord *c) {
   if (!c) return;
   for (size_t i = 0; i < c->table.cap; i++) {
     wf_strmap_entry *s = &c->table.slots[i];
-    if (s->key && !s->tomb) entry_free(s->val, c->size);
+    if (s->key && !s->tomb) entry_free(c, s->val);
   }
   wf_strmap_free(&c->table);
   for (size_t i = 0; i < c->nready; i++) {
-    wf_response_msg_free(&c->ready[i]);
-    cpay_free(c->meta[i].pay);
+    wf_response_msg_free(&c->ready[i].resp);
+    free(c->ready[i].name);
+    block_unpin(c->ready[i].pay);
   }
-  wf_cache_destroy(c->cache);
+  wf_cache_destroy(c->cache); /* its blocks go to the free list */
+  while (c->free_entries) {
+    entry *e = c->free_entries;
+    c->free_entries = e->next_free;
+    free(e);
+  }
+  while (c->free_blocks) {
+    rblock *b = c->free_blocks;
+    c->free_blocks = b->next_free;
+    free(b);
+  }
   free(c->ready);
-  free(c->meta);
+  free(c->scratch);
   free(c->departed);
   free(c->joined);
   free(c);
 }
 
-/* Appends a response for name (seq assigned at take time); takes resp's
- * arrays. m may be NULL (errors: never fused, priority 0). */
-/* the world rank of group rank r, for messages */
-static int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] : r; }
-
-static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m) {
-  if (c->nready == c->cap) {
-    size_t ncap = c->cap ? c->cap * 2 : 16;
-    wf_response_msg *n = realloc(c->ready, ncap * sizeof *n);
-    if (n) c->ready = n;
-    meta *nm = n ? realloc(c->meta, ncap * sizeof *nm) : NULL;
-    if (nm) c->meta = nm;
-    if (!n || !nm) {
-      WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
-      wf_response_msg_free(resp);
-      if (m) cpay_free(m->pay);
-      return;
+/* ------------------------------------------------------------------ responses */
+/* Appends a response for name (names and seq set at take time); takes
+ * resp's arrays and the pin on pay. m may be NULL (errors, joins: never
+ * fused, priority 0). */
+static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m, rblock *pay, uint32_t slot) {
+  char *dup = strdup(name);
+  if (c->nready == c->cap && dup) {
+    size_t ncap = c->cap ? c->cap * 2 : 64;
+    ready *n = realloc(c->ready, ncap * sizeof *n);
+    if (n) {
+      c->ready = n;
+      c->cap = ncap;
     }
-    c->cap = ncap;
   }
-  resp->names = malloc(sizeof(char *));
-  if (resp->names) resp->names[0] = strdup(name);
-  if (!resp->names || !resp->names[0]) {
-    WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", name);
-    free(resp->names);
-    resp->names = NULL;
-    resp->nnames = 0;
-  } else {
-    resp->nnames = 1;
+  if (!dup || c->nready == c->cap) {
+    WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
+    free(dup);
+    wf_response_msg_free(resp);
+    block_unpin(pay);
+    return;
   }
-  meta none = {0, 0, 0, 0, 1.0, 1.0, NULL};
-  c->meta[c->nready] = m ? *m : none;
-  c->ready[c->nready++] = *resp;
+  if (!c->nready) c->first_ready_ns = wf_now_ns();
+  if (m && resp->type == WF_RESP_OK && fusable_coll(resp->coll)) c->nready_fusable++;
+  ready *q = &c->ready[c->nready++];
+  meta none = {0, 0, 0, 0, 1.0, 1.0, 0};
+  q->resp = *resp;
+  q->resp.names = NULL;
+  q->resp.nnames = 0;
+  q->name = dup;
+  q->m = m ? *m : none;
+  q->pay = pay;
+  q->slot = slot;
 }
 
 static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg) {
@@ -166,101 +300,137 @@ static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status 
   resp.coll = coll;
   resp.status = st;
   resp.error = strdup(msg);
-  emit(c, &resp, name, NULL);
+  emit(c, &resp, name, NULL, NULL, UINT32_MAX);
+}
+
+/* Is every request of e the one stored at the name's last negotiation
+ * (the hit block), with the same ranks joined? References are by
+ * construction; requests that came in full are compared. */
+static int as_before(const wf_coord *c, const entry *e) {
+  const rblock *h = e->hit;
+  if (!h || !h->known || memcmp(e->b->have, h->have, (size_t)c->size)) return 0;
+  if (e->nhits == e->count) return 1;
+  for (int r = 0; r < c->size; r++)
+    if (e->b->have[r] && !e->b->via[r] && !wf_req_same(&e->b->reqs[r], &h->reqs[r])) return 0;
+  return 1;
+}
+
+/* Deep-copies the hit block's requests that e only referred to into e's
+ * own block (it becomes the name's new payload). 0, or -1 out of memory. */
+static int materialize(wf_coord *c, entry *e) {
+  for (int r = 0; r < c->size; r++) {
+    if (!e->b->via[r]) continue;
+    wf_request_msg *d = &e->b->reqs[r];
+    *d = e->hit->reqs[r];
+    d->splits = NULL;
+    e->b->via[r] = 0;
+    if (d->nsplits) {
+      d->splits = malloc(sizeof(int64_t) * d->nsplits);
+      if (!d->splits) {
+        e->b->have[r] = 0; /* nothing owned to free */
+        return -1;
+      }
+      memcpy(d->splits, e->hit->reqs[r].splits, sizeof(int64_t) * d->nsplits);
+    }
+  }
+  return 0;
 }
 
 /* Validates the entry (ranks that joined stand in with the first request
  * present: they take part with the operation's identity) and emits its
- * response. */
-static void finish(wf_coord *c, const char *name, entry *e) {
-  const wf_request_msg **reqs = malloc(sizeof *reqs * (size_t)c->size);
+ * response; frees the entry. */
+static void finish(wf_coord *c, entry *e) {
+  const char *name = e->name;
+  const wf_request_msg **reqs = c->scratch, *q = NULL;
+  for (int r = 0; r < c->size && !q; r++)
+    if (e->b->have[r]) q = req_of(e, r);
+  if (as_before(c, e)) {
+    /* every request is the one negotiated last time: so is the response */
+    rblock *h = e->hit;
+    wf_response_msg resp;
+    memset(&resp, 0, sizeof resp);
+    resp.type = WF_RESP_OK;
+    resp.coll = q->coll;
+    if (h->nsizes && (resp.sizes = malloc(sizeof(int64_t) * h->nsizes))) {
+      memcpy(resp.sizes, h->sizes, sizeof(int64_t) * h->nsizes);
+      resp.nsizes = h->nsizes;
+    }
+    if (h->nsizes && !resp.sizes) {
+      emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+    } else {
+      e->hit = NULL; /* its pin goes to the response */
+      emit(c, &resp, name, &h->m, h, e->slot);
+    }
+    entry_drop(c, e);
+    return;
+  }
   wf_response_msg resp;
   memset(&resp, 0, sizeof resp);
   char err[WF_ERRMSG_MAX];
-  const wf_request_msg *q = NULL;
-  for (int r = 0; r < c->size && !q; r++)
-    if (e->have[r]) q = &e->reqs[r];
-  if (!reqs) {
-    emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
-  } else {
-    for (int r = 0; r < c->size; r++) reqs[r] = e->have[r] ? &e->reqs[r] : q;
-    weft_status st = wf_validate(reqs, c->size, c->ranks, &resp, err, sizeof err);
-    if (st == WEFT_OK && q->coll == WF_COLL_ALLREDUCE) {
-      /* what a joined rank needs to take part: dtype, op, element count */
-      resp.sizes = malloc(3 * sizeof(int64_t));
-      if (!resp.sizes) {
-        st = WEFT_ERR_NO_MEMORY;
-        snprintf(err, sizeof err, "tensor '%s': out of memory at the coordinator", name);
-      } else {
-        int64_t n = 1;
-        for (int d = 0; d < q->ndim; d++) n *= q->shape[d];
-        resp.sizes[0] = q->dtype;
-        resp.sizes[1] = q->reduce_op;
-        resp.sizes[2] = n;
-        resp.nsizes = 3;
-      }
-    }
-    if (st != WEFT_OK) {
-      free(resp.sizes);
-      WF_INFO(WF_SUB_COORD, "%s", err);
-      emit_error(c, q->coll, name, st, err);
-    } else {
-      resp.type = WF_RESP_OK;
-      resp.coll = q->coll;
-      meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale, NULL};
-      for (int d = 0; d < q->ndim; d++) m.bytes *= (uint64_t)q->shape[d];
-      if (q->coll == WF_COLL_ALLGATHER && q->ndim >= 1) { /* fusion holds every rank's rows */
-        uint64_t rows = 0, row = weft_dtype_size(q->dtype);
-        for (int d = 1; d < q->ndim; d++) row *= (uint64_t)q->shape[d];
-        for (uint32_t r = 0; r < resp.nsizes; r++) rows += (uint64_t)resp.sizes[r];
-        m.bytes = rows * row;
-      }
-      for (int r = 0; r < c->size; r++)
-        if (e->have[r] && e->reqs[r].priority > m.priority) m.priority = e->reqs[r].priority;
-      if (c->cache && wf_cache_assigns(&resp) && (m.pay = malloc(sizeof *m.pay))) {
-        /* the requests move to the cache payload (entry_free skips them) */
-        m.pay->size = c->size;
-        m.pay->reqs = e->reqs;
-        m.pay->have = e->have;
-        e->reqs = NULL;
-        e->have = NULL;
-      }
-      emit(c, &resp, name, &m);
-    }
+  for (int r = 0; r < c->size; r++) reqs[r] = e->b->have[r] ? req_of(e, r) : q;
+  weft_status st = wf_validate(reqs, c->size, c->ranks, &resp, err, sizeof err);
+  if (st != WEFT_OK) {
+    free(resp.sizes);
+    WF_INFO(WF_SUB_COORD, "%s", err);
+    emit_error(c, q->coll, name, st, err);
+    entry_drop(c, e);
+    return;
   }
-  free(reqs);
-  wf_strmap_del(&c->table, name);
-  entry_free(e, c->size);
+  resp.type = WF_RESP_OK;
+  resp.coll = q->coll;
+  meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale, 1};
+  for (int d = 0; d < q->ndim; d++) m.elems *= q->shape[d];
+  m.bytes *= (uint64_t)m.elems;
+  if (q->coll == WF_COLL_ALLGATHER && q->ndim >= 1) { /* fusion holds every rank's rows */
+    uint64_t rows = 0, row = weft_dtype_size(q->dtype);
+    for (int d = 1; d < q->ndim; d++) row *= (uint64_t)q->shape[d];
+    for (uint32_t r = 0; r < resp.nsizes; r++) rows += (uint64_t)resp.sizes[r];
+    m.bytes = rows * row;
+  }
+  for (int r = 0; r < c->size; r++)
+    if (e->b->have[r] && reqs[r]->priority > m.priority) m.priority = reqs[r]->priority;
+  rblock *pay = NULL;
+  if (c->cache && wf_cache_assigns(&resp) && materialize(c, e) == 0) {
+    /* the requests become the name's payload, with the response they give */
+    pay = e->b;
+    e->b = NULL;
+    pay->m = m;
+    pay->known = 1;
+    if (resp.nsizes && (pay->sizes = malloc(sizeof(int64_t) * resp.nsizes))) {
+      memcpy(pay->sizes, resp.sizes, sizeof(int64_t) * resp.nsizes);
+      pay->nsizes = resp.nsizes;
+    }
+    if (resp.nsizes && !pay->sizes) pay->known = 0;
+  }
+  emit(c, &resp, name, &m, pay, e->slot);
+  entry_drop(c, e); /* e->b is NULL if it became the payload */
 }
 
 /* Completes the entry if every rank has submitted it or joined. Returns 1
  * if the entry is gone. */
-static int try_complete(wf_coord *c, const char *name, entry *e) {
+static int try_complete(wf_coord *c, entry *e) {
   if (e->count == c->size) {
-    finish(c, name, e);
+    finish(c, e);
     return 1;
   }
   int waiting = 0;
-  for (int r = 0; r < c->size; r++) waiting += !e->have[r] && !c->joined[r];
+  for (int r = 0; r < c->size; r++) waiting += !e->b->have[r] && !c->joined[r];
   if (waiting || !c->njoined) return 0;
-  uint8_t coll = 0;
-  for (int r = 0; r < c->size; r++)
-    if (e->have[r]) coll = e->reqs[r].coll;
+  uint8_t coll = entry_coll(c, e);
   if (coll == WF_COLL_ALLREDUCE || coll == WF_COLL_BARRIER) {
-    finish(c, name, e);
+    finish(c, e);
     return 1;
   }
   char list[512], msg[WF_ERRMSG_MAX];
   size_t k = 0;
   for (int r = 0; r < c->size && k < sizeof list; r++)
-    if (c->joined[r] && !e->have[r]) k += (size_t)snprintf(list + k, sizeof list - k, k ? ", %d" : "%d", WR(c, r));
+    if (c->joined[r] && !e->b->have[r]) k += (size_t)snprintf(list + k, sizeof list - k, k ? ", %d" : "%d", WR(c, r));
   snprintf(msg, sizeof msg,
            "tensor '%s': %s is not possible while rank(s) %s have joined (weft_join): only allreduce and barrier can "
            "complete without them",
-           name, wf_coll_name(coll), list);
-  emit_error(c, coll, name, WEFT_ERR_INVALID_ARGUMENT, msg);
-  wf_strmap_del(&c->table, name);
-  entry_free(e, c->size);
+           e->name, wf_coll_name(coll), list);
+  emit_error(c, coll, e->name, WEFT_ERR_INVALID_ARGUMENT, msg);
+  entry_drop(c, e);
   return 1;
 }
 
@@ -288,32 +458,116 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
       resp.sizes[0] = c->last_joined; /* a group rank, like every rank the API returns for a group */
       resp.nsizes = 1;
     }
-    emit(c, &resp, c->join_name, NULL);
+    emit(c, &resp, c->join_name, NULL, NULL, UINT32_MAX);
     memset(c->joined, 0, (size_t)c->size);
     c->njoined = 0;
     return;
   }
-  /* entries that only waited for this rank can now complete (or fail) */
+  /* entries that only waited for this rank can now complete (or fail);
+   * completing one only tombstones its slot, so the scan stays valid */
   for (size_t i = 0; i < c->table.cap; i++) {
     wf_strmap_entry *s = &c->table.slots[i];
-    if (!s->key || s->tomb) continue;
-    char *key = strdup(s->key);
-    if (!key) continue;
-    try_complete(c, key, s->val);
-    free(key);
+    if (s->key && !s->tomb) try_complete(c, s->val);
   }
 }
 
-static void fail_departed(wf_coord *c, const char *name, entry *e, int gone) {
+static void fail_departed(wf_coord *c, entry *e, int gone) {
   char msg[512];
-  snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", name,
+  snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", e->name,
            WR(c, gone));
-  uint8_t coll = 0;
+  emit_error(c, entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg);
+  entry_drop(c, e);
+}
+
+/* name's entry, created if new (NULL: out of memory, reported). hit: the
+ * name's cached block when a reference named it (slot: its slot). */
+static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit, uint32_t slot) {
+  entry *e = c->free_entries; /* the candidate holds the key: one probe finds or inserts */
+  if (e) {
+    c->free_entries = e->next_free;
+    c->nfree_entries--;
+  } else if (!(e = malloc(sizeof *e))) {
+    emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+    return NULL;
+  }
+  size_t len = strlen(name); /* 1..WF_NAME_MAX: checked by the API and the decoder */
+  if (len >= sizeof e->name) len = sizeof e->name - 1;
+  memcpy(e->name, name, len);
+  e->name[len] = '\0';
+  void *found = NULL;
+  int rc = wf_strmap_get_or_insert(&c->table, e->name, e, 1, &found);
+  if (rc != 0) {
+    e->next_free = c->free_entries; /* not in use: back to the list */
+    c->free_entries = e;
+    c->nfree_entries++;
+    if (rc < 0) {
+      emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      return NULL;
+    }
+    e = found;
+  } else {
+    e->b = block_get(c);
+    if (!e->b) {
+      wf_strmap_del(&c->table, e->name);
+      free(e);
+      emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      return NULL;
+    }
+    e->hit = NULL;
+    e->count = e->nhits = 0;
+    e->coll = coll;
+    e->slot = UINT32_MAX;
+    if (fusable_coll(coll)) c->npending_fusable++;
+    e->first_ns = c->last_add_ns = wf_now_ns();
+    e->deadline = e->first_ns + (int64_t)(c->timeout * 1e9);
+    e->next_warn = c->stall_check > 0 ? e->first_ns + (int64_t)(c->stall_check * 1e9) : INT64_MAX;
+    if (e->deadline < c->next_check) c->next_check = e->deadline;
+    if (e->next_warn < c->next_check) c->next_check = e->next_warn;
+  }
+  if (hit && !e->hit && hit->known) { /* what this name negotiated last time, to compare with */
+    e->hit = hit;
+    e->slot = slot;
+    hit->refs++;
+  }
+  return e;
+}
+
+/* Records rank's request in e: m (copied), or the hit block's own if src
+ * (where m is) is e->hit. */
+static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, const rblock *src) {
+  if (e->b->have[rank]) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", e->name, WR(c, rank));
+    emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg);
+    entry_drop(c, e);
+    return;
+  }
+  if (src && src == e->hit) {
+    e->b->via[rank] = 1; /* the stored request: refer to it */
+    e->nhits++;
+  } else {
+    wf_request_msg *d = &e->b->reqs[rank];
+    *d = *m;
+    d->splits = NULL;
+    if (m->nsplits) {
+      d->splits = malloc(sizeof(int64_t) * m->nsplits);
+      if (!d->splits) {
+        emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+        entry_drop(c, e);
+        return;
+      }
+      memcpy(d->splits, m->splits, sizeof(int64_t) * m->nsplits);
+    }
+  }
+  e->b->have[rank] = 1;
+  e->count++;
+  if (try_complete(c, e)) return;
+  if (e->count > 1 && fusable_coll(e->coll)) c->last_add_ns = wf_now_ns(); /* the first: entry_for's time */
   for (int r = 0; r < c->size; r++)
-    if (e->have[r]) coll = e->reqs[r].coll;
-  emit_error(c, coll, name, WEFT_ERR_PEER_LOST, msg);
-  wf_strmap_del(&c->table, name);
-  entry_free(e, c->size);
+    if (c->departed[r] && !e->b->have[r]) {
+      fail_departed(c, e, r);
+      return;
+    }
 }
 
 void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
@@ -321,154 +575,165 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
     add_join(c, rank, m);
     return;
   }
-  entry *e = wf_strmap_get(&c->table, m->name);
-  if (!e) {
-    e = calloc(1, sizeof *e);
-    if (e) {
-      e->reqs = calloc((size_t)c->size, sizeof *e->reqs);
-      e->have = calloc((size_t)c->size, 1);
-    }
-    if (!e || !e->reqs || !e->have || wf_strmap_put(&c->table, m->name, e)) {
-      entry_free(e, c->size);
-      emit_error(c, m->coll, m->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
-      return;
-    }
-    e->deadline = wf_deadline_after(c->timeout);
-    e->first_ns = wf_now_ns();
-    e->next_warn = c->stall_check > 0 ? e->first_ns + (int64_t)(c->stall_check * 1e9) : INT64_MAX;
-  }
-  if (e->have[rank]) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", m->name, WR(c, rank));
-    emit_error(c, m->coll, m->name, WEFT_ERR_PROTOCOL, msg);
-    wf_strmap_del(&c->table, m->name);
-    entry_free(e, c->size);
-    return;
-  }
-  e->reqs[rank] = *m;
-  e->reqs[rank].splits = NULL;
-  if (m->nsplits) {
-    e->reqs[rank].splits = malloc(sizeof(int64_t) * m->nsplits);
-    if (!e->reqs[rank].splits) {
-      emit_error(c, m->coll, m->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
-      return;
-    }
-    memcpy(e->reqs[rank].splits, m->splits, sizeof(int64_t) * m->nsplits);
-  }
-  e->have[rank] = 1;
-  e->count++;
-  if (try_complete(c, m->name, e)) return;
-  for (int r = 0; r < c->size; r++)
-    if (c->departed[r] && !e->have[r]) {
-      fail_departed(c, m->name, e, r);
-      return;
-    }
+  entry *e = entry_for(c, m->name, m->coll, NULL, UINT32_MAX);
+  if (e) add_to(c, e, rank, m, NULL);
+}
+
+int wf_coord_add_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch, const char **name) {
+  const char *n = NULL;
+  rblock *h = c->cache && rank >= 0 && rank < c->size ? wf_cache_by_id(c->cache, id, epoch, &n) : NULL;
+  if (!h || !h->have[rank]) return 0;
+  *name = n;
+  entry *e = entry_for(c, n, h->reqs[rank].coll, h, id);
+  /* normally e->hit == h; an entry made before h was assigned compares */
+  if (e) add_to(c, e, rank, &h->reqs[rank], h);
+  return 1;
 }
 
 void wf_coord_rank_departed(wf_coord *c, int rank) {
   c->departed[rank] = 1;
   for (size_t i = 0; i < c->table.cap; i++) {
     wf_strmap_entry *s = &c->table.slots[i];
-    if (!s->key || s->tomb || ((entry *)s->val)->have[rank]) continue;
-    char *key = strdup(s->key);
-    if (!key) continue;
-    fail_departed(c, key, s->val, rank);
-    free(key);
+    if (!s->key || s->tomb || ((entry *)s->val)->b->have[rank]) continue;
+    fail_departed(c, s->val, rank);
   }
 }
 
+/* ------------------------------------------------------------------ take */
 /* Can response j join the fused response that starts at i (and has j - i
  * tensors)? Allreduces and reducescatters: same dtype, op and scales;
  * allgathers: same dtype (their per-tensor, per-rank row counts must fit
  * one response's sizes). */
 static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
-  const wf_response_msg *a = &c->ready[i], *b = &c->ready[j];
-  const meta *ma = &c->meta[i], *mb = &c->meta[j];
-  if (a->type != WF_RESP_OK || b->type != WF_RESP_OK || a->coll != b->coll || a->group_id != b->group_id ||
-      ma->dtype != mb->dtype || total + mb->bytes > threshold)
+  const ready *a = &c->ready[i], *b = &c->ready[j];
+  if (a->resp.type != WF_RESP_OK || b->resp.type != WF_RESP_OK || a->resp.coll != b->resp.coll ||
+      a->m.dtype != b->m.dtype || total + b->m.bytes > threshold)
     return 0;
-  switch (a->coll) {
+  switch (a->resp.coll) {
     case WF_COLL_ALLREDUCE:
     case WF_COLL_REDUCESCATTER:
-      return ma->reduce_op == mb->reduce_op && ma->prescale == mb->prescale && ma->postscale == mb->postscale;
+      return a->m.reduce_op == b->m.reduce_op && a->m.prescale == b->m.prescale && a->m.postscale == b->m.postscale;
     case WF_COLL_ALLGATHER:
-      return a->nsizes == b->nsizes && (uint64_t)(j - i + 1) * b->nsizes <= WF_MAX_RANKS;
+      return a->resp.nsizes == b->resp.nsizes && (uint64_t)(j - i + 1) * b->resp.nsizes <= WF_MAX_RANKS;
     default:
       return 0;
   }
+}
+
+/* Builds the response for ready[i..j) (one, or fused) into *out, taking
+ * their names, sizes and error: sizes are, for allreduce: dtype, op, then
+ * each tensor's count; allgather: each tensor's rows per rank, tensor after
+ * tensor; reducescatter: none. 0, or -1 out of memory (nothing taken). */
+static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
+  const ready *a = &c->ready[i];
+  size_t k = j - i;
+  int ar = a->resp.type == WF_RESP_OK && a->resp.coll == WF_COLL_ALLREDUCE;
+  size_t nsizes = ar ? 2 + k : 0;
+  if (!ar && k > 1)
+    for (size_t m = i; m < j; m++) nsizes += c->ready[m].resp.nsizes;
+  char **names = malloc(sizeof(char *) * k);
+  int64_t *sizes = ar || k > 1 ? (nsizes ? malloc(sizeof(int64_t) * nsizes) : NULL) : a->resp.sizes;
+  if (!names || (nsizes && !sizes)) {
+    free(names);
+    if (sizes != a->resp.sizes) free(sizes);
+    return -1;
+  }
+  *out = a->resp;
+  out->names = names;
+  out->nnames = (uint32_t)k;
+  out->sizes = sizes;
+  out->nsizes = (uint32_t)(ar || k > 1 ? nsizes : a->resp.nsizes);
+  size_t z = 0;
+  if (ar) {
+    sizes[z++] = a->m.dtype;
+    sizes[z++] = a->m.reduce_op;
+  }
+  for (size_t m = i; m < j; m++) {
+    ready *q = &c->ready[m];
+    names[m - i] = q->name;
+    q->name = NULL;
+    if (ar) {
+      sizes[z++] = q->m.elems;
+    } else if (k > 1) {
+      for (uint32_t s = 0; s < q->resp.nsizes; s++) sizes[z++] = q->resp.sizes[s];
+    }
+    if (sizes != q->resp.sizes) free(q->resp.sizes);
+    q->resp.sizes = NULL;
+  }
+  return 0;
 }
 
 size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out) {
   size_t n = c->nready;
   *out = NULL;
   if (!n) return 0;
+  if (c->hold && fusion_threshold > 0 && c->nready_fusable >= 2 && c->npending_fusable > 0) {
+    int64_t now = wf_now_ns(), until = c->last_add_ns + HOLD_GAP_NS;
+    if (until > c->first_ready_ns + HOLD_MAX_NS) until = c->first_ready_ns + HOLD_MAX_NS;
+    if (now < until) {
+      c->hold_until = until;
+      return 0;
+    }
+  }
+  c->hold_until = INT64_MAX;
+  c->nready_fusable = 0;
+  wf_response_msg *res = malloc(n * sizeof *res);
+  if (!res) { /* the responses stay ready: the next call retries */
+    WF_WARN(WF_SUB_COORD, "out of memory publishing %zu responses", n);
+    return 0;
+  }
   /* Higher priority first; among equals, the order they became ready
    * (insertion sort: stable, and batches are small). */
   for (size_t i = 1; i < n; i++) {
-    wf_response_msg r = c->ready[i];
-    meta m = c->meta[i];
+    if (c->ready[i - 1].m.priority >= c->ready[i].m.priority) continue;
+    ready r = c->ready[i];
     size_t j = i;
-    while (j > 0 && c->meta[j - 1].priority < m.priority) {
+    while (j > 0 && c->ready[j - 1].m.priority < r.m.priority) {
       c->ready[j] = c->ready[j - 1];
-      c->meta[j] = c->meta[j - 1];
       j--;
     }
     c->ready[j] = r;
-    c->meta[j] = m;
   }
   /* The response cache's assignments, in response order (fusion below
    * keeps the order of names). */
   for (size_t i = 0; i < n; i++) {
-    if (c->cache && c->ready[i].nnames && wf_cache_assigns(&c->ready[i])) {
+    ready *q = &c->ready[i];
+    if (c->cache && wf_cache_assigns(&q->resp)) {
       uint64_t epoch;
-      wf_cache_assign(c->cache, c->ready[i].names[0], c->meta[i].pay, &epoch); /* takes the payload */
+      rblock *p = q->pay;
+      int again = p && p->in_cache; /* all hits: already this name's payload */
+      wf_cache_assign_hint(c->cache, q->slot, q->name, p, &epoch); /* takes the pin, unless it kept p */
+      if (again) block_unpin(p);
+      else if (p) p->in_cache = 1;
     } else {
-      cpay_free(c->meta[i].pay);
+      block_unpin(q->pay);
     }
-    c->meta[i].pay = NULL;
+    q->pay = NULL;
   }
-  /* Fusion: consecutive compatible allreduces become one response naming
-   * them all, up to the threshold. */
+  /* Fusion: consecutive compatible responses become one naming them all,
+   * up to the threshold. */
   size_t k = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
-    uint64_t total = c->meta[i].bytes;
-    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->meta[j++].bytes;
-    wf_response_msg r = c->ready[i];
-    if (j > i + 1) {
-      /* sizes: allreduce: dtype, op, then each tensor's count; allgather:
-       * each tensor's rows per rank, tensor after tensor; reducescatter: none */
-      int ar = r.coll == WF_COLL_ALLREDUCE;
-      size_t nsizes = r.nsizes;
-      for (size_t m = i + 1; m < j; m++) nsizes += ar ? 1 : c->ready[m].nsizes;
-      char **names = realloc(r.names, sizeof(char *) * (j - i));
-      if (names) r.names = names;
-      int64_t *sizes = r.sizes;
-      if (names && nsizes) sizes = realloc(r.sizes, sizeof(int64_t) * nsizes);
-      if (!names || (nsizes && !sizes)) {
-        j = i + 1; /* no memory to fuse: send it alone */
-      } else {
-        r.sizes = sizes;
-        for (size_t m = i + 1; m < j; m++) {
-          const wf_response_msg *q = &c->ready[m];
-          r.names[r.nnames++] = q->names[0];
-          if (ar) r.sizes[r.nsizes++] = q->sizes && q->nsizes >= 3 ? q->sizes[2] : 0;
-          else
-            for (uint32_t z = 0; z < q->nsizes; z++) r.sizes[r.nsizes++] = q->sizes[z];
-          c->ready[m].names[0] = NULL;
-          wf_response_msg_free(&c->ready[m]);
-        }
-      }
+    uint64_t total = c->ready[i].m.bytes;
+    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->ready[j++].m.bytes;
+    int st = build(c, i, j, &res[k]);
+    if (st && j > i + 1) st = build(c, i, j = i + 1, &res[k]); /* no memory to fuse: send it alone */
+    if (st == 0) {
+      res[k++].seq = c->next_seq++;
+    } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
+      WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
+      wf_response_msg_free(&c->ready[i].resp);
+      free(c->ready[i].name);
     }
-    r.seq = c->next_seq++;
-    c->ready[k++] = r;
     i = j;
   }
-  *out = c->ready;
-  c->ready = NULL;
-  free(c->meta);
-  c->meta = NULL;
-  c->nready = c->cap = 0;
+  c->nready = 0;
+  if (!k) {
+    free(res);
+    return 0;
+  }
+  *out = res;
   return k;
 }
 
@@ -477,13 +742,14 @@ void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx) {
   c->stall_ctx = ctx;
 }
 
+/* ------------------------------------------------------------------ stalls and timeouts */
 /* Lists the ranks with (want = 1) or without (want = 0) a request. */
 static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, size_t n) {
   size_t k = 0;
   int first = 1;
   out[0] = '\0';
   for (int r = 0; r < c->size && k < n; r++)
-    if (!!e->have[r] == want) {
+    if (!!e->b->have[r] == want) {
       k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", WR(c, r));
       first = 0;
     }
@@ -493,69 +759,53 @@ static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, 
 /* The stall inspector: a tensor some ranks submitted long ago and others
  * never did is reported, naming exactly which ranks are missing, at rank 0
  * and (through on_stall) on every rank that waits for it. */
-static void stall_report(wf_coord *c, const char *name, entry *e, int64_t now) {
+static void stall_report(wf_coord *c, entry *e, int64_t now) {
   char have[512], missing[512], msg[WF_ERRMSG_MAX];
   rank_list(c, e, 1, have, sizeof have);
   rank_list(c, e, 0, missing, sizeof missing);
-  uint8_t coll = 0;
-  for (int r = 0; r < c->size; r++)
-    if (e->have[r]) coll = e->reqs[r].coll;
   snprintf(msg, sizeof msg,
            "stalled: tensor '%s' (%s) was submitted by rank(s) %s %.0f s ago and is waiting for rank(s) %s to submit "
            "it%s",
-           name, wf_coll_name(coll), have, (now - e->first_ns) / 1e9, missing,
+           e->name, wf_coll_name(entry_coll(c, e)), have, (now - e->first_ns) / 1e9, missing,
            c->stall_shutdown > 0 ? "; it will fail at the stall shutdown time" : "");
   WF_WARN(WF_SUB_COORD, "%s", msg);
-  if (c->on_stall) c->on_stall(c->stall_ctx, msg, e->have);
+  if (c->on_stall) c->on_stall(c->stall_ctx, msg, e->b->have);
   e->next_warn = now + (int64_t)(c->stall_check * 1e9);
 }
 
 void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
+  if (now < c->next_check) return; /* nothing due: no scan */
+  int64_t next = INT64_MAX;
   for (size_t i = 0; i < c->table.cap; i++) {
     wf_strmap_entry *s = &c->table.slots[i];
     if (!s->key || s->tomb) continue;
     entry *e = s->val;
-    if (e->next_warn <= now && e->deadline > now) stall_report(c, s->key, e, now);
-    if (e->deadline > now) continue;
+    if (e->next_warn <= now && e->deadline > now) stall_report(c, e, now);
+    if (e->deadline > now) {
+      if (e->deadline < next) next = e->deadline;
+      if (e->next_warn < next) next = e->next_warn;
+      continue;
+    }
     char msg[WF_ERRMSG_MAX];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", s->key,
+    size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", e->name,
                                 c->timeout);
     int first = 1;
     for (int r = 0; r < c->size && k < sizeof msg; r++)
-      if (!e->have[r]) {
+      if (!e->b->have[r]) {
         k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", WR(c, r));
         first = 0;
       }
     if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");
     WF_WARN(WF_SUB_COORD, "%s", msg);
-    uint8_t coll = 0;
-    for (int r = 0; r < c->size; r++)
-      if (e->have[r]) coll = e->reqs[r].coll;
-    char *key = strdup(s->key);
-    if (!key) continue;
-    emit_error(c, coll, key, WEFT_ERR_TIMEOUT, msg);
-    wf_strmap_del(&c->table, key);
-    entry_free(e, c->size);
-    free(key);
+    emit_error(c, entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg);
+    entry_drop(c, e);
   }
+  c->next_check = next;
 }
 
 int64_t wf_coord_next_deadline(const wf_coord *c) {
-  int64_t d = INT64_MAX;
-  for (size_t i = 0; i < c->table.cap; i++) {
-    const wf_strmap_entry *s = &c->table.slots[i];
-    if (!s->key || s->tomb) continue;
-    const entry *e = s->val;
-    if (e->deadline < d) d = e->deadline;
-    if (e->next_warn < d) d = e->next_warn;
-  }
-  return d;
+  int64_t d = c->table.len ? c->next_check : INT64_MAX;
+  return c->nready && c->hold_until < d ? c->hold_until : d;
 }
 
 size_t wf_coord_pending(const wf_coord *c) { return c->table.len; }
-
-const wf_request_msg *wf_coord_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch) {
-  if (!c->cache || rank < 0 || rank >= c->size) return NULL;
-  const cpay *p = wf_cache_by_id(c->cache, id, epoch, NULL);
-  return p && p->have[rank] ? &p->reqs[rank] : NULL;
-}

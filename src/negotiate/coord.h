@@ -38,22 +38,26 @@ void wf_coord_rank_departed(wf_coord *c, int rank);
  * while their total stays within fusion_threshold bytes (allgather: the
  * gathered bytes), then numbered in that order; the response cache's
  * assignments run in that order too. *out is a malloc'd array (caller frees each
- * with wf_response_msg_free, then the array). */
+ * with wf_response_msg_free, then the array). Without a cycle time
+ * (WEFT_CYCLE_TIME_US) and with fusion on, it may hold them back (returns 0)
+ * while a burst of requests that could fuse with them is still arriving,
+ * at most a millisecond: wf_coord_next_deadline says when to ask again. */
 size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out);
 
 /* Fails tensors that waited longer than the timeout for some rank: an ERROR
  * response (WEFT_ERR_TIMEOUT) naming the ranks that did not submit. */
 void wf_coord_check_timeouts(wf_coord *c, int64_t now);
-/* Earliest deadline of a pending tensor (INT64_MAX if none). */
+/* Earliest deadline of a pending tensor, or of a hold (INT64_MAX if none). */
 int64_t wf_coord_next_deadline(const wf_coord *c);
 /* Number of tensors waiting for some rank. */
 size_t wf_coord_pending(const wf_coord *c);
 
-/* The response cache (negotiate/cache.h): rank's request as stored under
- * (id, epoch), or NULL if the coordinator no longer holds that assignment
- * (the rank must send the request in full: RESEND). Valid until the next
- * wf_coord_take; pass it to wf_coord_add. */
-const wf_request_msg *wf_coord_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch);
+/* The response cache (negotiate/cache.h): records rank's request as the
+ * coordinator stored it under (id, epoch), like wf_coord_add; *name gets
+ * the tensor's name (valid until the next wf_coord_take). Returns 0 if the
+ * coordinator no longer holds that assignment (the rank must send the
+ * request in full: RESEND). */
+int wf_coord_add_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch, const char **name);
 
 /* Cross-rank validation of n requests for one name (index = group rank).
  * ranks maps group ranks to the world ranks messages name (NULL: identity).

@@ -29,6 +29,11 @@ void wf_scale(weft_dtype t, void *buf, size_t count, double factor);
 /* dst[i] = src[i] * factor (dst may equal src). factor == 1.0 is a copy. */
 void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, double factor);
 
+/* The last step of an allreduce or reducescatter: average (an exact
+ * truncating division of the wrapped sum for integers, else a factor 1/n)
+ * and postscale, in place. */
+void wf_post_scale(weft_dtype t, weft_reduce_op op, double postscale, void *buf, size_t count, int n);
+
 /* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN,
  * overflow becomes inf). */
 float wf_f16_to_f32(uint16_t h);

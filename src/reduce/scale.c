@@ -175,3 +175,27 @@ void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, doubl
 }
 
 void wf_scale(weft_dtype t, void *buf, size_t count, double factor) { wf_scale_copy(t, buf, buf, count, factor); }
+
+/* Integer average: an exact division of the (wrapped) sum, truncating
+ * toward zero, instead of a trip through double that loses int64 bits. */
+#define DIV_LOOP(T)                                                            \
+  do {                                                                         \
+    T *p = buf;                                                                \
+    for (size_t i = 0; i < count; i++) p[i] = (T)(p[i] / (T)n);                \
+  } while (0)
+static int divide_int(weft_dtype t, void *buf, size_t count, int n) {
+  switch (t) {
+    case WEFT_DTYPE_UINT8: DIV_LOOP(uint8_t); return 1;
+    case WEFT_DTYPE_INT8: DIV_LOOP(int8_t); return 1;
+    case WEFT_DTYPE_UINT16: DIV_LOOP(uint16_t); return 1;
+    case WEFT_DTYPE_INT16: DIV_LOOP(int16_t); return 1;
+    case WEFT_DTYPE_INT32: DIV_LOOP(int32_t); return 1;
+    case WEFT_DTYPE_INT64: DIV_LOOP(int64_t); return 1;
+    default: return 0;
+  }
+}
+
+void wf_post_scale(weft_dtype t, weft_reduce_op op, double postscale, void *buf, size_t count, int n) {
+  if (op == WEFT_OP_AVERAGE && !divide_int(t, buf, count, n)) postscale /= n;
+  wf_scale(t, buf, count, postscale);
+}

@@ -77,6 +77,8 @@ struct wf_shm {
   rx *rx_free;
   void *cb_ctx;
   void (*on_error)(void *ctx, int peer, weft_status st, const char *msg);
+  int (*poll)(void *ctx); /* extra wake-up condition (wf_shm_set_poll), or NULL */
+  void *poll_ctx;
 };
 
 static const wf_transport_ops shm_ops;
@@ -152,10 +154,9 @@ static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timesp
  * loads the ring index. With both fences seq_cst, at least one side sees the
  * other's store: either the waiter finds the work, or we see it waiting and
  * wake it. So no syscall unless it sleeps. */
-static void ring_bell(wf_shm_bell *b) {
-  atomic_thread_fence(memory_order_seq_cst); /* see above: orders our ring store before the load of waiting */
-  /* relaxed: the fence above provides the ordering; the exchange makes only
-   * one waker pay for the syscall. */
+static void wake_if_waiting(wf_shm_bell *b) {
+  /* relaxed: the caller's fence provides the ordering; the exchange makes
+   * only one waker pay for the syscall. */
   if (atomic_load_explicit(&b->waiting, memory_order_relaxed) &&
       atomic_exchange_explicit(&b->waiting, 0, memory_order_relaxed)) {
     /* release: pairs with the waiter's acquire load of word, so a waiter that
@@ -163,6 +164,23 @@ static void ring_bell(wf_shm_bell *b) {
     atomic_fetch_add_explicit(&b->word, 1, memory_order_release);
     futex(&b->word, FUTEX_WAKE, 1, NULL);
   }
+}
+
+static void ring_bell(wf_shm_bell *b) {
+  atomic_thread_fence(memory_order_seq_cst); /* see above: orders our ring store before the load of waiting */
+  wake_if_waiting(b);
+}
+
+void wf_shm_wake_peers(wf_shm *s) {
+  if (!s || !s->bell) return;
+  atomic_thread_fence(memory_order_seq_cst); /* as in ring_bell: the caller's store before the loads of waiting */
+  for (int i = 0; i < s->nlocal; i++)
+    if (i != s->me) wake_if_waiting(s->peers[i].bell);
+}
+
+void wf_shm_set_poll(wf_shm *s, int (*ready)(void *ctx), void *ctx) {
+  s->poll = ready;
+  s->poll_ctx = ctx;
 }
 
 void wf_shm_interrupt(wf_shm *s) {
@@ -422,7 +440,7 @@ static int has_work(wf_shm *s) {
     }
     if (p->txh && p->out_head - atomic_load_explicit(&p->out->tail, memory_order_acquire) < s->nslots) return 1;
   }
-  return 0;
+  return s->poll && s->poll(s->poll_ctx);
 }
 
 static void cpu_relax(void) {

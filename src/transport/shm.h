@@ -114,6 +114,17 @@ void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
 void *wf_shm_board(const wf_shm *s, size_t *bytes);
 void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes);
 
+/* An extra wake-up condition for wf_shm_wait: ready(ctx) != 0 counts as
+ * something to do (the staged collectives' flags, algo/shm_stage.h). It must
+ * be cheap and read shared memory with acquire loads; whoever makes it true
+ * calls wf_shm_wake_peers after its store. NULL removes it. Engine thread. */
+void wf_shm_set_poll(wf_shm *s, int (*ready)(void *ctx), void *ctx);
+
+/* Wakes every local peer that sleeps in wf_shm_wait, after this rank stored
+ * something a peer's poll condition reads (same Dekker pattern as the rings:
+ * no system call unless a peer sleeps). Engine thread. */
+void wf_shm_wake_peers(wf_shm *s);
+
 /* Local index of this rank and number of local ranks. */
 int wf_shm_local_index(const wf_shm *s);
 int wf_shm_nlocal(const wf_shm *s);

@@ -28,6 +28,11 @@
 #       submitted at once run as fewer collectives than tensors (engine debug
 #       log), and as one each with WEFT_FUSION_THRESHOLD=0
 #   cache-hits     feat_cache: a member's response cache reports hits
+#   cache-resend   feat_cache with WEFT_CACHE_CAPACITY=1 on the coordinator
+#       only: members name entries it has evicted, so it must answer RESEND
+#       and they must resend in full (both logged at debug level, counted
+#       here); results stay right. Then the reverse (members at 1): results
+#       stay right too.
 #
 # Temporary files go to a fresh directory under $TMPDIR, removed on success
 # and kept (and named) on failure.
@@ -219,6 +224,22 @@ cache-hits)
   hits=$(stderr_of cache 1 | sed -n 's/.*response cache: \([0-9]*\) hits.*/\1/p' | head -1)
   echo "rank 1: ${hits:-no} cache hits"
   [ "${hits:-0}" -gt 0 ] || fail "rank 1 reports no response cache hits"
+  ;;
+cache-resend)
+  # rank 0 (the world's coordinator) keeps one entry; the members keep the default
+  run_job resend WEFT_LOG_SUBSYS=engine,coord WEFT_LOG_LEVEL=debug -- \
+    sh -c '[ "$WEFT_RANK" = 0 ] && export WEFT_CACHE_CAPACITY=1; exec "$0"' "$FEATBIN/feat_cache" >&2
+  asked=$(stderr_of resend 0 | sed -n "s/.*response cache: \([0-9]*\) of rank [0-9]*'s cached requests name evicted.*/\1/p" |
+    awk '{s += $1} END {print s + 0}')
+  for ((r = 1; r < NP; r++)); do
+    resent=$(stderr_of resend $r | sed -n 's/.*response cache: [0-9]* hits, [0-9]* misses, \([0-9]*\) resent.*/\1/p' | head -1)
+    echo "rank $r resent ${resent:-no} requests"
+    [ "${resent:-0}" -gt 0 ] || fail "rank $r resent nothing although the coordinator keeps one cache entry"
+  done
+  echo "the coordinator asked for $asked requests again"
+  [ "$asked" -gt 0 ] || fail "the coordinator logged no RESEND"
+  # the reverse: one-entry member caches (their ids differ from the coordinator's: RESENDs, still right)
+  run_job small -- sh -c '[ "$WEFT_RANK" = 0 ] || export WEFT_CACHE_CAPACITY=1; exec "$0"' "$FEATBIN/feat_cache" >&2
   ;;
 alias-fusion)
   N=40

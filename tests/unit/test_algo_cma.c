@@ -450,7 +450,7 @@ static void test_registry(void) {
 
 int main(void) {
   for (int i = 0; i < MAXP; i++) g_pids[i] = (int)getpid();
-  g_topo = (wf_topo){1, g_hosts, g_pids, 1};
+  g_topo = (wf_topo){1, g_hosts, g_pids, 1, NULL};
   test_steps();
   test_registry();
   static const dtop k_red[] = {

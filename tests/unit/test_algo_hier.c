@@ -67,7 +67,7 @@ static int layouts(int p, layout_t *out) {
   return n;
 }
 
-static wf_topo topo_of(const layout_t *L) { return (wf_topo){L->H, L->host_of, NULL, 0}; }
+static wf_topo topo_of(const layout_t *L) { return (wf_topo){L->H, L->host_of, NULL, 0, NULL}; }
 
 /* Bytes sent by rank i to ranks on other hosts in its schedule. */
 static size_t cross_bytes(const simrank *R, int i, const layout_t *L) {
@@ -278,7 +278,8 @@ static void test_choice(void) {
   static float buf[64];
   size_t counts[4] = {2, 2, 2, 2}, displs[4] = {0, 2, 4, 6};
   int two[4] = {0, 0, 1, 1}, spread[4] = {0, 1, 2, 3}, one[4] = {0, 0, 0, 0}, bad[4] = {0, 2, 1, 1};
-  wf_topo t2 = {2, two, NULL, 0}, t4 = {4, spread, NULL, 0}, t1 = {1, one, NULL, 0}, tbad = {3, bad, NULL, 0};
+  wf_topo t2 = {2, two, NULL, 0, NULL}, t4 = {4, spread, NULL, 0, NULL}, t1 = {1, one, NULL, 0, NULL},
+          tbad = {3, bad, NULL, 0, NULL};
   const char *modes[] = {NULL, "-1", "0", "1"};
   for (int mi = 0; mi < 4; mi++) {
     if (modes[mi]) setenv("WEFT_HIERARCHICAL", modes[mi], 1);

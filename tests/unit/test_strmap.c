@@ -68,6 +68,27 @@ int main(void) {
   }
   CHECK(m.cap <= 64, "churn grew the table to %zu slots for 8 live keys", m.cap);
   wf_strmap_free(&m);
+  /* borrowed keys, insert-if-absent, get-or-insert, delete-if-value */
+  wf_strmap_init(&m);
+  static char names[64][32];
+  for (int i = 0; i < 64; i++) {
+    snprintf(names[i], sizeof names[i], "layer.%d.weight", i);
+    CHECK(wf_strmap_insert(&m, names[i], &vals[i], 1) == 0, "insert %s", names[i]);
+    CHECK(wf_strmap_insert(&m, names[i], &vals[0], 1) == 1, "second insert of %s", names[i]);
+  }
+  for (int i = 0; i < 64; i += 2) {
+    CHECK(!wf_strmap_del_val(&m, names[i], &vals[i + 1]), "del_val %s with the wrong value", names[i]);
+    CHECK(wf_strmap_del_val(&m, names[i], &vals[i]), "del_val %s", names[i]);
+  }
+  for (int i = 0; i < 64; i++) {
+    void *found = NULL;
+    snprintf(key, sizeof key, "layer.%d.weight", i); /* a different pointer, same string */
+    int rc = wf_strmap_get_or_insert(&m, key, &vals[100 + i], 0, &found);
+    if (i % 2) CHECK(rc == 1 && found == &vals[i], "get_or_insert found %s", key);
+    else CHECK(rc == 0 && wf_strmap_get(&m, names[i]) == &vals[100 + i], "get_or_insert inserted %s", key);
+  }
+  CHECK(m.len == 64, "len %zu after get_or_insert, expected 64", m.len);
+  wf_strmap_free(&m); /* frees the copied keys only (ASan: no leak, no bad free) */
   if (fails) return 1;
   printf("PASS test_strmap\n");
   return 0;

@@ -350,12 +350,6 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                             "allreduce_").synchronize()
 
 
-def _grouped_names(prefix, name, n, process_set, fn):
-    """Full weft names '<base>.<i>' for the members of a grouped operation."""
-    base = op_name(prefix, name, _resolve_set(process_set, fn)[0])
-    return ["%s.%d" % (base, i) for i in range(n)]
-
-
 def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, process_set, fn):
     """One weft request for all tensors (enqueued atomically, fused);
     tensor i is named '<name>.<i>'."""
@@ -470,10 +464,19 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """One weft request for all tensors (enqueued atomically, fused); tensor i
+    is named '<name>.<i>'. synchronize() returns the list of gathered tensors."""
+    fn = "grouped_allgather_async"
     tensors = list(tensors)
-    names = _grouped_names("grouped_allgather", name, len(tensors), process_set, "grouped_allgather_async")
-    return GroupRequest([_allgather_async(t, nm, process_set, "grouped_allgather_async", prefix=None)
-                         for t, nm in zip(tensors, names)])
+    if not tensors:
+        return GroupRequest([])
+    group, _, _ = _resolve_set(process_set, fn)
+    codes = [_code(t, fn) for t in tensors]
+    srcs = [t.contiguous() for t in tensors]
+    h = _weft.grouped_allgather(op_name("grouped_allgather", name, group), [_desc(t, c) for t, c in zip(srcs, codes)],
+                                0, (srcs,), group)
+    dtypes = [t.dtype for t in tensors]
+    return Request(h, lambda h: [_from_buffer(b, d, s) for b, d, s in zip(h.output, dtypes, h.shape)])
 
 
 class _GroupedAllgatherFn(torch.autograd.Function):
@@ -662,12 +665,29 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    op = _resolve_op(op, None, "grouped_reducescatter_async")
+    """One weft request for all tensors (enqueued atomically, fused); tensor i
+    is named '<name>.<i>'. synchronize() returns the list of this rank's slices."""
+    fn = "grouped_reducescatter_async"
+    op = _resolve_op(op, None, fn)
     tensors = list(tensors)
-    names = _grouped_names("grouped_reducescatter", name, len(tensors), process_set, "grouped_reducescatter_async")
-    return GroupRequest([_reducescatter_async(t, nm, op, prescale_factor, postscale_factor, process_set,
-                                              "grouped_reducescatter_async", prefix=None)
-                         for t, nm in zip(tensors, names)])
+    if not tensors:
+        return GroupRequest([])
+    group, set_rank, set_size = _resolve_set(process_set, fn)
+    codes = [_code(t, fn) for t in tensors]
+    srcs = [t.contiguous() for t in tensors]
+    # 0-d tensors get no output here: the library sizes it (the ranks reject them anyway)
+    outs = [torch.empty((reducescatter_rows(t.shape[0], set_size, set_rank),) + tuple(t.shape[1:]), dtype=t.dtype)
+            if t.dim() > 0 else None for t in srcs]
+    h = _weft.grouped_reducescatter(op_name("grouped_reducescatter", name, group),
+                                    [_desc(t, c) for t, c in zip(srcs, codes)],
+                                    [None if o is None else _desc(o, c) for o, c in zip(outs, codes)],
+                                    _WEFT_OPS[op], float(prescale_factor), float(postscale_factor), 0, (srcs, outs),
+                                    group)
+
+    def finish(h):
+        return [o if o is not None else _from_buffer(h.output[i], t.dtype, h.shape[i])
+                for i, (t, o) in enumerate(zip(srcs, outs))]
+    return Request(h, finish)
 
 
 class _GroupedReducescatterFn(torch.autograd.Function):

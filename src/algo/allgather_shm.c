@@ -1,0 +1,28 @@
+/* allgather_shm.c - allgather: each rank copies its block into its staging slot,
+ * chunk by chunk, and every rank copies the others' chunks out.
+ * Runtime and synchronisation: shm_stage.c. */
+#include "algo/shm_stage.h"
+
+static int shm_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLGATHER && wf_stage_supports(a); }
+
+/* Claims every size it supports: measured on 2 cores against direct, ring,
+ * tree, chain and cma from 16 KiB up (docs/design.md). */
+static int shm_prefer(const wf_coll_args *a) {
+  (void)a;
+  return 20;
+}
+
+/* Chosen by its claim only (see prefer). */
+static double shm_cost(const wf_coll_args *a) {
+  (void)a;
+  return 1.0;
+}
+
+const wf_algo wf_algo_allgather_shm = {
+    .name = "shm",
+    .coll = WF_COLL_ALLGATHER,
+    .supports = shm_supports,
+    .cost = shm_cost,
+    .prefer = shm_prefer,
+    .build = wf_stage_build,
+};

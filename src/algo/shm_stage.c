@@ -1,0 +1,583 @@
+/* shm_stage.c - the staged collectives' runtime (see shm_stage.h): chunk
+ * geometry, the per-chunk phases of each collective, and the resumable
+ * state machine the executor polls.
+ *
+ * Every collective is a pipeline of chunks, each going through up to three
+ * phases on every rank:
+ *   A  copy in: this rank's data for chunk c into slot c % nslots of its own
+ *      region; publish ready = v(c). Needs the slot free: every peer's done
+ *      shows it finished reading the slot's previous chunk.
+ *   B  fold (allreduce, reducescatter): once every peer's ready shows c, fold
+ *      this rank's share of c in rank order, ((x_0 op x_1) op x_2) ..., the
+ *      order of "direct", so both give the same bits; allreduce publishes
+ *      reduced = v(c) (the slice is in its slot for the peers).
+ *   C  copy out (allreduce, allgather, broadcast): each peer's part of c from
+ *      its region into this rank's output, as soon as that peer's flag shows
+ *      it.
+ * then done = v(c). Allreduce: rank r folds slice r of each chunk (its own
+ * slice straight from its buffer, the others' from their slots; the result
+ * goes to its buffer and to slice r of its slot, which no peer reads as
+ * input; with two ranks, into the peer's slot over the operand it just
+ * read), then copies the other slices out. Small allreduces ("fold all")
+ * skip C: every rank folds the whole chunk from all slots, same order, same
+ * bits, one flag round. Reducescatter: slot = one piece per rank; rank r
+ * folds its block's piece into its output. Allgather: each rank's block
+ * piece; broadcast: the root's. Copy-in runs at most `ahead` chunks ahead of
+ * the copies out, so a chunk's buffer lines are still in cache when written
+ * (plain stores: streaming stores into the outputs and prefetching later
+ * chunks measured slower on this machine).
+ */
+#include "algo/shm_stage.h"
+
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "reduce/reduce.h"
+#include "util/err.h"
+#include "util/time.h"
+
+#define LINE 128u
+#define HDR_BYTES 512u             /* region header: the flags */
+#define MAX_RANKS 64               /* copy-out progress is a 64-bit mask */
+#define MAX_CHUNKS ((1u << 24) - 2) /* chunk numbers fit below the epoch */
+#define MIN_SLOTS 4                /* slots per region at least (else smaller chunks) */
+#define AHEAD 3                    /* copy-in runs at most this many chunks ahead */
+#define CHUNK_BYTES ((size_t)256 << 10) /* slot size target: in L2 with its peers' */
+#define FOLD_ALL_BYTES ((size_t)64 << 10) /* allreduce up to this: every rank folds all */
+#define SUB_BYTES ((size_t)16 << 10) /* fold sub-blocks (L1) */
+#define SPIN_NS 50000              /* blocked on dedicated cores: spin this long before returning */
+#define YIELD_NS 1000              /* ... yielding after this long: a peer woken on this core runs at once */
+#define BUDGET_NS 2000000          /* return to the engine loop after this much work */
+
+typedef struct stage_hdr {
+  alignas(LINE) _Atomic uint64_t ready;
+  alignas(LINE) _Atomic uint64_t reduced;
+  alignas(LINE) _Atomic uint64_t done;
+  alignas(LINE) _Atomic uint64_t gone; /* epoch given up, or LEFT */
+} stage_hdr;
+#define LEFT UINT64_MAX /* gone: the rank finalized */
+_Static_assert(sizeof(stage_hdr) <= HDR_BYTES, "stage header too large");
+
+struct wf_stage {
+  int n, me;
+  size_t payload;    /* slot bytes per region */
+  stage_hdr **hdr;   /* [n] */
+  char **data;       /* [n] payload of each region */
+  wf_stage_wake_fn wake;
+  void *wake_ctx;
+  uint64_t epoch;    /* staged collectives started here */
+  uint64_t last;     /* done value of the previous staged collective's last chunk */
+  struct stage_op *cur;
+  int64_t spin_ns;   /* blocked: spin this long (0: more local ranks than CPUs) */
+};
+
+typedef struct geom {
+  size_t E;       /* elements per chunk (allreduce, broadcast) or per block piece */
+  size_t slot;    /* bytes per slot */
+  size_t nslots, nchunks;
+  int fold_all;
+} geom;
+
+typedef struct stage_op {
+  wf_stage *g;
+  wf_coll coll;
+  weft_dtype dt;
+  weft_reduce_op op;
+  size_t es;
+  int n, me, root;
+  char *buf;       /* allreduce, broadcast */
+  const char *in;  /* reducescatter, allgather */
+  char *out;
+  size_t count;
+  size_t *counts, *displs; /* [n] reducescatter, allgather */
+  const char **x;  /* [n] fold operands */
+  geom gm;
+  size_t ahead;
+  int has_a, has_b, has_c;
+  int state;       /* 0 not started, 1 running, 2 finished */
+  uint64_t base;   /* epoch << 24 */
+  size_t cin, cred, cout;
+  uint64_t cmask;  /* peers copied out of chunk cout */
+  int more;        /* returned with work left */
+} stage_op;
+
+/* ------------------------------------------------------------------ helpers */
+
+static void cpu_relax(void) {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+/* Flag comparison in serial-number arithmetic: a flag has reached v. */
+static int reached(uint64_t flag, uint64_t v) { return (int64_t)(flag - v) >= 0; }
+
+static uint64_t load(_Atomic uint64_t *f) {
+  /* acquire: the owner's writes of the slot before its release store */
+  return atomic_load_explicit(f, memory_order_acquire);
+}
+
+static void publish(stage_op *o, _Atomic uint64_t *f, uint64_t v) {
+  /* release: this rank's slot writes (and reads, for done) happen before */
+  atomic_store_explicit(f, v, memory_order_release);
+  if (o->g->wake) o->g->wake(o->g->wake_ctx);
+}
+
+static uint64_t vflag(const stage_op *o, size_t c) { return o->base + (uint64_t)c + 1; }
+
+static void block_of(size_t count, int p, int b, size_t *off, size_t *n) {
+  size_t q = count / (size_t)p, r = count % (size_t)p, ub = (size_t)b;
+  *n = q + (ub < r ? 1 : 0);
+  *off = q * ub + (ub < r ? ub : r);
+}
+
+/* Piece c of a block of len elements cut in pieces of E: *off, returns length. */
+static size_t piece(size_t len, size_t E, size_t c, size_t *off) {
+  *off = c * E;
+  if (*off >= len) return 0;
+  return len - *off < E ? len - *off : E;
+}
+
+static char *slot_of(const stage_op *o, int rank, size_t c) {
+  return o->g->data[rank] + (c % o->gm.nslots) * o->gm.slot;
+}
+
+/* ------------------------------------------------------------------ context */
+
+weft_status wf_stage_create(int n, int me, void *const *regions, size_t bytes, wf_stage_wake_fn wake, void *wake_ctx,
+                            wf_stage **out) {
+  *out = NULL;
+  if (n < 1 || me < 0 || me >= n || !regions)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "staging: %d regions (rank %d) cannot be used", n, me);
+  if (bytes < HDR_BYTES + 4096) return WEFT_OK; /* too small to pay: no staging (alike on every rank) */
+  wf_stage *g = calloc(1, sizeof *g);
+  if (!g || !(g->hdr = calloc((size_t)n, sizeof *g->hdr)) || !(g->data = calloc((size_t)n, sizeof *g->data))) {
+    wf_stage_destroy(g);
+    return wf_err(WEFT_ERR_NO_MEMORY, "staging: out of memory");
+  }
+  for (int i = 0; i < n; i++) {
+    if (!regions[i] || (uintptr_t)regions[i] % LINE) {
+      wf_stage_destroy(g);
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "staging: region %d is missing or misaligned", i);
+    }
+    g->hdr[i] = regions[i];
+    g->data[i] = (char *)regions[i] + HDR_BYTES;
+  }
+  g->n = n;
+  g->me = me;
+  g->payload = bytes - HDR_BYTES;
+  g->wake = wake;
+  g->wake_ctx = wake_ctx;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (!sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) < cpus) cpus = CPU_COUNT(&set);
+  g->spin_ns = cpus > 0 && n > cpus ? 0 : SPIN_NS;
+  *out = g;
+  return WEFT_OK;
+}
+
+void wf_stage_destroy(wf_stage *g) {
+  if (!g) return;
+  if (g->cur) g->cur->g = NULL; /* an op that outlives us must not touch g */
+  free(g->hdr);
+  free(g->data);
+  free(g);
+}
+
+int wf_stage_size(const wf_stage *g) { return g ? g->n : 0; }
+
+void wf_stage_set_spin(wf_stage *g, int64_t ns) { g->spin_ns = ns > 0 ? ns : 0; }
+
+/* ------------------------------------------------------------------ geometry */
+
+/* Chunking of a's collective over g's regions; 0 if it cannot run. */
+static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
+  size_t es = a->elem_size, n = (size_t)a->size, cap = g->payload / MIN_SLOTS, len = 0;
+  if (cap > CHUNK_BYTES) cap = CHUNK_BYTES;
+  cap -= cap % 64;
+  memset(gm, 0, sizeof *gm);
+  switch (a->coll) {
+    case WF_COLL_ALLREDUCE: {
+      len = a->count;
+      gm->fold_all = a->count * es <= FOLD_ALL_BYTES;
+      size_t q = n * (64 / es); /* slices of whole cache lines (es <= 8) */
+      gm->E = cap / es;
+      if (!gm->fold_all && gm->E >= 2 * q) gm->E -= gm->E % q;
+      if (gm->E < n) return 0;
+      gm->slot = gm->E * es;
+      break;
+    }
+    case WF_COLL_REDUCESCATTER:
+    case WF_COLL_ALLGATHER:
+      for (int i = 0; i < a->size; i++)
+        if (a->counts[i] > len) len = a->counts[i];
+      gm->E = (a->coll == WF_COLL_REDUCESCATTER ? cap / n : cap) / es;
+      if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es); /* pieces of whole cache lines */
+      if (gm->E < 1) return 0;
+      gm->slot = gm->E * es * (a->coll == WF_COLL_REDUCESCATTER ? n : 1);
+      break;
+    case WF_COLL_BROADCAST:
+      len = a->count;
+      gm->E = cap / es;
+      if (gm->E < 1) return 0;
+      gm->slot = gm->E * es;
+      break;
+    default:
+      return 0;
+  }
+  gm->nslots = g->payload / gm->slot;
+  gm->nchunks = len / gm->E + (len % gm->E ? 1 : 0);
+  return gm->nslots >= 2 && gm->nchunks <= MAX_CHUNKS;
+}
+
+int wf_stage_supports(const wf_coll_args *a) {
+  const wf_stage *g = a->topo ? a->topo->stage : NULL;
+  geom gm;
+  return g && a->size >= 2 && a->size <= MAX_RANKS && a->size == g->n && a->rank == g->me && plan(a, g, &gm);
+}
+
+weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
+  wf_stage *g = a->topo ? a->topo->stage : NULL;
+  geom gm;
+  if (!g || !plan(a, g, &gm)) return wf_err(WEFT_ERR_INTERNAL, "staging cannot run this collective");
+  if (gm.nchunks == 0) return WEFT_OK;
+  size_t n = (size_t)a->size, bytes = sizeof(stage_op) + 2 * n * sizeof(size_t) + n * sizeof(char *);
+  char *p = wf_sched_scratch(s, bytes);
+  if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for %zu bytes of scratch", bytes);
+  stage_op *o = (stage_op *)(void *)p;
+  memset(o, 0, sizeof *o);
+  o->counts = (size_t *)(void *)(p + sizeof *o);
+  o->displs = o->counts + n;
+  o->x = (const char **)(void *)(o->displs + n);
+  o->g = g;
+  o->coll = a->coll;
+  o->dt = a->dtype;
+  o->op = a->op;
+  o->es = a->elem_size;
+  o->n = a->size;
+  o->me = a->rank;
+  o->root = a->root;
+  o->buf = a->buf;
+  o->in = a->in;
+  o->out = a->out;
+  o->count = a->count;
+  o->gm = gm;
+  /* oversubscribed: run as far ahead as the slots allow (a peer may be off
+   * its core a while); else stay close so the buffer lines stay in cache */
+  o->ahead = !g->spin_ns || gm.nslots < AHEAD ? gm.nslots : AHEAD;
+  if (a->coll == WF_COLL_REDUCESCATTER || a->coll == WF_COLL_ALLGATHER)
+    for (size_t i = 0; i < n; i++) {
+      o->counts[i] = a->counts[i];
+      o->displs[i] = a->displs[i];
+    }
+  o->has_a = a->coll != WF_COLL_BROADCAST || a->rank == a->root;
+  o->has_b = a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER;
+  o->has_c = (a->coll == WF_COLL_ALLREDUCE && !gm.fold_all) || a->coll == WF_COLL_ALLGATHER ||
+             (a->coll == WF_COLL_BROADCAST && a->rank != a->root);
+  wf_sched_stage(s, o);
+  return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for the schedule") : WEFT_OK;
+}
+
+/* ------------------------------------------------------------------ phases */
+
+/* Allreduce chunk c: its first element and length. */
+static size_t ar_chunk(const stage_op *o, size_t c, size_t *start) {
+  return piece(o->count, o->gm.E, c, start);
+}
+
+/* A: this rank's data of chunk c into its slot. */
+static void copy_in(stage_op *o, size_t c) {
+  size_t es = o->es, off, len;
+  char *slot = slot_of(o, o->me, c);
+  switch (o->coll) {
+    case WF_COLL_ALLREDUCE: {
+      size_t start, m = ar_chunk(o, c, &start);
+      const char *src = o->buf + start * es;
+      if (o->gm.fold_all) {
+        memcpy(slot, src, m * es);
+        break;
+      }
+      /* the peers' slices only: this rank reads its own from its buffer */
+      block_of(m, o->n, o->me, &off, &len);
+      memcpy(slot, src, off * es);
+      memcpy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
+      break;
+    }
+    case WF_COLL_REDUCESCATTER:
+      for (int j = 0; j < o->n; j++) {
+        if (j == o->me) continue;
+        size_t l = piece(o->counts[j], o->gm.E, c, &off);
+        if (l) memcpy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
+      }
+      break;
+    case WF_COLL_ALLGATHER:
+      len = piece(o->counts[o->me], o->gm.E, c, &off);
+      if (!len) break;
+      memcpy(slot, o->in + off * es, len * es);
+      if (o->in != o->out + o->displs[o->me] * es)
+        memcpy(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
+      break;
+    case WF_COLL_BROADCAST:
+      len = piece(o->count, o->gm.E, c, &off);
+      memcpy(slot, o->buf + off * es, len * es);
+      break;
+    default:
+      break;
+  }
+}
+
+/* dst = ((x[0] op x[1]) op x[2]) ... over elements [at, at + len) of the
+ * operands (dst and tmp likewise); dst may be x[0]; x[k] for k > 0 is never
+ * dst unless k is the last. */
+static void fold(const stage_op *o, size_t at, char *dst, char *tmp, size_t len) {
+  size_t b = at * o->es;
+  const char *acc = o->x[0] + b;
+  for (int k = 1; k < o->n; k++) {
+    char *d = (k == o->n - 1 ? dst : tmp) + b;
+    wf_reduce3(o->dt, o->op, d, acc, o->x[k] + b, len);
+    acc = d;
+  }
+}
+
+/* B: this rank's share of chunk c, folded in rank order. */
+static void reduce(stage_op *o, size_t c) {
+  size_t es = o->es, off, len;
+  if (o->coll == WF_COLL_REDUCESCATTER) {
+    len = piece(o->counts[o->me], o->gm.E, c, &off);
+    if (!len) return;
+    for (int k = 0; k < o->n; k++)
+      o->x[k] = k == o->me ? o->in + (o->displs[k] + off) * es : slot_of(o, k, c) + (size_t)o->me * o->gm.E * es;
+    /* dst is the output, never an operand: accumulate there */
+    char *dst = o->out + off * es;
+    wf_reduce3(o->dt, o->op, dst, o->x[0], o->x[1], len);
+    for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, dst, o->x[k], len);
+    return;
+  }
+  size_t start, m = ar_chunk(o, c, &start);
+  char *chunk = o->buf + start * es;
+  if (o->gm.fold_all) { /* every operand from its slot; the result into the buffer */
+    for (int k = 0; k < o->n; k++) o->x[k] = slot_of(o, k, c);
+    wf_reduce3(o->dt, o->op, chunk, o->x[0], o->x[1], m);
+    for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, chunk, o->x[k], m);
+    return;
+  }
+  block_of(m, o->n, o->me, &off, &len);
+  if (!len) return;
+  char *mine = chunk + off * es, *tmp = slot_of(o, o->me, c) + off * es;
+  for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? mine : slot_of(o, k, c) + off * es;
+  /* Intermediate results in this rank's own slice of its slot (no peer reads
+   * it as input), the last into the buffer; then the result goes where the
+   * peers copy it from: this rank's slot, or with two ranks the peer's slot
+   * over the operand just read (its only reader is this fold; the lines are
+   * in this core's cache, so writing them costs no transfer: measured 20%
+   * faster folds than writing lines of its own slot). */
+  char *res = o->n == 2 ? slot_of(o, 1 - o->me, c) + off * es : tmp;
+  size_t sub = SUB_BYTES / es; /* the copy reads what the fold just wrote, from L1 */
+  for (size_t at = 0; at < len; at += sub) {
+    size_t m2 = len - at < sub ? len - at : sub;
+    fold(o, at, mine, tmp, m2);
+    memcpy(res + at * es, mine + at * es, m2 * es);
+  }
+}
+
+/* The flag of peer j that shows its part of chunk c can be copied out. */
+static _Atomic uint64_t *out_flag(const stage_op *o, int j) {
+  return o->coll == WF_COLL_ALLREDUCE ? &o->g->hdr[j]->reduced : &o->g->hdr[j]->ready;
+}
+
+/* C: peer j's part of chunk c into this rank's output. */
+static void copy_out(stage_op *o, int j, size_t c) {
+  size_t es = o->es, off, len;
+  /* allreduce of two ranks: the peer wrote its slice into this rank's slot */
+  const char *slot = slot_of(o, o->coll == WF_COLL_ALLREDUCE && o->n == 2 ? o->me : j, c);
+  if (o->coll == WF_COLL_ALLREDUCE) {
+    size_t start, m = ar_chunk(o, c, &start);
+    block_of(m, o->n, j, &off, &len);
+    memcpy(o->buf + (start + off) * es, slot + off * es, len * es);
+  } else if (o->coll == WF_COLL_ALLGATHER) {
+    len = piece(o->counts[j], o->gm.E, c, &off);
+    if (len) memcpy(o->out + (o->displs[j] + off) * es, slot, len * es);
+  } else { /* broadcast from the root's slot */
+    len = piece(o->count, o->gm.E, c, &off);
+    memcpy(o->buf + off * es, slot, len * es);
+  }
+}
+
+/* The peers that chunk c's copy-out reads from (bit mask). */
+static uint64_t out_peers(const stage_op *o) {
+  if (o->coll == WF_COLL_BROADCAST) return (uint64_t)1 << o->root;
+  uint64_t m = o->n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << o->n) - 1);
+  return m & ~((uint64_t)1 << o->me);
+}
+
+/* ------------------------------------------------------------------ conditions */
+
+static int all_ready(const stage_op *o, size_t c) {
+  for (int k = 0; k < o->n; k++)
+    if (k != o->me && !reached(load(&o->g->hdr[k]->ready), vflag(o, c))) return 0;
+  return 1;
+}
+
+/* Slot of chunk c is free to write, and copy-in is not too far ahead. */
+static int slot_free(const stage_op *o, size_t c) {
+  if (c - o->cout >= o->ahead) return 0;
+  uint64_t t = c >= o->gm.nslots ? vflag(o, c - o->gm.nslots) : o->g->last;
+  for (int k = 0; k < o->n; k++)
+    if (k != o->me && !reached(load(&o->g->hdr[k]->done), t)) return 0;
+  return 1;
+}
+
+static int can_move(const stage_op *o) {
+  if (o->cout < o->cred) {
+    if (!o->has_c) return 1;
+    uint64_t left = out_peers(o) & ~o->cmask;
+    for (int j = 0; j < o->n; j++)
+      if ((left >> j & 1) && reached(load(out_flag(o, j)), vflag(o, o->cout))) return 1;
+  }
+  if (o->cred < o->cin && (!o->has_b || all_ready(o, o->cred))) return 1;
+  return o->has_a && o->cin < o->gm.nchunks && slot_free(o, o->cin);
+}
+
+/* One pass over the phases; 1 if anything moved. */
+static int step_once(stage_op *o) {
+  int moved = 0;
+  stage_hdr *me = o->g->hdr[o->me];
+  if (o->cout < o->cred) {
+    uint64_t v = vflag(o, o->cout);
+    if (o->has_c) {
+      uint64_t need = out_peers(o);
+      for (int j = 0; j < o->n; j++)
+        if ((need >> j & 1) && !(o->cmask >> j & 1) && reached(load(out_flag(o, j)), v)) {
+          copy_out(o, j, o->cout);
+          o->cmask |= (uint64_t)1 << j;
+          moved = 1;
+        }
+      if (o->cmask == need) {
+        publish(o, &me->done, v);
+        o->cout++;
+        o->cmask = 0;
+      }
+    } else {
+      publish(o, &me->done, v);
+      o->cout++;
+      moved = 1;
+    }
+  }
+  if (o->cred < o->cin) {
+    if (!o->has_b) {
+      o->cred = o->cin;
+      moved = 1;
+    } else if (all_ready(o, o->cred)) {
+      reduce(o, o->cred);
+      if (o->has_c) publish(o, &me->reduced, vflag(o, o->cred));
+      o->cred++;
+      moved = 1;
+    }
+  }
+  if (o->has_a && o->cin < o->gm.nchunks && slot_free(o, o->cin)) {
+    copy_in(o, o->cin);
+    publish(o, &me->ready, vflag(o, o->cin));
+    o->cin++;
+    moved = 1;
+  }
+  return moved;
+}
+
+/* ------------------------------------------------------------------ the step */
+
+/* A peer that gave up this collective, or left the world without finishing
+ * it (its done flag short of the last chunk), or -1. */
+static int peer_gone(const stage_op *o) {
+  for (int k = 0; k < o->n; k++) {
+    if (k == o->me) continue;
+    uint64_t gone = load(&o->g->hdr[k]->gone);
+    if ((gone == o->g->epoch || gone == LEFT) && !reached(load(&o->g->hdr[k]->done), vflag(o, o->gm.nchunks - 1)))
+      return k;
+  }
+  return -1;
+}
+
+int wf_stage_ready(void *p) {
+  wf_stage *g = p;
+  stage_op *o = g ? g->cur : NULL;
+  if (!o || o->state != 1) return 0;
+  if (o->more) return 1;
+  return can_move(o) || peer_gone(o) >= 0; /* a peer gave up: the step reports it */
+}
+
+static void start(stage_op *o) {
+  wf_stage *g = o->g;
+  g->epoch++;
+  g->cur = o;
+  o->base = g->epoch << 24;
+  o->state = 1;
+  if (!o->has_a) o->cin = o->cred = o->gm.nchunks; /* broadcast, not the root */
+}
+
+weft_status wf_stage_run(void *p) {
+  stage_op *o = p;
+  if (!o->g) return wf_err(WEFT_ERR_INTERNAL, "staging: the collective outlived the staging regions");
+  if (o->state == 0) start(o);
+  if (o->state == 2) return WEFT_OK;
+  wf_stage *g = o->g;
+  o->more = 0;
+  int64_t t0 = wf_now_ns(), spin_end = 0;
+  for (unsigned it = 1;; it++) {
+    int moved = step_once(o);
+    if (o->cout == o->gm.nchunks) {
+      o->state = 2;
+      g->last = vflag(o, o->gm.nchunks - 1);
+      g->cur = NULL;
+      return WEFT_OK;
+    }
+    if (moved) {
+      spin_end = 0;
+      if (!(it & 7) && wf_now_ns() - t0 > BUDGET_NS) {
+        o->more = 1; /* heartbeats and the other groups get their turn */
+        return WEFT_IN_PROGRESS;
+      }
+      continue;
+    }
+    int k = peer_gone(o);
+    if (k >= 0)
+      return wf_err(WEFT_ERR_PEER_LOST, "rank %d %s", k,
+                    load(&g->hdr[k]->gone) == LEFT
+                        ? "has shut down (weft_finalize) but this shared-memory collective needs it"
+                        : "gave up its part of this shared-memory collective (it failed or shut down)");
+    if (!g->spin_ns) return WEFT_IN_PROGRESS; /* the peer we wait for may need this core */
+    int64_t now = wf_now_ns();
+    if (!spin_end) spin_end = now + g->spin_ns;
+    else if (now >= spin_end) return WEFT_IN_PROGRESS;
+    if (now > spin_end - g->spin_ns + YIELD_NS) sched_yield(); /* other work on this core (a loaded host) */
+    else for (int k = 0; k < 32; k++) cpu_relax();
+  }
+}
+
+void wf_stage_leave(wf_stage *g) {
+  if (!g) return;
+  atomic_store_explicit(&g->hdr[g->me]->gone, LEFT, memory_order_release);
+  if (g->wake) g->wake(g->wake_ctx);
+}
+
+void wf_stage_release(void *p) {
+  stage_op *o = p;
+  if (!o || !o->g) return;
+  wf_stage *g = o->g;
+  if (o->state == 1) {
+    /* cut short: the peers must not wait for this rank's flags, and its
+     * region may hold a half-written chunk: never used again by this world
+     * (a failed world stays failed) */
+    atomic_store_explicit(&g->hdr[g->me]->gone, g->epoch, memory_order_release);
+    if (g->wake) g->wake(g->wake_ctx);
+  }
+  if (g->cur == o) g->cur = NULL;
+  o->g = NULL;
+}

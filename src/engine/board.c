@@ -1,0 +1,402 @@
+/* board.c - the one-host negotiation board in shared memory (see board.h):
+ * its layout, its locks, and the round state machine. Any thread of any
+ * local rank; every wait is bounded.
+ *
+ * Locks: each record has its own (its first cache line also holds both
+ * rounds' states, so an arrival touches one shared line plus its own input);
+ * the board's lock only serialises inserting a record and the data-slot
+ * pool, always taken inside a record's lock, never around one. Records are
+ * never removed, so lookups need no lock: a record is published (used = 1,
+ * release) after its key is written. Each rank keeps its own submission
+ * counts per record in private memory: nobody else reads them. */
+#include "engine/board.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/err.h"
+#include "util/time.h"
+
+#define NREC 1024u       /* records (names) per board */
+#define NDATA 64u        /* pooled data slots, for inputs over INLINE bytes */
+#define PROBES 64u       /* linear probing limit: a longer chain counts as full */
+#define INLINE 64u       /* inputs up to this size live in the record itself */
+#define D_NONE (-1)      /* round data: none */
+#define D_INLINE (-2)    /* round data: the record's inline area */
+#define SPIN_NS 50000    /* wf_board_wait spins (yielding) this long before sleeping */
+#define LOCK_SLICE_NS 10000000 /* a sleeping lock waiter rechecks its deadline this often */
+#define SLEEP_NS 20000000 /* wf_board_wait sleeps at most this long at a time */
+
+enum { R_FREE = 0, R_OPEN = 1, R_DIVERTED = 2, R_DONE = 3 };
+
+typedef struct round {
+  _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
+  _Atomic uint32_t sleepers; /* waiters asleep on word */
+  _Atomic uint32_t state;    /* R_* */
+  _Atomic uint32_t gen;
+  int32_t data;              /* data slot, D_NONE or D_INLINE */
+  uint32_t pad;
+  uint64_t arrived;          /* group-rank bits (under the record's lock) */
+  _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
+} round;
+
+typedef struct record {
+  /* first line: what every arrival touches */
+  alignas(128) _Atomic uint32_t lock; /* 0 free, 1 held, 2 held with sleepers */
+  _Atomic uint32_t used;
+  uint32_t group, pad;
+  uint64_t hash;
+  round r[2];
+  /* read-mostly: written when a round opens, only if it changed */
+  alignas(128) wf_board_desc desc[2];
+  char name[WF_NAME_MAX + 1];
+  /* then 2 x nlocal x INLINE bytes: each round's inline inputs */
+} record;
+
+typedef struct hdr {
+  alignas(128) _Atomic uint32_t lock; /* inserts and the data pool */
+  alignas(128) _Atomic uint32_t off;  /* read on every submission: alone on its lines */
+  alignas(128) uint64_t data_used;    /* bit per data slot (NDATA == 64), under lock */
+} hdr;
+
+struct wf_board {
+  hdr *h;
+  uint8_t *recs;
+  size_t rec_stride;
+  uint8_t *data;
+  size_t part_bytes, slot_bytes; /* per member; per data slot (nlocal parts) */
+  int nlocal;
+  int yield_after; /* spins before each yield: 0 when the host's ranks outnumber its cores */
+  uint32_t *count; /* this process's submissions per record (private) */
+};
+
+static size_t rup(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static size_t recs_off(void) { return rup(sizeof(hdr), 4096); }
+static size_t rec_head(void) { return rup(sizeof(record), 128); }
+static size_t rec_stride(int nlocal) { return rec_head() + 2 * (size_t)nlocal * INLINE; }
+static size_t data_off(int nlocal) { return rup(recs_off() + rec_stride(nlocal) * NREC, 4096); }
+
+size_t wf_board_bytes(int nlocal, size_t part_bytes) {
+  if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || part_bytes > (1u << 20)) return 0;
+  if (part_bytes < INLINE) part_bytes = INLINE;
+  return data_off(nlocal) + rup(part_bytes, 64) * (size_t)nlocal * NDATA;
+}
+
+wf_board *wf_board_open(void *mem, size_t bytes, int nlocal) {
+  if (!mem || nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || bytes <= data_off(nlocal)) return NULL;
+  size_t part = (bytes - data_off(nlocal)) / NDATA / (size_t)nlocal / 64 * 64;
+  if (part < INLINE) return NULL;
+  wf_board *b = calloc(1, sizeof *b);
+  if (!b || !(b->count = calloc(NREC, sizeof *b->count))) {
+    free(b);
+    return NULL;
+  }
+  b->h = mem;
+  b->recs = (uint8_t *)mem + recs_off();
+  b->rec_stride = rec_stride(nlocal);
+  b->data = (uint8_t *)mem + data_off(nlocal);
+  b->part_bytes = part;
+  b->slot_bytes = part * (size_t)nlocal;
+  b->nlocal = nlocal;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  b->yield_after = cpus > 0 && nlocal > cpus ? 0 : 1024; /* oversubscribed: hand the core over at once */
+  return b;
+}
+
+void wf_board_close(wf_board *b) {
+  if (!b) return;
+  free(b->count);
+  free(b);
+}
+
+size_t wf_board_part_bytes(const wf_board *b) { return b->part_bytes; }
+int wf_board_is_off(const wf_board *b) { return atomic_load_explicit(&b->h->off, memory_order_acquire) != 0; }
+
+/* ------------------------------------------------------------------ futex locks */
+
+static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts) {
+  /* shared (not FUTEX_PRIVATE): the word is in memory other processes map */
+  return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
+}
+
+/* Drepper's mutex (futexes are tricky, #3), with a bounded spin first and
+ * a deadline. */
+static weft_status lock(_Atomic uint32_t *l, int64_t deadline) {
+  for (int i = 0; i < 100; i++) {
+    uint32_t z = 0;
+    if (atomic_compare_exchange_weak_explicit(l, &z, 1, memory_order_acquire, memory_order_relaxed)) return WEFT_OK;
+    if (i >= 20) sched_yield();
+  }
+  uint32_t c = atomic_exchange_explicit(l, 2, memory_order_acquire);
+  while (c != 0) {
+    int64_t left = deadline - wf_now_ns();
+    if (left <= 0) return wf_err(WEFT_ERR_TIMEOUT, "the one-host negotiation board stayed locked (a local rank died?)");
+    struct timespec ts = {0, left < LOCK_SLICE_NS ? left : LOCK_SLICE_NS};
+    futex(l, FUTEX_WAIT, 2, &ts);
+    c = atomic_exchange_explicit(l, 2, memory_order_acquire);
+  }
+  return WEFT_OK;
+}
+
+static void unlock(_Atomic uint32_t *l) {
+  if (atomic_exchange_explicit(l, 0, memory_order_release) == 2) futex(l, FUTEX_WAKE, 1, NULL);
+}
+
+/* ------------------------------------------------------------------ records */
+
+static uint64_t full_mask(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+static uint64_t hash_of(uint32_t group, const char *name) {
+  uint64_t h = 1469598103934665603ull ^ group; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  return h;
+}
+
+static record *rec_at(const wf_board *b, uint32_t i) { return (record *)(b->recs + b->rec_stride * i); }
+
+/* Probes for (group, name): the record, or NULL with *idx at the first
+ * unused slot of its chain (*idx = NREC: the chain is full). */
+static record *probe(wf_board *b, uint32_t group, const char *name, uint64_t h, uint32_t *idx) {
+  for (uint32_t i = 0; i < PROBES; i++) {
+    *idx = (uint32_t)((h + i) % NREC);
+    record *r = rec_at(b, *idx);
+    if (!atomic_load_explicit(&r->used, memory_order_acquire)) return NULL;
+    if (r->hash == h && r->group == group && !strcmp(r->name, name)) return r;
+  }
+  *idx = NREC;
+  return NULL;
+}
+
+/* The record of (group, name), made if absent; NULL when its chain is full:
+ * permanent for that name, on every rank alike. */
+static record *find(wf_board *b, uint32_t group, const char *name, int64_t deadline, uint32_t *idx) {
+  uint64_t h = hash_of(group, name);
+  record *r = probe(b, group, name, h, idx);
+  if (r || *idx == NREC) return r;
+  if (lock(&b->h->lock, deadline) != WEFT_OK) return NULL;
+  r = probe(b, group, name, h, idx); /* again: another rank may have made it meanwhile */
+  if (!r && *idx < NREC) {
+    r = rec_at(b, *idx);
+    r->group = group;
+    r->hash = h;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    for (int k = 0; k < 2; k++) r->r[k].data = D_NONE;
+    atomic_store_explicit(&r->used, 1, memory_order_release);
+  }
+  unlock(&b->h->lock);
+  return r;
+}
+
+/* ------------------------------------------------------------------ rounds */
+
+/* Publishes a state change and wakes sleepers. seq_cst on state/sleepers
+ * here and in wf_board_wait: a waiter either sees the change before it
+ * sleeps or is counted before the waker looks. */
+static void set_state(round *o, uint32_t st) {
+  atomic_store(&o->state, st);
+  if (atomic_load(&o->sleepers)) {
+    atomic_fetch_add(&o->word, 1);
+    futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);
+  }
+}
+
+/* Data pool (a record's lock held; takes the board's lock inside it). */
+static int32_t alloc_data(wf_board *b, int64_t deadline) {
+  if (lock(&b->h->lock, deadline) != WEFT_OK) return D_NONE;
+  uint64_t u = b->h->data_used;
+  int32_t k = D_NONE;
+  if (u != ~0ull) {
+    k = __builtin_ctzll(~u);
+    b->h->data_used |= 1ull << k;
+  }
+  unlock(&b->h->lock);
+  return k;
+}
+
+static void free_round(wf_board *b, round *o) {
+  if (o->data >= 0 && lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
+    b->h->data_used &= ~(1ull << o->data);
+    unlock(&b->h->lock);
+  }
+  o->data = D_NONE;
+  o->arrived = 0;
+  atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
+  set_state(o, R_FREE);
+}
+
+/* Diverts an open round (record locked): nobody reads its inputs any more,
+ * so a pooled slot goes back at once (a generation some rank never submits
+ * must not hold it for the rest of the job). */
+static void divert(wf_board *b, round *o) {
+  if (o->data >= 0 && lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
+    b->h->data_used &= ~(1ull << o->data);
+    unlock(&b->h->lock);
+    o->data = D_NONE;
+  }
+  set_state(o, R_DIVERTED);
+}
+
+static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
+  if (a->coll != b->coll || a->dtype != b->dtype || a->ndim != b->ndim || a->op != b->op || a->root != b->root ||
+      a->prescale != b->prescale || a->postscale != b->postscale)
+    return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+static round *round_of(const wf_board *b, wf_board_ticket t) { return &rec_at(b, t.rec)->r[t.gen & 1]; }
+
+const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
+  int32_t d = round_of(b, t)->data;
+  if (d == D_INLINE)
+    return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+  return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
+}
+
+/* Opens round o of record r for generation gen (record locked). */
+static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_board_desc *desc, int64_t deadline) {
+  atomic_store_explicit(&o->gen, gen, memory_order_relaxed);
+  o->arrived = 0;
+  atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
+  /* sized by the description, not by this arrival's part: a broadcast's
+   * non-roots bring none, and one of them may open the round */
+  size_t need = desc ? weft_dtype_size((weft_dtype)desc->dtype) : 0;
+  for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
+  o->data = !desc ? D_NONE : need <= INLINE ? D_INLINE : alloc_data(b, deadline);
+  wf_board_desc *d = &r->desc[gen & 1];
+  if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
+  set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
+}
+
+weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
+                            const wf_board_desc *desc, const void *part, size_t part_len, int64_t deadline, int *how,
+                            wf_board_ticket *t) {
+  *how = WF_BOARD_SLOW;
+  if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
+  if (part_len > b->part_bytes) desc = NULL;
+  uint32_t idx;
+  record *r = wf_board_is_off(b) ? NULL : find(b, group, name, deadline, &idx);
+  if (!r) return WEFT_OK;
+  WF_CHECK(lock(&r->lock, deadline));
+  if (atomic_load(&b->h->off)) { /* turned off meanwhile: the counts no longer matter */
+    unlock(&r->lock);
+    return WEFT_OK;
+  }
+  uint32_t gen = b->count[idx]++;
+  round *o = &r->r[gen & 1];
+  uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
+  uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
+  if (st == R_DONE && og != gen && o->data == D_INLINE &&
+      atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
+    st = R_FREE; /* an inline round every member has read: left as it was, reused now */
+  if (st == R_FREE) {
+    open_round(b, r, o, gen, desc, deadline);
+    st = atomic_load_explicit(&o->state, memory_order_relaxed);
+  } else if (og != gen || (o->arrived >> grank & 1)) {
+    unlock(&r->lock);
+    wf_board_off(b, deadline); /* generations out of step: a bug or a rank that skipped; never guess */
+    return WEFT_OK;
+  } else if (st == R_OPEN &&
+             (!desc || !same_desc(desc, &r->desc[gen & 1]) || (part_len > INLINE && o->data == D_INLINE))) {
+    divert(b, o);
+    st = R_DIVERTED;
+  }
+  o->arrived |= 1ull << grank;
+  int all = o->arrived == full_mask(gsize);
+  if (st == R_OPEN) {
+    t->rec = idx;
+    t->gen = gen;
+    if (part_len) memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
+    *how = WF_BOARD_WAIT;
+    if (all) {
+      set_state(o, R_DONE);
+      *how = WF_BOARD_DONE;
+    }
+  } else if (all) {
+    free_round(b, o); /* diverted and everyone has seen it: the next but one generation may use it */
+  }
+  unlock(&r->lock);
+  return WEFT_OK;
+}
+
+int wf_board_state(const wf_board *b, wf_board_ticket t) {
+  round *o = round_of(b, t);
+  uint32_t st = atomic_load(&o->state);
+  if (atomic_load_explicit(&o->gen, memory_order_relaxed) != t.gen) return WF_BOARD_SLOW; /* diverted and freed */
+  return st == R_OPEN ? WF_BOARD_WAIT : st == R_DONE ? WF_BOARD_DONE : WF_BOARD_SLOW;
+}
+
+uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t) { return round_of(b, t)->arrived; }
+
+weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline) {
+  round *o = round_of(b, t);
+  /* no lock but for the last pooled claim: acq_rel orders every member's
+   * reads of the inputs before the last claim frees the slot (an inline
+   * round is left as it is and reused by its next but one generation) */
+  uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
+  if ((prev | bit) != o->arrived || o->data == D_INLINE) return WEFT_OK;
+  record *r = rec_at(b, t.rec);
+  WF_CHECK(lock(&r->lock, deadline));
+  free_round(b, o);
+  unlock(&r->lock);
+  return WEFT_OK;
+}
+
+int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
+  record *r = rec_at(b, t.rec);
+  if (lock(&r->lock, deadline) != WEFT_OK) return wf_board_state(b, t);
+  round *o = round_of(b, t);
+  if (atomic_load_explicit(&o->gen, memory_order_relaxed) == t.gen &&
+      atomic_load_explicit(&o->state, memory_order_relaxed) == R_OPEN)
+    divert(b, o);
+  unlock(&r->lock);
+  return wf_board_state(b, t);
+}
+
+int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
+  round *o = round_of(b, t);
+  int64_t t0 = 0, now = 0;
+  for (int i = 1;; i++) { /* spin (yielding after a while), reading the clock now and then */
+    if (wf_board_state(b, t) != WF_BOARD_WAIT) return 0;
+    if (i % 512 == 0) {
+      now = wf_now_ns();
+      if (!t0) t0 = now;
+      if (now >= until) return 1;
+      if (now - t0 >= SPIN_NS) break;
+    }
+    if (i >= b->yield_after) sched_yield();
+  }
+  uint32_t w = atomic_load(&o->word);
+  atomic_fetch_add(&o->sleepers, 1);
+  if (wf_board_state(b, t) == WF_BOARD_WAIT) {
+    int64_t left = until - now;
+    if (left > SLEEP_NS) left = SLEEP_NS;
+    struct timespec ts = {left / 1000000000, left % 1000000000};
+    futex(&o->word, FUTEX_WAIT, w, &ts); /* EAGAIN: it changed already */
+  }
+  atomic_fetch_sub(&o->sleepers, 1);
+  return wf_now_ns() >= until;
+}
+
+void wf_board_off(wf_board *b, int64_t deadline) {
+  if (atomic_exchange(&b->h->off, 1)) return; /* already off (or being turned off) */
+  /* every arrival checks off under its record's lock: after this sweep
+   * locked a record, none can join one of its rounds */
+  for (uint32_t i = 0; i < NREC; i++) {
+    record *r = rec_at(b, i);
+    if (!atomic_load_explicit(&r->used, memory_order_acquire) || lock(&r->lock, deadline) != WEFT_OK) continue;
+    for (int k = 0; k < 2; k++)
+      if (atomic_load_explicit(&r->r[k].state, memory_order_relaxed) == R_OPEN) divert(b, &r->r[k]);
+    unlock(&r->lock);
+  }
+}

@@ -1,0 +1,114 @@
+/* board.h - the one-host negotiation board: how the ranks of a group whose
+ * members all share this host agree that a small collective is ready, in
+ * shared memory, without a round trip to the coordinator (fast.c uses it;
+ * docs/design.md "Negotiation on one host").
+ *
+ * The board lives in the job's shared segment (wf_shm_board) and is zero
+ * when created, which is a valid empty board. It holds:
+ *   - a table of records, one per (group, tensor name) ever submitted here,
+ *     never removed (when it is full, new names simply take the coordinator
+ *     path, on every rank alike: "full" never goes back), each with its own
+ *     lock (a futex word: spin briefly, then sleep; every wait bounded), its
+ *     two rounds and room for their inputs up to 64 bytes per member,
+ *   - a pool of data slots for larger inputs (up to wf_board_part_bytes),
+ *   - a board lock for inserting records and for the pool, and the off flag.
+ *
+ * Generations: a record counts, per group rank, how many times that rank
+ * submitted the name; a rank's g-th submission is generation g, and
+ * generation g uses round g % 2 of the record. EVERY submission of a
+ * named collective in such a group visits the board (eligible or not), so
+ * the ranks' counts stay aligned and generation g means the same operation
+ * on every rank. Two rounds suffice: a rank submits generation g+1 only
+ * after its generation g completed, so g-1's round is free before anyone
+ * arrives at g+1 (checked: a mismatch turns the board off).
+ *
+ * A round is OPEN while eligible arrivals with equal descriptions gather;
+ * DONE when every member arrived (each then reads all inputs, folds them
+ * itself and claims; the last claim frees the round); DIVERTED as soon as
+ * any arrival is not eligible or differs, or a waiter gives up: then every
+ * arrival of that generation, earlier and later, takes the coordinator path,
+ * which validates and reports exactly as without the board. Once turned off
+ * (a join, a protocol error) the board stays off: every OPEN round is
+ * diverted and nobody visits again. */
+#ifndef WF_ENGINE_BOARD_H
+#define WF_ENGINE_BOARD_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+#include "wire/wire.h"
+
+#define WF_BOARD_MAX_MEMBERS 64
+
+typedef struct wf_board wf_board;
+
+/* What must be equal on every rank for a round to complete here. */
+typedef struct wf_board_desc {
+  uint8_t coll, dtype, ndim, op;
+  int32_t root;     /* broadcast: group rank; else -1 */
+  double prescale, postscale;
+  int64_t shape[WEFT_MAX_DIMS];
+} wf_board_desc;
+
+/* Where a rank's arrival went: record, round and generation. */
+typedef struct wf_board_ticket {
+  uint32_t rec, gen;
+} wf_board_ticket;
+
+enum {
+  WF_BOARD_SLOW = 0, /* take the coordinator path (diverted, off, table full) */
+  WF_BOARD_WAIT = 1, /* arrived; wait for the others (wf_board_state) */
+  WF_BOARD_DONE = 2  /* arrived last: the round is done */
+};
+
+/* Bytes the creator reserves for a board of nlocal ranks whose inputs may be
+ * up to part_bytes each (0 if nlocal is out of range). */
+size_t wf_board_bytes(int nlocal, size_t part_bytes);
+
+/* Opens the board in mem (bytes long, the same on every local rank); the
+ * geometry is derived from bytes and nlocal alone, so every rank finds the
+ * same. NULL (no board) if it does not fit. */
+wf_board *wf_board_open(void *mem, size_t bytes, int nlocal);
+void wf_board_close(wf_board *b);
+
+/* Largest input a data slot holds per member. */
+size_t wf_board_part_bytes(const wf_board *b);
+
+/* Arrives for (group, name) as group rank grank of gsize. desc NULL: not
+ * eligible (divert). part: this rank's input (part_len bytes, at most
+ * wf_board_part_bytes), copied in. Bounded by deadline (ns, wf_now_ns):
+ * WEFT_ERR_TIMEOUT if the lock cannot be had (a peer died holding it).
+ * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */
+weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
+                            const wf_board_desc *desc, const void *part, size_t part_len, int64_t deadline, int *how,
+                            wf_board_ticket *t);
+
+/* The round's state for ticket t, without the lock: WF_BOARD_WAIT (still
+ * open), WF_BOARD_DONE (every input is there) or WF_BOARD_SLOW (diverted).
+ * DONE is read with acquire order: the inputs are then readable. */
+int wf_board_state(const wf_board *b, wf_board_ticket t);
+
+/* Member k's input in a DONE round (valid until this rank claims). */
+const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
+
+/* Claims a DONE round after reading it; the last member's claim frees it. */
+weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline);
+
+/* Diverts t's round if it is still open (a waiter gives up). Returns the
+ * round's state afterwards (WF_BOARD_SLOW or WF_BOARD_DONE). */
+int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline);
+
+/* Waits until t's round leaves OPEN or until (wf_now_ns) passes: spins,
+ * yielding, then sleeps on the round's futex word (20 ms at most, so
+ * callers notice other events). Returns 1 if until has passed. */
+int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until);
+
+/* Turns the board off for good (every rank sees it): diverts every open
+ * round. Best effort if the lock cannot be had by deadline. */
+void wf_board_off(wf_board *b, int64_t deadline);
+int wf_board_is_off(const wf_board *b);
+
+/* Which group ranks arrived in t's round (for stall messages). */
+uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t);
+
+#endif

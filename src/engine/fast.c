@@ -1,0 +1,311 @@
+/* fast.c - one-host small collectives through the negotiation board (see
+ * fast.h for who does what, board.h for the protocol). */
+#include "engine/fast.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/board.h"
+#include "reduce/reduce.h"
+#include "transport/shm.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/params.h"
+#include "util/time.h"
+
+#define SCAN_NS 5000000 /* the engine looks at pending fast requests this often */
+#define STOP_WAIT_NS 2000000000
+
+enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2 };
+
+size_t wf_fast_board_bytes(int nlocal) {
+  int64_t b = wf_param_int("WEFT_FAST_BYTES");
+  return b > 0 ? wf_board_bytes(nlocal, (size_t)b) : 0;
+}
+
+void wf_fast_start(weft_world *w) {
+  size_t n = 0;
+  void *mem = w->shm ? wf_shm_board(w->shm, &n) : NULL;
+  w->fast_on = wf_param_int("WEFT_FAST") != 0;
+  w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
+  w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
+  /* nothing diverts a round before it gives up: give up well before the
+   * operation's deadline, so that the coordinator's timeout still applies */
+  if (w->fast_wait_ns > w->timeout_ns / 4) w->fast_wait_ns = w->timeout_ns / 4;
+  if (mem) w->board = wf_board_open(mem, n, wf_shm_nlocal(w->shm));
+  if (w->board)
+    WF_DEBUG(WF_SUB_ENGINE, "one-host negotiation board: %zu bytes per input, %s", wf_board_part_bytes(w->board),
+             w->fast_on ? "on" : "off on this rank (WEFT_FAST=0)");
+}
+
+void wf_fast_stop(weft_world *w) {
+  if (!w->board) return;
+  /* tests read this line to see which path ops took */
+  WF_INFO(WF_SUB_ENGINE, "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator",
+          (unsigned long long)atomic_load(&w->fast_done), (unsigned long long)atomic_load(&w->fast_diverted));
+  atomic_store(&w->board_closing, 1);
+  int64_t end = wf_now_ns() + STOP_WAIT_NS;
+  while (atomic_load(&w->board_users) > 0 && wf_now_ns() < end) sched_yield();
+  wf_board_close(w->board);
+  w->board = NULL;
+}
+
+/* Enter/leave the board from a caller thread: finalize waits for leavers. */
+static int enter(weft_world *w) {
+  atomic_fetch_add(&w->board_users, 1);
+  if (!atomic_load(&w->board_closing)) return 1;
+  atomic_fetch_sub(&w->board_users, 1);
+  return 0;
+}
+static void leave(weft_world *w) { atomic_fetch_sub(&w->board_users, 1); }
+
+/* 1 if every member of g is this rank or on this host through shm. */
+static int group_local(weft_world *w, weft_group *g) {
+  int v = atomic_load_explicit(&g->fast_local, memory_order_relaxed);
+  if (v) return v > 0;
+  v = g->size <= WF_BOARD_MAX_MEMBERS ? 1 : -1;
+  for (int i = 0; v > 0 && i < g->size; i++)
+    if (g->ranks[i] != w->rank && !wf_shm_is_local(w->shm, g->ranks[i])) v = -1;
+  atomic_store_explicit(&g->fast_local, v, memory_order_relaxed);
+  return v > 0;
+}
+
+static size_t elems(const wf_request_msg *m) {
+  size_t n = 1;
+  for (int d = 0; d < m->ndim; d++) n *= (size_t)m->shape[d];
+  return n;
+}
+
+/* Fills d if r may complete on the board; *bytes: its input's size. */
+static int eligible(weft_world *w, weft_request *r, wf_board_desc *d, size_t *bytes) {
+  const wf_request_msg *m = &r->msg;
+  *bytes = 0;
+  /* a cycle time asks the coordinator to hold ops to fuse and order them
+   * by priority: that path it is */
+  if (!w->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
+    return 0;
+  if (m->coll != WF_COLL_ALLREDUCE && m->coll != WF_COLL_BROADCAST && m->coll != WF_COLL_BARRIER) return 0;
+  if (m->coll != WF_COLL_BARRIER) *bytes = elems(m) * weft_dtype_size((weft_dtype)m->dtype);
+  if (*bytes > wf_board_part_bytes(w->board)) return 0;
+  memset(d, 0, sizeof *d);
+  d->coll = m->coll;
+  d->dtype = m->dtype;
+  d->ndim = m->ndim;
+  d->op = m->reduce_op;
+  d->root = m->coll == WF_COLL_BROADCAST ? m->root : -1;
+  d->prescale = m->prescale;
+  d->postscale = m->postscale;
+  for (int i = 0; i < m->ndim; i++) d->shape[i] = m->shape[i];
+  return 1;
+}
+
+/* The record a request uses. Unnamed barriers ("barrier.N", matched by call
+ * order) share 64 records, N mod 64: a record per N would fill the table,
+ * and one record would put several of a rank's pending barriers on the same
+ * round once more than two are in flight. */
+static const char *board_name(const weft_request *r, char *buf, size_t cap) {
+  if (!r->auto_barrier) return r->msg.name;
+  snprintf(buf, cap, "\001unnamed barrier %u", (unsigned)((r->auto_barrier - 1) % 64));
+  return buf;
+}
+
+void wf_fast_visit(weft_world *w, weft_request *r) {
+  weft_group *g = r->group;
+  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return;
+  int how;
+  wf_board_ticket t;
+  char nb[32];
+  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, r->deadline, &how, &t);
+  leave(w);
+}
+
+void wf_fast_off(weft_world *w) {
+  if (!w->board || !enter(w)) return;
+  wf_board_off(w->board, wf_deadline_after(w->timeout_seconds));
+  leave(w);
+}
+
+/* The result from a DONE round: the left fold in group-rank order of the
+ * prescaled inputs, then average and postscale, as exec.c + direct do. */
+static void compute(weft_world *w, weft_request *r) {
+  const wf_request_msg *m = &r->msg;
+  size_t count = elems(m), bytes = count * weft_dtype_size((weft_dtype)m->dtype);
+  int n = r->fast_n;
+  if (m->coll == WF_COLL_ALLREDUCE && bytes) {
+    weft_dtype t = (weft_dtype)m->dtype;
+    memcpy(r->out.data, wf_board_part(w->board, r->fast_t, 0), bytes);
+    for (int k = 1; k < n; k++) wf_reduce(t, (weft_reduce_op)m->reduce_op, r->out.data,
+                                          wf_board_part(w->board, r->fast_t, k), count);
+    wf_post_scale(t, (weft_reduce_op)m->reduce_op, m->postscale, r->out.data, count, n);
+  } else if (m->coll == WF_COLL_BROADCAST && bytes && r->fast_rank != m->root) {
+    memcpy(r->in.data, wf_board_part(w->board, r->fast_t, m->root), bytes);
+  }
+}
+
+static void list_add(weft_world *w, weft_request *r) {
+  pthread_mutex_lock(&w->mu);
+  if (w->nfast == w->fast_cap) {
+    int cap = w->fast_cap ? 2 * w->fast_cap : 16;
+    weft_request **a = realloc(w->fast, sizeof *a * (size_t)cap);
+    if (a) {
+      w->fast = a;
+      w->fast_cap = cap;
+    }
+  }
+  if (w->nfast < w->fast_cap) w->fast[w->nfast++] = r;
+  else w->fast_lost = 1; /* out of memory: the engine scan cannot see it; waiters still complete it */
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void list_del(weft_world *w, weft_request *r) {
+  pthread_mutex_lock(&w->mu);
+  for (int i = 0; i < w->nfast; i++)
+    if (w->fast[i] == r) {
+      w->fast[i] = w->fast[--w->nfast];
+      break;
+    }
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* The board is entered. Acts on r's round if it is no longer open and this
+ * thread wins r: completes it (DONE) or hands it to the engine (diverted).
+ * Returns 1 if r is no longer this module's. */
+static int settle(weft_world *w, weft_request *r, int st, int listed) {
+  if (st == WF_BOARD_WAIT) return 0;
+  int expect = F_PENDING;
+  if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
+  if (listed) list_del(w, r);
+  if (st == WF_BOARD_DONE) {
+    compute(w, r);
+    weft_status s = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+    atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+    wf_request_complete(w, r, s, s == WEFT_OK ? NULL : wf_err_msg());
+  } else {
+    atomic_fetch_add_explicit(&w->fast_diverted, 1, memory_order_relaxed);
+    wf_engine_submit(w, r);
+  }
+  return 1;
+}
+
+int wf_fast_wants(weft_world *w, weft_request *r) {
+  if (!w->board || wf_board_is_off(w->board)) return 0;
+  return r->msg.coll == WF_COLL_JOIN || group_local(w, r->group);
+}
+
+int wf_fast_submit(weft_world *w, weft_request *r) {
+  weft_group *g = r->group;
+  if (r->msg.coll == WF_COLL_JOIN) {
+    wf_fast_off(w);
+    return 0;
+  }
+  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return 0;
+  wf_board_desc d;
+  size_t bytes;
+  int ok = eligible(w, r, &d, &bytes);
+  const void *part = NULL;
+  void *tmp = NULL;
+  if (ok && r->msg.coll == WF_COLL_ALLREDUCE && bytes) {
+    part = r->in.data;
+    if (r->msg.prescale != 1.0) { /* prescaled as exec.c does it, so the bits match */
+      if (!(tmp = malloc(bytes))) ok = 0;
+      else wf_scale_copy((weft_dtype)r->msg.dtype, tmp, r->in.data, elems(&r->msg), r->msg.prescale);
+      part = tmp;
+    }
+  } else if (ok && r->msg.coll == WF_COLL_BROADCAST && bytes && g->rank == r->msg.root) {
+    part = r->in.data;
+  }
+  int how = WF_BOARD_SLOW;
+  r->fast_n = g->size;
+  r->fast_rank = g->rank;
+  char nb[32];
+  weft_status st = wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, ok ? &d : NULL, part,
+                                   part ? bytes : 0, r->deadline, &how, &r->fast_t);
+  free(tmp);
+  if (st != WEFT_OK || how == WF_BOARD_SLOW) {
+    leave(w);
+    return 0;
+  }
+  r->fast_t0 = r->deadline - w->timeout_ns; /* its submission time, without another clock read */
+  atomic_store(&r->fast, F_PENDING);
+  if (how == WF_BOARD_DONE) {
+    settle(w, r, WF_BOARD_DONE, 0);
+  } else {
+    list_add(w, r);
+    /* no wake-up (it would cost the waiting ranks a core): the engine scans
+     * when it next wakes, then every SCAN_NS while any is pending */
+    atomic_store(&w->fast_kick, 1);
+  }
+  leave(w);
+  return 1;
+}
+
+void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
+  weft_world *w = r->world;
+  if (atomic_load(&r->fast) != F_PENDING || !enter(w)) return;
+  int64_t give_up = r->fast_t0 + w->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
+  for (;;) {
+    if (atomic_load(&r->fast) != F_PENDING) break;
+    if (settle(w, r, wf_board_state(w->board, r->fast_t), 1) || !wait) break;
+    if (!wf_board_wait(w->board, r->fast_t, until)) continue;
+    if (wf_now_ns() >= give_up) /* not every member came in time: the coordinator takes it from here */
+      settle(w, r, wf_board_divert(w->board, r->fast_t, deadline), 1);
+    break;
+  }
+  leave(w);
+}
+
+/* Takes a reference on every pending fast request (under w->mu). */
+static int snapshot(weft_world *w, weft_request ***out) {
+  pthread_mutex_lock(&w->mu);
+  int n = w->nfast;
+  weft_request **a = n ? malloc(sizeof *a * (size_t)n) : NULL;
+  if (!a) n = 0;
+  for (int i = 0; i < n; i++) {
+    a[i] = w->fast[i];
+    atomic_fetch_add(&a[i]->refs, 1);
+  }
+  pthread_mutex_unlock(&w->mu);
+  *out = a;
+  return n;
+}
+
+int64_t wf_fast_scan(weft_world *w, int64_t now) {
+  if (!w->board) return INT64_MAX;
+  weft_request **a;
+  int n = snapshot(w, &a);
+  for (int i = 0; i < n; i++) {
+    weft_request *r = a[i];
+    if (atomic_load(&r->fast) == F_PENDING) {
+      int st = wf_board_state(w->board, r->fast_t);
+      if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->fast_wait_ns) {
+        WF_DEBUG(WF_SUB_ENGINE, "'%s': not every local rank arrived within %g s; negotiating it through the coordinator",
+                 r->msg.name, w->fast_wait_ns / 1e9);
+        st = wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0));
+      }
+      settle(w, r, st, 1);
+    }
+    wf_request_unref(r);
+  }
+  free(a);
+  pthread_mutex_lock(&w->mu);
+  int left = w->nfast;
+  pthread_mutex_unlock(&w->mu);
+  return left ? now + SCAN_NS : INT64_MAX;
+}
+
+void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
+  weft_request **a;
+  int n = snapshot(w, &a);
+  for (int i = 0; i < n; i++) {
+    weft_request *r = a[i];
+    int expect = F_PENDING;
+    if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
+      list_del(w, r);
+      wf_request_complete(w, r, st, msg);
+    }
+    wf_request_unref(r);
+  }
+  free(a);
+}

@@ -1,0 +1,59 @@
+/* fast.h - small collectives of one-host groups negotiated and run in shared
+ * memory by the calling threads (board.h), without the coordinator's round
+ * trip or a hand-off to the engine thread.
+ *
+ * Who does what:
+ *   - submit (caller thread, ops.c): every named collective of a group whose
+ *     members all share this host visits the board. An eligible one
+ *     (allreduce, broadcast or barrier of at most the board's part size, no
+ *     callback, not part of a grouped op, timeline off, WEFT_FAST=1) copies
+ *     its input in; if it was the last to arrive it completes at once.
+ *     Otherwise, or when the round was diverted, it takes the engine path.
+ *   - wait/test (caller thread, request.c): a pending fast request is
+ *     completed by whoever sees its round done first (a CAS on r->fast):
+ *     that thread folds every member's input in rank order, exactly as the
+ *     `direct` algorithm does (same bits), applies postscale/average, claims
+ *     the round and completes the request; a diverted round's request is
+ *     handed to the engine, which negotiates it as usual.
+ *   - the engine thread scans pending fast requests every millisecond (for
+ *     requests nobody waits for), diverts rounds older than
+ *     WEFT_FAST_WAIT_SECONDS (so the stall inspector sees them), and fails
+ *     them with the world.
+ * A join turns the board off for good (a joined rank never arrives). */
+#ifndef WF_ENGINE_FAST_H
+#define WF_ENGINE_FAST_H
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+/* Engine start, after the shared segment exists: opens the board. */
+void wf_fast_start(weft_world *w);
+/* Engine stop, before the segment is unmapped: waits (bounded) until no
+ * caller thread is inside the board. */
+void wf_fast_stop(weft_world *w);
+/* Bytes of board the segment's creator reserves (0: none). */
+size_t wf_fast_board_bytes(int nlocal);
+
+/* 1 if r must go through wf_fast_submit (its group is on this host and the
+ * board is on, or it is a join): cheap, no lock. */
+int wf_fast_wants(weft_world *w, weft_request *r);
+/* r is registered in flight. Returns 1 if the fast path took it (pending
+ * or already complete), 0 if the caller must hand it to the engine. */
+int wf_fast_submit(weft_world *w, weft_request *r);
+/* Grouped-op children and other requests that always take the engine
+ * path: keeps the board's counts in step. */
+void wf_fast_visit(weft_world *w, weft_request *r);
+/* A join: the board is off from now on, on every local rank. */
+void wf_fast_off(weft_world *w);
+
+/* Caller side: progresses a pending fast request until it completes or is
+ * handed to the engine, or until deadline (wait = 0: one look only). */
+void wf_fast_progress(weft_request *r, int64_t deadline, int wait);
+
+/* Engine thread: scan pending fast requests; returns the time of the next
+ * scan needed (INT64_MAX: none pending). */
+int64_t wf_fast_scan(weft_world *w, int64_t now);
+/* Engine thread: fails every pending fast request. */
+void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg);
+
+#endif

@@ -1,0 +1,57 @@
+/* stage.c - the engine's side of the staging algorithms (algo/shm_stage.h):
+ * builds this rank's view of the host's staging regions from the shared
+ * segment and hands it to the world group, the only group allowed to use
+ * them (groups run concurrently; a collective of another group could
+ * otherwise overwrite a region still being read). Every local rank decides
+ * alike: the segment exists on all or none, its staging size is the
+ * creator's, and the world's ranks are all local or not. */
+#include "engine/stage.h"
+
+#include <stdlib.h>
+
+#include "algo/shm_stage.h"
+#include "util/err.h"
+#include "util/log.h"
+#include "util/params.h"
+
+#define STAGE_TOTAL_MAX ((int64_t)256 << 20)
+
+size_t wf_stage_bytes(int nlocal) {
+  int64_t b = wf_param_int("WEFT_SHM_STAGE_BYTES");
+  if (b <= 0 || nlocal < 2) return 0;
+  if (b > STAGE_TOTAL_MAX / nlocal) b = STAGE_TOTAL_MAX / nlocal;
+  return (size_t)b;
+}
+
+static void wake_peers(void *ctx) { wf_shm_wake_peers(ctx); }
+
+weft_status wf_stage_attach(weft_world *w) {
+  if (!w->shm || !w->world_gs || w->size < 2 || wf_shm_nlocal(w->shm) != w->size) return WEFT_OK;
+  int n = w->size;
+  void **regions = malloc(sizeof *regions * (size_t)n);
+  if (!regions) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory attaching the staging regions");
+  size_t bytes = 0;
+  for (int i = 0; i < n; i++) {
+    regions[i] = wf_shm_stage(w->shm, i, &bytes);
+    if (!regions[i]) { /* WEFT_SHM_STAGE_BYTES=0 on the segment's creator */
+      free(regions);
+      return WEFT_OK;
+    }
+  }
+  wf_stage *g = NULL;
+  weft_status st = wf_stage_create(n, wf_shm_local_index(w->shm), regions, bytes, wake_peers, w->shm, &g);
+  free(regions);
+  if (st != WEFT_OK || !g) return st; /* !g: regions too small to use */
+  w->world_gs->topo.stage = g;
+  wf_shm_set_poll(w->shm, wf_stage_ready, g);
+  WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB", n, bytes >> 10);
+  return WEFT_OK;
+}
+
+void wf_stage_detach(weft_world *w) {
+  if (!w->world_gs || !w->world_gs->topo.stage) return;
+  if (w->shm) wf_shm_set_poll(w->shm, NULL, NULL);
+  wf_stage_leave(w->world_gs->topo.stage); /* peers still waiting for this rank stop */
+  wf_stage_destroy(w->world_gs->topo.stage);
+  w->world_gs->topo.stage = NULL;
+}

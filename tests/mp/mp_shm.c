@@ -1,0 +1,362 @@
+/* mp_shm.c - the staged shared-memory algorithms (the *_shm.c files of
+ * src/algo) through the whole library, run with whatever WEFT_ALGO_<COLL>
+ * and WEFT_SHM_STAGE_BYTES the test's environment sets:
+ *  - allreduce of every dtype x op at counts that cross chunk and slot
+ *    boundaries (small staging regions make many chunks), checked bit for
+ *    bit against the left fold in rank order, ((x_0 op x_1) op x_2) ...,
+ *    computed here in the dtype's arithmetic (average: the same result on
+ *    every rank, within rounding of sum / n);
+ *  - reducescatter (uneven blocks), allgather (uneven rows, a rank with
+ *    none), broadcast from every root;
+ *  - a burst of mixed collectives submitted at once and waited for together
+ *    (fused allreduces, a staged collective right after another, so a rank
+ *    reuses its staging slots while its peers may still read them).
+ * With --digest FILE, rank 0 writes one line per case (name and a hash of
+ * its result): shm_vs_direct.sh compares a run with the staged algorithms
+ * against one with direct, bit for bit, average included.
+ *
+ * --leave instead: a rank finalizes in the middle of a staged allreduce (see
+ * run_leave).
+ *
+ * Usage (under weftrun -np N): mp_shm [--digest FILE] [--large COUNT] [--leave] */
+#include "mp_harness.c"
+
+static uint64_t g_seed = 23;
+static size_t g_large = 70001;
+static FILE *g_digest;
+
+static uint64_t digest_of(const void *p, size_t bytes) {
+  uint64_t h = 1469598103934665603ULL;
+  const unsigned char *b = p;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+static void digest(const char *name, const void *p, size_t bytes) {
+  if (g_digest) fprintf(g_digest, "%s %016llx\n", name, (unsigned long long)digest_of(p, bytes));
+}
+
+/* Rank r's input element i: floats with full mantissas in [-2, 2] (sums and
+ * products round), integers over the whole range (they wrap), bools 0/1. */
+static void put_input(weft_dtype t, void *buf, size_t at, int r, size_t i) {
+  uint64_t h = mp_hash((uint64_t)r, i, g_seed);
+  if (mp_is_float(t)) mp_set_f(t, buf, at, (double)(h >> 11) / (double)(1ULL << 53) * 4.0 - 2.0);
+  else mp_set_i(t, buf, at, t == WEFT_DTYPE_BOOL ? (int64_t)(h & 1) : mp_wrap(t, h));
+}
+
+/* acc = acc op x for one element, in t's arithmetic (average as sum). */
+static void combine(weft_dtype t, weft_reduce_op op, unsigned char *acc, const unsigned char *x) {
+  if (op == WEFT_OP_AVERAGE) op = WEFT_OP_SUM;
+  if (mp_is_float(t)) {
+    double a = mp_get_f(t, acc, 0), b = mp_get_f(t, x, 0), r;
+    if (t == WEFT_DTYPE_FLOAT64) {
+      r = op == WEFT_OP_MIN ? (b < a ? b : a) : op == WEFT_OP_MAX ? (b > a ? b : a) : op == WEFT_OP_PRODUCT ? a * b : a + b;
+    } else { /* float arithmetic, rounded back to the type after every step */
+      float fa = (float)a, fb = (float)b;
+      r = op == WEFT_OP_MIN ? (fb < fa ? fb : fa) : op == WEFT_OP_MAX ? (fb > fa ? fb : fa)
+          : op == WEFT_OP_PRODUCT ? (double)(fa * fb) : (double)(fa + fb);
+    }
+    mp_set_f(t, acc, 0, r);
+    return;
+  }
+  int64_t a = mp_get_i(t, acc, 0), b = mp_get_i(t, x, 0), r;
+  if (t == WEFT_DTYPE_BOOL) {
+    r = (op == WEFT_OP_SUM || op == WEFT_OP_MAX) ? (a || b) : (a && b);
+  } else {
+    r = op == WEFT_OP_MIN ? (b < a ? b : a) : op == WEFT_OP_MAX ? (b > a ? b : a)
+        : op == WEFT_OP_PRODUCT ? mp_wrap(t, (uint64_t)a * (uint64_t)b) : mp_wrap(t, (uint64_t)a + (uint64_t)b);
+  }
+  mp_set_i(t, acc, 0, r);
+}
+
+static void expect(weft_dtype t, weft_reduce_op op, size_t i, unsigned char *out) {
+  unsigned char x[8];
+  put_input(t, out, 0, 0, i);
+  for (int r = 1; r < mp_size; r++) {
+    put_input(t, x, 0, r, i);
+    combine(t, op, out, x);
+  }
+}
+
+/* got[k] is element first + k of the tensor: the fold, bit for bit (average:
+ * the fold / size within rounding). */
+static int check_fold(weft_dtype t, weft_reduce_op op, const void *got, size_t first, size_t n, const char *what) {
+  size_t es = mp_esize(t);
+  unsigned char want[8];
+  for (size_t k = 0; k < n; k++) {
+    expect(t, op, first + k, want);
+    const unsigned char *g = (const unsigned char *)got + k * es;
+    if (op == WEFT_OP_AVERAGE) {
+      if (!mp_is_float(t)) continue; /* integer averages: the digests against direct */
+      double w = mp_get_f(t, want, 0) / mp_size, v = mp_get_f(t, g, 0);
+      if (fabs(v - w) <= 1e-2 * (fabs(w) + 1e-2)) continue;
+      return mp_fail("%s: element %zu is %g, the average is %g", what, first + k, v, w);
+    }
+    if (memcmp(g, want, es)) {
+      uint64_t gv = 0, wv = 0;
+      memcpy(&gv, g, es);
+      memcpy(&wv, want, es);
+      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold gives 0x%llx", what, first + k,
+                     (unsigned long long)gv, (unsigned long long)wv);
+    }
+  }
+  return 1;
+}
+
+static const weft_dtype k_dtypes[] = {WEFT_DTYPE_UINT8,   WEFT_DTYPE_INT8,    WEFT_DTYPE_UINT16,  WEFT_DTYPE_INT16,
+                                      WEFT_DTYPE_INT32,   WEFT_DTYPE_INT64,   WEFT_DTYPE_FLOAT16, WEFT_DTYPE_BFLOAT16,
+                                      WEFT_DTYPE_FLOAT32, WEFT_DTYPE_FLOAT64, WEFT_DTYPE_BOOL};
+static const weft_reduce_op k_ops[] = {WEFT_OP_SUM, WEFT_OP_MIN, WEFT_OP_MAX, WEFT_OP_PRODUCT, WEFT_OP_AVERAGE};
+
+static void run_allreduce(weft_dtype t, weft_reduce_op op, size_t n) {
+  char name[96];
+  snprintf(name, sizeof name, "ar.%s.%s.%zu", weft_dtype_name(t), weft_reduce_op_name(op), n);
+  mp_case("%s", name);
+  size_t es = mp_esize(t);
+  unsigned char *buf = mp_alloc(n * es);
+  for (size_t i = 0; i < n; i++) put_input(t, buf, i, mp_rank, i);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor tt = {t, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_request *req = NULL;
+  mp_submitted(weft_allreduce(mp_group, name, &tt, &tt, op, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    check_fold(t, op, buf, 0, n, name);
+    digest(name, buf, n * es);
+  }
+  weft_request_free(req);
+  free(buf);
+  mp_case_end();
+}
+
+/* Reducescatter of n rows: rank r gets rows [first, first + rows). */
+static void run_reducescatter(weft_dtype t, weft_reduce_op op, size_t n) {
+  char name[96];
+  snprintf(name, sizeof name, "rs.%s.%s.%zu", weft_dtype_name(t), weft_reduce_op_name(op), n);
+  mp_case("%s", name);
+  size_t es = mp_esize(t), p = (size_t)mp_size, r = (size_t)mp_rank;
+  size_t rows = n / p + (r < n % p), first = r * (n / p) + (r < n % p ? r : n % p);
+  unsigned char *in = mp_alloc(n * es);
+  for (size_t i = 0; i < n; i++) put_input(t, in, i, mp_rank, i);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor ti = {t, 1, shape, in, WEFT_DEVICE_CPU};
+  weft_request *req = NULL;
+  mp_submitted(weft_reducescatter(mp_group, name, &ti, NULL, op, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    weft_tensor out;
+    if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 1 || (size_t)out.shape[0] != rows) {
+      mp_fail("%s: output is not %zu rows", name, rows);
+    } else {
+      check_fold(t, op, out.data, first, rows, name);
+      if (mp_rank == 0) digest(name, out.data, rows * es);
+    }
+  }
+  weft_request_free(req);
+  free(in);
+  mp_case_end();
+}
+
+/* Allgather: rank r has base + 5r rows of 3 elements, the last rank none. */
+static weft_request *submit_allgather(weft_dtype t, size_t base, const char *name, void **in) {
+  size_t mine = mp_rank == mp_size - 1 && mp_size > 1 ? 0 : base + 5 * (size_t)mp_rank;
+  *in = mp_alloc(mine * 3 * mp_esize(t));
+  mp_fill(t, *in, 0, mine * 3, mp_rank, 0, g_seed);
+  int64_t shape[2] = {(int64_t)mine, 3};
+  weft_tensor tt = {t, 2, shape, *in, WEFT_DEVICE_CPU};
+  weft_request *req = NULL;
+  mp_submitted(weft_allgather(mp_group, name, &tt, NULL, &req), &req, name);
+  return req;
+}
+
+static void check_allgather(weft_request *req, weft_dtype t, size_t base, const char *name) {
+  if (!mp_wait_ok(req, name)) return;
+  size_t total = 0;
+  for (int r = 0; r < mp_size; r++) total += r == mp_size - 1 && mp_size > 1 ? 0 : base + 5 * (size_t)r;
+  weft_tensor out;
+  if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 2 || (size_t)out.shape[0] != total) {
+    mp_fail("%s: output is not %zu rows", name, total);
+    return;
+  }
+  size_t at = 0;
+  for (int r = 0; r < mp_size; r++) {
+    size_t rows = r == mp_size - 1 && mp_size > 1 ? 0 : base + 5 * (size_t)r;
+    mp_check_fill(t, out.data, at, rows * 3, r, 0, g_seed, name);
+    at += rows * 3;
+  }
+}
+
+static weft_request *submit_broadcast(weft_dtype t, size_t n, int root, const char *name, void **buf) {
+  *buf = mp_alloc(n * mp_esize(t));
+  if (mp_rank == root) mp_fill(t, *buf, 0, n, root, 0, g_seed);
+  else memset(*buf, 0x5A, n * mp_esize(t));
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor tt = {t, 1, shape, *buf, WEFT_DEVICE_CPU};
+  weft_request *req = NULL;
+  mp_submitted(weft_broadcast(mp_group, name, &tt, root, NULL, &req), &req, name);
+  return req;
+}
+
+/* Many collectives of every kind submitted at once, then waited for. */
+#define BURST 24
+static void run_burst(int round) {
+  mp_case("burst %d: %d mixed collectives submitted together", round, BURST);
+  weft_request *req[BURST];
+  void *mem[BURST];
+  size_t n[BURST];
+  char name[BURST][64];
+  for (int k = 0; k < BURST; k++) {
+    n[k] = 1 + (size_t)(mp_hash(99, (uint64_t)k, (uint64_t)round) % g_large);
+    snprintf(name[k], sizeof name[k], "burst.%d.%d", round, k);
+    switch (k % 4) {
+      case 0:
+      case 1: { /* consecutive allreduces of one dtype and op: fused */
+        float *b = mem[k] = mp_alloc(n[k] * 4);
+        for (size_t i = 0; i < n[k]; i++) put_input(WEFT_DTYPE_FLOAT32, b, i, mp_rank, i + (size_t)k);
+        int64_t shape[1] = {(int64_t)n[k]};
+        weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, b, WEFT_DEVICE_CPU};
+        req[k] = NULL;
+        mp_submitted(weft_allreduce(mp_group, name[k], &tt, &tt, WEFT_OP_SUM, NULL, &req[k]), &req[k], name[k]);
+        break;
+      }
+      case 2: req[k] = submit_allgather(WEFT_DTYPE_INT32, n[k] / 16, name[k], &mem[k]); break;
+      default: req[k] = submit_broadcast(WEFT_DTYPE_FLOAT64, n[k], k % mp_size, name[k], &mem[k]); break;
+    }
+  }
+  for (int k = 0; k < BURST; k++) {
+    switch (k % 4) {
+      case 0:
+      case 1:
+        if (mp_wait_ok(req[k], name[k])) {
+          unsigned char want[4];
+          const float *b = mem[k];
+          for (size_t i = 0; i < n[k]; i++) {
+            unsigned char x[4];
+            put_input(WEFT_DTYPE_FLOAT32, want, 0, 0, i + (size_t)k);
+            for (int r = 1; r < mp_size; r++) {
+              put_input(WEFT_DTYPE_FLOAT32, x, 0, r, i + (size_t)k);
+              combine(WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, want, x);
+            }
+            if (memcmp(&b[i], want, 4)) {
+              mp_fail("%s: element %zu is not the rank-order sum", name[k], i);
+              break;
+            }
+          }
+        }
+        break;
+      case 2: check_allgather(req[k], WEFT_DTYPE_INT32, n[k] / 16, name[k]); break;
+      default:
+        if (mp_wait_ok(req[k], name[k])) mp_check_fill(WEFT_DTYPE_FLOAT64, mem[k], 0, n[k], k % mp_size, 0, g_seed, name[k]);
+        break;
+    }
+    weft_request_free(req[k]);
+    free(mem[k]);
+  }
+  mp_case_end();
+}
+
+/* --leave: every rank submits a 128 MiB allreduce, then rank 1 finalizes
+ * 10 ms later, in the middle of it (its part fails with SHUTDOWN). The others must not wait for it until
+ * their timeout: within 10 s they fail naming rank 1 (or succeed, had rank 1
+ * finished its part first). */
+static int run_leave(void) {
+  size_t n = (size_t)32 << 20;
+  float *buf = mp_alloc(n * 4);
+  for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
+  mp_case("ready");
+  if (!mp_same_everywhere("leave.ready", 1)) mp_fatal("sync failed");
+  mp_case_end();
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_request *req = NULL;
+  mp_submitted(weft_allreduce(mp_group, "leave.big", &tt, &tt, WEFT_OP_SUM, NULL, &req), &req, "leave.big");
+  if (mp_rank == 1) {
+    mp_case("rank 1 finalizes with the allreduce in flight");
+    mp_sleep_ms(10);
+    weft_world *w = mp_world;
+    mp_world = NULL;
+    weft_status st = weft_finalize(w);
+    if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
+    st = weft_wait(req, 5.0);
+    if (st == WEFT_IN_PROGRESS) mp_fail("the allreduce is still pending after finalize");
+    weft_request_free(req);
+    mp_case_end();
+    free(buf);
+    int nf = atomic_load(&mp_failures);
+    mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
+    return nf ? 1 : 0;
+  }
+  mp_case("rank %d: the allreduce ends within 10 s of rank 1 leaving", mp_rank);
+  double t0 = mp_now();
+  weft_status st = weft_wait(req, 10.0);
+  if (st == WEFT_IN_PROGRESS) mp_fail("still pending %.1f s after rank 1 left", mp_now() - t0);
+  else if (st != WEFT_OK && !mp_contains(weft_request_error(req), "rank 1"))
+    mp_fail("failed with \"%s\", which does not name rank 1", weft_request_error(req));
+  else
+    mp_say("INFO rank %d: %s after %.2f s: %s", mp_rank, weft_status_string(st), mp_now() - t0,
+           st == WEFT_OK ? "completed" : weft_request_error(req));
+  weft_request_free(req);
+  mp_case_end();
+  free(buf);
+  mp_case("weft_finalize");
+  weft_world *w = mp_world;
+  mp_world = NULL;
+  st = weft_finalize(w);
+  if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
+  mp_case_end();
+  int nf = atomic_load(&mp_failures);
+  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
+  return nf ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  const char *dfile = NULL;
+  int leave = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--digest") && i + 1 < argc) dfile = argv[++i];
+    else if (!strcmp(argv[i], "--large") && i + 1 < argc) g_large = (size_t)strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--leave")) leave = 1;
+    else {
+      fprintf(stderr, "usage: mp_shm [--digest FILE] [--large COUNT] [--leave]\n");
+      return 2;
+    }
+  }
+  mp_setup();
+  if (leave) return mp_size < 2 ? mp_teardown() : run_leave();
+  if (dfile && mp_rank == 0 && !(g_digest = fopen(dfile, "w"))) mp_fatal("cannot write %s", dfile);
+  const size_t counts[] = {1, 3, 4097, 16385, g_large};
+  for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++)
+    for (size_t o = 0; o < sizeof k_ops / sizeof k_ops[0]; o++)
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        if (k_dtypes[d] != WEFT_DTYPE_BOOL || k_ops[o] != WEFT_OP_AVERAGE) /* not defined */
+          run_allreduce(k_dtypes[d], k_ops[o], counts[c]);
+  for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d += 3)
+    for (size_t o = 0; o < sizeof k_ops / sizeof k_ops[0]; o++)
+      if (k_dtypes[d] != WEFT_DTYPE_BOOL || k_ops[o] != WEFT_OP_AVERAGE) run_reducescatter(k_dtypes[d], k_ops[o], g_large + o);
+  const size_t ag_base[] = {0, 1, 1000, g_large / 8};
+  for (size_t k = 0; k < sizeof ag_base / sizeof ag_base[0]; k++) {
+    char name[64];
+    void *in;
+    snprintf(name, sizeof name, "ag.%zu", ag_base[k]);
+    mp_case("%s", name);
+    weft_request *req = submit_allgather(k % 2 ? WEFT_DTYPE_UINT8 : WEFT_DTYPE_FLOAT32, ag_base[k], name, &in);
+    check_allgather(req, k % 2 ? WEFT_DTYPE_UINT8 : WEFT_DTYPE_FLOAT32, ag_base[k], name);
+    weft_request_free(req);
+    free(in);
+    mp_case_end();
+  }
+  const size_t bc_n[] = {1, 1000, g_large};
+  for (size_t k = 0; k < sizeof bc_n / sizeof bc_n[0]; k++)
+    for (int root = 0; root < mp_size; root++) {
+      char name[64];
+      void *buf;
+      snprintf(name, sizeof name, "bc.%zu.%d", bc_n[k], root);
+      mp_case("%s", name);
+      weft_request *req = submit_broadcast(WEFT_DTYPE_INT16, bc_n[k], root, name, &buf);
+      if (mp_wait_ok(req, name)) mp_check_fill(WEFT_DTYPE_INT16, buf, 0, bc_n[k], root, 0, g_seed, name);
+      weft_request_free(req);
+      free(buf);
+      mp_case_end();
+    }
+  for (int r = 0; r < 3; r++) run_burst(r);
+  if (g_digest) fclose(g_digest);
+  return mp_teardown();
+}
