@@ -114,9 +114,15 @@ static void finalize_in_flight(int cycle, int first) {
     mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req), &req, name);
     if (weft_request_free(req) != WEFT_OK) mp_fail("weft_request_free of a pending request failed");
   }
-  /* Every rank has its pending requests queued before anyone finalizes. */
+  /* Every rank has its pending requests queued before anyone finalizes: the
+   * barrier goes through the coordinator behind them (a callback keeps it
+   * off the one-host fast path, which would not order it after them). */
   weft_request *sync = NULL;
-  mp_submitted(weft_barrier(mp_group, "inflight.sync", NULL, &sync), &sync, "inflight.sync");
+  static cb_slot sync_slot;
+  weft_op_options sync_opt = WEFT_OP_OPTIONS_INIT;
+  sync_opt.callback = count_cb;
+  sync_opt.user_data = &sync_slot;
+  mp_submitted(weft_barrier(mp_group, "inflight.sync", &sync_opt, &sync), &sync, "inflight.sync");
   mp_wait_ok(sync, "inflight.sync");
   weft_request_free(sync);
 
