@@ -27,7 +27,7 @@
 #include "util/time.h"
 
 #define NREC 1024u       /* records (names) per board */
-#define NDATA 64u        /* pooled data slots, for inputs over INLINE bytes */
+#define NDATA 256u       /* pooled data slots, for inputs over INLINE bytes (a multiple of 64) */
 #define PROBES 64u       /* linear probing limit: a longer chain counts as full */
 #define INLINE 64u       /* inputs up to this size live in the record itself */
 #define D_NONE (-1)      /* round data: none */
@@ -65,7 +65,7 @@ typedef struct record {
 typedef struct hdr {
   alignas(128) _Atomic uint32_t lock; /* inserts and the data pool */
   alignas(128) _Atomic uint32_t off;  /* read on every submission: alone on its lines */
-  alignas(128) uint64_t data_used;    /* bit per data slot (NDATA == 64), under lock */
+  alignas(128) uint64_t data_used[NDATA / 64]; /* bit per data slot, under lock */
 } hdr;
 
 struct wf_board {
@@ -108,7 +108,8 @@ wf_board *wf_board_open(void *mem, size_t bytes, int nlocal) {
   b->slot_bytes = part * (size_t)nlocal;
   b->nlocal = nlocal;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  b->yield_after = cpus > 0 && nlocal > cpus ? 0 : 1024; /* oversubscribed: hand the core over at once */
+  /* oversubscribed: hand the core over at once; else after a short spin */
+  b->yield_after = cpus > 0 && nlocal > cpus ? 0 : 1024;
   return b;
 }
 
@@ -212,21 +213,29 @@ static void set_state(round *o, uint32_t st) {
 /* Data pool (a record's lock held; takes the board's lock inside it). */
 static int32_t alloc_data(wf_board *b, int64_t deadline) {
   if (lock(&b->h->lock, deadline) != WEFT_OK) return D_NONE;
-  uint64_t u = b->h->data_used;
   int32_t k = D_NONE;
-  if (u != ~0ull) {
-    k = __builtin_ctzll(~u);
-    b->h->data_used |= 1ull << k;
+  for (uint32_t w = 0; k == D_NONE && w < NDATA / 64; w++) {
+    uint64_t u = b->h->data_used[w];
+    if (u == ~0ull) continue;
+    int bit = __builtin_ctzll(~u);
+    b->h->data_used[w] |= 1ull << bit;
+    k = (int32_t)(w * 64 + (uint32_t)bit);
   }
   unlock(&b->h->lock);
   return k;
 }
 
-static void free_round(wf_board *b, round *o) {
+/* Gives a round's pooled slot back (record locked). */
+static void release_data(wf_board *b, round *o) {
   if (o->data >= 0 && lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
-    b->h->data_used &= ~(1ull << o->data);
+    b->h->data_used[o->data / 64] &= ~(1ull << (o->data % 64));
     unlock(&b->h->lock);
+    o->data = D_NONE;
   }
+}
+
+static void free_round(wf_board *b, round *o) {
+  release_data(b, o);
   o->data = D_NONE;
   o->arrived = 0;
   atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
@@ -237,11 +246,7 @@ static void free_round(wf_board *b, round *o) {
  * so a pooled slot goes back at once (a generation some rank never submits
  * must not hold it for the rest of the job). */
 static void divert(wf_board *b, round *o) {
-  if (o->data >= 0 && lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
-    b->h->data_used &= ~(1ull << o->data);
-    unlock(&b->h->lock);
-    o->data = D_NONE;
-  }
+  release_data(b, o);
   set_state(o, R_DIVERTED);
 }
 
