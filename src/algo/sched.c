@@ -12,6 +12,7 @@
 
 #include "algo/shm_stage.h"
 #include "reduce/reduce.h"
+#include "util/time.h"
 
 #define WF_SCHED_ALIGN 64
 
@@ -209,33 +210,76 @@ weft_status wf_sched_finish(wf_sched *s) {
   return s->oom ? WEFT_ERR_NO_MEMORY : WEFT_OK;
 }
 
-weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
-  for (size_t i = first; i < last && i < s->nsteps; i++) {
-    const wf_step *st = &s->steps[i];
+/* Pieces of REDUCE, SCALE and COPY steps between looks at the clock. */
+#define WF_PIECE_BYTES ((size_t)256 << 10)
+
+/* Runs one REDUCE, SCALE or COPY step from *done on, piece by piece, until
+ * it is complete (WEFT_OK) or the clock passes until_ns (WEFT_IN_PROGRESS). */
+static weft_status run_plain(const wf_sched *s, const wf_step *st, size_t *done, int64_t until_ns) {
+  size_t es = st->kind == WF_STEP_COPY ? 1 : weft_dtype_size(s->dtype);
+  size_t total = st->kind == WF_STEP_COPY ? st->bytes : st->count;
+  size_t piece = WF_PIECE_BYTES / (es ? es : 1);
+  if (st->kind == WF_STEP_COPY && (char *)st->dst < (const char *)st->src + st->bytes &&
+      (const char *)st->src < (char *)st->dst + st->bytes) {
+    memmove(st->dst, st->src, st->bytes); /* overlapping: at once (pieces could overwrite their source) */
+    *done = total;
+    return WEFT_OK;
+  }
+  while (*done < total) {
+    size_t i = *done, m = total - i < piece ? total - i : piece;
+    char *d = (char *)st->dst + i * es;
+    const char *x = (const char *)st->src + i * es;
+    if (st->kind == WF_STEP_REDUCE) wf_reduce(s->dtype, s->op, d, x, m);
+    else if (st->kind == WF_STEP_SCALE) wf_scale_copy(s->dtype, d, x, m, st->factor);
+    else memcpy(d, x, m);
+    *done = i + m;
+    if (*done < total && until_ns && wf_now_ns() >= until_ns) return WEFT_IN_PROGRESS;
+  }
+  return WEFT_OK;
+}
+
+weft_status wf_sched_run_local_until(const wf_sched *s, wf_sched_cursor *c, size_t last, int64_t until_ns) {
+  if (last > s->nsteps) last = s->nsteps;
+  for (; c->step < last; c->step++, c->done = 0) {
+    const wf_step *st = &s->steps[c->step];
+    weft_status rc = WEFT_OK;
     switch (st->kind) {
       case WF_STEP_CMA_READ:
-      case WF_STEP_CMA_FOLD: {
-        weft_status rc = wf_sched_run_cma(s, st);
-        if (rc != WEFT_OK) return rc;
+      case WF_STEP_CMA_FOLD:
+        rc = wf_sched_run_cma(s, st, &c->done, until_ns);
         break;
-      }
-      case WF_STEP_STAGE: {
-        weft_status rc = wf_stage_run(st->tmp);
-        if (rc != WEFT_OK) return rc; /* WEFT_IN_PROGRESS: waits for its peers */
+      case WF_STEP_STAGE:
+        rc = wf_stage_run(st->tmp); /* WEFT_IN_PROGRESS: waits for its peers */
         break;
-      }
       case WF_STEP_REDUCE:
-        wf_reduce(s->dtype, s->op, st->dst, st->src, st->count);
-        break;
       case WF_STEP_COPY:
-        memmove(st->dst, st->src, st->bytes);
-        break;
       case WF_STEP_SCALE:
-        wf_scale_copy(s->dtype, st->dst, st->src, st->count, st->factor);
+        rc = run_plain(s, st, &c->done, until_ns);
         break;
       default: /* transfers belong to the engine (or the test simulator) */
         break;
     }
+    if (rc != WEFT_OK) return rc;
+    if (until_ns && c->step + 1 < last && wf_now_ns() >= until_ns) {
+      c->step++;
+      c->done = 0;
+      return WEFT_IN_PROGRESS;
+    }
   }
   return WEFT_OK;
+}
+
+weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last) {
+  wf_sched_cursor c = {first, 0};
+  return wf_sched_run_local_until(s, &c, last, 0);
+}
+
+int wf_sched_reads_peer(const wf_sched *s, size_t from, int peer) {
+  for (size_t i = from; i < s->nsteps; i++) {
+    const wf_step *st = &s->steps[i];
+    uint32_t n = st->kind == WF_STEP_CMA_FOLD ? st->nsrc : st->kind == WF_STEP_CMA_READ ? 1 : 0;
+    for (uint32_t k = 0; k < n; k++)
+      if (s->mems[st->mem0 + k].peer == peer) return 1;
+  }
+  return 0;
 }

@@ -118,12 +118,30 @@ void wf_sched_end_round(wf_sched *s);
  * append failed. */
 weft_status wf_sched_finish(wf_sched *s);
 
-/* Runs the local steps [first, last) of a schedule (engine and tests).
- * WEFT_OK, WEFT_IN_PROGRESS (a STAGE step waits for its peers: run the same
- * steps again later), or an error (a CMA transfer failed, a staging peer
- * gave up: the message names the peer and the cause). */
+/* Where the local steps of a round stand: the next step to run, and how
+ * much of it is done (elements for REDUCE, SCALE and CMA_FOLD, bytes for
+ * COPY and CMA_READ). */
+typedef struct wf_sched_cursor {
+  size_t step;
+  size_t done;
+} wf_sched_cursor;
+
+/* Runs local steps from c up to step last, in pieces of a few hundred KiB,
+ * and stops after the piece during which the clock (wf_now_ns) passes
+ * until_ns (0: never stops early), so that the engine thread that runs a
+ * 128 MiB fold still answers its sockets every millisecond. WEFT_OK (c at
+ * last), WEFT_IN_PROGRESS (c says where to go on: time ran out, or a STAGE
+ * step waits for its peers), or an error (a CMA transfer failed, a staging
+ * peer gave up: the message names the peer and the cause). */
+weft_status wf_sched_run_local_until(const wf_sched *s, wf_sched_cursor *c, size_t last, int64_t until_ns);
+/* Runs the local steps [first, last) at once (tests, simulators). WEFT_OK,
+ * WEFT_IN_PROGRESS (a STAGE step waits for its peers: run the same steps
+ * again later), or an error as above. */
 weft_status wf_sched_run_local(const wf_sched *s, size_t first, size_t last);
-/* Runs one CMA step (sched_cma.c). */
-weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st);
+/* Runs one CMA step from *done on, up to until_ns as above (sched_cma.c):
+ * WEFT_OK when the step is complete, WEFT_IN_PROGRESS with *done advanced. */
+weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st, size_t *done, int64_t until_ns);
+/* 1 if a step in [from, nsteps) reads group rank peer's memory (CMA). */
+int wf_sched_reads_peer(const wf_sched *s, size_t from, int peer);
 
 #endif

@@ -13,6 +13,7 @@
 #include "algo/sched.h"
 #include "reduce/reduce.h"
 #include "util/err.h"
+#include "util/time.h"
 
 /* Reads bytes of operand m (a peer's), extra bytes past its address, into
  * local. A partial transfer is continued; no progress fails. */
@@ -49,15 +50,20 @@ static weft_status operand(const wf_mem *m, size_t off, size_t bytes, char *tmp,
   return xfer(m, off, tmp, bytes);
 }
 
-/* dst = src[0] op src[1] op ... (left fold), chunk by chunk. The
- * accumulator is dst itself when src[0] is dst, else tmp A until the last
- * source, whose fold writes dst; remote sources are read into tmp B. The
- * operand order is that of REDUCE steps (acc op x). */
-static weft_status fold(const wf_sched *s, const wf_step *st) {
+/* dst = src[0] op src[1] op ... (left fold), chunk by chunk from element
+ * *done on. The accumulator is dst itself when src[0] is dst, else tmp A
+ * until the last source, whose fold writes dst; remote sources are read
+ * into tmp B. The operand order is that of REDUCE steps (acc op x). A chunk
+ * is complete in dst when the fold stops early, so it resumes at a chunk. */
+static weft_status fold(const wf_sched *s, const wf_step *st, size_t *done, int64_t until_ns) {
   size_t es = weft_dtype_size(s->dtype);
   const wf_mem *src = s->mems + st->mem0;
   char *dst = st->dst, *ta = st->tmp, *tb = ta ? ta + st->chunk * es : NULL;
-  for (size_t c = 0; c < st->count; c += st->chunk) {
+  for (size_t c = *done; c < st->count; c += st->chunk) {
+    if (c > *done && until_ns && wf_now_ns() >= until_ns) {
+      *done = c;
+      return WEFT_IN_PROGRESS;
+    }
     size_t m = st->count - c < st->chunk ? st->count - c : st->chunk;
     size_t off = c * es, bytes = m * es;
     char *d = dst + off;
@@ -83,12 +89,21 @@ static weft_status fold(const wf_sched *s, const wf_step *st) {
   return WEFT_OK;
 }
 
-weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st) {
+/* Reads of up to this many bytes between looks at the clock. */
+#define WF_READ_PIECE ((size_t)1 << 20)
+
+weft_status wf_sched_run_cma(const wf_sched *s, const wf_step *st, size_t *done, int64_t until_ns) {
   switch (st->kind) {
     case WF_STEP_CMA_READ:
-      return xfer(&s->mems[st->mem0], 0, st->dst, st->bytes);
+      while (*done < st->bytes) {
+        size_t m = st->bytes - *done < WF_READ_PIECE ? st->bytes - *done : WF_READ_PIECE;
+        WF_CHECK(xfer(&s->mems[st->mem0], *done, (char *)st->dst + *done, m));
+        *done += m;
+        if (*done < st->bytes && until_ns && wf_now_ns() >= until_ns) return WEFT_IN_PROGRESS;
+      }
+      return WEFT_OK;
     case WF_STEP_CMA_FOLD:
-      return fold(s, st);
+      return fold(s, st, done, until_ns);
     default:
       return wf_err(WEFT_ERR_INTERNAL, "schedule step of kind %d is not a cross-memory step", st->kind);
   }

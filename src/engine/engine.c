@@ -893,7 +893,12 @@ static void *engine_main(void *arg) {
     int64_t now = wf_now_ns();
     int64_t dl = next_deadline(w, now);
     int n;
-    if (w->shm && exec_active(w)) {
+    if (w->local_more) {
+      /* a collective's local steps stopped for time (exec.c): look at the
+       * sockets and the segment without waiting, then go on with them */
+      if (w->shm) wf_shm_progress(w->shm);
+      n = epoll_wait(w->epfd, evs, 64, 0);
+    } else if (w->shm && exec_active(w)) {
       /* a collective runs: its shared-memory peers do not wake epoll, so
        * wait on the segment (spin, then futex) for at most a millisecond,
        * then look at the sockets without blocking */

@@ -105,7 +105,8 @@ typedef struct wf_exec {
   wf_response_msg resp;
   wf_sched sched;
   size_t round;              /* current round */
-  size_t round_first;        /* first step of the current round */
+  size_t round_first;        /* first step of the current round; in its local phase, the next local step */
+  size_t local_done;         /* how much of that local step is done (wf_sched_cursor) */
   int pending;               /* transfers of this round not yet complete */
   uint32_t *send_idx, *recv_idx; /* per world rank: messages so far in this collective */
   void *tmp;                 /* engine-owned temporary (e.g. prescaled input) */
@@ -194,6 +195,7 @@ struct weft_world {
   weft_status later_st;
   char later_msg[1024];
   int64_t next_hb_check;
+  int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
 
   /* one-host fast path (fast.c) */
   struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */

@@ -16,6 +16,9 @@
 #include "util/params.h"
 #include "util/time.h"
 
+/* Local steps run at most this long before the engine looks around. */
+#define LOCAL_SLICE_NS (1000 * 1000LL)
+
 static int64_t elems_of(const int64_t *shape, int from, int ndim) {
   int64_t n = 1;
   for (int d = from; d < ndim; d++) n *= shape[d];
@@ -677,10 +680,13 @@ void wf_exec_peer_departed(weft_world *w, int peer) {
   /* Everything peer sent came before its BYE: a transfer with it that is
    * still incomplete now never will be. Later receives from it are checked
    * when posted (the transport satisfies them from what arrived, or fails). */
-  if (!w->tr->ops->incomplete(w->tr, peer)) return;
+  /* Nor will it take part in the cross-memory reads still to come: it gave
+   * up on the collective, and its buffer may already be gone. */
+  int incomplete = w->tr->ops->incomplete(w->tr, peer);
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_exec *x = &w->gs[gi]->exec;
-    if (x->active && wf_group_index(w->gs[gi]->group, peer) >= 0) {
+    int gp = x->active ? wf_group_index(w->gs[gi]->group, peer) : -1;
+    if (gp >= 0 && (incomplete || wf_sched_reads_peer(&x->sched, x->round_first, gp))) {
       wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
                           "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
                           w->peers[peer].host, x->req->msg.name);
@@ -700,9 +706,20 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
     } else if (x->pending > 0) {
       return;
     } else {
-      /* The round's transfers are complete: run its local steps. */
-      st = wf_sched_run_local(&x->sched, x->round_first, x->sched.round_end[x->round]);
-      if (st == WEFT_IN_PROGRESS) return; /* a staged step waits for its peers (algo/shm_stage.h): again next loop */
+      /* The round's transfers are complete: run its local steps, for a
+       * millisecond at most (a 128 MiB fold takes tens of them, hundreds
+       * under sanitizers), so the engine thread keeps answering heartbeats,
+       * departures and finalize in between. */
+      wf_sched_cursor cur = {x->round_first, x->local_done};
+      st = wf_sched_run_local_until(&x->sched, &cur, x->sched.round_end[x->round], wf_now_ns() + LOCAL_SLICE_NS);
+      x->round_first = cur.step;
+      x->local_done = cur.done;
+      if (st == WEFT_IN_PROGRESS) {
+        /* out of time: again at once; a staged step waiting for its peers
+         * (algo/shm_stage.h): again when the segment moves */
+        if (x->sched.steps[cur.step].kind != WF_STEP_STAGE) w->local_more = 1;
+        return;
+      }
       if (st != WEFT_OK) {
         /* A cross-memory read failed: the peer died, or gave up on this
          * collective (and reused its buffer) because of a failure whose
@@ -716,6 +733,7 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
         return;
       }
       x->round_first = x->sched.round_end[x->round];
+      x->local_done = 0;
       if (++x->round < x->sched.nrounds) st = post_round(w, gs);
     }
     if (st == WEFT_IN_PROGRESS) return; /* waits for a failure already scheduled */
@@ -734,5 +752,6 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
 }
 
 void wf_exec_progress(weft_world *w) {
+  w->local_more = 0;
   for (int gi = 0; gi < w->ngs; gi++) progress_group(w, w->gs[gi]);
 }
