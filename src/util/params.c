@@ -39,9 +39,9 @@ static const wf_param g_params[] = {
      "transfer was posted or completed, then every 1 ms"},
     {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair (0: 64 KiB)"},
     {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair (0: 16)"},
-    {"WEFT_SHM_STAGE_BYTES", NULL, WF_PARAM_INT, "0",
+    {"WEFT_SHM_STAGE_BYTES", NULL, WF_PARAM_INT, "4194304",
      "staging region per local rank for the shm algorithms (every rank on one host; the host's first rank decides; "
-     "at most 256 MiB for all; 0: none, the default until they notice a departed peer)"},
+     "at most 256 MiB for all; 0: none)"},
     {"WEFT_SHM_COPY", NULL, WF_PARAM_STRING, "auto",
      "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt"},
     {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "", "force an allreduce algorithm (direct, ring, rd)"},
