@@ -104,7 +104,7 @@ weft_status weft_group_create(weft_world *w, const int *ranks, int n, weft_group
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", wf_err_msg());
     pthread_mutex_lock(&w->mu);
-    g->next = w->dead_groups;
+    g->dead_next = w->dead_groups;
     w->dead_groups = g;
     pthread_mutex_unlock(&w->mu);
     wf_engine_wake(w);
@@ -123,7 +123,7 @@ weft_status weft_group_destroy(weft_group *g) {
   weft_status st = group_barrier(g, "weft.group.destroy");
   pthread_mutex_lock(&w->mu);
   g->magic = 0; /* the engine frees it */
-  g->next = w->dead_groups;
+  g->dead_next = w->dead_groups;
   w->dead_groups = g;
   pthread_mutex_unlock(&w->mu);
   wf_engine_wake(w);

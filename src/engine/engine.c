@@ -302,7 +302,7 @@ static void drain_groups(weft_world *w, weft_group *add, weft_group *del) {
     }
   }
   for (weft_group *g = del, *next; g; g = next) {
-    next = g->next;
+    next = g->dead_next;
     wf_gstate *gs = wf_gs_find(w, g->id);
     if (gs && gs->group == g) {
       cache_detach(gs);
@@ -1022,8 +1022,18 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   return WEFT_OK;
 }
 
-static void free_group_list(weft_group *g) {
-  for (weft_group *next; g; g = next) {
+/* Groups never registered or removed: each freed once, also when it is on
+ * both lists (created and destroyed since the engine last drained them). */
+static void free_group_lists(weft_group *add, weft_group *del) {
+  for (weft_group *g = del, *next; g; g = next) {
+    next = g->dead_next;
+    int also_new = 0;
+    for (weft_group *a = add; a && !also_new; a = a->next) also_new = a == g;
+    if (also_new) continue;
+    free(g->ranks);
+    free(g);
+  }
+  for (weft_group *g = add, *next; g; g = next) {
     next = g->next;
     free(g->ranks);
     g->magic = 0;
@@ -1061,8 +1071,7 @@ void wf_engine_stop(weft_world *w) {
   free(w->gs);
   w->gs = NULL;
   /* groups created or destroyed but never seen by the engine */
-  free_group_list(w->new_groups);
-  free_group_list(w->dead_groups);
+  free_group_lists(w->new_groups, w->dead_groups);
   w->new_groups = w->dead_groups = NULL;
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;

@@ -42,7 +42,8 @@ struct weft_group {
   int *ranks;         /* group rank -> world rank, ascending */
   uint64_t barrier_count; /* unnamed barriers so far (under world->mu) */
   _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (fast.c) */
-  struct weft_group *next; /* registration / removal lists */
+  struct weft_group *next; /* registration list (new_groups; reversed by the engine) */
+  struct weft_group *dead_next; /* removal list (dead_groups): its own link, as a group may be on both at once */
 };
 
 struct weft_request {

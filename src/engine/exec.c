@@ -673,6 +673,20 @@ static weft_status post_round(weft_world *w, wf_gstate *gs) {
       return wf_err(st, "collective '%s': %s (rank %d on %s)", x->req->msg.name, why, peer, w->peers[peer].host);
     }
   }
+  /* A peer that left (its BYE processed, so all it sent has arrived) never
+   * completes a transfer that is still incomplete once posted: whether the
+   * transport noticed the closed connection yet or not, that is a failure. */
+  for (size_t i = x->round_first; i < end; i++) {
+    const wf_step *s = &x->sched.steps[i];
+    if (s->kind != WF_STEP_SEND && s->kind != WF_STEP_RECV) continue;
+    int peer = ranks[s->peer];
+    if (w->departed[peer] && w->tr->ops->incomplete(w->tr, peer)) {
+      wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
+                          "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
+                          w->peers[peer].host, x->req->msg.name);
+      return WEFT_OK; /* its transfers stay pending until then */
+    }
+  }
   return WEFT_OK;
 }
 
