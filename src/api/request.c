@@ -11,6 +11,9 @@
 #include "util/err.h"
 #include "util/time.h"
 
+/* weft_wait polls this long before it sleeps on the condition variable. */
+#define WAIT_SPIN_NS (50 * 1000LL)
+
 static int live(weft_request *r) {
   return r && atomic_load_explicit(&r->magic, memory_order_relaxed) == WF_REQ_MAGIC;
 }
@@ -34,11 +37,16 @@ weft_status weft_wait(weft_request *r, double timeout_seconds) {
   if (atomic_load(&r->fast) == 1) /* one-host fast path: wait on the board, complete it here */
     wf_fast_progress(r, timeout_seconds >= 0 ? wf_deadline_after(timeout_seconds) : r->deadline, 1);
   if (done(r)) return weft_test(r);
-  /* Spin a little: small collectives complete in microseconds, and a futex
-   * sleep/wake costs about as much. Yield so oversubscribed ranks run. */
-  for (int i = 0; i < 64; i++) {
+  /* Spin a little (WAIT_SPIN_NS): small collectives complete in tens of
+   * microseconds, and a futex sleep/wake costs about as much on a VM. Yield
+   * so oversubscribed ranks and the engine thread run. */
+  int64_t spin_end = 0;
+  for (int i = 0;; i++) {
     if (done(r)) return weft_test(r);
-    if (i >= 16) sched_yield();
+    if (i < 16) continue;
+    if (!spin_end) spin_end = wf_now_ns() + WAIT_SPIN_NS;
+    else if ((i & 7) == 0 && wf_now_ns() >= spin_end) break;
+    sched_yield();
   }
   weft_world *w = r->world;
   int64_t deadline;

@@ -9,6 +9,7 @@
 #include "engine/stage.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,8 @@
 #include "util/time.h"
 
 #define EV_WAKE UINT32_MAX /* epoll data of the eventfd */
+/* After an event the engine polls this long before it blocks in epoll. */
+#define IDLE_SPIN_NS (100 * 1000LL)
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -909,8 +912,17 @@ static void *engine_main(void *arg) {
       n = epoll_wait(w->epfd, evs, 64, 0);
     } else {
       /* [mpi] poll hook: pending MPI transfers bound the wait (spin, then 1 ms) */
-      n = epoll_wait(w->epfd, evs, 64, wf_mux_wait_ms(&w->mux, wf_ms_until(dl)));
+      int ms = wf_mux_wait_ms(&w->mux, wf_ms_until(dl));
+      if (ms != 0 && now - w->last_busy < IDLE_SPIN_NS) {
+        /* busy a moment ago: the next message (a response, the peer's
+         * data) usually follows within microseconds, and waking from
+         * epoll costs tens of them on a VM; poll, handing the core over */
+        sched_yield();
+        ms = 0;
+      }
+      n = epoll_wait(w->epfd, evs, 64, ms);
     }
+    if (n > 0) w->last_busy = now;
     if (n < 0 && errno != EINTR) {
       wf_world_fail(w, WEFT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
       n = 0;

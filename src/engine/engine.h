@@ -196,6 +196,7 @@ struct weft_world {
   weft_status later_st;
   char later_msg[1024];
   int64_t next_hb_check;
+  int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
 
   /* one-host fast path (fast.c) */
