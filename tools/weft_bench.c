@@ -709,7 +709,7 @@ int main(int argc, char **argv) {
   const char *transport = getenv("WEFT_TRANSPORT");
   if (b.rank == 0) {
     printf("# weft-bench: weft %s, world size %d, transport %s\n", weft_version(), b.size,
-           transport && *transport ? transport : "tcp");
+           transport && *transport ? transport : "auto (shm between ranks of one host, tcp across hosts)");
     char iters[48];
     if (b.a.time_target > 0)
       snprintf(iters, sizeof iters, "~%gs worth", b.a.time_target);
