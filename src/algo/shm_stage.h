@@ -1,5 +1,5 @@
 /* shm_stage.h - collectives through staging regions in shared memory (the
- * "shm" algorithms, *_shm.c): every rank of the host has a staging region in
+ * "shm" algorithms, coll_shm.c): every rank of the host has a staging region in
  * the job's shared segment, mapped by all of them. A rank copies its data
  * into its own region, chunk by chunk, and publishes a flag; its peers read
  * the chunk there with plain loads (reductions fold it straight out of every
@@ -63,7 +63,7 @@ void wf_stage_set_spin(wf_stage *g, int64_t ns);
  * for wf_shm_set_poll; cheap, any number of calls). */
 int wf_stage_ready(void *g);
 
-/* For the *_shm.c algorithms: 1 if staging can run these arguments (every
+/* For the coll_shm.c algorithms: 1 if staging can run these arguments (every
  * member local, staging attached, 2..64 ranks, the chunks fit). */
 int wf_stage_supports(const wf_coll_args *a);
 /* Appends the STAGE step of a->coll (allreduce, reducescatter, allgather,

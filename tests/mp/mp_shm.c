@@ -1,4 +1,4 @@
-/* mp_shm.c - the staged shared-memory algorithms (the *_shm.c files of
+/* mp_shm.c - the staged shared-memory algorithms (coll_shm.c of
  * src/algo) through the whole library, run with whatever WEFT_ALGO_<COLL>
  * and WEFT_SHM_STAGE_BYTES the test's environment sets:
  *  - allreduce of every dtype x op at counts that cross chunk and slot

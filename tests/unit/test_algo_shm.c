@@ -1,4 +1,4 @@
-/* test_algo_shm.c - the staged shared-memory algorithms (the *_shm.c files
+/* test_algo_shm.c - the staged shared-memory algorithms (coll_shm.c
  * of src/algo, and algo/shm_stage.c) in one process: n simulated ranks share n staging
  * regions allocated here, exactly as the ranks of one host share them in
  * the segment, and run their real STAGE steps.

@@ -1,0 +1,45 @@
+/* coll_shm.c - the staged shared-memory algorithms ("shm"), one descriptor
+ * per collective; the runtime and synchronisation are in shm_stage.c.
+ *   allreduce      rank r folds slice r of every chunk straight out of its
+ *                  peers' staging slots (its own slice from its buffer), in
+ *                  rank order, so the bits are those of "direct"; the result
+ *                  goes to its buffer and its slot, and the ranks copy each
+ *                  other's reduced slices out. Up to 64 KiB every rank folds
+ *                  the whole tensor from all slots (one flag round).
+ *   reducescatter  each rank copies the pieces of the other ranks' blocks
+ *                  into its slot; rank r folds its block's pieces straight
+ *                  out of every slot, in rank order, into its output.
+ *   allgather      each rank copies its block into its slot, chunk by
+ *                  chunk, and every rank copies the others' chunks out.
+ *   broadcast      the root copies the tensor into its slots, chunk by
+ *                  chunk; every other rank copies each chunk out as it lands.
+ * Each claims every size it supports: measured on 2 cores against direct,
+ * ring, tree, chain and cma from 16 KiB up (docs/design.md); the cost model
+ * never chooses it otherwise. */
+#include "algo/shm_stage.h"
+
+static int shm_supports(const wf_coll_args *a) {
+  return (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER || a->coll == WF_COLL_ALLGATHER ||
+          a->coll == WF_COLL_BROADCAST) &&
+         wf_stage_supports(a);
+}
+
+static int shm_prefer(const wf_coll_args *a) {
+  (void)a;
+  return 20;
+}
+
+static double shm_cost(const wf_coll_args *a) {
+  (void)a;
+  return 1.0;
+}
+
+#define SHM_ALGO(var, c)                                                                                             \
+  const wf_algo var = {                                                                                              \
+      .name = "shm", .coll = c, .supports = shm_supports, .cost = shm_cost, .prefer = shm_prefer,                    \
+      .build = wf_stage_build}
+
+SHM_ALGO(wf_algo_allreduce_shm, WF_COLL_ALLREDUCE);
+SHM_ALGO(wf_algo_reducescatter_shm, WF_COLL_REDUCESCATTER);
+SHM_ALGO(wf_algo_allgather_shm, WF_COLL_ALLGATHER);
+SHM_ALGO(wf_algo_broadcast_shm, WF_COLL_BROADCAST);
