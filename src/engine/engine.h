@@ -279,5 +279,19 @@ void wf_gs_queue_responses(wf_gstate *gs, wf_response_msg *resps, uint32_t n);
 /* Sends an encoded frame (taken) to peer, or handles it locally when peer
  * is this rank (engine thread). */
 void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame);
+/* Control messages to one peer, split into frames the receiver accepts
+ * (engine thread): requests in full; cache references (CACHED or RESEND). */
+void wf_engine_send_requests(weft_world *w, int peer, const wf_request_msg *reqs, uint32_t n);
+void wf_engine_send_refs(weft_world *w, int peer, wf_msg_type type, const wf_cache_ref *refs, uint32_t n);
+/* An ABORT frame with reason to every live peer. */
+void wf_engine_send_abort(weft_world *w, const char *reason);
+/* 1 once the world has failed (any thread). */
+int wf_world_failed(weft_world *w);
+
+/* inbox.c: the transport's control callbacks (they decode into the inbox)
+ * and the engine loop's pass over the inbox. */
+void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p, size_t n);
+void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg);
+void wf_engine_process_inbox(weft_world *w);
 
 #endif
