@@ -647,6 +647,13 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   return 1;
 }
 
+/* x needs peer, which has left: its failure, after a grace period in which
+ * the real cause (another rank's death, a relayed failure) may arrive. */
+static void fail_departed(weft_world *w, const wf_exec *x, int peer) {
+  wf_world_fail_later(w, WEFT_ERR_PEER_LOST, "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it",
+                      peer, w->peers[peer].host, x->req->msg.name);
+}
+
 /* Posts the transfers of the current round. Returns WEFT_OK or an error. */
 static weft_status post_round(weft_world *w, wf_gstate *gs) {
   wf_exec *x = &gs->exec;
@@ -663,9 +670,7 @@ static weft_status post_round(weft_world *w, wf_gstate *gs) {
       if (w->departed[peer]) {
         /* a peer that left is rarely the cause: give the real one (another
          * rank's death, a relayed failure) a moment to arrive first */
-        wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
-                            "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
-                            w->peers[peer].host, x->req->msg.name);
+        fail_departed(w, x, peer);
         return WEFT_IN_PROGRESS; /* stuck until then */
       }
       char why[512];
@@ -681,9 +686,7 @@ static weft_status post_round(weft_world *w, wf_gstate *gs) {
     if (s->kind != WF_STEP_SEND && s->kind != WF_STEP_RECV) continue;
     int peer = ranks[s->peer];
     if (w->departed[peer] && w->tr->ops->incomplete(w->tr, peer)) {
-      wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
-                          "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
-                          w->peers[peer].host, x->req->msg.name);
+      fail_departed(w, x, peer);
       return WEFT_OK; /* its transfers stay pending until then */
     }
   }
@@ -701,9 +704,7 @@ void wf_exec_peer_departed(weft_world *w, int peer) {
     wf_exec *x = &w->gs[gi]->exec;
     int gp = x->active ? wf_group_index(w->gs[gi]->group, peer) : -1;
     if (gp >= 0 && (incomplete || wf_sched_reads_peer(&x->sched, x->round_first, gp))) {
-      wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
-                          "rank %d (%s) has shut down (weft_finalize) but collective '%s' needs it", peer,
-                          w->peers[peer].host, x->req->msg.name);
+      fail_departed(w, x, peer);
       return;
     }
   }
