@@ -185,7 +185,7 @@ static weft_status make_allreduce(weft_group *g, const char *name, const weft_te
 weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                            weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_allreduce");
-  weft_request *r;
+  weft_request *r = NULL;
   WF_CHECK(make_allreduce(g, name, in, out, op, opt, &r));
   return submit(r, req);
 }
@@ -206,7 +206,7 @@ static weft_status make_allgather(weft_group *g, const char *name, const weft_te
 weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
                            weft_request **req) {
   BEGIN("weft_allgather");
-  weft_request *r;
+  weft_request *r = NULL;
   WF_CHECK(make_allgather(g, name, in, opt, &r));
   return submit(r, req);
 }
@@ -303,7 +303,7 @@ static weft_status make_reducescatter(weft_group *g, const char *name, const wef
 weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                                weft_reduce_op op, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_reducescatter");
-  weft_request *r;
+  weft_request *r = NULL;
   WF_CHECK(make_reducescatter(g, name, in, out, op, opt, &r));
   return submit(r, req);
 }

@@ -148,8 +148,12 @@ static void drop_pend(boot *b, pend *pd, const char *why) {
   b->rejected++;
   /* truncation is fine: it only goes into a message */
   int n = snprintf(b->last_reject, sizeof b->last_reject, "%s: ", pd->addr);
-  if (n >= 0 && (size_t)n < sizeof b->last_reject)
-    snprintf(b->last_reject + n, sizeof b->last_reject - (size_t)n, "%s", why);
+  if (n >= 0 && (size_t)n < sizeof b->last_reject) {
+    size_t room = sizeof b->last_reject - (size_t)n - 1, len = strlen(why);
+    if (len > room) len = room;
+    memcpy(b->last_reject + n, why, len);
+    b->last_reject[(size_t)n + len] = '\0';
+  }
   close_fd(&pd->fd);
 }
 

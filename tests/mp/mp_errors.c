@@ -224,6 +224,7 @@ static void test_mismatches(void) {
     mp_submitted(st, &req, name);
     st = mp_wait(req, name);
     const char *msg = weft_request_error(req);
+    if (!msg) msg = "(no message)";
     int zero_d = k == MM_0D_ALLGATHER || k == MM_0D_ALLTOALL || k == MM_0D_REDUCESCATTER;
     if (st != WEFT_ERR_MISMATCH) {
       mp_fail("status %s (\"%s\"), expected WEFT_ERR_MISMATCH", weft_status_string(st), msg);
