@@ -12,6 +12,7 @@
 
 #include "algo/shm_stage.h"
 #include "reduce/reduce.h"
+#include "util/copy.h"
 #include "util/time.h"
 
 #define WF_SCHED_ALIGN 64
@@ -231,7 +232,7 @@ static weft_status run_plain(const wf_sched *s, const wf_step *st, size_t *done,
     const char *x = (const char *)st->src + i * es;
     if (st->kind == WF_STEP_REDUCE) wf_reduce(s->dtype, s->op, d, x, m);
     else if (st->kind == WF_STEP_SCALE) wf_scale_copy(s->dtype, d, x, m, st->factor);
-    else memcpy(d, x, m);
+    else wf_copy(d, x, m);
     *done = i + m;
     if (*done < total && until_ns && wf_now_ns() >= until_ns) return WEFT_IN_PROGRESS;
   }

@@ -41,6 +41,7 @@
 #endif
 
 #include "reduce/reduce.h"
+#include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"
 
@@ -302,32 +303,32 @@ static void copy_in(stage_op *o, size_t c) {
       size_t start, m = ar_chunk(o, c, &start);
       const char *src = o->buf + start * es;
       if (o->gm.fold_all) {
-        memcpy(slot, src, m * es);
+        wf_copy(slot, src, m * es);
         break;
       }
       /* the peers' slices only: this rank reads its own from its buffer */
       block_of(m, o->n, o->me, &off, &len);
-      memcpy(slot, src, off * es);
-      memcpy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
+      wf_copy(slot, src, off * es);
+      wf_copy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
       break;
     }
     case WF_COLL_REDUCESCATTER:
       for (int j = 0; j < o->n; j++) {
         if (j == o->me) continue;
         size_t l = piece(o->counts[j], o->gm.E, c, &off);
-        if (l) memcpy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
+        if (l) wf_copy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
       }
       break;
     case WF_COLL_ALLGATHER:
       len = piece(o->counts[o->me], o->gm.E, c, &off);
       if (!len) break;
-      memcpy(slot, o->in + off * es, len * es);
+      wf_copy(slot, o->in + off * es, len * es);
       if (o->in != o->out + o->displs[o->me] * es)
-        memcpy(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
+        wf_copy(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
       break;
     case WF_COLL_BROADCAST:
       len = piece(o->count, o->gm.E, c, &off);
-      memcpy(slot, o->buf + off * es, len * es);
+      wf_copy(slot, o->buf + off * es, len * es);
       break;
     default:
       break;
@@ -384,7 +385,7 @@ static void reduce(stage_op *o, size_t c) {
   for (size_t at = 0; at < len; at += sub) {
     size_t m2 = len - at < sub ? len - at : sub;
     fold(o, at, mine, tmp, m2);
-    memcpy(res + at * es, mine + at * es, m2 * es);
+    wf_copy(res + at * es, mine + at * es, m2 * es);
   }
 }
 
@@ -401,13 +402,13 @@ static void copy_out(stage_op *o, int j, size_t c) {
   if (o->coll == WF_COLL_ALLREDUCE) {
     size_t start, m = ar_chunk(o, c, &start);
     block_of(m, o->n, j, &off, &len);
-    memcpy(o->buf + (start + off) * es, slot + off * es, len * es);
+    wf_copy(o->buf + (start + off) * es, slot + off * es, len * es);
   } else if (o->coll == WF_COLL_ALLGATHER) {
     len = piece(o->counts[j], o->gm.E, c, &off);
-    if (len) memcpy(o->out + (o->displs[j] + off) * es, slot, len * es);
+    if (len) wf_copy(o->out + (o->displs[j] + off) * es, slot, len * es);
   } else { /* broadcast from the root's slot */
     len = piece(o->count, o->gm.E, c, &off);
-    memcpy(o->buf + off * es, slot, len * es);
+    wf_copy(o->buf + off * es, slot, len * es);
   }
 }
 

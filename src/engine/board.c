@@ -28,11 +28,12 @@
 
 #define NREC 1024u       /* records (names) per board */
 #define NDATA 256u       /* pooled data slots, for inputs over INLINE bytes (a multiple of 64) */
+#define NBIG 4u          /* large slots, for inputs over the pooled slots' size; index NDATA + k */
 #define PROBES 64u       /* linear probing limit: a longer chain counts as full */
 #define INLINE 64u       /* inputs up to this size live in the record itself */
 #define D_NONE (-1)      /* round data: none */
 #define D_INLINE (-2)    /* round data: the record's inline area */
-#define SPIN_NS 50000    /* wf_board_wait spins (yielding) this long before sleeping */
+#define SPIN_NS 300000    /* wf_board_wait spins (yielding) this long before sleeping */
 #define LOCK_SLICE_NS 10000000 /* a sleeping lock waiter rechecks its deadline this often */
 #define SLEEP_NS 20000000 /* wf_board_wait sleeps at most this long at a time */
 
@@ -44,6 +45,8 @@ typedef struct round {
   _Atomic uint32_t state;    /* R_* */
   _Atomic uint32_t gen;
   int32_t data;              /* data slot, D_NONE or D_INLINE */
+  uint32_t writers;          /* large slot: members copying their input in, outside the lock */
+  uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
   uint32_t pad;
   uint64_t arrived;          /* group-rank bits (under the record's lock) */
   _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
@@ -65,15 +68,16 @@ typedef struct record {
 typedef struct hdr {
   alignas(128) _Atomic uint32_t lock; /* inserts and the data pool */
   alignas(128) _Atomic uint32_t off;  /* read on every submission: alone on its lines */
-  alignas(128) uint64_t data_used[NDATA / 64]; /* bit per data slot, under lock */
+  alignas(128) uint64_t data_used[NDATA / 64 + 1]; /* bit per data slot, then per large slot; under lock */
 } hdr;
 
 struct wf_board {
   hdr *h;
   uint8_t *recs;
   size_t rec_stride;
-  uint8_t *data;
+  uint8_t *data, *big;
   size_t part_bytes, slot_bytes; /* per member; per data slot (nlocal parts) */
+  size_t big_part, big_slot;     /* the same for the large slots (0: none) */
   int nlocal;
   int yield_after; /* spins before each yield: 0 when the host's ranks outnumber its cores */
   uint32_t *count; /* this process's submissions per record (private) */
@@ -85,16 +89,23 @@ static size_t rec_head(void) { return rup(sizeof(record), 128); }
 static size_t rec_stride(int nlocal) { return rec_head() + 2 * (size_t)nlocal * INLINE; }
 static size_t data_off(int nlocal) { return rup(recs_off() + rec_stride(nlocal) * NREC, 4096); }
 
-size_t wf_board_bytes(int nlocal, size_t part_bytes) {
-  if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || part_bytes > (1u << 20)) return 0;
+/* The large slots' bytes for nlocal members of large bytes each (0: none). */
+static size_t big_bytes(int nlocal, size_t large) { return rup(large, 4096) * (size_t)nlocal * NBIG; }
+
+size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes) {
+  if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || part_bytes > (1u << 20) || large_bytes > WF_BOARD_MAX_LARGE)
+    return 0;
   if (part_bytes < INLINE) part_bytes = INLINE;
-  return data_off(nlocal) + rup(part_bytes, 64) * (size_t)nlocal * NDATA;
+  if (large_bytes && large_bytes <= part_bytes) large_bytes = 0;
+  return rup(data_off(nlocal) + rup(part_bytes, 64) * (size_t)nlocal * NDATA, 4096) + big_bytes(nlocal, large_bytes);
 }
 
-wf_board *wf_board_open(void *mem, size_t bytes, int nlocal) {
-  if (!mem || nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || bytes <= data_off(nlocal)) return NULL;
-  size_t part = (bytes - data_off(nlocal)) / NDATA / (size_t)nlocal / 64 * 64;
-  if (part < INLINE) return NULL;
+wf_board *wf_board_open(void *mem, size_t bytes, int nlocal, size_t large_bytes) {
+  if (!mem || nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || large_bytes > WF_BOARD_MAX_LARGE) return NULL;
+  size_t big = big_bytes(nlocal, large_bytes);
+  if (bytes <= data_off(nlocal) + big) return NULL;
+  size_t part = (bytes - big - data_off(nlocal)) / NDATA / (size_t)nlocal / 64 * 64;
+  if (part < INLINE || (large_bytes && large_bytes <= part)) return NULL;
   wf_board *b = calloc(1, sizeof *b);
   if (!b || !(b->count = calloc(NREC, sizeof *b->count))) {
     free(b);
@@ -106,6 +117,11 @@ wf_board *wf_board_open(void *mem, size_t bytes, int nlocal) {
   b->data = (uint8_t *)mem + data_off(nlocal);
   b->part_bytes = part;
   b->slot_bytes = part * (size_t)nlocal;
+  if (large_bytes) {
+    b->big_part = rup(large_bytes, 4096);
+    b->big_slot = b->big_part * (size_t)nlocal;
+    b->big = (uint8_t *)mem + bytes - big;
+  }
   b->nlocal = nlocal;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   /* oversubscribed: hand the core over at once; else after a short spin */
@@ -120,6 +136,7 @@ void wf_board_close(wf_board *b) {
 }
 
 size_t wf_board_part_bytes(const wf_board *b) { return b->part_bytes; }
+size_t wf_board_large_bytes(const wf_board *b) { return b->big_part > b->part_bytes ? b->big_part : b->part_bytes; }
 int wf_board_is_off(const wf_board *b) { return atomic_load_explicit(&b->h->off, memory_order_acquire) != 0; }
 
 /* ------------------------------------------------------------------ futex locks */
@@ -210,12 +227,15 @@ static void set_state(round *o, uint32_t st) {
   }
 }
 
-/* Data pool (a record's lock held; takes the board's lock inside it). */
-static int32_t alloc_data(wf_board *b, int64_t deadline) {
-  if (lock(&b->h->lock, deadline) != WEFT_OK) return D_NONE;
+/* Data pool (a record's lock held; takes the board's lock inside it): a
+ * pooled slot for inputs of need bytes, or a large one, the lowest free
+ * (the most recently used stay in cache); D_NONE if none is free. */
+static int32_t alloc_data(wf_board *b, size_t need, int64_t deadline) {
+  int big = need > b->part_bytes;
+  if ((big && need > b->big_part) || lock(&b->h->lock, deadline) != WEFT_OK) return D_NONE;
   int32_t k = D_NONE;
-  for (uint32_t w = 0; k == D_NONE && w < NDATA / 64; w++) {
-    uint64_t u = b->h->data_used[w];
+  for (uint32_t w = big ? NDATA / 64 : 0; k == D_NONE && w < (big ? NDATA / 64 + 1 : NDATA / 64); w++) {
+    uint64_t u = b->h->data_used[w] | (big ? ~0ull << NBIG : 0);
     if (u == ~0ull) continue;
     int bit = __builtin_ctzll(~u);
     b->h->data_used[w] |= 1ull << bit;
@@ -225,18 +245,26 @@ static int32_t alloc_data(wf_board *b, int64_t deadline) {
   return k;
 }
 
-/* Gives a round's pooled slot back (record locked). */
+static int is_big(const round *o) { return o->data >= (int32_t)NDATA; }
+
+/* Gives a round's pooled slot back (record locked); a large slot that a
+ * member is still copying into goes back when that copy ends. */
 static void release_data(wf_board *b, round *o) {
-  if (o->data >= 0 && lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
+  if (o->data < 0) return;
+  if (is_big(o) && o->writers) {
+    o->release_late = 1;
+    return;
+  }
+  if (lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
     b->h->data_used[o->data / 64] &= ~(1ull << (o->data % 64));
     unlock(&b->h->lock);
     o->data = D_NONE;
+    o->release_late = 0;
   }
 }
 
 static void free_round(wf_board *b, round *o) {
   release_data(b, o);
-  o->data = D_NONE;
   o->arrived = 0;
   atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
   set_state(o, R_FREE);
@@ -265,6 +293,7 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
   if (d == D_INLINE)
     return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+  if (d >= (int32_t)NDATA) return b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot + (size_t)k * b->big_part;
   return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
 }
 
@@ -277,10 +306,37 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
    * non-roots bring none, and one of them may open the round */
   size_t need = desc ? weft_dtype_size((weft_dtype)desc->dtype) : 0;
   for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
-  o->data = !desc ? D_NONE : need <= INLINE ? D_INLINE : alloc_data(b, deadline);
+  o->data = !desc ? D_NONE : need <= INLINE ? D_INLINE : alloc_data(b, need, deadline);
+  o->writers = 0;
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
+}
+
+/* Bytes one member's input may have in round o. */
+static size_t capacity(const wf_board *b, const round *o) {
+  return o->data == D_INLINE ? INLINE : is_big(o) ? b->big_part : o->data >= 0 ? b->part_bytes : 0;
+}
+
+/* A member finished copying its input into o's large slot: the round is
+ * DONE if it is still open and every member arrived and copied; a slot
+ * released meanwhile goes back now that nobody writes it. The round cannot
+ * have moved on to another generation: that needs this member's arrival. */
+static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t deadline, int *how) {
+  /* without the lock by the deadline (a local rank died holding it) the
+   * slot stays taken and the round open until waiters give up on it */
+  weft_status st = lock(&r->lock, deadline);
+  if (st != WEFT_OK) return st;
+  o->writers--;
+  if (atomic_load_explicit(&o->state, memory_order_relaxed) == R_OPEN && !o->writers &&
+      o->arrived == full_mask(gsize)) {
+    set_state(o, R_DONE);
+    *how = WF_BOARD_DONE;
+  } else if (o->release_late && !o->writers) {
+    release_data(b, o);
+  }
+  unlock(&r->lock);
+  return WEFT_OK;
 }
 
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
@@ -288,7 +344,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
                             wf_board_ticket *t) {
   *how = WF_BOARD_SLOW;
   if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
-  if (part_len > b->part_bytes) desc = NULL;
+  if (part_len > wf_board_large_bytes(b)) desc = NULL;
   uint32_t idx;
   record *r = wf_board_is_off(b) ? NULL : find(b, group, name, deadline, &idx);
   if (!r) return WEFT_OK;
@@ -311,8 +367,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
     unlock(&r->lock);
     wf_board_off(b, deadline); /* generations out of step: a bug or a rank that skipped; never guess */
     return WEFT_OK;
-  } else if (st == R_OPEN &&
-             (!desc || !same_desc(desc, &r->desc[gen & 1]) || (part_len > INLINE && o->data == D_INLINE))) {
+  } else if (st == R_OPEN && (!desc || !same_desc(desc, &r->desc[gen & 1]) || part_len > capacity(b, o))) {
     divert(b, o);
     st = R_DIVERTED;
   }
@@ -321,9 +376,15 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
   if (st == R_OPEN) {
     t->rec = idx;
     t->gen = gen;
-    if (part_len) memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
     *how = WF_BOARD_WAIT;
-    if (all) {
+    if (is_big(o) && part_len) { /* copied outside the lock: the others arrive meanwhile */
+      o->writers++;
+      unlock(&r->lock);
+      memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
+      return copied(b, r, o, gsize, deadline, how);
+    }
+    if (part_len) memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
+    if (all && !o->writers) {
       set_state(o, R_DONE);
       *how = WF_BOARD_DONE;
     }

@@ -11,6 +11,9 @@
  *     lock (a futex word: spin briefly, then sleep; every wait bounded), its
  *     two rounds and room for their inputs up to 64 bytes per member,
  *   - a pool of data slots for larger inputs (up to wf_board_part_bytes),
+ *   - a few large slots for inputs up to wf_board_large_bytes; these are
+ *     copied in outside the record's lock (the others arrive meanwhile),
+ *     and the round is DONE when every member arrived and finished copying,
  *   - a board lock for inserting records and for the pool, and the off flag.
  *
  * Generations: a record counts, per group rank, how many times that rank
@@ -39,6 +42,7 @@
 #include "wire/wire.h"
 
 #define WF_BOARD_MAX_MEMBERS 64
+#define WF_BOARD_MAX_LARGE ((size_t)64 << 20) /* largest input of a large slot */
 
 typedef struct wf_board wf_board;
 
@@ -62,21 +66,25 @@ enum {
 };
 
 /* Bytes the creator reserves for a board of nlocal ranks whose inputs may be
- * up to part_bytes each (0 if nlocal is out of range). */
-size_t wf_board_bytes(int nlocal, size_t part_bytes);
+ * up to part_bytes each in the pool and up to large_bytes in the large
+ * slots (0: none; ignored unless above part_bytes). 0 if out of range. */
+size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes);
 
 /* Opens the board in mem (bytes long, the same on every local rank); the
- * geometry is derived from bytes and nlocal alone, so every rank finds the
- * same. NULL (no board) if it does not fit. */
-wf_board *wf_board_open(void *mem, size_t bytes, int nlocal);
+ * geometry is derived from bytes, nlocal and large_bytes (the creator's,
+ * which the segment carries), so every rank finds the same. NULL (no
+ * board) if it does not fit. */
+wf_board *wf_board_open(void *mem, size_t bytes, int nlocal, size_t large_bytes);
 void wf_board_close(wf_board *b);
 
-/* Largest input a data slot holds per member. */
+/* Largest input a pooled data slot holds per member; the largest input of
+ * any slot (a large one, if there are). */
 size_t wf_board_part_bytes(const wf_board *b);
+size_t wf_board_large_bytes(const wf_board *b);
 
 /* Arrives for (group, name) as group rank grank of gsize. desc NULL: not
  * eligible (divert). part: this rank's input (part_len bytes, at most
- * wf_board_part_bytes), copied in. Bounded by deadline (ns, wf_now_ns):
+ * wf_board_large_bytes), copied in. Bounded by deadline (ns, wf_now_ns):
  * WEFT_ERR_TIMEOUT if the lock cannot be had (a peer died holding it).
  * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,

@@ -11,6 +11,7 @@
 #include "algo/algo.h"
 #include "engine/engine.h"
 #include "reduce/reduce.h"
+#include "util/copy.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/params.h"
@@ -170,7 +171,7 @@ static weft_status prepare_fused_allgather(wf_gstate *gs, wf_coll_args *a, char 
   for (uint32_t t = 0; t < x->nfused; t++) {
     weft_request *q = x->fused[t];
     size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), k = (size_t)q->msg.shape[0] * row, rows = 0;
-    if (k) memcpy(in + off * es, q->in.data, k * es);
+    if (k) wf_copy(in + off * es, q->in.data, k * es);
     off += k;
     for (int i = 0; i < n; i++) rows += (size_t)x->resp.sizes[(size_t)t * n + i];
     if (alloc_output(q, rows * row * es)) return WEFT_ERR_NO_MEMORY;
@@ -423,7 +424,7 @@ static void finalize_output(wf_gstate *gs) {
     for (uint32_t i = 0; i < x->nfused; i++) {
       weft_request *q = x->fused[i];
       size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
-      memcpy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
+      wf_copy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
       post_process(m, q->out.data, k, n);
       off += k;
     }
@@ -435,7 +436,7 @@ static void finalize_output(wf_gstate *gs) {
       size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), off = 0;
       for (int i = 0; i < n; i++) {
         size_t k = (size_t)x->resp.sizes[(size_t)t * n + i] * row;
-        if (k) memcpy((char *)q->result + off * es, (char *)gs->fusion_buf + cur[i] * es, k * es);
+        if (k) wf_copy((char *)q->result + off * es, (char *)gs->fusion_buf + cur[i] * es, k * es);
         cur[i] += k;
         off += k;
       }
@@ -447,7 +448,7 @@ static void finalize_output(wf_gstate *gs) {
     for (uint32_t t = 0; t < x->nfused; t++) {
       weft_request *q = x->fused[t];
       size_t k = rs_rows((size_t)q->msg.shape[0], n, r->group->rank) * (size_t)elems_of(q->msg.shape, 1, q->msg.ndim);
-      if (k) memcpy(q->result, res + off * es, k * es);
+      if (k) wf_copy(q->result, res + off * es, k * es);
       post_process(&q->msg, q->result, k, n);
       off += k;
     }

@@ -22,21 +22,28 @@ enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2 };
 
 size_t wf_fast_board_bytes(int nlocal) {
   int64_t b = wf_param_int("WEFT_FAST_BYTES");
-  return b > 0 ? wf_board_bytes(nlocal, (size_t)b) : 0;
+  return b > 0 ? wf_board_bytes(nlocal, (size_t)b, wf_fast_large_bytes()) : 0;
+}
+
+size_t wf_fast_large_bytes(void) {
+  int64_t b = wf_param_int("WEFT_FAST_LARGE_BYTES");
+  return b > 0 && (uint64_t)b <= WF_BOARD_MAX_LARGE ? (size_t)b : 0;
 }
 
 void wf_fast_start(weft_world *w) {
   size_t n = 0;
-  void *mem = w->shm ? wf_shm_board(w->shm, &n) : NULL;
+  uint64_t large = 0;
+  void *mem = w->shm ? wf_shm_board(w->shm, &n, &large) : NULL;
   w->fast_on = wf_param_int("WEFT_FAST") != 0;
   w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the
    * operation's deadline, so that the coordinator's timeout still applies */
   if (w->fast_wait_ns > w->timeout_ns / 4) w->fast_wait_ns = w->timeout_ns / 4;
-  if (mem) w->board = wf_board_open(mem, n, wf_shm_nlocal(w->shm));
+  if (mem) w->board = wf_board_open(mem, n, wf_shm_nlocal(w->shm), (size_t)large);
   if (w->board)
-    WF_DEBUG(WF_SUB_ENGINE, "one-host negotiation board: %zu bytes per input, %s", wf_board_part_bytes(w->board),
+    WF_DEBUG(WF_SUB_ENGINE, "one-host negotiation board: %zu bytes per allreduce input, %zu per other input, %s",
+             wf_board_part_bytes(w->board), wf_board_large_bytes(w->board),
              w->fast_on ? "on" : "off on this rank (WEFT_FAST=0)");
 }
 
@@ -72,35 +79,6 @@ static int group_local(weft_world *w, weft_group *g) {
   return v > 0;
 }
 
-static size_t elems(const wf_request_msg *m) {
-  size_t n = 1;
-  for (int d = 0; d < m->ndim; d++) n *= (size_t)m->shape[d];
-  return n;
-}
-
-/* Fills d if r may complete on the board; *bytes: its input's size. */
-static int eligible(weft_world *w, weft_request *r, wf_board_desc *d, size_t *bytes) {
-  const wf_request_msg *m = &r->msg;
-  *bytes = 0;
-  /* a cycle time asks the coordinator to hold ops to fuse and order them
-   * by priority: that path it is */
-  if (!w->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
-    return 0;
-  if (m->coll != WF_COLL_ALLREDUCE && m->coll != WF_COLL_BROADCAST && m->coll != WF_COLL_BARRIER) return 0;
-  if (m->coll != WF_COLL_BARRIER) *bytes = elems(m) * weft_dtype_size((weft_dtype)m->dtype);
-  if (*bytes > wf_board_part_bytes(w->board)) return 0;
-  memset(d, 0, sizeof *d);
-  d->coll = m->coll;
-  d->dtype = m->dtype;
-  d->ndim = m->ndim;
-  d->op = m->reduce_op;
-  d->root = m->coll == WF_COLL_BROADCAST ? m->root : -1;
-  d->prescale = m->prescale;
-  d->postscale = m->postscale;
-  for (int i = 0; i < m->ndim; i++) d->shape[i] = m->shape[i];
-  return 1;
-}
-
 /* The record a request uses. Unnamed barriers ("barrier.N", matched by call
  * order) share 64 records, N mod 64: a record per N would fill the table,
  * and one record would put several of a rank's pending barriers on the same
@@ -125,23 +103,6 @@ void wf_fast_off(weft_world *w) {
   if (!w->board || !enter(w)) return;
   wf_board_off(w->board, wf_deadline_after(w->timeout_seconds));
   leave(w);
-}
-
-/* The result from a DONE round: the left fold in group-rank order of the
- * prescaled inputs, then average and postscale, as exec.c + direct do. */
-static void compute(weft_world *w, weft_request *r) {
-  const wf_request_msg *m = &r->msg;
-  size_t count = elems(m), bytes = count * weft_dtype_size((weft_dtype)m->dtype);
-  int n = r->fast_n;
-  if (m->coll == WF_COLL_ALLREDUCE && bytes) {
-    weft_dtype t = (weft_dtype)m->dtype;
-    memcpy(r->out.data, wf_board_part(w->board, r->fast_t, 0), bytes);
-    for (int k = 1; k < n; k++) wf_reduce(t, (weft_reduce_op)m->reduce_op, r->out.data,
-                                          wf_board_part(w->board, r->fast_t, k), count);
-    wf_post_scale(t, (weft_reduce_op)m->reduce_op, m->postscale, r->out.data, count, n);
-  } else if (m->coll == WF_COLL_BROADCAST && bytes && r->fast_rank != m->root) {
-    memcpy(r->in.data, wf_board_part(w->board, r->fast_t, m->root), bytes);
-  }
 }
 
 static void list_add(weft_world *w, weft_request *r) {
@@ -178,10 +139,13 @@ static int settle(weft_world *w, weft_request *r, int st, int listed) {
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
   if (listed) list_del(w, r);
   if (st == WF_BOARD_DONE) {
-    compute(w, r);
-    weft_status s = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+    weft_status s = wf_fast_result(w, r);
+    const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
+    weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+    if (s == WEFT_OK) s = c;
     atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
-    wf_request_complete(w, r, s, s == WEFT_OK ? NULL : wf_err_msg());
+    wf_request_complete(w, r, s, s == WEFT_OK ? NULL : msg ? msg : wf_err_msg());
+    free((void *)msg);
   } else {
     atomic_fetch_add_explicit(&w->fast_diverted, 1, memory_order_relaxed);
     wf_engine_submit(w, r);
@@ -203,25 +167,15 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return 0;
   wf_board_desc d;
   size_t bytes;
-  int ok = eligible(w, r, &d, &bytes);
-  const void *part = NULL;
-  void *tmp = NULL;
-  if (ok && r->msg.coll == WF_COLL_ALLREDUCE && bytes) {
-    part = r->in.data;
-    if (r->msg.prescale != 1.0) { /* prescaled as exec.c does it, so the bits match */
-      if (!(tmp = malloc(bytes))) ok = 0;
-      else wf_scale_copy((weft_dtype)r->msg.dtype, tmp, r->in.data, elems(&r->msg), r->msg.prescale);
-      part = tmp;
-    }
-  } else if (ok && r->msg.coll == WF_COLL_BROADCAST && bytes && g->rank == r->msg.root) {
-    part = r->in.data;
-  }
+  const void *part;
+  void *tmp;
+  int ok = wf_fast_input(w, r, &d, &part, &bytes, &tmp);
   int how = WF_BOARD_SLOW;
   r->fast_n = g->size;
   r->fast_rank = g->rank;
   char nb[32];
   weft_status st = wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, ok ? &d : NULL, part,
-                                   part ? bytes : 0, r->deadline, &how, &r->fast_t);
+                                   bytes, r->deadline, &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
     leave(w);

@@ -24,6 +24,7 @@
 #define WF_ENGINE_FAST_H
 #include <stdint.h>
 
+#include "engine/board.h"
 #include "engine/engine.h"
 
 /* Engine start, after the shared segment exists: opens the board. */
@@ -31,8 +32,11 @@ void wf_fast_start(weft_world *w);
 /* Engine stop, before the segment is unmapped: waits (bounded) until no
  * caller thread is inside the board. */
 void wf_fast_stop(weft_world *w);
-/* Bytes of board the segment's creator reserves (0: none). */
+/* Bytes of board the segment's creator reserves (0: none), and the large
+ * slots' input size it asks for (WEFT_FAST_LARGE_BYTES; the segment carries
+ * the creator's to every local rank). */
 size_t wf_fast_board_bytes(int nlocal);
+size_t wf_fast_large_bytes(void);
 
 /* 1 if r must go through wf_fast_submit (its group is on this host and the
  * board is on, or it is a join): cheap, no lock. */
@@ -45,6 +49,12 @@ int wf_fast_submit(weft_world *w, weft_request *r);
 void wf_fast_visit(weft_world *w, weft_request *r);
 /* A join: the board is off from now on, on every local rank. */
 void wf_fast_off(weft_world *w);
+
+/* fast_coll.c: fills d and this rank's input for the board (*tmp: a
+ * buffer to free after the arrival); 0 if r is not eligible. */
+int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp);
+/* fast_coll.c: r's result from its DONE round (before the claim). */
+weft_status wf_fast_result(weft_world *w, weft_request *r);
 
 /* Caller side: progresses a pending fast request until it completes or is
  * handed to the engine, or until deadline (wait = 0: one look only). */

@@ -12,6 +12,7 @@
 
 #include "reduce/reduce.h"
 #include "reduce/reduce_impl.h"
+#include "util/copy.h"
 #include "util/log.h"
 
 #define WF_BLK 64
@@ -163,7 +164,7 @@ void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, doubl
     return;
   }
   if (factor == 1.0) { /* exact, keeps int64 beyond 2^53 and NaN payloads */
-    if (dst != src) memcpy(dst, src, count * wf_reduce_elem_size(t));
+    if (dst != src) wf_copy(dst, src, count * wf_reduce_elem_size(t));
     return;
   }
   if (t == WEFT_DTYPE_FLOAT16)

@@ -20,14 +20,13 @@
 #include <immintrin.h>
 #endif
 
+#include "util/copy.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/time.h"
 
 #define NT_MIN_MSG (4u << 20) /* streaming copies only into receives this large (well above L2) */
 #define SPIN_NS 20000         /* wf_shm_wait spins/yields this long before blocking */
-
-typedef void (*copy_fn)(void *dst, const void *src, size_t n);
 
 typedef struct tx {
   struct tx *next;
@@ -71,7 +70,7 @@ struct wf_shm {
   wf_shm_bell *bell; /* ours */
   size_t slot_bytes, nslots, stride;
   size_t board_off, board_bytes, stage_off, stage_bytes; /* extra regions (shm_seg.h) */
-  copy_fn nt_copy; /* streaming copy into large receive buffers, or NULL */
+  wf_copy_fn nt_copy; /* streaming copy into large receive buffers, or NULL */
   _Atomic int interrupt;
   tx *tx_free; /* recycled queue entries: no malloc per message */
   rx *rx_free;
@@ -82,64 +81,6 @@ struct wf_shm {
 };
 
 static const wf_transport_ops shm_ops;
-
-/* ------------------------------------------------------------------ copies */
-
-#if defined(__x86_64__)
-/* Streaming stores bypass the cache: no read-for-ownership of the
- * destination and no eviction of useful lines. The final sfence orders them
- * before later stores (the release stores that publish a completion do not
- * order non-temporal ones). */
-__attribute__((target("avx2"))) static void copy_nt_avx2(void *dst, const void *src, size_t n) {
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  size_t head = (size_t)(-(uintptr_t)d & 31);
-  if (head > n) head = n;
-  memcpy(d, s, head);
-  d += head, s += head, n -= head;
-  for (; n >= 128; d += 128, s += 128, n -= 128) {
-    __m256i a = _mm256_loadu_si256((const __m256i *)s), b = _mm256_loadu_si256((const __m256i *)(s + 32));
-    __m256i c = _mm256_loadu_si256((const __m256i *)(s + 64)), e = _mm256_loadu_si256((const __m256i *)(s + 96));
-    _mm256_stream_si256((__m256i *)d, a);
-    _mm256_stream_si256((__m256i *)(d + 32), b);
-    _mm256_stream_si256((__m256i *)(d + 64), c);
-    _mm256_stream_si256((__m256i *)(d + 96), e);
-  }
-  for (; n >= 32; d += 32, s += 32, n -= 32) _mm256_stream_si256((__m256i *)d, _mm256_loadu_si256((const __m256i *)s));
-  memcpy(d, s, n);
-  _mm_sfence();
-}
-
-static void copy_nt_sse2(void *dst, const void *src, size_t n) {
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  size_t head = (size_t)(-(uintptr_t)d & 15);
-  if (head > n) head = n;
-  memcpy(d, s, head);
-  d += head, s += head, n -= head;
-  for (; n >= 64; d += 64, s += 64, n -= 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
-    _mm_stream_si128((__m128i *)d, a);
-    _mm_stream_si128((__m128i *)(d + 16), b);
-    _mm_stream_si128((__m128i *)(d + 32), c);
-    _mm_stream_si128((__m128i *)(d + 48), e);
-  }
-  for (; n >= 16; d += 16, s += 16, n -= 16) _mm_stream_si128((__m128i *)d, _mm_loadu_si128((const __m128i *)s));
-  memcpy(d, s, n);
-  _mm_sfence();
-}
-#endif
-
-/* The best streaming copy this CPU has, or NULL (memcpy). */
-static copy_fn nt_copy(void) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? copy_nt_avx2 : copy_nt_sse2;
-#else
-  return NULL;
-#endif
-}
 
 /* ------------------------------------------------------------------ doorbells */
 
@@ -234,7 +175,7 @@ static int push(wf_shm *s, peer *p) {
     /* Into the ring with plain stores: the consumer reads it next, from
      * cache (streaming stores here measured ~40% slower: it then reads
      * from memory). */
-    memcpy(slot + WF_SHM_SLOT_HDR, t->buf + t->off, n);
+    wf_copy(slot + WF_SHM_SLOT_HDR, t->buf + t->off, n);
     p->out_head++;
     /* release: the slot's header and payload are visible before the new head. */
     atomic_store_explicit(&p->out->head, p->out_head, memory_order_release);
@@ -310,7 +251,7 @@ static int pull(wf_shm *s, peer *p) {
       if (s->nt_copy && r->len >= NT_MIN_MSG)
         s->nt_copy(r->buf + r->got, slot + WF_SHM_SLOT_HDR, h.len);
       else
-        memcpy(r->buf + r->got, slot + WF_SHM_SLOT_HDR, h.len);
+        wf_copy(r->buf + r->got, slot + WF_SHM_SLOT_HDR, h.len);
       r->got += h.len;
     } /* else: left over from a cancelled collective: drop it */
     p->in_tail++;
@@ -486,8 +427,9 @@ int wf_shm_is_local(const wf_shm *s, int world_rank) {
   return s && world_rank >= 0 && world_rank < s->size && world_rank != s->rank && s->lidx[world_rank] >= 0;
 }
 
-void *wf_shm_board(const wf_shm *s, size_t *bytes) {
+void *wf_shm_board(const wf_shm *s, size_t *bytes, uint64_t *param) {
   *bytes = s && s->map ? s->board_bytes : 0;
+  *param = *bytes ? ((const wf_shm_seg_hdr *)s->map)->board_param : 0;
   return *bytes ? s->map + s->board_off : NULL;
 }
 
@@ -562,7 +504,7 @@ weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out) {
   /* AUTO: streaming stores into receive buffers of NT_MIN_MSG or more
    * measured 20-40% faster for 64 MiB; copies into the ring stay plain (the
    * consumer reads them next, from cache: streaming there was slower). */
-  s->nt_copy = cfg->copy_mode != WF_SHM_COPY_MEMCPY ? nt_copy() : NULL;
+  s->nt_copy = cfg->copy_mode != WF_SHM_COPY_MEMCPY ? wf_copy_nt() : NULL;
   s->map = map;
   s->map_size = l.size;
   s->slot_bytes = l.slot_bytes;

@@ -58,6 +58,7 @@ typedef struct wf_shm_cfg {
    * used by all: one board of board_bytes (engine/board.c) and one staging
    * region of stage_bytes per local rank (0 = none). */
   size_t board_bytes, stage_bytes;
+  uint64_t board_param; /* stored for the board (wf_shm_board): the creator's is used by all */
   int copy_mode; /* WF_SHM_COPY_* */
   /* Called (engine thread, from send/recv/progress) when a peer breaks the
    * protocol (length or tag mismatch, malformed slot): st is
@@ -111,7 +112,7 @@ void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
 /* The segment's extra regions as mapped in this process (NULL, *bytes = 0
  * when the segment has none): the board, and the staging region of local
  * index li (0 <= li < nlocal, ascending world rank). Any thread. */
-void *wf_shm_board(const wf_shm *s, size_t *bytes);
+void *wf_shm_board(const wf_shm *s, size_t *bytes, uint64_t *param);
 void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes);
 
 /* An extra wake-up condition for wf_shm_wait: ready(ctx) != 0 counts as

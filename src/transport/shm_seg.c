@@ -22,7 +22,7 @@
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
-#define SEG_VERSION 2
+#define SEG_VERSION 3
 #define PAGE 4096u
 #define DEF_SLOT_BYTES (64u << 10)
 #define DEF_NSLOTS 16u
@@ -167,6 +167,7 @@ static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_sh
   h->nslots = l->nslots;
   h->ring_bytes = l->ring_bytes;
   h->board_bytes = l->board_bytes;
+  h->board_param = cfg->board_param;
   h->stage_bytes = l->stage_bytes;
   h->size = l->size;
   for (int i = 0; i < cfg->nlocal; i++) h->ranks[i] = cfg->local_ranks[i];

@@ -30,6 +30,7 @@ typedef struct wf_shm_seg_hdr {
   uint32_t version, nlocal;
   uint64_t slot_bytes, nslots, ring_bytes, size;
   uint64_t board_bytes, stage_bytes; /* the creator's choice: every mapper uses these */
+  uint64_t board_param;              /* the creator's, for the board's geometry (engine/board.c) */
   int32_t ranks[]; /* nlocal world ranks */
 } wf_shm_seg_hdr;
 

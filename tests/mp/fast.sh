@@ -7,7 +7,7 @@
 # Every rank logs at finalize (WEFT_LOG_LEVEL=info) "one-host fast path: N
 # completed in shared memory, M diverted to the coordinator"; mp_fast prints
 # "FASTEXPECT rank R: done=A-B diverted=C-D" (-1: no bound). Cases:
-#   bits       three jobs: WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
+#   bits | colls   three jobs: WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
 #              only: every check passes in each, the counters are in range
 #              with WEFT_FAST=1 and 0 on every rank otherwise, and the DIGEST
 #              lines (every result's bits) are equal across ranks and jobs
@@ -122,10 +122,10 @@ same_lines() {
 
 LONG=WEFT_FAST_WAIT_SECONDS=30
 case "$CASE" in
-bits)
-  run_job on $LONG -- bits
-  run_job off WEFT_FAST=0 -- bits
-  ONLY1=WEFT_FAST=0 run_job one_off $LONG -- bits
+bits | colls)
+  run_job on $LONG -- "$CASE"
+  run_job off WEFT_FAST=0 -- "$CASE"
+  ONLY1=WEFT_FAST=0 run_job one_off $LONG -- "$CASE"
   counts on
   counts off "every rank"
   counts one_off "rank 1"

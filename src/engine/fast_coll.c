@@ -1,0 +1,190 @@
+/* fast_coll.c - what each collective puts on the one-host board and how a
+ * rank computes its result from a DONE round (fast.c runs the protocol).
+ *
+ * Every member's input sits in the round's slot, so each rank reads what it
+ * needs straight from there: allreduce and reducescatter fold the
+ * (prescaled) inputs in group-rank order, ((x0 op x1) op x2) ..., then apply
+ * average/postscale, exactly as exec.c with the `direct` algorithms does
+ * (same bits); allgather, alltoall and broadcast copy blocks out. Outputs
+ * that weft allocates (allgather, alltoall, reducescatter without an output
+ * tensor) go through the request's allocator, as exec.c does.
+ *
+ * Eligible: no callback, not a grouped op's child, timeline off, host
+ * memory, WEFT_FAST=1, no cycle time, and the input fits: allreduce up to
+ * the pooled slots' size (each rank folds all n inputs, which pays only
+ * while they are small), the others up to the large slots' size; allgather,
+ * alltoall and reducescatter need a first dimension, alltoall an even
+ * split. Members whose descriptions differ (an allgather with another
+ * first dimension, uneven splits on one rank) divert the round, and the
+ * coordinator handles it as without the board. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/board.h"
+#include "engine/fast.h"
+#include "reduce/reduce.h"
+#include "util/copy.h"
+#include "util/err.h"
+
+static size_t elems(const wf_request_msg *m) {
+  size_t n = 1;
+  for (int d = 0; d < m->ndim; d++) n *= (size_t)m->shape[d];
+  return n;
+}
+
+static int even_splits(const wf_request_msg *m, int n) {
+  if (m->ndim < 1 || m->nsplits != (uint32_t)n || m->shape[0] % n) return 0;
+  for (int j = 0; j < n; j++)
+    if (m->splits[j] != m->shape[0] / n) return 0;
+  return 1;
+}
+
+int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp) {
+  const wf_request_msg *m = &r->msg;
+  int n = r->group->size, me = r->group->rank;
+  *part = NULL;
+  *len = 0;
+  *tmp = NULL;
+  /* a cycle time asks the coordinator to hold ops to fuse and order them
+   * by priority: that path it is */
+  if (!w->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
+    return 0;
+  size_t bytes = m->coll == WF_COLL_BARRIER ? 0 : elems(m) * weft_dtype_size((weft_dtype)m->dtype);
+  size_t cap = wf_board_large_bytes(w->board);
+  switch (m->coll) {
+    case WF_COLL_BARRIER:
+      break;
+    case WF_COLL_ALLREDUCE:
+      cap = wf_board_part_bytes(w->board);
+      /* fall through */
+    case WF_COLL_REDUCESCATTER:
+      if (m->coll == WF_COLL_REDUCESCATTER && m->ndim < 1) return 0;
+      *part = r->in.data;
+      *len = bytes;
+      if (bytes <= cap && bytes && m->prescale != 1.0) { /* prescaled as exec.c does it, so the bits match */
+        if (!(*tmp = malloc(bytes))) return 0;
+        wf_scale_copy((weft_dtype)m->dtype, *tmp, r->in.data, elems(m), m->prescale);
+        *part = *tmp;
+      }
+      break;
+    case WF_COLL_BROADCAST:
+      if (me == m->root) {
+        *part = r->in.data;
+        *len = bytes;
+      }
+      break;
+    case WF_COLL_ALLGATHER:
+      if (m->ndim < 1) return 0;
+      *part = r->in.data;
+      *len = bytes;
+      break;
+    case WF_COLL_ALLTOALL:
+      if (!even_splits(m, n)) return 0;
+      *part = r->in.data;
+      *len = bytes;
+      break;
+    default:
+      return 0;
+  }
+  if (bytes > cap) {
+    free(*tmp);
+    *tmp = NULL;
+    *part = NULL;
+    *len = 0;
+    return 0;
+  }
+  if (!*len) *part = NULL;
+  memset(d, 0, sizeof *d);
+  d->coll = m->coll;
+  d->dtype = m->dtype;
+  d->ndim = m->ndim;
+  d->op = m->reduce_op;
+  d->root = m->coll == WF_COLL_BROADCAST ? m->root : -1;
+  d->prescale = m->prescale;
+  d->postscale = m->postscale;
+  for (int i = 0; i < m->ndim; i++) d->shape[i] = m->shape[i];
+  return 1;
+}
+
+/* An output of bytes through the request's allocator (or malloc). */
+static weft_status alloc_result(weft_request *r, size_t bytes) {
+  if (r->alloc) {
+    r->result = r->alloc(bytes, r->alloc_ctx);
+    r->result_owned = 0;
+  } else {
+    r->result = malloc(bytes ? bytes : 1);
+    r->result_owned = 1;
+  }
+  if (r->result || !bytes) return WEFT_OK;
+  return wf_err(WEFT_ERR_NO_MEMORY, "'%s': the output allocator returned NULL (%zu bytes)", r->msg.name, bytes);
+}
+
+static void set_result_shape(weft_request *r, int64_t rows) {
+  r->result_ndim = r->msg.ndim;
+  memcpy(r->result_shape, r->msg.shape, sizeof r->msg.shape);
+  if (r->msg.ndim) r->result_shape[0] = rows;
+}
+
+/* dst = fold over members k of their bytes [off, off + count elements). */
+static void fold(weft_world *w, weft_request *r, void *dst, size_t off, size_t count) {
+  const wf_request_msg *m = &r->msg;
+  weft_dtype t = (weft_dtype)m->dtype;
+  size_t es = weft_dtype_size(t);
+  wf_copy(dst, (const char *)wf_board_part(w->board, r->fast_t, 0) + off * es, count * es);
+  for (int k = 1; k < r->fast_n; k++)
+    wf_reduce(t, (weft_reduce_op)m->reduce_op, dst, (const char *)wf_board_part(w->board, r->fast_t, k) + off * es,
+              count);
+  wf_post_scale(t, (weft_reduce_op)m->reduce_op, m->postscale, dst, count, r->fast_n);
+}
+
+weft_status wf_fast_result(weft_world *w, weft_request *r) {
+  const wf_request_msg *m = &r->msg;
+  int n = r->fast_n, me = r->fast_rank;
+  size_t count = elems(m), es = weft_dtype_size((weft_dtype)m->dtype), bytes = count * es;
+  switch (m->coll) {
+    case WF_COLL_ALLREDUCE:
+      if (bytes) fold(w, r, r->out.data, 0, count);
+      return WEFT_OK;
+    case WF_COLL_BROADCAST:
+      if (bytes && me != m->root) wf_copy(r->in.data, wf_board_part(w->board, r->fast_t, m->root), bytes);
+      return WEFT_OK;
+    case WF_COLL_ALLGATHER:
+      WF_CHECK(alloc_result(r, bytes * (size_t)n));
+      for (int k = 0; k < n && bytes; k++)
+        wf_copy((char *)r->result + (size_t)k * bytes, wf_board_part(w->board, r->fast_t, k), bytes);
+      set_result_shape(r, m->shape[0] * n);
+      return WEFT_OK;
+    case WF_COLL_ALLTOALL: {
+      size_t block = bytes / (size_t)n;
+      if (!(r->recv_splits = malloc(sizeof(int64_t) * (size_t)n)))
+        return wf_err(WEFT_ERR_NO_MEMORY, "'%s': out of memory", m->name);
+      r->nrecv_splits = n;
+      WF_CHECK(alloc_result(r, bytes));
+      for (int k = 0; k < n; k++) {
+        r->recv_splits[k] = m->shape[0] / n;
+        if (block)
+          wf_copy((char *)r->result + (size_t)k * block,
+                 (const char *)wf_board_part(w->board, r->fast_t, k) + (size_t)me * block, block);
+      }
+      set_result_shape(r, m->shape[0]);
+      return WEFT_OK;
+    }
+    case WF_COLL_REDUCESCATTER: {
+      /* rank i gets dim0 / n rows, one more for the first dim0 % n ranks */
+      size_t dim0 = (size_t)m->shape[0], row = dim0 ? count / dim0 : 0, first = 0;
+      for (int i = 0; i < me; i++) first += dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n);
+      size_t rows = dim0 / (size_t)n + ((size_t)me < dim0 % (size_t)n);
+      if (r->out.data) {
+        r->result = r->out.data;
+        r->result_owned = 0;
+      } else {
+        WF_CHECK(alloc_result(r, rows * row * es));
+      }
+      if (rows && row) fold(w, r, r->result, first * row, rows * row);
+      set_result_shape(r, (int64_t)rows);
+      return WEFT_OK;
+    }
+    default:
+      return WEFT_OK;
+  }
+}

@@ -1,0 +1,21 @@
+/* copy.h - memory copies for the data paths.
+ *
+ * wf_copy is memcpy without one trap: glibc's memcpy (rep movsb) runs at
+ * ~3 GB/s instead of 40+ on AMD Zen CPUs with FSRM when the destination
+ * sits 1-31 bytes past the source modulo 64 and the copy is between about
+ * 2 KiB and 512 KiB (measured in bench/RESULTS.md). User buffers, malloc'd
+ * results and 4 KiB-aligned shared slots meet at every offset, so every
+ * copy of collective data goes through here: relatively misaligned copies
+ * of 1 KiB and more take a vector loop, the rest memcpy.
+ *
+ * wf_copy_nt returns this CPU's streaming (non-temporal) copy, or NULL. */
+#ifndef WF_UTIL_COPY_H
+#define WF_UTIL_COPY_H
+#include <stddef.h>
+
+typedef void (*wf_copy_fn)(void *dst, const void *src, size_t n);
+
+void wf_copy(void *dst, const void *src, size_t n);
+wf_copy_fn wf_copy_nt(void);
+
+#endif
