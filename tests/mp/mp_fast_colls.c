@@ -4,14 +4,16 @@
  * computed here, and the ones that must not (over the limit, uneven first
  * dimensions or splits: diverted, still right).
  *
- *   allgather      every dtype, rows {0, 1, 5, most that fit, one more},
+ *   allgather      every dtype, rows {0, 1, 5}, and for 4 dtypes the most
+ *                  that fit and one more,
  *                  rows of 3 elements; rank q's block is mp_fill(q); rows
  *                  that differ by rank (diverted)
- *   alltoall       every dtype, even splits (implicit and explicit); block j
+ *   alltoall       every dtype, even splits (implicit and explicit; 4 dtypes
+ *                  at the limit and over); block j
  *                  of rank q is mp_fill(q, index j * block); uneven splits
  *                  (diverted)
- *   reducescatter  every dtype x op x scales, first dimension n * 4 + 3 and
- *                  the largest that fits: rank q's rows of the fold of every
+ *   reducescatter  every dtype x op x scales, first dimension n * 4 + 3, and
+ *                  for 4 dtypes the largest that fits and one more: rank q's rows of the fold of every
  *                  rank's put_input (mp_fast_ref.c); with an output tensor
  *                  and without
  *   broadcast      the largest input that fits and one element more
@@ -26,6 +28,13 @@
 #include "mp_fast_ref.c"
 
 static size_t g_large_bytes = 1 << 20;
+
+/* The dtypes whose inputs also run at the large slots' limit and just over
+ * it (the references are computed element by element: all 11 would take
+ * minutes under the sanitizers). */
+static int big_dtype(weft_dtype t) {
+  return t == WEFT_DTYPE_UINT8 || t == WEFT_DTYPE_BFLOAT16 || t == WEFT_DTYPE_FLOAT32 || t == WEFT_DTYPE_FLOAT64;
+}
 
 /* Rows of `row` elements of t that fit in a large slot. */
 static size_t rows_fit(weft_dtype t, size_t row) { return g_large_bytes / (row * mp_esize(t)); }
@@ -180,26 +189,28 @@ static void case_colls(void) {
     size_t fit = rows_fit(d, 3);
     mp_case("allgather %s: rows 0 1 5 %zu %zu, uneven", weft_dtype_name(d), fit, fit + 1);
     size_t rows[5] = {0, 1, 5, fit, fit + 1};
-    for (int c = 0; c < 5; c++) {
+    int nc = big_dtype(d) ? 5 : 3;
+    for (int c = 0; c < nc; c++) {
       char name[32];
       snprintf(name, sizeof name, "ag.%d", c);
       ag_check(d, rows[c], 0, (uint64_t)(t * 10 + c), name, &digest);
     }
-    expect(4, 4); /* all but fit + 1 */
+    expect(nc == 5 ? 4 : 3, nc == 5 ? 4 : 3); /* all but fit + 1 */
     ag_check(d, 2, 1, (uint64_t)t, "ag.uneven", &digest);
     mp_case_end();
 
     size_t per = g_large_bytes / (2 * mp_esize(d)) / (size_t)n; /* rows of 2 per destination that fit */
     mp_case("alltoall %s: 0 1 %zu %zu rows per rank, explicit even splits, uneven", weft_dtype_name(d), per, per + 1);
     size_t pers[4] = {0, 1, per, per + 1};
-    for (int c = 0; c < 4; c++) {
+    nc = big_dtype(d) ? 4 : 2;
+    for (int c = 0; c < nc; c++) {
       char name[32];
       snprintf(name, sizeof name, "a2a.%d", c);
       a2a_check(d, pers[c], 0, 0, (uint64_t)(t * 10 + c), name, &digest);
     }
     a2a_check(d, 3, 1, 0, 7, "a2a.explicit", &digest);
     a2a_check(d, 3, 0, 1, 8, "a2a.uneven", &digest);
-    expect(4, 4); /* 0, 1, per and the explicit even splits */
+    expect(nc == 4 ? 4 : 3, nc == 4 ? 4 : 3); /* 0, 1, per and the explicit even splits */
     mp_case_end();
   }
   static const double sc[2][2] = {{1.0, 1.0}, {0.75, 1.5}};
@@ -214,7 +225,7 @@ static void case_colls(void) {
         arspec s = {d, (weft_reduce_op)op, sc[k][0], sc[k][1], (uint64_t)(t * 100 + op * 10 + k)};
         rs_check(&s, (size_t)n * 4 + 3, k, "rs.small", &digest);
         expect(1, 1);
-        if (op == WEFT_OP_SUM) { /* the big ones once per dtype and scale */
+        if (op == WEFT_OP_SUM && k == 1 && big_dtype(d)) { /* the big ones once per dtype */
           rs_check(&s, fit, !k, "rs.fit", &digest);
           rs_check(&s, fit + 1, k, "rs.over", &digest);
           expect(1, 1);
