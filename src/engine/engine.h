@@ -202,6 +202,7 @@ struct weft_world {
   /* one-host fast path (fast.c) */
   struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */
   int fast_on;               /* WEFT_FAST on this rank */
+  size_t fast_ar_bytes;      /* WEFT_FAST_ALLREDUCE_BYTES */
   int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
   int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */
   _Atomic int board_users, board_closing; /* caller threads inside the board; finalize under way */

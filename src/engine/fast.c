@@ -35,6 +35,8 @@ void wf_fast_start(weft_world *w) {
   uint64_t large = 0;
   void *mem = w->shm ? wf_shm_board(w->shm, &n, &large) : NULL;
   w->fast_on = wf_param_int("WEFT_FAST") != 0;
+  int64_t ar = wf_param_int("WEFT_FAST_ALLREDUCE_BYTES");
+  w->fast_ar_bytes = ar > 0 ? (size_t)ar : 0;
   w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the

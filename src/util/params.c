@@ -56,6 +56,8 @@ static const wf_param g_params[] = {
      "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)"},
     {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "1048576",
      "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter; 4 per host; the host's first rank decides; 0: none)"},
+    {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
+     "largest allreduce of the fast path (every rank folds every input; at least WEFT_FAST_BYTES, at most WEFT_FAST_LARGE_BYTES)"},
     {"WEFT_FAST_WAIT_SECONDS", NULL, WF_PARAM_DOUBLE, "0.2",
      "a fast-path op not submitted by every local rank within this long (at most a quarter of WEFT_TIMEOUT_SECONDS) is negotiated by the coordinator"},
     {"WEFT_CMA", NULL, WF_PARAM_INT, "1", "1: ranks on one host may read each other's buffers directly (process_vm_readv); 0: never"},

@@ -5,7 +5,9 @@
  *
  * Usage (under weftrun -np N, every rank on this host): mp_fast CASE [ARG]
  *   bits       every dtype x op x scales x counts {0, 1, 7, max, max + 1}
- *              (max = the most elements in WEFT_FAST_BYTES) equal a left
+ *              (max = the most elements in WEFT_FAST_BYTES), and for 4
+ *              dtypes the most in WEFT_FAST_ALLREDUCE_BYTES and one more,
+ *              equal a left
  *              fold in rank order computed here, bit for bit; broadcasts of
  *              the same counts from every root; named and unnamed barriers
  *   colls      allgather, alltoall, reducescatter and broadcast through the
@@ -65,7 +67,13 @@ static void expect(long dmin, long dmax) {
   g_done_max += dmax;
   pthread_mutex_unlock(&g_expect_mu);
 }
+static size_t g_ar_bytes = 262144; /* WEFT_FAST_ALLREDUCE_BYTES */
 static size_t maxc(weft_dtype t) { return g_fast_bytes / mp_esize(t); }
+/* 1 if an allreduce of count elements of t is small enough for the board */
+static int ar_fits(weft_dtype t, size_t count) {
+  size_t cap = g_ar_bytes > g_fast_bytes ? g_ar_bytes : g_fast_bytes;
+  return count * mp_esize(t) <= cap;
+}
 
 #include "mp_fast_colls.c"
 
@@ -87,8 +95,26 @@ static void case_bits(void) {
           ar_submit(&a[c], mp_group, mp_rank, (c + k) & 1, "ar.%d", c);
         }
         for (int c = 0; c < 5; c++) ar_finish(&a[c], mp_size, &digest);
-        expect(4, 4); /* all but max + 1 */
+        expect(4 + ar_fits((weft_dtype)t, counts[4]), 4 + ar_fits((weft_dtype)t, counts[4]));
       }
+    mp_case_end();
+  }
+  for (int t = 0; t < WEFT_DTYPE_COUNT_; t++) {
+    if (!big_dtype((weft_dtype)t)) continue;
+    size_t arc = g_ar_bytes / mp_esize(t);
+    mp_case("allreduce %s sum and max, scaled: counts %zu %zu (WEFT_FAST_ALLREDUCE_BYTES)", weft_dtype_name(t), arc,
+            arc + 1);
+    for (int op = 0; op < 2; op++) {
+      arop a[2];
+      for (int c = 0; c < 2; c++) {
+        a[c] = (arop){{(weft_dtype)t, op ? WEFT_OP_MAX : WEFT_OP_SUM, 0.75, 1.5, (uint64_t)(t * 100 + op * 10 + c)},
+                      arc + (size_t)c, {0}, NULL, NULL, NULL, ""};
+        ar_submit(&a[c], mp_group, mp_rank, c, "ar.big.%d", c);
+      }
+      for (int c = 0; c < 2; c++) ar_finish(&a[c], mp_size, &digest);
+      expect(ar_fits((weft_dtype)t, arc) + ar_fits((weft_dtype)t, arc + 1),
+             ar_fits((weft_dtype)t, arc) + ar_fits((weft_dtype)t, arc + 1));
+    }
     mp_case_end();
   }
   static const weft_dtype bct[] = {WEFT_DTYPE_UINT8, WEFT_DTYPE_INT16, WEFT_DTYPE_FLOAT16, WEFT_DTYPE_FLOAT32,
@@ -799,6 +825,8 @@ int main(int argc, char **argv) {
   const char *c = argv[1], *arg = argc > 2 ? argv[2] : NULL;
   const char *fb = getenv("WEFT_FAST_BYTES");
   if (fb && *fb) g_fast_bytes = strtoull(fb, NULL, 0);
+  const char *ab = getenv("WEFT_FAST_ALLREDUCE_BYTES");
+  if (ab && *ab) g_ar_bytes = strtoull(ab, NULL, 0);
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!strcmp(c, "kill")) {
     int fds[2];
