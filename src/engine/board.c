@@ -47,7 +47,7 @@ typedef struct round {
   int32_t data;              /* data slot, D_NONE or D_INLINE */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
   uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
-  uint32_t pad;
+  uint32_t members;          /* group size of the generation using it */
   uint64_t arrived;          /* group-rank bits (under the record's lock) */
   _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
 } round;
@@ -276,6 +276,10 @@ static void free_round(wf_board *b, round *o) {
 static void divert(wf_board *b, round *o) {
   release_data(b, o);
   set_state(o, R_DIVERTED);
+  /* every member arrived (a large round whose copies were still running):
+   * nobody arrives to free it, so free it now; the members' tickets read
+   * it as diverted (same generation, not open) */
+  if (o->arrived == full_mask((int)o->members) && !o->writers) free_round(b, o);
 }
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
@@ -334,6 +338,7 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
     *how = WF_BOARD_DONE;
   } else if (o->release_late && !o->writers) {
     release_data(b, o);
+    if (o->arrived == full_mask(gsize)) free_round(b, o); /* see divert() */
   }
   unlock(&r->lock);
   return WEFT_OK;
@@ -361,6 +366,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
     st = R_FREE; /* an inline round every member has read: left as it was, reused now */
   if (st == R_FREE) {
+    o->members = (uint32_t)gsize;
     open_round(b, r, o, gen, desc, deadline);
     st = atomic_load_explicit(&o->state, memory_order_relaxed);
   } else if (og != gen || (o->arrived >> grank & 1)) {

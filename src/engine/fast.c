@@ -52,8 +52,9 @@ void wf_fast_start(weft_world *w) {
 void wf_fast_stop(weft_world *w) {
   if (!w->board) return;
   /* tests read this line to see which path ops took */
-  WF_INFO(WF_SUB_ENGINE, "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator",
-          (unsigned long long)atomic_load(&w->fast_done), (unsigned long long)atomic_load(&w->fast_diverted));
+  WF_INFO(WF_SUB_ENGINE, "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator%s",
+          (unsigned long long)atomic_load(&w->fast_done), (unsigned long long)atomic_load(&w->fast_diverted),
+          wf_board_is_off(w->board) ? "; the board is off (a join, or generations found out of step)" : "");
   atomic_store(&w->board_closing, 1);
   int64_t end = wf_now_ns() + STOP_WAIT_NS;
   while (atomic_load(&w->board_users) > 0 && wf_now_ns() < end) sched_yield();
