@@ -23,17 +23,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"
 
 #define NREC 1024u       /* records (names) per board */
 #define NDATA 256u       /* pooled data slots, for inputs over INLINE bytes (a multiple of 64) */
 #define NBIG 4u          /* large slots, for inputs over the pooled slots' size; index NDATA + k */
+#define LARGE_BUDGET ((size_t)32 << 20) /* the large slots' bytes at most, all members together */
 #define PROBES 64u       /* linear probing limit: a longer chain counts as full */
 #define INLINE 64u       /* inputs up to this size live in the record itself */
 #define D_NONE (-1)      /* round data: none */
 #define D_INLINE (-2)    /* round data: the record's inline area */
-#define SPIN_NS 300000    /* wf_board_wait spins (yielding) this long before sleeping */
+#define SPIN_NS 50000    /* wf_board_wait spins (yielding) this long before sleeping */
 #define LOCK_SLICE_NS 10000000 /* a sleeping lock waiter rechecks its deadline this often */
 #define SLEEP_NS 20000000 /* wf_board_wait sleeps at most this long at a time */
 
@@ -47,7 +49,6 @@ typedef struct round {
   int32_t data;              /* data slot, D_NONE or D_INLINE */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
   uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
-  uint32_t members;          /* group size of the generation using it */
   uint64_t arrived;          /* group-rank bits (under the record's lock) */
   _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
 } round;
@@ -92,11 +93,18 @@ static size_t data_off(int nlocal) { return rup(recs_off() + rec_stride(nlocal) 
 /* The large slots' bytes for nlocal members of large bytes each (0: none). */
 static size_t big_bytes(int nlocal, size_t large) { return rup(large, 4096) * (size_t)nlocal * NBIG; }
 
+size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes) {
+  if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || large_bytes > WF_BOARD_MAX_LARGE) return 0;
+  size_t cap = LARGE_BUDGET / NBIG / (size_t)nlocal / 4096 * 4096;
+  if (large_bytes > cap) large_bytes = cap;
+  return large_bytes > rup(part_bytes < INLINE ? INLINE : part_bytes, 64) ? rup(large_bytes, 4096) : 0;
+}
+
 size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes) {
   if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || part_bytes > (1u << 20) || large_bytes > WF_BOARD_MAX_LARGE)
     return 0;
+  large_bytes = wf_board_large_for(nlocal, part_bytes, large_bytes);
   if (part_bytes < INLINE) part_bytes = INLINE;
-  if (large_bytes && large_bytes <= part_bytes) large_bytes = 0;
   return rup(data_off(nlocal) + rup(part_bytes, 64) * (size_t)nlocal * NDATA, 4096) + big_bytes(nlocal, large_bytes);
 }
 
@@ -276,10 +284,6 @@ static void free_round(wf_board *b, round *o) {
 static void divert(wf_board *b, round *o) {
   release_data(b, o);
   set_state(o, R_DIVERTED);
-  /* every member arrived (a large round whose copies were still running):
-   * nobody arrives to free it, so free it now; the members' tickets read
-   * it as diverted (same generation, not open) */
-  if (o->arrived == full_mask((int)o->members) && !o->writers) free_round(b, o);
 }
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
@@ -312,6 +316,7 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
   for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
   o->data = !desc ? D_NONE : need <= INLINE ? D_INLINE : alloc_data(b, need, deadline);
   o->writers = 0;
+  o->release_late = 0;
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
@@ -330,15 +335,21 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   /* without the lock by the deadline (a local rank died holding it) the
    * slot stays taken and the round open until waiters give up on it */
   weft_status st = lock(&r->lock, deadline);
-  if (st != WEFT_OK) return st;
+  if (st != WEFT_OK) { /* the round can never complete nor give its slot back */
+    wf_board_off(b, wf_now_ns() + 1000000000);
+    return st;
+  }
   o->writers--;
-  if (atomic_load_explicit(&o->state, memory_order_relaxed) == R_OPEN && !o->writers &&
-      o->arrived == full_mask(gsize)) {
+  uint32_t state = atomic_load_explicit(&o->state, memory_order_relaxed);
+  if (state == R_OPEN && !o->writers && o->arrived == full_mask(gsize)) {
     set_state(o, R_DONE);
     *how = WF_BOARD_DONE;
-  } else if (o->release_late && !o->writers) {
+  } else if (state != R_OPEN && o->release_late && !o->writers) {
     release_data(b, o);
-    if (o->arrived == full_mask(gsize)) free_round(b, o); /* see divert() */
+    /* diverted after every member arrived (a waiter gave up while copies
+     * ran): no later arrival frees it, so free it now (the members'
+     * tickets read it as diverted: same generation, not open) */
+    if (o->arrived == full_mask(gsize)) free_round(b, o);
   }
   unlock(&r->lock);
   return WEFT_OK;
@@ -366,7 +377,6 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
     st = R_FREE; /* an inline round every member has read: left as it was, reused now */
   if (st == R_FREE) {
-    o->members = (uint32_t)gsize;
     open_round(b, r, o, gen, desc, deadline);
     st = atomic_load_explicit(&o->state, memory_order_relaxed);
   } else if (og != gen || (o->arrived >> grank & 1)) {
@@ -386,10 +396,10 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
     if (is_big(o) && part_len) { /* copied outside the lock: the others arrive meanwhile */
       o->writers++;
       unlock(&r->lock);
-      memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
+      wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
       return copied(b, r, o, gsize, deadline, how);
     }
-    if (part_len) memcpy((void *)wf_board_part(b, *t, grank), part, part_len);
+    if (part_len) wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
     if (all && !o->writers) {
       set_state(o, R_DONE);
       *how = WF_BOARD_DONE;
@@ -415,8 +425,10 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   /* no lock but for the last pooled claim: acq_rel orders every member's
    * reads of the inputs before the last claim frees the slot (an inline
    * round is left as it is and reused by its next but one generation) */
+  uint64_t all = o->arrived; /* before our claim: the last claim's free_round clears it */
+  int32_t data = o->data;
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
-  if ((prev | bit) != o->arrived || o->data == D_INLINE) return WEFT_OK;
+  if ((prev | bit) != all || data == D_INLINE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
   WF_CHECK(lock(&r->lock, deadline));
   free_round(b, o);

@@ -67,8 +67,13 @@ enum {
 
 /* Bytes the creator reserves for a board of nlocal ranks whose inputs may be
  * up to part_bytes each in the pool and up to large_bytes in the large
- * slots (0: none; ignored unless above part_bytes). 0 if out of range. */
+ * slots (0: none). 0 if out of range. */
 size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes);
+/* The large slots' input size such a board really has (0: none): large_bytes
+ * rounded up to a page, at most 32 MiB for all 4 slots of nlocal members
+ * together, 0 unless above the pooled slots' size. The creator hands this to
+ * every rank's wf_board_open. */
+size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes);
 
 /* Opens the board in mem (bytes long, the same on every local rank); the
  * geometry is derived from bytes, nlocal and large_bytes (the creator's,

@@ -558,7 +558,7 @@ static weft_status start_shm(weft_world *w, int *fds) {
                       .slot_bytes = (size_t)wf_param_int("WEFT_SHM_SLOT_BYTES"),
                       .nslots = (size_t)wf_param_int("WEFT_SHM_SLOTS"),
                       .board_bytes = wf_fast_board_bytes(nlocal),
-                      .board_param = wf_fast_large_bytes(),
+                      .board_param = wf_fast_large_bytes(nlocal),
                       .stage_bytes = wf_stage_bytes(nlocal), /* shm staging algorithms (stage.c) */
                       .copy_mode = !strcmp(wf_param_str("WEFT_SHM_COPY"), "memcpy") ? WF_SHM_COPY_MEMCPY
                                    : !strcmp(wf_param_str("WEFT_SHM_COPY"), "nt")   ? WF_SHM_COPY_NT

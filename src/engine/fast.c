@@ -20,14 +20,19 @@
 
 enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2 };
 
-size_t wf_fast_board_bytes(int nlocal) {
-  int64_t b = wf_param_int("WEFT_FAST_BYTES");
-  return b > 0 ? wf_board_bytes(nlocal, (size_t)b, wf_fast_large_bytes()) : 0;
-}
-
-size_t wf_fast_large_bytes(void) {
+static size_t large_param(void) {
   int64_t b = wf_param_int("WEFT_FAST_LARGE_BYTES");
   return b > 0 && (uint64_t)b <= WF_BOARD_MAX_LARGE ? (size_t)b : 0;
+}
+
+size_t wf_fast_board_bytes(int nlocal) {
+  int64_t b = wf_param_int("WEFT_FAST_BYTES");
+  return b > 0 ? wf_board_bytes(nlocal, (size_t)b, large_param()) : 0;
+}
+
+size_t wf_fast_large_bytes(int nlocal) {
+  int64_t b = wf_param_int("WEFT_FAST_BYTES");
+  return b > 0 ? wf_board_large_for(nlocal, (size_t)b, large_param()) : 0;
 }
 
 void wf_fast_start(weft_world *w) {

@@ -5,9 +5,9 @@
  * Who does what:
  *   - submit (caller thread, ops.c): every named collective of a group whose
  *     members all share this host visits the board. An eligible one
- *     (allreduce, broadcast or barrier of at most the board's part size, no
- *     callback, not part of a grouped op, timeline off, WEFT_FAST=1) copies
- *     its input in; if it was the last to arrive it completes at once.
+ *     (fast_coll.c: any collective up to the board's sizes, no callback, not
+ *     part of a grouped op, timeline off, WEFT_FAST=1) copies its input in;
+ *     if it was the last to arrive it completes at once.
  *     Otherwise, or when the round was diverted, it takes the engine path.
  *   - wait/test (caller thread, request.c): a pending fast request is
  *     completed by whoever sees its round done first (a CAS on r->fast):
@@ -33,10 +33,10 @@ void wf_fast_start(weft_world *w);
  * caller thread is inside the board. */
 void wf_fast_stop(weft_world *w);
 /* Bytes of board the segment's creator reserves (0: none), and the large
- * slots' input size it asks for (WEFT_FAST_LARGE_BYTES; the segment carries
- * the creator's to every local rank). */
+ * slots' input size that board has (from WEFT_FAST_LARGE_BYTES; the segment
+ * carries the creator's to every local rank). */
 size_t wf_fast_board_bytes(int nlocal);
-size_t wf_fast_large_bytes(void);
+size_t wf_fast_large_bytes(int nlocal);
 
 /* 1 if r must go through wf_fast_submit (its group is on this host and the
  * board is on, or it is a join): cheap, no lock. */

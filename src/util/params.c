@@ -55,7 +55,7 @@ static const wf_param g_params[] = {
     {"WEFT_FAST_BYTES", NULL, WF_PARAM_INT, "8192",
      "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)"},
     {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "1048576",
-     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter; 4 per host; the host's first rank decides; 0: none)"},
+     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)"},
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
      "largest allreduce of the fast path (every rank folds every input; at least WEFT_FAST_BYTES, at most WEFT_FAST_LARGE_BYTES)"},
     {"WEFT_FAST_WAIT_SECONDS", NULL, WF_PARAM_DOUBLE, "0.2",

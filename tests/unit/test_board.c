@@ -1,0 +1,229 @@
+/* test_board.c - the one-host negotiation board (src/engine/board.c) alone,
+ * in ordinary memory, with threads standing in for local ranks (each opens
+ * its own handle: the per-rank submission counts are private to a handle).
+ *
+ *   geometry  for a grid of (local ranks, WEFT_FAST_BYTES, WEFT_FAST_LARGE_
+ *             BYTES): the board the creator sizes opens on every rank with
+ *             the page-rounded size, with the pooled and large input sizes
+ *             the creator meant (large slots only when larger than pooled)
+ *   stress    6 names x 3 ranks x 5000 generations of 64 KiB inputs through
+ *             the 4 large slots; 1 arrival in 40 is not eligible (the round
+ *             diverts) and 1 waiter in 4 gives up after 2 us (diverting
+ *             rounds whose copies still run); every DONE round's inputs are
+ *             each member's own, no generation hangs, the board stays on;
+ *             afterwards 4 rounds at once still all find a large slot (none
+ *             leaked) */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/board.h"
+#include "util/time.h"
+
+static atomic_int fails;
+#define CHECK(c, ...)                        \
+  do {                                       \
+    if (!(c)) {                              \
+      atomic_fetch_add(&fails, 1);           \
+      fprintf(stderr, "FAIL: " __VA_ARGS__); \
+      fprintf(stderr, "\n");                 \
+    }                                        \
+  } while (0)
+
+static size_t rup(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static void test_geometry(void) {
+  static const int nl[] = {2, 3, 4, 8, 64};
+  static const size_t parts[] = {1, 100, 8192, 65536, 1 << 20};
+  static const size_t larges[] = {0, 120, 4096, 8192, 8193, 1 << 20, 5 << 20};
+  for (size_t i = 0; i < sizeof nl / sizeof nl[0]; i++)
+    for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)
+      for (size_t k = 0; k < sizeof larges / sizeof larges[0]; k++) {
+        int n = nl[i];
+        size_t part = parts[j], large = larges[k];
+        size_t bytes = wf_board_bytes(n, part, large), big = wf_board_large_for(n, part, large);
+        size_t want_part = rup(part < 64 ? 64 : part, 64);
+        CHECK(bytes > 0, "n %d part %zu large %zu: no board", n, part, large);
+        /* large slots of large bytes rounded up to a page, at most 32 MiB for
+         * 4 slots of n members; none unless larger than pooled inputs */
+        size_t cap = (32u << 20) / 4 / (size_t)n / 4096 * 4096, m = large < cap ? large : cap;
+        CHECK(big == (m > want_part ? rup(m, 4096) : 0), "n %d part %zu large %zu: large slots of %zu", n, part,
+              large, big);
+        if (bytes > (64u << 20)) continue; /* 256 pooled 1 MiB inputs of 64 ranks: not allocated here */
+        void *mem = calloc(1, rup(bytes, 4096));
+        wf_board *b = mem ? wf_board_open(mem, rup(bytes, 4096), n, big) : NULL;
+        CHECK(b != NULL, "n %d part %zu large %zu: %zu bytes do not open", n, part, large, bytes);
+        if (b) {
+          CHECK(wf_board_part_bytes(b) == want_part, "n %d part %zu large %zu: pooled inputs of %zu, not %zu", n, part,
+                large, wf_board_part_bytes(b), want_part);
+          CHECK(wf_board_large_bytes(b) == (big ? big : want_part), "n %d part %zu large %zu: largest input %zu", n,
+                part, large, wf_board_large_bytes(b));
+          wf_board_close(b);
+        }
+        free(mem);
+      }
+}
+
+#define N 3
+#define NAMES 6
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define GENS 200 /* every yield of the spin costs a sanitizer much more */
+#else
+#define GENS 5000
+#endif
+#define LEN ((size_t)64 << 10)
+static void *g_mem;
+static size_t g_bytes, g_large;
+static atomic_int g_slow[NAMES][GENS];
+static atomic_long g_done, g_diverted;
+
+typedef struct arg {
+  int name, rank;
+} arg;
+
+static uint64_t word(int name, int gen, int rank) { return (uint64_t)name << 40 | (uint64_t)gen << 8 | (uint64_t)rank; }
+
+static void *rank_main(void *p) {
+  arg *a = p;
+  wf_board *b = wf_board_open(g_mem, g_bytes, N, g_large);
+  uint64_t *buf = malloc(LEN);
+  if (!b || !buf) {
+    CHECK(0, "rank %d: no board or buffer", a->rank);
+    free(buf);
+    wf_board_close(b);
+    return NULL;
+  }
+  unsigned seed = (unsigned)(a->name * 100 + a->rank + 1);
+  char nm[32];
+  snprintf(nm, sizeof nm, "t%d", a->name);
+  wf_board_desc d;
+  memset(&d, 0, sizeof d);
+  d.coll = 1; /* allgather: inputs are only copied in and read */
+  d.dtype = WEFT_DTYPE_INT32;
+  d.ndim = 1;
+  d.shape[0] = (int64_t)(LEN / 4);
+  d.root = -1;
+  d.prescale = d.postscale = 1.0;
+  for (int g = 0; g < GENS; g++) {
+    for (size_t i = 0; i < LEN / 8; i++) buf[i] = word(a->name, g, a->rank);
+    int how = WF_BOARD_SLOW, eligible = rand_r(&seed) % 40 != 0;
+    wf_board_ticket t;
+    weft_status st = wf_board_arrive(b, 1, nm, a->rank, N, eligible ? &d : NULL, buf, LEN, wf_deadline_after(10.0),
+                                     &how, &t);
+    CHECK(st == WEFT_OK, "name %d gen %d rank %d: arrive status %d", a->name, g, a->rank, (int)st);
+    int s = how;
+    if (how == WF_BOARD_WAIT) {
+      int64_t give_up = wf_now_ns() + (rand_r(&seed) % 4 == 0 ? 2000 : 2000000000);
+      for (;;) {
+        s = wf_board_state(b, t);
+        if (s != WF_BOARD_WAIT) break;
+        if (wf_board_wait(b, t, give_up)) {
+          s = wf_board_divert(b, t, wf_deadline_after(10.0));
+          break;
+        }
+      }
+    }
+    if (s == WF_BOARD_DONE) {
+      for (int k = 0; k < N; k++) {
+        const uint64_t *q = wf_board_part(b, t, k);
+        for (size_t i = 0; i < LEN / 8; i += 61)
+          if (q[i] != word(a->name, g, k)) {
+            CHECK(0, "name %d gen %d rank %d: member %d's input word %zu is %llx", a->name, g, a->rank, k, i,
+                  (unsigned long long)q[i]);
+            break;
+          }
+      }
+      CHECK(wf_board_claim(b, t, a->rank, wf_deadline_after(10.0)) == WEFT_OK, "claim");
+      atomic_fetch_add(&g_done, 1);
+    } else { /* the coordinator's part, here: wait until every member knows */
+      atomic_fetch_add(&g_diverted, 1);
+      atomic_fetch_add(&g_slow[a->name][g], 1);
+      int64_t end = wf_now_ns() + 10000000000LL;
+      while (atomic_load(&g_slow[a->name][g]) < N && wf_now_ns() < end) sched_yield();
+      if (atomic_load(&g_slow[a->name][g]) < N) {
+        CHECK(0, "name %d gen %d: rank %d saw the round diverted, not every member did", a->name, g, a->rank);
+        break;
+      }
+    }
+    if (wf_board_is_off(b)) {
+      CHECK(0, "name %d gen %d: the board turned off", a->name, g);
+      break;
+    }
+  }
+  free(buf);
+  wf_board_close(b);
+  return NULL;
+}
+
+/* After the stress: NB names at once, every member eligible, must all get a
+ * large slot and complete. */
+static void *last_main(void *p) {
+  arg *a = p;
+  wf_board *b = wf_board_open(g_mem, g_bytes, N, g_large);
+  uint64_t *buf = calloc(1, LEN);
+  wf_board_desc d;
+  memset(&d, 0, sizeof d);
+  d.coll = 1;
+  d.dtype = WEFT_DTYPE_INT32;
+  d.ndim = 1;
+  d.shape[0] = (int64_t)(LEN / 4);
+  d.root = -1;
+  d.prescale = d.postscale = 1.0;
+  wf_board_ticket t[4];
+  int how[4];
+  for (int k = 0; b && buf && k < 4; k++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "last%d", k);
+    wf_board_arrive(b, 1, nm, a->rank, N, &d, buf, LEN, wf_deadline_after(10.0), &how[k], &t[k]);
+    CHECK(how[k] != WF_BOARD_SLOW, "rank %d: round %d found no large slot (leaked?)", a->rank, k);
+  }
+  for (int k = 0; b && buf && k < 4; k++) {
+    if (how[k] == WF_BOARD_SLOW) continue;
+    while (wf_board_state(b, t[k]) == WF_BOARD_WAIT) wf_board_wait(b, t[k], wf_deadline_after(10.0));
+    CHECK(wf_board_state(b, t[k]) == WF_BOARD_DONE, "rank %d: round %d not done", a->rank, k);
+    wf_board_claim(b, t[k], a->rank, wf_deadline_after(10.0));
+  }
+  free(buf);
+  wf_board_close(b);
+  return NULL;
+}
+
+static void test_stress(void) {
+  g_large = wf_board_large_for(N, 8192, LEN);
+  g_bytes = rup(wf_board_bytes(N, 8192, LEN), 4096);
+  g_mem = calloc(1, g_bytes);
+  CHECK(g_large == LEN && g_mem, "stress board");
+  if (!g_mem) return;
+  pthread_t th[NAMES * N];
+  arg as[NAMES * N];
+  for (int i = 0; i < NAMES; i++)
+    for (int r = 0; r < N; r++) {
+      as[i * N + r] = (arg){i, r};
+      pthread_create(&th[i * N + r], NULL, rank_main, &as[i * N + r]);
+    }
+  for (int i = 0; i < NAMES * N; i++) pthread_join(th[i], NULL);
+  printf("stress: %ld arrivals completed on the board, %ld diverted\n", atomic_load(&g_done),
+         atomic_load(&g_diverted));
+  CHECK(atomic_load(&g_done) > 0 && atomic_load(&g_diverted) > 0, "stress exercised both outcomes");
+  for (int r = 0; r < N; r++) {
+    as[r] = (arg){0, r};
+    pthread_create(&th[r], NULL, last_main, &as[r]);
+  }
+  for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+  free(g_mem);
+}
+
+int main(void) {
+  test_geometry();
+  test_stress();
+  if (atomic_load(&fails)) {
+    fprintf(stderr, "test_board: %d failure(s)\n", atomic_load(&fails));
+    return 1;
+  }
+  printf("test_board: ok\n");
+  return 0;
+}
