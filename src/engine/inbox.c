@@ -77,7 +77,13 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
 
 void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg) {
   weft_world *w = ctx;
-  if (w->departed[peer]) return; /* it said goodbye: closing is expected */
+  if (w->departed[peer]) {
+    /* it said goodbye: closing is expected, but a transfer with it still
+     * waiting now never completes (a receive posted after its BYE was
+     * handled, sends dropped with the socket) */
+    wf_exec_peer_departed(w, peer);
+    return;
+  }
   wf_world_fail(w, st, "%s (rank %d on host %s)", msg, peer, w->peers[peer].host);
 }
 

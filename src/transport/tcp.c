@@ -86,6 +86,7 @@ typedef struct conn {
   rx_unexp *unexp_head, *unexp_tail;
   size_t unexp_bytes;
   int paused;
+  int lost_tx; /* closed with data sends queued: they never complete (until cancel_data) */
   int64_t last_rx, last_tx;
 } conn;
 
@@ -176,6 +177,7 @@ static void conn_close(conn *c) {
     close(c->fd);
     c->fd = -1;
   }
+  if (c->data_head) c->lost_tx = 1;
   free_tx(c, 0);
   if (c->rstate == RX_DATA && c->dunexp) { /* a chunk cut short is no data */
     rx_unexp *u = c->dunexp;
@@ -500,6 +502,7 @@ static void tcp_cancel_data(wf_transport *tr) {
       c->dunexp = NULL; /* freed with the early data below */
     }
     free_queues(c, 1);
+    c->lost_tx = 0;
     c->paused = 0; /* what waited for a receive is now just early data */
     c->queued = c->cur ? c->cur->frame_len - c->cur->off : 0;
     for (tx_item *i = c->ctrl_head; i; i = i->next) c->queued += i->frame_len;
@@ -734,7 +737,7 @@ void wf_tcp_on_event(wf_tcp *t, int peer, uint32_t events) {
 static int tcp_incomplete(wf_transport *tr, int peer) {
   wf_tcp *t = (wf_tcp *)tr;
   const conn *c = &t->conns[peer];
-  return c->post_head != NULL || c->data_head != NULL;
+  return c->post_head != NULL || c->data_head != NULL || c->lost_tx;
 }
 
 static const wf_transport_ops tcp_ops = {
