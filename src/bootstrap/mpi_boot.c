@@ -45,6 +45,7 @@ struct wf_mpi_comm {
  * The mutex orders weft_init calls of several threads around MPI_Init. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_ours;
+static atomic_int g_peer_lost; /* a world lost a rank: MPI_Finalize would wait for it */
 static atomic_int g_live; /* relaxed: only read at exit, after the last free */
 
 static int any_abandoned(void);
@@ -56,6 +57,12 @@ static void finalize_at_exit(void) {
   if (any_abandoned()) {
     WF_WARN(WF_SUB_INIT, "the process exits with a weft MPI bootstrap collective that timed out still pending: "
                          "MPI_Finalize skipped (it would wait for the ranks that never joined)");
+    return;
+  }
+  if (atomic_load(&g_peer_lost)) {
+    /* Open MPI's finalize waits (a PMIx fence) for every process of the job,
+     * the dead one included: seen hanging until mpirun's timeout */
+    WF_WARN(WF_SUB_INIT, "a rank of this job failed: MPI_Finalize skipped (it would wait for that rank)");
     return;
   }
   if (atomic_load_explicit(&g_live, memory_order_relaxed) > 0) {
@@ -86,6 +93,8 @@ static void abandon(abandoned *a) {
   g_abandoned = a;
   pthread_mutex_unlock(&g_mu);
 }
+
+void wf_mpi_peer_lost(void) { atomic_store(&g_peer_lost, 1); }
 
 static int any_abandoned(void) {
   pthread_mutex_lock(&g_mu);

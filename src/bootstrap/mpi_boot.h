@@ -35,6 +35,10 @@ typedef struct wf_mpi_comm wf_mpi_comm; /* the job's dup'ed MPI_COMM_WORLD */
 /* 1 if this build has MPI support. */
 int wf_mpi_built(void);
 
+/* A world lost a rank (died, unreachable): weft's exit handler then skips
+ * MPI_Finalize, which would wait for it. Any thread; a no-op without MPI. */
+void wf_mpi_peer_lost(void);
+
 /* The environment variable that shows an MPI launcher started this process
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, ...), or NULL. */
 const char *wf_mpi_launcher_var(void);

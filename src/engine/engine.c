@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/launcher_link.h"
+#include "bootstrap/mpi_boot.h"
 #include "negotiate/cache.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -57,6 +58,7 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) {
   }
   pthread_mutex_unlock(&w->mu);
   if (first && st != WEFT_ERR_SHUTDOWN) WF_WARN(WF_SUB_ENGINE, "%s", msg);
+  if (st == WEFT_ERR_PEER_LOST) wf_mpi_peer_lost();
   if (first && st != WEFT_ERR_SHUTDOWN) wf_launcher_link_report(w, st, msg); /* weftrun: who caused it */
   wf_engine_wake(w);
 }
