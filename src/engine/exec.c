@@ -20,7 +20,7 @@
 /* Local steps run at most this long before the engine looks around. */
 #define LOCAL_SLICE_NS (1000 * 1000LL)
 
-static int64_t elems_of(const int64_t *shape, int from, int ndim) {
+int64_t wf_elems(const int64_t *shape, int from, int ndim) {
   int64_t n = 1;
   for (int d = from; d < ndim; d++) n *= shape[d];
   return n;
@@ -105,8 +105,7 @@ int64_t wf_exec_deadline(weft_world *w, const char **name) {
   return d;
 }
 
-/* Allocates an output of bytes through the user's allocator or malloc. */
-static weft_status alloc_output(weft_request *r, size_t bytes) {
+weft_status wf_alloc_result(weft_request *r, size_t bytes) {
   if (r->alloc) {
     r->result = r->alloc(bytes, r->alloc_ctx);
     r->result_owned = 0;
@@ -136,7 +135,7 @@ static weft_status fusion_reserve(wf_gstate *gs, size_t bytes) {
 
 /* Rows of a dim-0 slice of dim0 rows that group rank i gets in a
  * reducescatter of n ranks. */
-static size_t rs_rows(size_t dim0, int n, int i) { return dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n); }
+size_t wf_rs_rows(size_t dim0, int n, int i) { return dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n); }
 
 /* Fused allgather: every rank's rows of each tensor, packed rank by rank
  * (this rank's part: tensor after tensor), gathered once through the fusion
@@ -157,7 +156,7 @@ static weft_status prepare_fused_allgather(wf_gstate *gs, wf_coll_args *a, char 
       snprintf(err, errlen, "fused allgather response does not match this rank's tensor '%s'", q->name);
       return WEFT_ERR_PROTOCOL;
     }
-    size_t row = (size_t)elems_of(q->shape, 1, q->ndim);
+    size_t row = (size_t)wf_elems(q->shape, 1, q->ndim);
     for (int i = 0; i < n; i++) counts[i] += (size_t)x->resp.sizes[(size_t)t * n + i] * row;
   }
   size_t total = 0;
@@ -170,14 +169,12 @@ static weft_status prepare_fused_allgather(wf_gstate *gs, wf_coll_args *a, char 
   size_t off = 0;
   for (uint32_t t = 0; t < x->nfused; t++) {
     weft_request *q = x->fused[t];
-    size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), k = (size_t)q->msg.shape[0] * row, rows = 0;
+    size_t row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim), k = (size_t)q->msg.shape[0] * row, rows = 0;
     if (k) wf_copy(in + off * es, q->in.data, k * es);
     off += k;
     for (int i = 0; i < n; i++) rows += (size_t)x->resp.sizes[(size_t)t * n + i];
-    if (alloc_output(q, rows * row * es)) return WEFT_ERR_NO_MEMORY;
-    q->result_ndim = q->msg.ndim;
-    memcpy(q->result_shape, q->msg.shape, sizeof q->msg.shape);
-    q->result_shape[0] = (int64_t)rows;
+    if (wf_alloc_result(q, rows * row * es)) return WEFT_ERR_NO_MEMORY;
+    wf_set_result_shape(q, (int64_t)rows);
   }
   a->in = in;
   a->out = out;
@@ -197,8 +194,8 @@ static weft_status prepare_fused_reducescatter(wf_gstate *gs, wf_coll_args *a) {
   size_t es = a->elem_size, *counts = x->arrays, *displs = counts + n;
   for (uint32_t t = 0; t < x->nfused; t++) {
     const wf_request_msg *q = &x->fused[t]->msg;
-    size_t row = (size_t)elems_of(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0];
-    for (int i = 0; i < n; i++) counts[i] += rs_rows(dim0, n, i) * row;
+    size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0];
+    for (int i = 0; i < n; i++) counts[i] += wf_rs_rows(dim0, n, i) * row;
   }
   size_t total = 0;
   for (int i = 0; i < n; i++) {
@@ -211,24 +208,22 @@ static weft_status prepare_fused_reducescatter(wf_gstate *gs, wf_coll_args *a) {
   for (int i = 0; i < n; i++)
     for (uint32_t t = 0; t < x->nfused; t++) {
       const wf_request_msg *q = &x->fused[t]->msg;
-      size_t row = (size_t)elems_of(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = 0;
-      for (int j = 0; j < i; j++) start += rs_rows(dim0, n, j);
-      size_t k = rs_rows(dim0, n, i) * row;
+      size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = 0;
+      for (int j = 0; j < i; j++) start += wf_rs_rows(dim0, n, j);
+      size_t k = wf_rs_rows(dim0, n, i) * row;
       if (k) wf_scale_copy(a->dtype, in + off * es, (const char *)x->fused[t]->in.data + start * row * es, k, q->prescale);
       off += k;
     }
   for (uint32_t t = 0; t < x->nfused; t++) {
     weft_request *q = x->fused[t];
-    size_t rows = rs_rows((size_t)q->msg.shape[0], n, me), row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim);
+    size_t rows = wf_rs_rows((size_t)q->msg.shape[0], n, me), row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim);
     if (q->out.data) {
       q->result = q->out.data;
       q->result_owned = 0;
-    } else if (alloc_output(q, rows * row * es)) {
+    } else if (wf_alloc_result(q, rows * row * es)) {
       return WEFT_ERR_NO_MEMORY;
     }
-    q->result_ndim = q->msg.ndim;
-    memcpy(q->result_shape, q->msg.shape, sizeof q->msg.shape);
-    q->result_shape[0] = (int64_t)rows;
+    wf_set_result_shape(q, (int64_t)rows);
   }
   a->in = in;
   a->out = in + total * es;
@@ -255,8 +250,8 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   a->root = m->root;
   a->segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES");
   a->topo = &gs->topo;
-  size_t row = m->ndim ? (size_t)elems_of(m->shape, 1, m->ndim) : 1;
-  size_t total = (size_t)elems_of(m->shape, 0, m->ndim);
+  size_t row = m->ndim ? (size_t)wf_elems(m->shape, 1, m->ndim) : 1;
+  size_t total = (size_t)wf_elems(m->shape, 0, m->ndim);
   x->arrays = calloc((size_t)n * 6, sizeof(size_t));
   if (!x->arrays) return WEFT_ERR_NO_MEMORY;
   size_t *counts = x->arrays, *displs = counts + n, *sc = displs + n, *sd = sc + n, *rc = sd + n, *rd = rc + n;
@@ -264,7 +259,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
     case WF_COLL_ALLREDUCE:
       if (x->nfused > 1) { /* pack every tensor (prescaled) into the fusion buffer */
         size_t sum = 0;
-        for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)elems_of(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
+        for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)wf_elems(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
         if (sum * es > gs->fusion_cap) {
           void *nb = realloc(gs->fusion_buf, sum * es);
           if (!nb) return WEFT_ERR_NO_MEMORY;
@@ -274,7 +269,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
         size_t off = 0;
         for (uint32_t i = 0; i < x->nfused; i++) {
           weft_request *q = x->fused[i];
-          size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
+          size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
           wf_scale_copy(m->dtype, (char *)gs->fusion_buf + off * es, q->in.data, k, m->prescale);
           off += k;
         }
@@ -308,10 +303,8 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
                  (long long)x->resp.sizes[me], (long long)m->shape[0]);
         return WEFT_ERR_PROTOCOL;
       }
-      if (alloc_output(r, rows * row * es)) return WEFT_ERR_NO_MEMORY;
-      r->result_ndim = m->ndim;
-      memcpy(r->result_shape, m->shape, sizeof m->shape);
-      r->result_shape[0] = (int64_t)rows;
+      if (wf_alloc_result(r, rows * row * es)) return WEFT_ERR_NO_MEMORY;
+      wf_set_result_shape(r, (int64_t)rows);
       a->in = r->in.data;
       a->out = r->result;
       a->counts = counts;
@@ -338,10 +331,8 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
         ro += rc[j];
         r->recv_splits[j] = q;
       }
-      if (alloc_output(r, ro * es)) return WEFT_ERR_NO_MEMORY;
-      r->result_ndim = m->ndim;
-      memcpy(r->result_shape, m->shape, sizeof m->shape);
-      r->result_shape[0] = (int64_t)(row ? ro / row : 0);
+      if (wf_alloc_result(r, ro * es)) return WEFT_ERR_NO_MEMORY;
+      wf_set_result_shape(r, (int64_t)(row ? ro / row : 0));
       if (!row) {
         int64_t rows = 0;
         for (int j = 0; j < n; j++) rows += r->recv_splits[j];
@@ -374,13 +365,11 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       if (r->out.data) {
         r->result = r->out.data;
         r->result_owned = 0;
-      } else if (alloc_output(r, counts[me] * es)) {
+      } else if (wf_alloc_result(r, counts[me] * es)) {
         return WEFT_ERR_NO_MEMORY;
       }
-      r->result_ndim = m->ndim;
-      memcpy(r->result_shape, m->shape, sizeof m->shape);
-      r->result_shape[0] = (int64_t)(counts[me] / (row ? row : 1));
-      if (!row) r->result_shape[0] = (int64_t)(dim0 / (size_t)n + ((size_t)me < dim0 % (size_t)n));
+      wf_set_result_shape(r, (int64_t)(counts[me] / (row ? row : 1)));
+      if (!row) r->result_shape[0] = (int64_t)wf_rs_rows(dim0, n, me);
       a->in = in;
       a->out = r->result;
       a->counts = counts;
@@ -423,7 +412,7 @@ static void finalize_output(wf_gstate *gs) {
     size_t es = weft_dtype_size(m->dtype), off = 0;
     for (uint32_t i = 0; i < x->nfused; i++) {
       weft_request *q = x->fused[i];
-      size_t k = (size_t)elems_of(q->msg.shape, 0, q->msg.ndim);
+      size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
       wf_copy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
       post_process(m, q->out.data, k, n);
       off += k;
@@ -433,7 +422,7 @@ static void finalize_output(wf_gstate *gs) {
     for (int i = 0; i < n; i++) cur[i] = displs[i];
     for (uint32_t t = 0; t < x->nfused; t++) {
       weft_request *q = x->fused[t];
-      size_t row = (size_t)elems_of(q->msg.shape, 1, q->msg.ndim), off = 0;
+      size_t row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim), off = 0;
       for (int i = 0; i < n; i++) {
         size_t k = (size_t)x->resp.sizes[(size_t)t * n + i] * row;
         if (k) wf_copy((char *)q->result + off * es, (char *)gs->fusion_buf + cur[i] * es, k * es);
@@ -447,13 +436,13 @@ static void finalize_output(wf_gstate *gs) {
     const char *res = (const char *)gs->fusion_buf + total * es;
     for (uint32_t t = 0; t < x->nfused; t++) {
       weft_request *q = x->fused[t];
-      size_t k = rs_rows((size_t)q->msg.shape[0], n, r->group->rank) * (size_t)elems_of(q->msg.shape, 1, q->msg.ndim);
+      size_t k = wf_rs_rows((size_t)q->msg.shape[0], n, r->group->rank) * (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim);
       if (k) wf_copy(q->result, res + off * es, k * es);
       post_process(&q->msg, q->result, k, n);
       off += k;
     }
   } else if (m->coll == WF_COLL_ALLREDUCE) {
-    post_process(m, r->out.data, (size_t)elems_of(m->shape, 0, m->ndim), n);
+    post_process(m, r->out.data, (size_t)wf_elems(m->shape, 0, m->ndim), n);
   } else if (m->coll == WF_COLL_REDUCESCATTER) {
     post_process(m, r->result, x->arrays[r->group->rank], n);
   }
@@ -692,6 +681,12 @@ static weft_status post_round(weft_world *w, wf_gstate *gs) {
     }
   }
   return WEFT_OK;
+}
+
+void wf_set_result_shape(weft_request *r, int64_t dim0) {
+  r->result_ndim = r->msg.ndim;
+  memcpy(r->result_shape, r->msg.shape, sizeof r->msg.shape);
+  if (r->msg.ndim) r->result_shape[0] = dim0;
 }
 
 void wf_exec_peer_departed(weft_world *w, int peer) {

@@ -28,11 +28,7 @@
 #include "util/copy.h"
 #include "util/err.h"
 
-static size_t elems(const wf_request_msg *m) {
-  size_t n = 1;
-  for (int d = 0; d < m->ndim; d++) n *= (size_t)m->shape[d];
-  return n;
-}
+static size_t elems(const wf_request_msg *m) { return (size_t)wf_elems(m->shape, 0, m->ndim); }
 
 static int even_splits(const wf_request_msg *m, int n) {
   if (m->ndim < 1 || m->nsplits != (uint32_t)n || m->shape[0] % n) return 0;
@@ -111,23 +107,16 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   return 1;
 }
 
-/* An output of bytes through the request's allocator (or malloc). */
+/* An output of bytes as exec.c makes it; nobody else reads this rank's
+ * output, so an allocator's NULL fails this request at once. */
 static weft_status alloc_result(weft_request *r, size_t bytes) {
-  if (r->alloc) {
-    r->result = r->alloc(bytes, r->alloc_ctx);
-    r->result_owned = 0;
-  } else {
-    r->result = malloc(bytes ? bytes : 1);
-    r->result_owned = 1;
-  }
-  if (r->result || !bytes) return WEFT_OK;
+  if (wf_alloc_result(r, bytes) != WEFT_OK)
+    return wf_err(WEFT_ERR_NO_MEMORY, "'%s': out of memory for the output (%zu bytes)", r->msg.name, bytes);
+  if (!r->alloc_failed) return WEFT_OK;
+  free(r->result); /* the private stand-in exec.c would compute into */
+  r->result = NULL;
+  r->result_owned = 0;
   return wf_err(WEFT_ERR_NO_MEMORY, "'%s': the output allocator returned NULL (%zu bytes)", r->msg.name, bytes);
-}
-
-static void set_result_shape(weft_request *r, int64_t rows) {
-  r->result_ndim = r->msg.ndim;
-  memcpy(r->result_shape, r->msg.shape, sizeof r->msg.shape);
-  if (r->msg.ndim) r->result_shape[0] = rows;
 }
 
 /* dst = fold over members k of their bytes [off, off + count elements). */
@@ -157,7 +146,7 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
       WF_CHECK(alloc_result(r, bytes * (size_t)n));
       for (int k = 0; k < n && bytes; k++)
         wf_copy((char *)r->result + (size_t)k * bytes, wf_board_part(w->board, r->fast_t, k), bytes);
-      set_result_shape(r, m->shape[0] * n);
+      wf_set_result_shape(r, m->shape[0] * n);
       return WEFT_OK;
     case WF_COLL_ALLTOALL: {
       size_t block = bytes / (size_t)n;
@@ -171,14 +160,13 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
           wf_copy((char *)r->result + (size_t)k * block,
                  (const char *)wf_board_part(w->board, r->fast_t, k) + (size_t)me * block, block);
       }
-      set_result_shape(r, m->shape[0]);
+      wf_set_result_shape(r, m->shape[0]);
       return WEFT_OK;
     }
     case WF_COLL_REDUCESCATTER: {
-      /* rank i gets dim0 / n rows, one more for the first dim0 % n ranks */
       size_t dim0 = (size_t)m->shape[0], row = dim0 ? count / dim0 : 0, first = 0;
-      for (int i = 0; i < me; i++) first += dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n);
-      size_t rows = dim0 / (size_t)n + ((size_t)me < dim0 % (size_t)n);
+      for (int i = 0; i < me; i++) first += wf_rs_rows(dim0, n, i);
+      size_t rows = wf_rs_rows(dim0, n, me);
       if (r->out.data) {
         r->result = r->out.data;
         r->result_owned = 0;
@@ -186,7 +174,7 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
         WF_CHECK(alloc_result(r, rows * row * es));
       }
       if (rows && row) fold(w, r, r->result, first * row, rows * row);
-      set_result_shape(r, (int64_t)rows);
+      wf_set_result_shape(r, (int64_t)rows);
       return WEFT_OK;
     }
     default:
