@@ -64,7 +64,22 @@ typedef struct wf_coll_args {
 
   size_t segment_bytes; /* pipeline segment (WEFT_RING_SEGMENT_BYTES) */
   const wf_topo *topo;  /* NULL: unknown (treat as one host, no CMA) */
+
+  /* ALLREDUCE of fused tensors without packing them (nsegs > 0): the
+   * count elements are the segments' concatenation, each segment in its
+   * own memory, and buf is unused. Only algorithms with .segments take
+   * them (wf_algo_takes_segments). */
+  const struct wf_seg *segs;
+  size_t nsegs;
 } wf_coll_args;
+
+/* Elements [at, at + count) of a segmented allreduce buffer live at ptr.
+ * Segments are in order, adjacent (at = the previous at + count) and not
+ * empty. */
+typedef struct wf_seg {
+  void *ptr;
+  size_t at, count;
+} wf_seg;
 
 typedef struct wf_algo {
   const char *name;  /* "direct", "ring", "rd", "tree", "chain", "pairwise" */
@@ -80,6 +95,7 @@ typedef struct wf_algo {
   int (*prefer)(const wf_coll_args *a);
   /* Appends the schedule. Returns WEFT_OK or an error (e.g. NO_MEMORY). */
   weft_status (*build)(const wf_coll_args *a, wf_sched *s);
+  int segments; /* build takes segmented allreduce buffers (a->nsegs > 0) */
 } wf_algo;
 
 /* Picks and builds: forced name (may be NULL or "") first; if forced is set
@@ -87,6 +103,12 @@ typedef struct wf_algo {
  * default, else the cheapest supporting algorithm. *chosen gets the
  * algorithm's name. */
 weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen);
+
+/* 1 if the algorithm wf_algo_build would choose for a (read as one
+ * contiguous buffer of a->count elements) takes segments: the engine then
+ * hands it fused tensors where they lie instead of packing them. The same
+ * answer on every rank of the group, as the choice itself. */
+int wf_algo_takes_segments(const wf_coll_args *a, const char *forced);
 
 /* The table: all algorithms, NULL-terminated. */
 const wf_algo *const *wf_algo_table(void);

@@ -13,6 +13,7 @@
  *                  chunk, and every rank copies the others' chunks out.
  *   broadcast      the root copies the tensor into its slots, chunk by
  *                  chunk; every other rank copies each chunk out as it lands.
+ * The allreduce also runs fused tensors where they lie (wf_seg), unpacked.
  * Each claims every size it supports: measured on 2 cores against direct,
  * ring, tree, chain and cma from 16 KiB up (docs/design.md); the cost model
  * never chooses it otherwise. */
@@ -37,7 +38,7 @@ static double shm_cost(const wf_coll_args *a) {
 #define SHM_ALGO(var, c)                                                                                             \
   const wf_algo var = {                                                                                              \
       .name = "shm", .coll = c, .supports = shm_supports, .cost = shm_cost, .prefer = shm_prefer,                    \
-      .build = wf_stage_build}
+      .build = wf_stage_build, .segments = (c) == WF_COLL_ALLREDUCE}
 
 SHM_ALGO(wf_algo_allreduce_shm, WF_COLL_ALLREDUCE);
 SHM_ALGO(wf_algo_reducescatter_shm, WF_COLL_REDUCESCATTER);

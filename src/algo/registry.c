@@ -116,7 +116,18 @@ static weft_status validate(const wf_coll_args *a) {
     case WF_COLL_BROADCAST:
       if (!span_ok(0, a->count, a->elem_size))
         return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %zu elements overflow", cn, a->count);
-      if (a->count && !a->buf) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: NULL buffer", cn);
+      if (a->nsegs && a->coll == WF_COLL_ALLREDUCE) {
+        size_t at = 0;
+        for (size_t i = 0; i < a->nsegs; i++) {
+          if (!a->segs[i].ptr || !a->segs[i].count || a->segs[i].at != at)
+            return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allreduce: segment %zu is empty, NULL or out of order", i);
+          at += a->segs[i].count;
+        }
+        if (at != a->count)
+          return wf_err(WEFT_ERR_INVALID_ARGUMENT, "allreduce: segments hold %zu elements, not %zu", at, a->count);
+      } else if (a->count && !a->buf) {
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: NULL buffer", cn);
+      }
       if (a->coll == WF_COLL_BROADCAST && (a->root < 0 || a->root >= a->size))
         return wf_err(WEFT_ERR_INVALID_ARGUMENT, "broadcast: root %d out of range for size %d", a->root, a->size);
       if (a->coll == WF_COLL_ALLREDUCE &&
@@ -159,10 +170,9 @@ static int first_warning(wf_coll c, int kind) {
   return !(atomic_fetch_or_explicit(&g_warned, bit, memory_order_relaxed) & bit);
 }
 
-weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen) {
-  if (chosen) *chosen = NULL;
-  if (!a || !s) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_algo_build: NULL arguments");
-  WF_CHECK(validate(a));
+/* The algorithm for a: forced, else the highest claim, else the
+ * collective's default, else the cheapest; NULL if none supports a. */
+static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
   const char *cn = coll_name(a->coll);
   const wf_algo *pick = NULL;
 
@@ -208,10 +218,29 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
         best = c;
       }
     }
-    if (!pick)
-      return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s: no algorithm supports %zu elements on %d ranks", cn, a->count,
-                    a->size);
   }
+  return pick;
+}
+
+int wf_algo_takes_segments(const wf_coll_args *a, const char *forced) {
+  if (!a || a->coll != WF_COLL_ALLREDUCE) return 0;
+  wf_coll_args c = *a; /* the choice as for one contiguous buffer */
+  c.segs = NULL;
+  c.nsegs = 0;
+  const wf_algo *pick = choose(&c, forced);
+  return pick && pick->segments;
+}
+
+weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen) {
+  if (chosen) *chosen = NULL;
+  if (!a || !s) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_algo_build: NULL arguments");
+  WF_CHECK(validate(a));
+  const char *cn = coll_name(a->coll);
+  const wf_algo *pick = choose(a, forced);
+  if (!pick)
+    return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s: no algorithm supports %zu elements on %d ranks", cn, a->count, a->size);
+  if (a->nsegs && !pick->segments)
+    return wf_err(WEFT_ERR_INTERNAL, "%s %s: cannot take %zu segments", cn, pick->name, a->nsegs);
 
   WF_DEBUG(WF_SUB_ALGO, "%s: %s (rank %d of %d, %zu elements)", cn, pick->name, a->rank, a->size, a->count);
   /* the schedule's REDUCE/SCALE steps are of this collective's type */

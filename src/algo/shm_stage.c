@@ -94,7 +94,9 @@ typedef struct stage_op {
   weft_reduce_op op;
   size_t es;
   int n, me, root;
-  char *buf;       /* allreduce, broadcast */
+  char *buf;       /* broadcast */
+  const wf_seg *segs; /* allreduce: the buffer's segments (one for a contiguous buffer) */
+  size_t nsegs;
   const char *in;  /* reducescatter, allgather */
   char *out;
   size_t count;
@@ -149,6 +151,54 @@ static size_t piece(size_t len, size_t E, size_t c, size_t *off) {
 
 static char *slot_of(const stage_op *o, int rank, size_t c) {
   return o->g->data[rank] + (c % o->gm.nslots) * o->gm.slot;
+}
+
+/* Allreduce buffer pieces: elements [pos, end) of the segments' concatenation,
+ * segment by segment. */
+typedef struct pieces {
+  const stage_op *o;
+  size_t k, pos, end;
+} pieces;
+
+static pieces pieces_of(const stage_op *o, size_t lo, size_t len) {
+  size_t a = 0, b = o->nsegs; /* the last segment starting at or before lo */
+  while (b - a > 1) {
+    size_t m = a + (b - a) / 2;
+    if (o->segs[m].at <= lo) a = m;
+    else b = m;
+  }
+  return (pieces){o, a, lo, lo + len};
+}
+
+/* The next piece: *p its memory, *n its elements, *rel its position from
+ * the range's start; 0 when none is left. */
+static int next_piece(pieces *it, size_t lo, char **p, size_t *n, size_t *rel) {
+  if (it->pos >= it->end) return 0;
+  const wf_seg *s = &it->o->segs[it->k];
+  while (it->pos >= s->at + s->count) s = &it->o->segs[++it->k];
+  size_t off = it->pos - s->at, m = s->count - off;
+  if (m > it->end - it->pos) m = it->end - it->pos;
+  *p = (char *)s->ptr + off * it->o->es;
+  *n = m;
+  *rel = it->pos - lo;
+  it->pos += m;
+  return 1;
+}
+
+/* Copies elements [lo, lo + len) of the allreduce buffer to dst. */
+static void gather(const stage_op *o, char *dst, size_t lo, size_t len) {
+  pieces it = pieces_of(o, lo, len);
+  char *p;
+  size_t n, rel;
+  while (next_piece(&it, lo, &p, &n, &rel)) wf_copy(dst + rel * o->es, p, n * o->es);
+}
+
+/* Copies src to elements [lo, lo + len) of the allreduce buffer. */
+static void scatter(const stage_op *o, size_t lo, const char *src, size_t len) {
+  pieces it = pieces_of(o, lo, len);
+  char *p;
+  size_t n, rel;
+  while (next_piece(&it, lo, &p, &n, &rel)) wf_copy(p, src + rel * o->es, n * o->es);
 }
 
 /* ------------------------------------------------------------------ context */
@@ -250,7 +300,8 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   geom gm;
   if (!g || !plan(a, g, &gm)) return wf_err(WEFT_ERR_INTERNAL, "staging cannot run this collective");
   if (gm.nchunks == 0) return WEFT_OK;
-  size_t n = (size_t)a->size, bytes = sizeof(stage_op) + 2 * n * sizeof(size_t) + n * sizeof(char *);
+  size_t n = (size_t)a->size, nsegs = a->coll != WF_COLL_ALLREDUCE ? 0 : a->nsegs ? a->nsegs : 1;
+  size_t bytes = sizeof(stage_op) + 2 * n * sizeof(size_t) + n * sizeof(char *) + nsegs * sizeof(wf_seg);
   char *p = wf_sched_scratch(s, bytes);
   if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for %zu bytes of scratch", bytes);
   stage_op *o = (stage_op *)(void *)p;
@@ -258,6 +309,13 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   o->counts = (size_t *)(void *)(p + sizeof *o);
   o->displs = o->counts + n;
   o->x = (const char **)(void *)(o->displs + n);
+  if (nsegs) { /* the allreduce buffer as segments: its own, or the one buffer */
+    wf_seg *sg = (wf_seg *)(void *)(o->x + n);
+    if (a->nsegs) memcpy(sg, a->segs, nsegs * sizeof *sg);
+    else sg[0] = (wf_seg){a->buf, 0, a->count};
+    o->segs = sg;
+    o->nsegs = nsegs;
+  }
   o->g = g;
   o->coll = a->coll;
   o->dt = a->dtype;
@@ -266,7 +324,7 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   o->n = a->size;
   o->me = a->rank;
   o->root = a->root;
-  o->buf = a->buf;
+  o->buf = a->coll == WF_COLL_BROADCAST ? a->buf : NULL;
   o->in = a->in;
   o->out = a->out;
   o->count = a->count;
@@ -301,15 +359,14 @@ static void copy_in(stage_op *o, size_t c) {
   switch (o->coll) {
     case WF_COLL_ALLREDUCE: {
       size_t start, m = ar_chunk(o, c, &start);
-      const char *src = o->buf + start * es;
       if (o->gm.fold_all) {
-        wf_copy(slot, src, m * es);
+        gather(o, slot, start, m);
         break;
       }
       /* the peers' slices only: this rank reads its own from its buffer */
       block_of(m, o->n, o->me, &off, &len);
-      wf_copy(slot, src, off * es);
-      wf_copy(slot + (off + len) * es, src + (off + len) * es, (m - off - len) * es);
+      gather(o, slot, start, off);
+      gather(o, slot + (off + len) * es, start + off + len, m - off - len);
       break;
     }
     case WF_COLL_REDUCESCATTER:
@@ -335,15 +392,14 @@ static void copy_in(stage_op *o, size_t c) {
   }
 }
 
-/* dst = ((x[0] op x[1]) op x[2]) ... over elements [at, at + len) of the
- * operands (dst and tmp likewise); dst may be x[0]; x[k] for k > 0 is never
- * dst unless k is the last. */
-static void fold(const stage_op *o, size_t at, char *dst, char *tmp, size_t len) {
-  size_t b = at * o->es;
-  const char *acc = o->x[0] + b;
+/* dst = ((x[0] op x[1]) op x[2]) ... over len elements, intermediate
+ * results in tmp; dst may be x[0]; x[k] for k > 0 is never dst unless k is
+ * the last. */
+static void fold(const stage_op *o, char *dst, char *tmp, size_t len) {
+  const char *acc = o->x[0];
   for (int k = 1; k < o->n; k++) {
-    char *d = (k == o->n - 1 ? dst : tmp) + b;
-    wf_reduce3(o->dt, o->op, d, acc, o->x[k] + b, len);
+    char *d = k == o->n - 1 ? dst : tmp;
+    wf_reduce3(o->dt, o->op, d, acc, o->x[k], len);
     acc = d;
   }
 }
@@ -362,18 +418,19 @@ static void reduce(stage_op *o, size_t c) {
     for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, dst, o->x[k], len);
     return;
   }
-  size_t start, m = ar_chunk(o, c, &start);
-  char *chunk = o->buf + start * es;
+  size_t start, m = ar_chunk(o, c, &start), rel, k2;
+  char *p;
   if (o->gm.fold_all) { /* every operand from its slot; the result into the buffer */
-    for (int k = 0; k < o->n; k++) o->x[k] = slot_of(o, k, c);
-    wf_reduce3(o->dt, o->op, chunk, o->x[0], o->x[1], m);
-    for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, chunk, o->x[k], m);
+    pieces it = pieces_of(o, start, m);
+    while (next_piece(&it, start, &p, &k2, &rel)) {
+      wf_reduce3(o->dt, o->op, p, slot_of(o, 0, c) + rel * es, slot_of(o, 1, c) + rel * es, k2);
+      for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, p, slot_of(o, k, c) + rel * es, k2);
+    }
     return;
   }
   block_of(m, o->n, o->me, &off, &len);
   if (!len) return;
-  char *mine = chunk + off * es, *tmp = slot_of(o, o->me, c) + off * es;
-  for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? mine : slot_of(o, k, c) + off * es;
+  char *tmp = slot_of(o, o->me, c) + off * es;
   /* Intermediate results in this rank's own slice of its slot (no peer reads
    * it as input), the last into the buffer; then the result goes where the
    * peers copy it from: this rank's slot, or with two ranks the peer's slot
@@ -383,9 +440,14 @@ static void reduce(stage_op *o, size_t c) {
   char *res = o->n == 2 ? slot_of(o, 1 - o->me, c) + off * es : tmp;
   size_t sub = SUB_BYTES / es; /* the copy reads what the fold just wrote, from L1 */
   for (size_t at = 0; at < len; at += sub) {
-    size_t m2 = len - at < sub ? len - at : sub;
-    fold(o, at, mine, tmp, m2);
-    wf_copy(res + at * es, mine + at * es, m2 * es);
+    size_t m2 = len - at < sub ? len - at : sub, lo = start + off + at;
+    pieces it = pieces_of(o, lo, m2); /* this rank's slice, segment by segment */
+    while (next_piece(&it, lo, &p, &k2, &rel)) {
+      size_t b = (at + rel) * es;
+      for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? p : slot_of(o, k, c) + off * es + b;
+      fold(o, p, tmp + b, k2);
+      wf_copy(res + b, p, k2 * es);
+    }
   }
 }
 
@@ -402,7 +464,7 @@ static void copy_out(stage_op *o, int j, size_t c) {
   if (o->coll == WF_COLL_ALLREDUCE) {
     size_t start, m = ar_chunk(o, c, &start);
     block_of(m, o->n, j, &off, &len);
-    wf_copy(o->buf + (start + off) * es, slot + off * es, len * es);
+    scatter(o, start + off, slot + off * es, len);
   } else if (o->coll == WF_COLL_ALLGATHER) {
     len = piece(o->counts[j], o->gm.E, c, &off);
     if (len) wf_copy(o->out + (o->displs[j] + off) * es, slot, len * es);

@@ -112,6 +112,8 @@ typedef struct wf_exec {
   uint32_t *send_idx, *recv_idx; /* per world rank: messages so far in this collective */
   void *tmp;                 /* engine-owned temporary (e.g. prescaled input) */
   size_t *arrays;            /* counts, displs, send/recv counts and displs: 6 x group size */
+  struct wf_seg *segs;       /* fused allreduce without packing: its tensors' outputs (algo.h) */
+  int segmented;             /* the fused allreduce runs on segs */
   const char *algo;
   int64_t deadline;
 } wf_exec;

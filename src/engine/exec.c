@@ -35,6 +35,7 @@ static void exec_clear(wf_gstate *gs) {
   free(x->tmp);
   free(x->arrays);
   free(x->fused);
+  free(x->segs);
   memset(x, 0, sizeof *x);
 }
 
@@ -232,6 +233,33 @@ static weft_status prepare_fused_reducescatter(wf_gstate *gs, wf_coll_args *a) {
   return WEFT_OK;
 }
 
+static const char *forced_algo(wf_coll c);
+
+/* Fused allreduce for an algorithm that takes the tensors where they lie
+ * (algo.h, wf_seg): each output, prescaled (in place, or copied from its
+ * input), is one segment; no fusion buffer, no packing, no unpacking. */
+static weft_status prepare_segments(wf_gstate *gs, wf_coll_args *a) {
+  wf_exec *x = &gs->exec;
+  const wf_request_msg *m = &x->req->msg;
+  wf_seg *segs = malloc(sizeof *segs * x->nfused);
+  if (!segs) return WEFT_ERR_NO_MEMORY;
+  size_t at = 0, n = 0;
+  for (uint32_t i = 0; i < x->nfused; i++) {
+    weft_request *q = x->fused[i];
+    size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
+    if (!k) continue;
+    if (q->in.data != q->out.data) wf_scale_copy(m->dtype, q->out.data, q->in.data, k, m->prescale);
+    else wf_scale(m->dtype, q->out.data, k, m->prescale);
+    segs[n++] = (wf_seg){q->out.data, at, k};
+    at += k;
+  }
+  x->segs = segs;
+  x->segmented = 1;
+  a->segs = segs;
+  a->nsegs = n;
+  return WEFT_OK;
+}
+
 /* Fills args for the response's collective; allocates outputs. */
 static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
   wf_exec *x = &gs->exec;
@@ -260,6 +288,8 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       if (x->nfused > 1) { /* pack every tensor (prescaled) into the fusion buffer */
         size_t sum = 0;
         for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)wf_elems(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
+        a->count = sum;
+        if (wf_algo_takes_segments(a, forced_algo(WF_COLL_ALLREDUCE))) return prepare_segments(gs, a);
         if (sum * es > gs->fusion_cap) {
           void *nb = realloc(gs->fusion_buf, sum * es);
           if (!nb) return WEFT_ERR_NO_MEMORY;
@@ -408,7 +438,12 @@ static void finalize_output(wf_gstate *gs) {
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
   int n = r->group->size;
-  if (m->coll == WF_COLL_ALLREDUCE && x->nfused > 1) { /* unpack, then post-process in place */
+  if (m->coll == WF_COLL_ALLREDUCE && x->segmented) { /* reduced where they lie: post-process each */
+    for (uint32_t i = 0; i < x->nfused; i++) {
+      weft_request *q = x->fused[i];
+      post_process(m, q->out.data, (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim), n);
+    }
+  } else if (m->coll == WF_COLL_ALLREDUCE && x->nfused > 1) { /* unpack, then post-process in place */
     size_t es = weft_dtype_size(m->dtype), off = 0;
     for (uint32_t i = 0; i < x->nfused; i++) {
       weft_request *q = x->fused[i];

@@ -24,13 +24,15 @@
 #include "util/time.h"
 
 #define FREE_MAX 4096 /* recycled entries and blocks kept */
-/* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses (two or
- * more: a lone one goes at once) wait while requests for tensors that could
- * fuse with them are still arriving (one within HOLD_GAP_NS left an entry
- * waiting for other ranks), at most HOLD_MAX_NS: a burst of tensors
- * submitted together runs as one collective, not as many pieces as the
- * ranks' engines happened to drain. When the burst's last request completes
- * every entry the hold ends at once. */
+/* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses wait while
+ * requests for tensors that could fuse with them are still arriving (one
+ * within HOLD_GAP_NS left an entry waiting for other ranks), at most
+ * HOLD_MAX_NS: a burst of tensors submitted together runs as one
+ * collective, not as many pieces as the ranks' engines happened to drain
+ * (a burst's first tensor, ready alone because each engine woke for it
+ * before the rest came, waits for the rest too). When the burst's last
+ * request completes every entry the hold ends at once; a lone tensor with
+ * nothing else arriving goes at once. */
 #define HOLD_GAP_NS 100000
 #define HOLD_MAX_NS 1000000
 
@@ -667,7 +669,7 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   size_t n = c->nready;
   *out = NULL;
   if (!n) return 0;
-  if (c->hold && fusion_threshold > 0 && c->nready_fusable >= 2 && c->npending_fusable > 0) {
+  if (c->hold && fusion_threshold > 0 && c->nready_fusable > 0 && c->npending_fusable > 0) {
     int64_t now = wf_now_ns(), until = c->last_add_ns + HOLD_GAP_NS;
     if (until > c->first_ready_ns + HOLD_MAX_NS) until = c->first_ready_ns + HOLD_MAX_NS;
     if (now < until) {

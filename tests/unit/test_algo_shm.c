@@ -13,6 +13,7 @@
  *    rank running long sequences of mixed collectives back to back (slot
  *    reuse across collectives, real concurrency: TSan checks the flags order
  *    the plain data);
+ *  - allreduce of fused tensors where they lie (segments), bit for bit;
  *  - a rank that gives up mid-collective: its peers fail naming it, no hang;
  *  - the registry: shm claims the collectives only with staging attached to
  *    the group's topology and the group the size of the host. */
@@ -449,6 +450,114 @@ static void suite_moves(size_t bytes, int pmax) {
   }
 }
 
+/* Fused tensors reduced where they lie (wf_seg): random segment sizes
+ * (runs of one element, segments inside a slice, across slices, chunks and
+ * slots), each segment its own guarded allocation; bit for bit against
+ * "direct" on each rank's contiguous concatenation. */
+#define MAX_SEGS 512
+static void suite_segments(size_t bytes, int pmax, uint64_t seed) {
+  for (int p = 2; p <= pmax; p++) {
+    host H;
+    host_init(&H, p, bytes, 0);
+    for (size_t di = p % 2; di < NALL; di += 2) {
+      const dtop *d = &k_all[di];
+      size_t es = d->es, E = ar_chunk_elems(bytes, es, p);
+      size_t totals[] = {2, (size_t)p + 1, E + 1, 3 * E + 7, ((size_t)64 << 10) / es + 5};
+      for (size_t t = 0; t < sizeof totals / sizeof totals[0]; t++) {
+        size_t n = totals[t], sz[MAX_SEGS], nseg = 0;
+        uint64_t s = seed + 131 * t + 7 * di + (uint64_t)p;
+        for (size_t at = 0; at < n; nseg++) {
+          uint64_t r = rng_next(&s);
+          size_t k = r % 4 == 0 ? 1 : 1 + (size_t)(r >> 8) % (E / 2 + 2);
+          if (k > n - at || nseg == MAX_SEGS - 1) k = n - at;
+          sz[nseg] = k;
+          at += k;
+        }
+        snprintf(g_ctx, sizeof g_ctx, "segmented allreduce p=%d %s n=%zu in %zu segments region %zu", p, d->name, n,
+                 nseg, bytes);
+        job J[MAXP];
+        void *ref[MAXP];
+        wf_seg *sg[MAXP];
+        simrank *R = calloc((size_t)p, sizeof *R);
+        CHECK(R, "out of memory");
+        for (int i = 0; i < p; i++) {
+          ref[i] = gb_alloc(n * es, 0);
+          fill_random(d, ref[i], n, s + 1000 * (uint64_t)i);
+          sg[i] = malloc(nseg * sizeof *sg[i]);
+          CHECK(sg[i], "out of memory");
+          for (size_t j = 0, at = 0; j < nseg; at += sz[j++]) {
+            sg[i][j] = (wf_seg){gb_alloc(sz[j] * es, 0), at, sz[j]};
+            memcpy(sg[i][j].ptr, (char *)ref[i] + at * es, sz[j] * es);
+          }
+          wf_coll_args a = args_of(&H, WF_COLL_ALLREDUCE, d, i);
+          a.count = n;
+          CHECK(wf_algo_takes_segments(&a, NULL), "rank %d: shm does not take segments", i);
+          a.segs = sg[i];
+          a.nsegs = nseg;
+          job_build(&J[i], &a, "shm");
+          a.segs = NULL;
+          a.nsegs = 0;
+          a.buf = ref[i];
+          a.topo = NULL;
+          build(R, i, &a, "direct");
+          add_region(&R[i], ref[i], n * es, 1);
+        }
+        simulate(R, p, es);
+        free_scheds(R, p);
+        free(R);
+        run_rr(J, p, (int)(t % 3), s);
+        for (int i = 0; i < p; i++) {
+          wf_sched_free(&J[i].s);
+          for (size_t j = 0; j < nseg; j++) {
+            gb_check(sg[i][j].ptr, sz[j] * es, "segment", i);
+            CHECK(!memcmp(sg[i][j].ptr, (char *)ref[i] + sg[i][j].at * es, sz[j] * es),
+                  "rank %d: segment %zu (elements %zu..%zu) differs from direct", i, j, sg[i][j].at,
+                  sg[i][j].at + sz[j]);
+            gb_free(sg[i][j].ptr);
+          }
+          free(sg[i]);
+          gb_free(ref[i]);
+        }
+      }
+    }
+    host_free(&H);
+  }
+}
+
+/* Segments are taken only by the algorithm that says so, and must tile the
+ * count. */
+static void test_segment_args(void) {
+  snprintf(g_ctx, sizeof g_ctx, "segment arguments");
+  static const dtop f32 = {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 4, "float32"};
+  host H;
+  host_init(&H, 2, (size_t)1 << 20, 0);
+  float x[8] = {0}, y[8] = {0};
+  wf_seg sg[2] = {{x, 0, 8}, {y, 8, 8}};
+  wf_coll_args a = args_of(&H, WF_COLL_ALLREDUCE, &f32, 0);
+  a.count = 16;
+  CHECK(wf_algo_takes_segments(&a, NULL) && wf_algo_takes_segments(&a, "shm"), "shm should take segments");
+  CHECK(!wf_algo_takes_segments(&a, "direct"), "direct should not take segments");
+  a.topo = NULL;
+  CHECK(!wf_algo_takes_segments(&a, NULL), "segments without staging");
+  a.topo = &H.topo[0];
+  a.segs = sg;
+  a.nsegs = 2;
+  wf_sched s;
+  wf_sched_init(&s, a.dtype, a.op);
+  CHECK(wf_algo_build(&a, "direct", &s, NULL) != WEFT_OK, "direct accepted segments");
+  wf_sched_free(&s);
+  sg[1].at = 9; /* a gap */
+  wf_sched_init(&s, a.dtype, a.op);
+  CHECK(wf_algo_build(&a, NULL, &s, NULL) == WEFT_ERR_INVALID_ARGUMENT, "a gap between segments was accepted");
+  wf_sched_free(&s);
+  sg[1].at = 8;
+  a.count = 17; /* more than the segments hold */
+  wf_sched_init(&s, a.dtype, a.op);
+  CHECK(wf_algo_build(&a, NULL, &s, NULL) == WEFT_ERR_INVALID_ARGUMENT, "17 elements in 16 were accepted");
+  wf_sched_free(&s);
+  host_free(&H);
+}
+
 /* One thread per rank, each running the same long list of mixed
  * collectives back to back: a rank starts the next while its peers still
  * read its region for the previous one. */
@@ -613,9 +722,12 @@ int main(void) {
   test_registry();
   test_gone();
   test_leave();
+  test_segment_args();
   int pmax = TEST_TSAN ? 4 : 6;
   suite_allreduce(16384 + HDR, pmax);     /* tiny regions: many chunks, slots wrap */
   suite_allreduce((size_t)4 << 20, 3);    /* the default geometry */
+  suite_segments(16384 + HDR, pmax, 11);
+  suite_segments((size_t)4 << 20, 3, 12);
   suite_reducescatter(16384 + HDR, pmax);
   suite_moves(16384 + HDR, pmax);
   suite_moves((size_t)1 << 20, 3);
