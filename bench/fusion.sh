@@ -14,8 +14,8 @@
 #                one rank each, TCP over a veth pair (NETNS=1)
 #
 # usage: bench/fusion.sh          (a built weft in build/)
-# env:   BUILD (build), PASSES (3), NETNS (0), WORKLOADS ("200x4K 16x4M"),
-#        PATHS ("board coord-shm coord-tcp")
+# env:   BUILD (build), PASSES (3), NETNS (0: 1 adds netns-tcp; needs root),
+#        WORKLOADS ("200x4K 16x4M"), PATHS ("board coord-shm coord-tcp"; "" none)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
@@ -23,8 +23,7 @@ BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
 PASSES=${PASSES:-3}
 WORKLOADS=${WORKLOADS:-200x4K 16x4M}
-PATHS=${PATHS:-board coord-shm coord-tcp}
-[ "${NETNS:-0}" = 1 ] && PATHS="$PATHS netns-tcp"
+PATHS=${PATHS-board coord-shm coord-tcp}
 
 # one step time (µs) of weft-bench: $1 path, $2 K, $3 size, $4 threshold
 step_us() {
@@ -73,6 +72,7 @@ if [ "${1:-}" = --inner ]; then
   inner
   exit
 fi
+[ "${NETNS:-0}" = 1 ] && PATHS="$PATHS netns-tcp"
 export BUILD PASSES WORKLOADS PATHS
 if [ "${NETNS:-0}" = 1 ]; then
   out=$("$REPO/tests/cluster/netns.sh" run 2 "$0" --inner) || { echo "$out"; exit 1; }
