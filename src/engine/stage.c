@@ -43,6 +43,7 @@ weft_status wf_stage_attach(weft_world *w) {
   free(regions);
   if (st != WEFT_OK || !g) return st; /* !g: regions too small to use */
   w->world_gs->topo.stage = g;
+  if (w->world_gs->coord) wf_coord_set_unpacked_allreduce(w->world_gs->coord); /* fused in place (exec.c) */
   wf_shm_set_poll(w->shm, wf_stage_ready, g);
   WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB", n, bytes >> 10);
   return WEFT_OK;

@@ -107,6 +107,8 @@ struct wf_coord {
   wf_cache *cache;   /* response cache (NULL: WEFT_CACHE_CAPACITY=0) */
   const wf_request_msg **scratch; /* size entries: finish's view of an entry */
   int hold;          /* the fusion hold is on (no cycle time) */
+  uint64_t pack_max; /* larger tensors are not fused (0: no limit) */
+  int ar_unpacked;   /* fused allreduces cost no copy: pack_max does not apply */
   int npending_fusable; /* entries of fusable collectives */
   size_t nready_fusable; /* ready OK responses of fusable collectives */
   int64_t last_add_ns;  /* when a request last left its entry waiting for other ranks */
@@ -208,6 +210,8 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   c->next_check = INT64_MAX;
   c->hold_until = INT64_MAX;
   c->hold = wf_param_int("WEFT_CYCLE_TIME_US") <= 0 && wf_param_double("WEFT_CYCLE_TIME_MS") <= 0;
+  int64_t pm = wf_param_int("WEFT_FUSION_PACK_MAX_BYTES");
+  c->pack_max = pm > 0 ? (uint64_t)pm : 0;
   /* a stall shutdown shortens the negotiation deadline */
   if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
   c->departed = calloc((size_t)size, 1);
@@ -602,14 +606,22 @@ void wf_coord_rank_departed(wf_coord *c, int rank) {
 }
 
 /* ------------------------------------------------------------------ take */
+void wf_coord_set_unpacked_allreduce(wf_coord *c) { c->ar_unpacked = 1; }
+
 /* Can response j join the fused response that starts at i (and has j - i
  * tensors)? Allreduces and reducescatters: same dtype, op and scales;
  * allgathers: same dtype (their per-tensor, per-rank row counts must fit
- * one response's sizes). */
+ * one response's sizes). Where fusing means packing, not tensors larger
+ * than pack_max: two more passes over their bytes cost more than the
+ * negotiation fusion saves (over TCP loopback, 24 x 2 MiB ran 1.6x slower
+ * fused, 64 x 256 KiB 2.1x faster). */
 static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
   const ready *a = &c->ready[i], *b = &c->ready[j];
   if (a->resp.type != WF_RESP_OK || b->resp.type != WF_RESP_OK || a->resp.coll != b->resp.coll ||
       a->m.dtype != b->m.dtype || total + b->m.bytes > threshold)
+    return 0;
+  if (c->pack_max && !(c->ar_unpacked && a->resp.coll == WF_COLL_ALLREDUCE) &&
+      (a->m.bytes > c->pack_max || b->m.bytes > c->pack_max))
     return 0;
   switch (a->resp.coll) {
     case WF_COLL_ALLREDUCE:

@@ -21,6 +21,10 @@ typedef void (*wf_stall_fn)(void *ctx, const char *report, const uint8_t *submit
  * every WEFT_STALL_CHECK_SECONDS while it waits. */
 weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out);
 void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx);
+/* The members reduce fused allreduces where the tensors lie (one host's
+ * staging): no copies, so WEFT_FUSION_PACK_MAX_BYTES no longer applies to
+ * allreduces. */
+void wf_coord_set_unpacked_allreduce(wf_coord *c);
 void wf_coord_destroy(wf_coord *c);
 
 /* Records rank's request (copied). A second request for the same name from

@@ -24,6 +24,10 @@
 #       WEFT_FUSION_THRESHOLD=0 (counted from the engine's debug log), and
 #       WEFT_* wins over HOROVOD_*
 #   alias-timeline HOROVOD_TIMELINE / HOROVOD_TIMELINE_MARK_CYCLES
+#   fusion-pack    WEFT_FUSION_PACK_MAX_BYTES below the probe's tensors: over
+#       TCP every tensor runs alone (fusing would pack it); on one host's
+#       staging they still fuse (reduced in place); with the limit off
+#       (0) they fuse over TCP too. Counted from the engine's debug log.
 #   fusion-gather  feat_fuse_gather --probe: allgathers and reducescatters
 #       submitted at once run as fewer collectives than tensors (engine debug
 #       log), and as one each with WEFT_FUSION_THRESHOLD=0
@@ -262,6 +266,26 @@ alias-fusion)
     fail "default threshold: $on_default collectives for $N tensors (expected fusion)"
   [ "$on_weft_wins" -ge 1 ] && [ "$on_weft_wins" -le $((N / 2)) ] ||
     fail "WEFT_FUSION_THRESHOLD set and HOROVOD_FUSION_THRESHOLD=0: $on_weft_wins collectives (WEFT_* must win)"
+  ;;
+fusion-pack)
+  N=40
+  runs() {
+    local name=$1
+    shift
+    run_job "$name" WEFT_LOG_LEVEL=debug WEFT_LOG_SUBSYS=engine WEFT_CYCLE_TIME_US=100000 "$@" -- \
+      "$FEATBIN/feat_fusion" --probe $N >&2
+    stderr_of "$name" 0 | grep -c "run allreduce 'probe\."
+  }
+  tcp_limited=$(runs tcp_limited WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=1000)
+  shm_limited=$(runs shm_limited WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000)
+  tcp_off=$(runs tcp_off WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=0)
+  echo "allreduce collectives for $N tensors of 4000 bytes: tcp with a 1000-byte pack limit: $tcp_limited," \
+    "shm with it: $shm_limited, tcp without: $tcp_off"
+  [ "$tcp_limited" -eq $N ] || fail "tcp, pack limit 1000: $tcp_limited collectives for $N tensors (packed?)"
+  [ "$shm_limited" -ge 1 ] && [ "$shm_limited" -le $((N / 2)) ] ||
+    fail "shm, pack limit 1000: $shm_limited collectives for $N tensors (expected fusion in place)"
+  [ "$tcp_off" -ge 1 ] && [ "$tcp_off" -le $((N / 2)) ] ||
+    fail "tcp, no pack limit: $tcp_off collectives for $N tensors (expected fusion)"
   ;;
 alias-timeline)
   mkdir -p "$TMP/hv"
