@@ -10,6 +10,7 @@
 
 #include "algo/algo.h"
 #include "engine/engine.h"
+#include "engine/fuse.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
 #include "util/err.h"
@@ -123,142 +124,11 @@ weft_status wf_alloc_result(weft_request *r, size_t bytes) {
   return WEFT_OK;
 }
 
-/* Grows the group's persistent fusion buffer to at least bytes. */
-static weft_status fusion_reserve(wf_gstate *gs, size_t bytes) {
-  if (!bytes) bytes = 1;
-  if (bytes <= gs->fusion_cap) return WEFT_OK;
-  void *nb = realloc(gs->fusion_buf, bytes);
-  if (!nb) return WEFT_ERR_NO_MEMORY;
-  gs->fusion_buf = nb;
-  gs->fusion_cap = bytes;
-  return WEFT_OK;
-}
-
 /* Rows of a dim-0 slice of dim0 rows that group rank i gets in a
  * reducescatter of n ranks. */
 size_t wf_rs_rows(size_t dim0, int n, int i) { return dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n); }
 
-/* Fused allgather: every rank's rows of each tensor, packed rank by rank
- * (this rank's part: tensor after tensor), gathered once through the fusion
- * buffer [gathered | this rank's input]; finalize_output unpacks. The
- * response's sizes hold each tensor's rows per rank, tensor after tensor. */
-static weft_status prepare_fused_allgather(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
-  wf_exec *x = &gs->exec;
-  int n = gs->group->size, me = gs->group->rank;
-  size_t es = a->elem_size, *counts = x->arrays, *displs = counts + n;
-  if (x->resp.nsizes != (uint64_t)x->nfused * (uint64_t)n) {
-    snprintf(err, errlen, "fused allgather response carries %u sizes for %u tensors of %d ranks", x->resp.nsizes,
-             x->nfused, n);
-    return WEFT_ERR_PROTOCOL;
-  }
-  for (uint32_t t = 0; t < x->nfused; t++) {
-    const wf_request_msg *q = &x->fused[t]->msg;
-    if (q->ndim < 1 || q->dtype != a->dtype || x->resp.sizes[(size_t)t * n + me] != q->shape[0]) {
-      snprintf(err, errlen, "fused allgather response does not match this rank's tensor '%s'", q->name);
-      return WEFT_ERR_PROTOCOL;
-    }
-    size_t row = (size_t)wf_elems(q->shape, 1, q->ndim);
-    for (int i = 0; i < n; i++) counts[i] += (size_t)x->resp.sizes[(size_t)t * n + i] * row;
-  }
-  size_t total = 0;
-  for (int i = 0; i < n; i++) {
-    displs[i] = total;
-    total += counts[i];
-  }
-  if (fusion_reserve(gs, (total + counts[me]) * es)) return WEFT_ERR_NO_MEMORY;
-  char *out = gs->fusion_buf, *in = out + total * es;
-  size_t off = 0;
-  for (uint32_t t = 0; t < x->nfused; t++) {
-    weft_request *q = x->fused[t];
-    size_t row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim), k = (size_t)q->msg.shape[0] * row, rows = 0;
-    if (k) wf_copy(in + off * es, q->in.data, k * es);
-    off += k;
-    for (int i = 0; i < n; i++) rows += (size_t)x->resp.sizes[(size_t)t * n + i];
-    if (wf_alloc_result(q, rows * row * es)) return WEFT_ERR_NO_MEMORY;
-    wf_set_result_shape(q, (int64_t)rows);
-  }
-  a->in = in;
-  a->out = out;
-  a->counts = counts;
-  a->displs = displs;
-  return WEFT_OK;
-}
-
-/* Fused reducescatter: every tensor's slice for rank i, prescaled, packed
- * rank by rank (tensor after tensor) into the fusion buffer [input |
- * this rank's result], reduce-scattered once; finalize_output unpacks and
- * post-scales. The shapes are the same on every rank (validated), so the
- * response needs no sizes. */
-static weft_status prepare_fused_reducescatter(wf_gstate *gs, wf_coll_args *a) {
-  wf_exec *x = &gs->exec;
-  int n = gs->group->size, me = gs->group->rank;
-  size_t es = a->elem_size, *counts = x->arrays, *displs = counts + n;
-  for (uint32_t t = 0; t < x->nfused; t++) {
-    const wf_request_msg *q = &x->fused[t]->msg;
-    size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0];
-    for (int i = 0; i < n; i++) counts[i] += wf_rs_rows(dim0, n, i) * row;
-  }
-  size_t total = 0;
-  for (int i = 0; i < n; i++) {
-    displs[i] = total;
-    total += counts[i];
-  }
-  if (fusion_reserve(gs, (total + counts[me]) * es)) return WEFT_ERR_NO_MEMORY;
-  char *in = gs->fusion_buf;
-  size_t off = 0;
-  for (int i = 0; i < n; i++)
-    for (uint32_t t = 0; t < x->nfused; t++) {
-      const wf_request_msg *q = &x->fused[t]->msg;
-      size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = 0;
-      for (int j = 0; j < i; j++) start += wf_rs_rows(dim0, n, j);
-      size_t k = wf_rs_rows(dim0, n, i) * row;
-      if (k) wf_scale_copy(a->dtype, in + off * es, (const char *)x->fused[t]->in.data + start * row * es, k, q->prescale);
-      off += k;
-    }
-  for (uint32_t t = 0; t < x->nfused; t++) {
-    weft_request *q = x->fused[t];
-    size_t rows = wf_rs_rows((size_t)q->msg.shape[0], n, me), row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim);
-    if (q->out.data) {
-      q->result = q->out.data;
-      q->result_owned = 0;
-    } else if (wf_alloc_result(q, rows * row * es)) {
-      return WEFT_ERR_NO_MEMORY;
-    }
-    wf_set_result_shape(q, (int64_t)rows);
-  }
-  a->in = in;
-  a->out = in + total * es;
-  a->counts = counts;
-  a->displs = displs;
-  return WEFT_OK;
-}
-
 static const char *forced_algo(wf_coll c);
-
-/* Fused allreduce for an algorithm that takes the tensors where they lie
- * (algo.h, wf_seg): each output, prescaled (in place, or copied from its
- * input), is one segment; no fusion buffer, no packing, no unpacking. */
-static weft_status prepare_segments(wf_gstate *gs, wf_coll_args *a) {
-  wf_exec *x = &gs->exec;
-  const wf_request_msg *m = &x->req->msg;
-  wf_seg *segs = malloc(sizeof *segs * x->nfused);
-  if (!segs) return WEFT_ERR_NO_MEMORY;
-  size_t at = 0, n = 0;
-  for (uint32_t i = 0; i < x->nfused; i++) {
-    weft_request *q = x->fused[i];
-    size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
-    if (!k) continue;
-    if (q->in.data != q->out.data) wf_scale_copy(m->dtype, q->out.data, q->in.data, k, m->prescale);
-    else wf_scale(m->dtype, q->out.data, k, m->prescale);
-    segs[n++] = (wf_seg){q->out.data, at, k};
-    at += k;
-  }
-  x->segs = segs;
-  x->segmented = 1;
-  a->segs = segs;
-  a->nsegs = n;
-  return WEFT_OK;
-}
 
 /* Fills args for the response's collective; allocates outputs. */
 static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
@@ -285,28 +155,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   size_t *counts = x->arrays, *displs = counts + n, *sc = displs + n, *sd = sc + n, *rc = sd + n, *rd = rc + n;
   switch (m->coll) {
     case WF_COLL_ALLREDUCE:
-      if (x->nfused > 1) { /* pack every tensor (prescaled) into the fusion buffer */
-        size_t sum = 0;
-        for (uint32_t i = 0; i < x->nfused; i++) sum += (size_t)wf_elems(x->fused[i]->msg.shape, 0, x->fused[i]->msg.ndim);
-        a->count = sum;
-        if (wf_algo_takes_segments(a, forced_algo(WF_COLL_ALLREDUCE))) return prepare_segments(gs, a);
-        if (sum * es > gs->fusion_cap) {
-          void *nb = realloc(gs->fusion_buf, sum * es);
-          if (!nb) return WEFT_ERR_NO_MEMORY;
-          gs->fusion_buf = nb;
-          gs->fusion_cap = sum * es;
-        }
-        size_t off = 0;
-        for (uint32_t i = 0; i < x->nfused; i++) {
-          weft_request *q = x->fused[i];
-          size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
-          wf_scale_copy(m->dtype, (char *)gs->fusion_buf + off * es, q->in.data, k, m->prescale);
-          off += k;
-        }
-        a->buf = gs->fusion_buf;
-        a->count = sum;
-        break;
-      }
+      if (x->nfused > 1) return wf_fuse_prepare_allreduce(gs, a, forced_algo(WF_COLL_ALLREDUCE));
       a->buf = r->out.data;
       a->count = total;
       if (r->in.data != r->out.data) wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale);
@@ -317,7 +166,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       a->count = total;
       break;
     case WF_COLL_ALLGATHER: {
-      if (x->nfused > 1) return prepare_fused_allgather(gs, a, err, errlen);
+      if (x->nfused > 1) return wf_fuse_prepare_allgather(gs, a, err, errlen);
       if (x->resp.nsizes != (uint32_t)n) {
         snprintf(err, errlen, "allgather response carries %u sizes for %d ranks", x->resp.nsizes, n);
         return WEFT_ERR_PROTOCOL;
@@ -377,7 +226,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       break;
     }
     case WF_COLL_REDUCESCATTER: {
-      if (x->nfused > 1) return prepare_fused_reducescatter(gs, a);
+      if (x->nfused > 1) return wf_fuse_prepare_reducescatter(gs, a);
       size_t dim0 = (size_t)m->shape[0], off = 0;
       for (int i = 0; i < n; i++) {
         size_t rows = dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n);
@@ -438,44 +287,8 @@ static void finalize_output(wf_gstate *gs) {
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
   int n = r->group->size;
-  if (m->coll == WF_COLL_ALLREDUCE && x->segmented) { /* reduced where they lie: post-process each */
-    for (uint32_t i = 0; i < x->nfused; i++) {
-      weft_request *q = x->fused[i];
-      post_process(m, q->out.data, (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim), n);
-    }
-  } else if (m->coll == WF_COLL_ALLREDUCE && x->nfused > 1) { /* unpack, then post-process in place */
-    size_t es = weft_dtype_size(m->dtype), off = 0;
-    for (uint32_t i = 0; i < x->nfused; i++) {
-      weft_request *q = x->fused[i];
-      size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
-      wf_copy(q->out.data, (char *)gs->fusion_buf + off * es, k * es);
-      post_process(m, q->out.data, k, n);
-      off += k;
-    }
-  } else if (m->coll == WF_COLL_ALLGATHER && x->nfused > 1) { /* rank by rank, each tensor's rows */
-    size_t es = weft_dtype_size(m->dtype), *displs = x->arrays + n, *cur = x->arrays + 2 * n;
-    for (int i = 0; i < n; i++) cur[i] = displs[i];
-    for (uint32_t t = 0; t < x->nfused; t++) {
-      weft_request *q = x->fused[t];
-      size_t row = (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim), off = 0;
-      for (int i = 0; i < n; i++) {
-        size_t k = (size_t)x->resp.sizes[(size_t)t * n + i] * row;
-        if (k) wf_copy((char *)q->result + off * es, (char *)gs->fusion_buf + cur[i] * es, k * es);
-        cur[i] += k;
-        off += k;
-      }
-    }
-  } else if (m->coll == WF_COLL_REDUCESCATTER && x->nfused > 1) { /* this rank's slices, tensor after tensor */
-    size_t es = weft_dtype_size(m->dtype), total = 0, off = 0;
-    for (int i = 0; i < n; i++) total += x->arrays[i];
-    const char *res = (const char *)gs->fusion_buf + total * es;
-    for (uint32_t t = 0; t < x->nfused; t++) {
-      weft_request *q = x->fused[t];
-      size_t k = wf_rs_rows((size_t)q->msg.shape[0], n, r->group->rank) * (size_t)wf_elems(q->msg.shape, 1, q->msg.ndim);
-      if (k) wf_copy(q->result, res + off * es, k * es);
-      post_process(&q->msg, q->result, k, n);
-      off += k;
-    }
+  if (x->nfused > 1 && m->coll != WF_COLL_BARRIER) {
+    wf_fuse_finalize(gs);
   } else if (m->coll == WF_COLL_ALLREDUCE) {
     post_process(m, r->out.data, (size_t)wf_elems(m->shape, 0, m->ndim), n);
   } else if (m->coll == WF_COLL_REDUCESCATTER) {

@@ -10,117 +10,18 @@
  * earliest deadline is due. With the response cache on, a member's CACHED
  * reference is not copied, and when every rank's request equals what the
  * name's last negotiation stored, validation is skipped and the stored
- * response reused. take() may hold ready responses while a burst of
- * fusable requests is still arriving (HOLD_* below). */
+ * response reused. Ready responses leave through coord_take.c, which may
+ * hold them while a burst of fusable requests is still arriving (HOLD_* in
+ * coord_impl.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "negotiate/coord.h"
-#include "negotiate/cache.h"
+#include "negotiate/coord_impl.h"
 #include "util/log.h"
 #include "util/params.h"
 #include "util/strmap.h"
 #include "util/time.h"
-
-#define FREE_MAX 4096 /* recycled entries and blocks kept */
-/* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses wait while
- * requests for tensors that could fuse with them are still arriving (one
- * within HOLD_GAP_NS left an entry waiting for other ranks), at most
- * HOLD_MAX_NS: a burst of tensors submitted together runs as one
- * collective, not as many pieces as the ranks' engines happened to drain
- * (a burst's first tensor, ready alone because each engine woke for it
- * before the rest came, waits for the rest too). When the burst's last
- * request completes every entry the hold ends at once; a lone tensor with
- * nothing else arriving goes at once. */
-#define HOLD_GAP_NS 100000
-#define HOLD_MAX_NS 1000000
-
-static int fusable_coll(uint8_t coll) {
-  return coll == WF_COLL_ALLREDUCE || coll == WF_COLL_ALLGATHER || coll == WF_COLL_REDUCESCATTER;
-}
-
-/* What fusion and ordering need to know about a ready response. */
-typedef struct meta {
-  int32_t priority;
-  uint64_t bytes;
-  uint8_t dtype, reduce_op;
-  double prescale, postscale;
-  int64_t elems;        /* allreduce: elements (its response's sizes are built at take) */
-} meta;
-
-/* Every rank's request for one name: filled while the name negotiates,
- * then (OK, cache on) the response cache's payload, holding the response it
- * negotiated to. Same size for every name of a coordinator: recycled. */
-typedef struct rblock {
-  struct wf_coord *owner;
-  struct rblock *next_free;
-  int refs;             /* pins: the cache's slot, entries hitting it, a ready response */
-  int in_cache;         /* a cache slot holds it */
-  int known;            /* m, sizes: the OK response these requests negotiated to */
-  meta m;
-  uint32_t nsizes;
-  int64_t *sizes;       /* allgather / alltoall sizes (malloc'd) */
-  uint8_t *have;        /* per rank: reqs[r] holds its request (or, during negotiation, via[r]) */
-  uint8_t *via;         /* per rank, during negotiation: equal to the entry's hit block's (not copied) */
-  wf_request_msg reqs[]; /* size entries, then have and via */
-} rblock;
-
-typedef struct entry {
-  rblock *b;            /* requests that arrived, as above */
-  rblock *hit;          /* the name's last negotiation (pinned), or NULL */
-  int count, nhits;     /* requests; those equal to hit's */
-  uint8_t coll;         /* of the first request */
-  uint32_t slot;        /* the cache slot a reference named (a hint), or UINT32_MAX */
-  int64_t deadline;     /* negotiation fails after this (timeout / stall shutdown) */
-  int64_t first_ns;     /* when the first rank's request arrived */
-  int64_t next_warn;    /* next stall report */
-  struct entry *next_free;
-  char name[WF_NAME_MAX + 1]; /* the table's key */
-} entry;
-
-/* A response ready to be numbered. */
-typedef struct ready {
-  wf_response_msg resp; /* names unset: built at take */
-  char *name;           /* malloc'd */
-  meta m;
-  rblock *pay;          /* pinned: the cache's new payload for name (OK, cache on), else NULL */
-  uint32_t slot;        /* the entry's slot hint */
-} ready;
-
-struct wf_coord {
-  int size;
-  const int *ranks; /* group rank -> world rank (messages name world ranks); NULL: identity */
-  double timeout;
-  double stall_check, stall_shutdown;
-  wf_stall_fn on_stall;
-  void *stall_ctx;
-  wf_strmap table;
-  int64_t next_check; /* no entry's deadline or stall report is due before this */
-  uint64_t next_seq;
-  ready *ready;       /* seq not yet assigned */
-  size_t nready, cap;
-  uint8_t *departed; /* per rank: said BYE */
-  uint8_t *joined;   /* per rank: weft_join pending */
-  int njoined, last_joined;
-  char join_name[WF_NAME_MAX + 1];
-  wf_cache *cache;   /* response cache (NULL: WEFT_CACHE_CAPACITY=0) */
-  const wf_request_msg **scratch; /* size entries: finish's view of an entry */
-  int hold;          /* the fusion hold is on (no cycle time) */
-  uint64_t pack_max; /* larger tensors are not fused (0: no limit) */
-  int ar_unpacked;   /* fused allreduces cost no copy: pack_max does not apply */
-  int npending_fusable; /* entries of fusable collectives */
-  size_t nready_fusable; /* ready OK responses of fusable collectives */
-  int64_t last_add_ns;  /* when a request last left its entry waiting for other ranks */
-  int64_t first_ready_ns; /* when the oldest ready response became ready */
-  int64_t hold_until;   /* take holds until then (INT64_MAX: not holding) */
-  entry *free_entries;
-  rblock *free_blocks;
-  int nfree_entries, nfree_blocks;
-};
-
-/* the world rank of group rank r, for messages */
-static int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] : r; }
 
 /* ------------------------------------------------------------------ blocks and entries */
 static rblock *block_get(wf_coord *c) {
@@ -145,7 +46,7 @@ static rblock *block_get(wf_coord *c) {
   return b;
 }
 
-static void block_unpin(rblock *b) {
+void wf_cd_block_unpin(rblock *b) {
   if (!b || --b->refs > 0) return;
   wf_coord *c = b->owner;
   for (int r = 0; r < c->size; r++)
@@ -164,7 +65,7 @@ static void block_unpin(rblock *b) {
 static void block_release(void *p) {
   rblock *b = p;
   b->in_cache = 0;
-  block_unpin(b);
+  wf_cd_block_unpin(b);
 }
 
 /* Rank r's request in e (present). */
@@ -173,7 +74,7 @@ static const wf_request_msg *req_of(const entry *e, int r) {
 }
 
 /* The collective of e's first present request. */
-static uint8_t entry_coll(const wf_coord *c, const entry *e) {
+uint8_t wf_cd_entry_coll(const wf_coord *c, const entry *e) {
   for (int r = 0; r < c->size; r++)
     if (e->b->have[r]) return req_of(e, r)->coll;
   return 0;
@@ -182,8 +83,8 @@ static uint8_t entry_coll(const wf_coord *c, const entry *e) {
 static void entry_free(wf_coord *c, entry *e) {
   if (!e) return;
   if (fusable_coll(e->coll)) c->npending_fusable--;
-  block_unpin(e->b);
-  block_unpin(e->hit);
+  wf_cd_block_unpin(e->b);
+  wf_cd_block_unpin(e->hit);
   if (c->nfree_entries < FREE_MAX) {
     e->next_free = c->free_entries;
     c->free_entries = e;
@@ -194,7 +95,7 @@ static void entry_free(wf_coord *c, entry *e) {
 }
 
 /* Removes e from the table and frees it. */
-static void entry_drop(wf_coord *c, entry *e) {
+void wf_cd_entry_drop(wf_coord *c, entry *e) {
   wf_strmap_del(&c->table, e->name); /* the key is e->name: not read after */
   entry_free(c, e);
 }
@@ -245,7 +146,7 @@ void wf_coord_destroy(wf_coord *c) {
   for (size_t i = 0; i < c->nready; i++) {
     wf_response_msg_free(&c->ready[i].resp);
     free(c->ready[i].name);
-    block_unpin(c->ready[i].pay);
+    wf_cd_block_unpin(c->ready[i].pay);
   }
   wf_cache_destroy(c->cache); /* its blocks go to the free list */
   while (c->free_entries) {
@@ -283,7 +184,7 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
     WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
     free(dup);
     wf_response_msg_free(resp);
-    block_unpin(pay);
+    wf_cd_block_unpin(pay);
     return;
   }
   if (!c->nready) c->first_ready_ns = wf_now_ns();
@@ -299,7 +200,7 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
   q->slot = slot;
 }
 
-static void emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg) {
+void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg) {
   wf_response_msg resp;
   memset(&resp, 0, sizeof resp);
   resp.type = WF_RESP_ERROR;
@@ -362,12 +263,12 @@ static void finish(wf_coord *c, entry *e) {
       resp.nsizes = h->nsizes;
     }
     if (h->nsizes && !resp.sizes) {
-      emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
     } else {
       e->hit = NULL; /* its pin goes to the response */
       emit(c, &resp, name, &h->m, h, e->slot);
     }
-    entry_drop(c, e);
+    wf_cd_entry_drop(c, e);
     return;
   }
   wf_response_msg resp;
@@ -378,8 +279,8 @@ static void finish(wf_coord *c, entry *e) {
   if (st != WEFT_OK) {
     free(resp.sizes);
     WF_INFO(WF_SUB_COORD, "%s", err);
-    emit_error(c, q->coll, name, st, err);
-    entry_drop(c, e);
+    wf_cd_emit_error(c, q->coll, name, st, err);
+    wf_cd_entry_drop(c, e);
     return;
   }
   resp.type = WF_RESP_OK;
@@ -409,7 +310,7 @@ static void finish(wf_coord *c, entry *e) {
     if (resp.nsizes && !pay->sizes) pay->known = 0;
   }
   emit(c, &resp, name, &m, pay, e->slot);
-  entry_drop(c, e); /* e->b is NULL if it became the payload */
+  wf_cd_entry_drop(c, e); /* e->b is NULL if it became the payload */
 }
 
 /* Completes the entry if every rank has submitted it or joined. Returns 1
@@ -422,7 +323,7 @@ static int try_complete(wf_coord *c, entry *e) {
   int waiting = 0;
   for (int r = 0; r < c->size; r++) waiting += !e->b->have[r] && !c->joined[r];
   if (waiting || !c->njoined) return 0;
-  uint8_t coll = entry_coll(c, e);
+  uint8_t coll = wf_cd_entry_coll(c, e);
   if (coll == WF_COLL_ALLREDUCE || coll == WF_COLL_BARRIER) {
     finish(c, e);
     return 1;
@@ -435,8 +336,8 @@ static int try_complete(wf_coord *c, entry *e) {
            "tensor '%s': %s is not possible while rank(s) %s have joined (weft_join): only allreduce and barrier can "
            "complete without them",
            e->name, wf_coll_name(coll), list);
-  emit_error(c, coll, e->name, WEFT_ERR_INVALID_ARGUMENT, msg);
-  entry_drop(c, e);
+  wf_cd_emit_error(c, coll, e->name, WEFT_ERR_INVALID_ARGUMENT, msg);
+  wf_cd_entry_drop(c, e);
   return 1;
 }
 
@@ -447,7 +348,7 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
   if (c->joined[rank]) {
     char msg[256];
     snprintf(msg, sizeof msg, "rank %d joined twice", WR(c, rank));
-    emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg);
+    wf_cd_emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg);
     return;
   }
   c->joined[rank] = 1;
@@ -481,8 +382,8 @@ static void fail_departed(wf_coord *c, entry *e, int gone) {
   char msg[512];
   snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", e->name,
            WR(c, gone));
-  emit_error(c, entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg);
-  entry_drop(c, e);
+  wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg);
+  wf_cd_entry_drop(c, e);
 }
 
 /* name's entry, created if new (NULL: out of memory, reported). hit: the
@@ -493,7 +394,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     c->free_entries = e->next_free;
     c->nfree_entries--;
   } else if (!(e = malloc(sizeof *e))) {
-    emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+    wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
     return NULL;
   }
   size_t len = strlen(name); /* 1..WF_NAME_MAX: checked by the API and the decoder */
@@ -507,7 +408,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     c->free_entries = e;
     c->nfree_entries++;
     if (rc < 0) {
-      emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
       return NULL;
     }
     e = found;
@@ -516,7 +417,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     if (!e->b) {
       wf_strmap_del(&c->table, e->name);
       free(e);
-      emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
       return NULL;
     }
     e->hit = NULL;
@@ -544,8 +445,8 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
   if (e->b->have[rank]) {
     char msg[512];
     snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", e->name, WR(c, rank));
-    emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg);
-    entry_drop(c, e);
+    wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg);
+    wf_cd_entry_drop(c, e);
     return;
   }
   if (src && src == e->hit) {
@@ -558,8 +459,8 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
     if (m->nsplits) {
       d->splits = malloc(sizeof(int64_t) * m->nsplits);
       if (!d->splits) {
-        emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
-        entry_drop(c, e);
+        wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+        wf_cd_entry_drop(c, e);
         return;
       }
       memcpy(d->splits, m->splits, sizeof(int64_t) * m->nsplits);
@@ -605,221 +506,3 @@ void wf_coord_rank_departed(wf_coord *c, int rank) {
   }
 }
 
-/* ------------------------------------------------------------------ take */
-void wf_coord_set_unpacked_allreduce(wf_coord *c) { c->ar_unpacked = 1; }
-
-/* Can response j join the fused response that starts at i (and has j - i
- * tensors)? Allreduces and reducescatters: same dtype, op and scales;
- * allgathers: same dtype (their per-tensor, per-rank row counts must fit
- * one response's sizes). Where fusing means packing, not tensors larger
- * than pack_max: two more passes over their bytes cost more than the
- * negotiation fusion saves (over TCP loopback, 24 x 2 MiB ran 1.6x slower
- * fused, 64 x 256 KiB 2.1x faster). */
-static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
-  const ready *a = &c->ready[i], *b = &c->ready[j];
-  if (a->resp.type != WF_RESP_OK || b->resp.type != WF_RESP_OK || a->resp.coll != b->resp.coll ||
-      a->m.dtype != b->m.dtype || total + b->m.bytes > threshold)
-    return 0;
-  if (c->pack_max && !(c->ar_unpacked && a->resp.coll == WF_COLL_ALLREDUCE) &&
-      (a->m.bytes > c->pack_max || b->m.bytes > c->pack_max))
-    return 0;
-  switch (a->resp.coll) {
-    case WF_COLL_ALLREDUCE:
-    case WF_COLL_REDUCESCATTER:
-      return a->m.reduce_op == b->m.reduce_op && a->m.prescale == b->m.prescale && a->m.postscale == b->m.postscale;
-    case WF_COLL_ALLGATHER:
-      return a->resp.nsizes == b->resp.nsizes && (uint64_t)(j - i + 1) * b->resp.nsizes <= WF_MAX_RANKS;
-    default:
-      return 0;
-  }
-}
-
-/* Builds the response for ready[i..j) (one, or fused) into *out, taking
- * their names, sizes and error: sizes are, for allreduce: dtype, op, then
- * each tensor's count; allgather: each tensor's rows per rank, tensor after
- * tensor; reducescatter: none. 0, or -1 out of memory (nothing taken). */
-static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
-  const ready *a = &c->ready[i];
-  size_t k = j - i;
-  int ar = a->resp.type == WF_RESP_OK && a->resp.coll == WF_COLL_ALLREDUCE;
-  size_t nsizes = ar ? 2 + k : 0;
-  if (!ar && k > 1)
-    for (size_t m = i; m < j; m++) nsizes += c->ready[m].resp.nsizes;
-  char **names = malloc(sizeof(char *) * k);
-  int64_t *sizes = ar || k > 1 ? (nsizes ? malloc(sizeof(int64_t) * nsizes) : NULL) : a->resp.sizes;
-  if (!names || (nsizes && !sizes)) {
-    free(names);
-    if (sizes != a->resp.sizes) free(sizes);
-    return -1;
-  }
-  *out = a->resp;
-  out->names = names;
-  out->nnames = (uint32_t)k;
-  out->sizes = sizes;
-  out->nsizes = (uint32_t)(ar || k > 1 ? nsizes : a->resp.nsizes);
-  size_t z = 0;
-  if (ar) {
-    sizes[z++] = a->m.dtype;
-    sizes[z++] = a->m.reduce_op;
-  }
-  for (size_t m = i; m < j; m++) {
-    ready *q = &c->ready[m];
-    names[m - i] = q->name;
-    q->name = NULL;
-    if (ar) {
-      sizes[z++] = q->m.elems;
-    } else if (k > 1) {
-      for (uint32_t s = 0; s < q->resp.nsizes; s++) sizes[z++] = q->resp.sizes[s];
-    }
-    if (sizes != q->resp.sizes) free(q->resp.sizes);
-    q->resp.sizes = NULL;
-  }
-  return 0;
-}
-
-size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out) {
-  size_t n = c->nready;
-  *out = NULL;
-  if (!n) return 0;
-  if (c->hold && fusion_threshold > 0 && c->nready_fusable > 0 && c->npending_fusable > 0) {
-    int64_t now = wf_now_ns(), until = c->last_add_ns + HOLD_GAP_NS;
-    if (until > c->first_ready_ns + HOLD_MAX_NS) until = c->first_ready_ns + HOLD_MAX_NS;
-    if (now < until) {
-      c->hold_until = until;
-      return 0;
-    }
-  }
-  c->hold_until = INT64_MAX;
-  c->nready_fusable = 0;
-  wf_response_msg *res = malloc(n * sizeof *res);
-  if (!res) { /* the responses stay ready: the next call retries */
-    WF_WARN(WF_SUB_COORD, "out of memory publishing %zu responses", n);
-    return 0;
-  }
-  /* Higher priority first; among equals, the order they became ready
-   * (insertion sort: stable, and batches are small). */
-  for (size_t i = 1; i < n; i++) {
-    if (c->ready[i - 1].m.priority >= c->ready[i].m.priority) continue;
-    ready r = c->ready[i];
-    size_t j = i;
-    while (j > 0 && c->ready[j - 1].m.priority < r.m.priority) {
-      c->ready[j] = c->ready[j - 1];
-      j--;
-    }
-    c->ready[j] = r;
-  }
-  /* The response cache's assignments, in response order (fusion below
-   * keeps the order of names). */
-  for (size_t i = 0; i < n; i++) {
-    ready *q = &c->ready[i];
-    if (c->cache && wf_cache_assigns(&q->resp)) {
-      uint64_t epoch;
-      rblock *p = q->pay;
-      int again = p && p->in_cache; /* all hits: already this name's payload */
-      wf_cache_assign_hint(c->cache, q->slot, q->name, p, &epoch); /* takes the pin, unless it kept p */
-      if (again) block_unpin(p);
-      else if (p) p->in_cache = 1;
-    } else {
-      block_unpin(q->pay);
-    }
-    q->pay = NULL;
-  }
-  /* Fusion: consecutive compatible responses become one naming them all,
-   * up to the threshold. */
-  size_t k = 0;
-  for (size_t i = 0; i < n;) {
-    size_t j = i + 1;
-    uint64_t total = c->ready[i].m.bytes;
-    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->ready[j++].m.bytes;
-    int st = build(c, i, j, &res[k]);
-    if (st && j > i + 1) st = build(c, i, j = i + 1, &res[k]); /* no memory to fuse: send it alone */
-    if (st == 0) {
-      res[k++].seq = c->next_seq++;
-    } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
-      WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
-      wf_response_msg_free(&c->ready[i].resp);
-      free(c->ready[i].name);
-    }
-    i = j;
-  }
-  c->nready = 0;
-  if (!k) {
-    free(res);
-    return 0;
-  }
-  *out = res;
-  return k;
-}
-
-void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx) {
-  c->on_stall = fn;
-  c->stall_ctx = ctx;
-}
-
-/* ------------------------------------------------------------------ stalls and timeouts */
-/* Lists the ranks with (want = 1) or without (want = 0) a request. */
-static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, size_t n) {
-  size_t k = 0;
-  int first = 1;
-  out[0] = '\0';
-  for (int r = 0; r < c->size && k < n; r++)
-    if (!!e->b->have[r] == want) {
-      k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", WR(c, r));
-      first = 0;
-    }
-  return k;
-}
-
-/* The stall inspector: a tensor some ranks submitted long ago and others
- * never did is reported, naming exactly which ranks are missing, at rank 0
- * and (through on_stall) on every rank that waits for it. */
-static void stall_report(wf_coord *c, entry *e, int64_t now) {
-  char have[512], missing[512], msg[WF_ERRMSG_MAX];
-  rank_list(c, e, 1, have, sizeof have);
-  rank_list(c, e, 0, missing, sizeof missing);
-  snprintf(msg, sizeof msg,
-           "stalled: tensor '%s' (%s) was submitted by rank(s) %s %.0f s ago and is waiting for rank(s) %s to submit "
-           "it%s",
-           e->name, wf_coll_name(entry_coll(c, e)), have, (now - e->first_ns) / 1e9, missing,
-           c->stall_shutdown > 0 ? "; it will fail at the stall shutdown time" : "");
-  WF_WARN(WF_SUB_COORD, "%s", msg);
-  if (c->on_stall) c->on_stall(c->stall_ctx, msg, e->b->have);
-  e->next_warn = now + (int64_t)(c->stall_check * 1e9);
-}
-
-void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
-  if (now < c->next_check) return; /* nothing due: no scan */
-  int64_t next = INT64_MAX;
-  for (size_t i = 0; i < c->table.cap; i++) {
-    wf_strmap_entry *s = &c->table.slots[i];
-    if (!s->key || s->tomb) continue;
-    entry *e = s->val;
-    if (e->next_warn <= now && e->deadline > now) stall_report(c, e, now);
-    if (e->deadline > now) {
-      if (e->deadline < next) next = e->deadline;
-      if (e->next_warn < next) next = e->next_warn;
-      continue;
-    }
-    char msg[WF_ERRMSG_MAX];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", e->name,
-                                c->timeout);
-    int first = 1;
-    for (int r = 0; r < c->size && k < sizeof msg; r++)
-      if (!e->b->have[r]) {
-        k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", WR(c, r));
-        first = 0;
-      }
-    if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");
-    WF_WARN(WF_SUB_COORD, "%s", msg);
-    emit_error(c, entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg);
-    entry_drop(c, e);
-  }
-  c->next_check = next;
-}
-
-int64_t wf_coord_next_deadline(const wf_coord *c) {
-  int64_t d = c->table.len ? c->next_check : INT64_MAX;
-  return c->nready && c->hold_until < d ? c->hold_until : d;
-}
-
-size_t wf_coord_pending(const wf_coord *c) { return c->table.len; }
