@@ -15,6 +15,9 @@
 #include "util/copy.h"
 #include "util/time.h"
 
+/* COPY steps of at least this many bytes use streaming stores. */
+#define WF_COPY_NT_BYTES ((size_t)1 << 20)
+
 #define WF_SCHED_ALIGN 64
 
 void wf_sched_init(wf_sched *s, weft_dtype dtype, weft_reduce_op op) {
@@ -226,12 +229,18 @@ static weft_status run_plain(const wf_sched *s, const wf_step *st, size_t *done,
     *done = total;
     return WEFT_OK;
   }
+  /* a large copy streams past the caches: its destination (an output, not
+   * read again by this collective) would only evict useful lines, and the
+   * stores skip reading each line first (alltoall 4-128 MiB on 2 ranks,
+   * whose own block is such a copy: 15-30% faster; measured at 1 MiB too) */
+  wf_copy_fn nt = st->kind == WF_STEP_COPY && st->bytes >= WF_COPY_NT_BYTES ? wf_copy_nt() : NULL;
   while (*done < total) {
     size_t i = *done, m = total - i < piece ? total - i : piece;
     char *d = (char *)st->dst + i * es;
     const char *x = (const char *)st->src + i * es;
     if (st->kind == WF_STEP_REDUCE) wf_reduce(s->dtype, s->op, d, x, m);
     else if (st->kind == WF_STEP_SCALE) wf_scale_copy(s->dtype, d, x, m, st->factor);
+    else if (nt) nt(d, x, m);
     else wf_copy(d, x, m);
     *done = i + m;
     if (*done < total && until_ns && wf_now_ns() >= until_ns) return WEFT_IN_PROGRESS;
