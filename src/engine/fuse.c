@@ -12,6 +12,7 @@
 #include "engine/fuse.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
+#include "util/log.h"
 
 /* Grows the group's persistent fusion buffer to at least bytes. */
 static weft_status fusion_reserve(wf_gstate *gs, size_t bytes) {
@@ -139,6 +140,7 @@ static weft_status prepare_segments(wf_gstate *gs, wf_coll_args *a) {
   }
   x->segs = segs;
   x->segmented = 1;
+  WF_DEBUG(WF_SUB_ENGINE, "fused allreduce of %u tensors in place (%zu segments)", x->nfused, n);
   a->segs = segs;
   a->nsegs = n;
   return WEFT_OK;

@@ -43,7 +43,13 @@ weft_status wf_stage_attach(weft_world *w) {
   free(regions);
   if (st != WEFT_OK || !g) return st; /* !g: regions too small to use */
   w->world_gs->topo.stage = g;
-  if (w->world_gs->coord) wf_coord_set_unpacked_allreduce(w->world_gs->coord); /* fused in place (exec.c) */
+  /* the coordinator may fuse allreduces of any size when the executor will
+   * run them in place (fuse.c): staging, unless another algorithm is forced */
+  wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
+                    .rank = w->world_gs->group->rank, .size = w->world_gs->group->size, .count = (size_t)1 << 20,
+                    .topo = &w->world_gs->topo};
+  if (w->world_gs->coord && wf_algo_takes_segments(&a, wf_param_str("WEFT_ALGO_ALLREDUCE")))
+    wf_coord_set_unpacked_allreduce(w->world_gs->coord);
   wf_shm_set_poll(w->shm, wf_stage_ready, g);
   WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB", n, bytes >> 10);
   return WEFT_OK;

@@ -80,8 +80,33 @@ uint8_t wf_cd_entry_coll(const wf_coord *c, const entry *e) {
   return 0;
 }
 
+/* A request left fusable entry e waiting for other ranks. */
+static void note_add(wf_coord *c, const entry *e) {
+  if (c->add_e[0] != e) {
+    c->add_e[1] = c->add_e[0];
+    c->add_ns[1] = c->add_ns[0];
+    c->add_e[0] = e;
+  }
+  c->add_ns[0] = wf_now_ns();
+}
+
+/* e leaves the table: its requests no longer show a burst arriving (a lone
+ * tensor's own first request must not hold its response). */
+static void forget_add(wf_coord *c, const entry *e) {
+  if (c->add_e[1] == e) {
+    c->add_e[1] = NULL;
+    c->add_ns[1] = 0;
+  } else if (c->add_e[0] == e) {
+    c->add_e[0] = c->add_e[1];
+    c->add_ns[0] = c->add_ns[1];
+    c->add_e[1] = NULL;
+    c->add_ns[1] = 0;
+  }
+}
+
 static void entry_free(wf_coord *c, entry *e) {
   if (!e) return;
+  forget_add(c, e);
   if (fusable_coll(e->coll)) c->npending_fusable--;
   wf_cd_block_unpin(e->b);
   wf_cd_block_unpin(e->hit);
@@ -425,7 +450,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     e->coll = coll;
     e->slot = UINT32_MAX;
     if (fusable_coll(coll)) c->npending_fusable++;
-    e->first_ns = c->last_add_ns = wf_now_ns();
+    e->first_ns = wf_now_ns();
     e->deadline = e->first_ns + (int64_t)(c->timeout * 1e9);
     e->next_warn = c->stall_check > 0 ? e->first_ns + (int64_t)(c->stall_check * 1e9) : INT64_MAX;
     if (e->deadline < c->next_check) c->next_check = e->deadline;
@@ -469,7 +494,7 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
   e->b->have[rank] = 1;
   e->count++;
   if (try_complete(c, e)) return;
-  if (e->count > 1 && fusable_coll(e->coll)) c->last_add_ns = wf_now_ns(); /* the first: entry_for's time */
+  if (fusable_coll(e->coll)) note_add(c, e);
   for (int r = 0; r < c->size; r++)
     if (c->departed[r] && !e->b->have[r]) {
       fail_departed(c, e, r);

@@ -11,8 +11,9 @@
 
 #define FREE_MAX 4096 /* recycled entries and blocks kept */
 /* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses wait while
- * requests for tensors that could fuse with them are still arriving (one
- * within HOLD_GAP_NS left an entry waiting for other ranks), at most
+ * requests for other tensors are still arriving (one within HOLD_GAP_NS
+ * left a fusable entry waiting for other ranks, and that entry is still
+ * pending: add_e/add_ns below), at most
  * HOLD_MAX_NS: a burst of tensors submitted together runs as one
  * collective, not as many pieces as the ranks' engines happened to drain
  * (a burst's first tensor, ready alone because each engine woke for it
@@ -97,7 +98,11 @@ struct wf_coord {
   int ar_unpacked;   /* fused allreduces cost no copy: pack_max does not apply */
   int npending_fusable; /* entries of fusable collectives */
   size_t nready_fusable; /* ready OK responses of fusable collectives */
-  int64_t last_add_ns;  /* when a request last left its entry waiting for other ranks */
+  /* the two fusable entries a request most recently left waiting for other
+   * ranks, and when: [0] the latest; an entry leaving the table leaves
+   * these (the hold's clock: requests still arriving for pending tensors) */
+  const struct entry *add_e[2];
+  int64_t add_ns[2];
   int64_t first_ready_ns; /* when the oldest ready response became ready */
   int64_t hold_until;   /* take holds until then (INT64_MAX: not holding) */
   entry *free_entries;

@@ -87,7 +87,7 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   *out = NULL;
   if (!n) return 0;
   if (c->hold && fusion_threshold > 0 && c->nready_fusable > 0 && c->npending_fusable > 0) {
-    int64_t now = wf_now_ns(), until = c->last_add_ns + HOLD_GAP_NS;
+    int64_t now = wf_now_ns(), until = c->add_e[0] ? c->add_ns[0] + HOLD_GAP_NS : 0;
     if (until > c->first_ready_ns + HOLD_MAX_NS) until = c->first_ready_ns + HOLD_MAX_NS;
     if (now < until) {
       c->hold_until = until;

@@ -67,7 +67,7 @@ static const wf_param g_params[] = {
     {"WEFT_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", WF_PARAM_INT, "134217728",
      "ready allreduces of the same dtype/op/scales are fused into one up to this many bytes (0: off)"},
     {"WEFT_FUSION_PACK_MAX_BYTES", NULL, WF_PARAM_INT, "1048576",
-     "a larger tensor runs alone where fusing means packing it (over TCP; not one host's allreduces, fused in place) (0: no limit)"},
+     "a larger tensor runs alone where fusing means packing it (all but the world group's allreduces on one host, fused in place) (0: no limit)"},
     {"WEFT_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", WF_PARAM_INT, "1024", "response cache entries per group: tensors negotiated before are requested by id (0: off; at most 65536)"},
     {"WEFT_CYCLE_TIME_US", NULL, WF_PARAM_INT, "0",
      "the coordinator holds ready responses this long to fuse more (0: respond at once)"},

@@ -26,8 +26,9 @@
 #   alias-timeline HOROVOD_TIMELINE / HOROVOD_TIMELINE_MARK_CYCLES
 #   fusion-pack    WEFT_FUSION_PACK_MAX_BYTES below the probe's tensors: over
 #       TCP every tensor runs alone (fusing would pack it); on one host's
-#       staging they still fuse (reduced in place); with the limit off
-#       (0) they fuse over TCP too. Counted from the engine's debug log.
+#       staging they still fuse, and run in place (segments), but not when
+#       WEFT_ALGO_ALLREDUCE forces an algorithm that packs; with the limit
+#       off (0) they fuse over TCP too. Counted from the engine's debug log.
 #   fusion-gather  feat_fuse_gather --probe: allgathers and reducescatters
 #       submitted at once run as fewer collectives than tensors (engine debug
 #       log), and as one each with WEFT_FUSION_THRESHOLD=0
@@ -278,6 +279,11 @@ fusion-pack)
   }
   tcp_limited=$(runs tcp_limited WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=1000)
   shm_limited=$(runs shm_limited WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000)
+  in_place=$(stderr_of shm_limited 0 | grep -c "fused allreduce of [0-9]* tensors in place")
+  [ "$in_place" -ge 1 ] || fail "shm: no fused allreduce ran in place (segments)"
+  [ "$(stderr_of tcp_limited 0 | grep -c "in place")" -eq 0 ] || fail "tcp: an allreduce claims to run in place"
+  forced=$(runs forced WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000 WEFT_ALGO_ALLREDUCE=direct)
+  [ "$forced" -eq $N ] || fail "shm with a forced packing algorithm: $forced collectives for $N tensors (packed?)"
   tcp_off=$(runs tcp_off WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=0)
   echo "allreduce collectives for $N tensors of 4000 bytes: tcp with a 1000-byte pack limit: $tcp_limited," \
     "shm with it: $shm_limited, tcp without: $tcp_off"
