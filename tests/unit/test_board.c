@@ -22,17 +22,8 @@
 #include <string.h>
 
 #include "engine/board.h"
+#include "unit_check.h"
 #include "util/time.h"
-
-static atomic_int fails;
-#define CHECK(c, ...)                        \
-  do {                                       \
-    if (!(c)) {                              \
-      atomic_fetch_add(&fails, 1);           \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                 \
-    }                                        \
-  } while (0)
 
 static size_t rup(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -222,10 +213,5 @@ static void test_stress(void) {
 int main(void) {
   test_geometry();
   test_stress();
-  if (atomic_load(&fails)) {
-    fprintf(stderr, "test_board: %d failure(s)\n", atomic_load(&fails));
-    return 1;
-  }
-  printf("test_board: ok\n");
-  return 0;
+  return unit_result("test_board");
 }

@@ -15,17 +15,9 @@
 #include <time.h>
 
 #include "negotiate/coord.h"
+#include "unit_check.h"
 #include "util/time.h"
 
-static int fails;
-#define CHECK(c, ...)                        \
-  do {                                       \
-    if (!(c)) {                              \
-      fails++;                               \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");                 \
-    }                                        \
-  } while (0)
 
 #define GAP_NS 100000 /* HOLD_GAP_NS of coord_impl.h */
 #define THRESHOLD ((uint64_t)128 << 20)
@@ -158,10 +150,5 @@ int main(void) {
   test_burst();
   test_hold_ends();
   test_pack_max();
-  if (fails) {
-    fprintf(stderr, "test_coord: %d failure(s)\n", fails);
-    return 1;
-  }
-  printf("test_coord: OK\n");
-  return 0;
+  return unit_result("test_coord");
 }

@@ -4,18 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "unit_check.h"
 #include "util/strmap.h"
 
 #define NKEYS 5000
-static int fails;
-#define CHECK(c, ...)                   \
-  do {                                  \
-    if (!(c)) {                         \
-      fails++;                          \
-      fprintf(stderr, "FAIL: " __VA_ARGS__); \
-      fprintf(stderr, "\n");            \
-    }                                   \
-  } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next(void) {
@@ -89,7 +81,5 @@ int main(void) {
   }
   CHECK(m.len == 64, "len %zu after get_or_insert, expected 64", m.len);
   wf_strmap_free(&m); /* frees the copied keys only (ASan: no leak, no bad free) */
-  if (fails) return 1;
-  printf("PASS test_strmap\n");
-  return 0;
+  return unit_result("test_strmap");
 }
