@@ -172,7 +172,10 @@ static void make_layout(void) {
     for (int k = 0; k < len && i < g_n; k++, i++) {
       uint64_t h2 = feat_hash(2000003, (uint64_t)i, k_layout_seed);
       g_t[i].cfg = c;
-      g_t[i].count = (h2 % 40u == 0) ? 0 : 1 + (int64_t)((h2 >> 8) % MAX_COUNT);
+      /* empty tensors: now and then, and inside every run of 3 or more (a
+       * fused response with an empty tensor between others) */
+      int empty = h2 % 40u == 0 || (k == 1 && len >= 3);
+      g_t[i].count = empty ? 0 : 1 + (int64_t)((h2 >> 8) % MAX_COUNT);
       g_t[i].inplace = (int)((h2 >> 40) & 1u);
     }
     run++;

@@ -9,7 +9,9 @@
 #       fusion, a 16 KiB threshold, fusion off; outputs compared bit for
 #       bit), then the timelines prove fusion happened in the default world
 #       (ALLREDUCE phases of 2+ tensors open at once on every rank) and never
-#       with WEFT_FUSION_THRESHOLD=0 (at most one at a time)
+#       with WEFT_FUSION_THRESHOLD=0 (at most one at a time); the engine's
+#       debug log shows fused allreduces run in place (segments) with empty
+#       tensors among them
 #   stall-warn | stall-shutdown | stall-group | stall-horovod
 #       feat_stall, then each rank's stderr: the stall report names the
 #       tensor and the missing rank on the coordinator; every waiting rank
@@ -93,7 +95,11 @@ lacks() { ! stderr_of "$1" "$2" | grep -Eq -- "$3" || fail "$1: rank $2's stderr
 case "$CASE" in
 fusion-integer | fusion-random)
   values=${CASE#fusion-}
-  run_job fusion -- "$FEATBIN/feat_fusion" --values "$values" --tl "$TMP"
+  run_job fusion WEFT_LOG_LEVEL=debug WEFT_LOG_SUBSYS=engine -- "$FEATBIN/feat_fusion" --values "$values" --tl "$TMP"
+  # one host: fused allreduces ran where the tensors lie, empty tensors among them (fewer segments than tensors)
+  stderr_of fusion 0 | awk '/fused allreduce of [0-9]+ tensors in place/ { n = $0; sub(/.* of /, "", n); t = n + 0;
+      sub(/.*\(/, "", n); if (n + 0 < t) found = 1 } END { exit !found }' ||
+    fail "no fused allreduce ran in place with an empty tensor among its tensors"
   for ((r = 0; r < NP; r++)); do
     for run in fused small unfused; do
       "$PYTHON" "$CHECK" validate "$TMP/fusion_$run.$r.json" --size "$NP" --cycles no || fail "timeline fusion_$run.$r"
