@@ -41,6 +41,29 @@
 
 enum { R_FREE = 0, R_OPEN = 1, R_DIVERTED = 2, R_DONE = 3 };
 
+/* ThreadSanitizer sees the atomics and locks of this process only. A data
+ * slot's reuse is ordered by a chain that may pass through another local
+ * rank (its claim, or its free of the slot, then this process's board lock),
+ * so its accesses are told to TSan as what they are: released by every
+ * thread of this process done with a slot (after writing its input, before
+ * its claim), acquired by whoever allocates the slot next. */
+#if defined(__SANITIZE_THREAD__)
+#define WF_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WF_TSAN 1
+#endif
+#endif
+#ifdef WF_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define SLOT_ACQUIRE(b, d) __tsan_acquire((void *)slot_base(b, d))
+#define SLOT_RELEASE(b, d) __tsan_release((void *)slot_base(b, d))
+#else
+#define SLOT_ACQUIRE(b, d) ((void)0)
+#define SLOT_RELEASE(b, d) ((void)0)
+#endif
+
 typedef struct round {
   _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
   _Atomic uint32_t sleepers; /* waiters asleep on word */
@@ -235,6 +258,13 @@ static void set_state(round *o, uint32_t st) {
   }
 }
 
+#ifdef WF_TSAN
+/* The first byte of data slot d (pooled or large): the slot's name for TSan. */
+static const uint8_t *slot_base(const wf_board *b, int32_t d) {
+  return d >= (int32_t)NDATA ? b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot : b->data + (size_t)d * b->slot_bytes;
+}
+#endif
+
 /* Data pool (a record's lock held; takes the board's lock inside it): a
  * pooled slot for inputs of need bytes, or a large one, the lowest free
  * (the most recently used stay in cache); D_NONE if none is free. */
@@ -250,6 +280,7 @@ static int32_t alloc_data(wf_board *b, size_t need, int64_t deadline) {
     k = (int32_t)(w * 64 + (uint32_t)bit);
   }
   unlock(&b->h->lock);
+  if (k != D_NONE) SLOT_ACQUIRE(b, k);
   return k;
 }
 
@@ -394,12 +425,16 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
     t->gen = gen;
     *how = WF_BOARD_WAIT;
     if (is_big(o) && part_len) { /* copied outside the lock: the others arrive meanwhile */
+      int32_t d = o->data; /* stays: writers > 0 holds the slot */
       o->writers++;
       unlock(&r->lock);
       wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+      SLOT_RELEASE(b, d);
+      (void)d;
       return copied(b, r, o, gsize, deadline, how);
     }
     if (part_len) wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+    if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {
       set_state(o, R_DONE);
       *how = WF_BOARD_DONE;
@@ -427,6 +462,7 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
    * round is left as it is and reused by its next but one generation) */
   uint64_t all = o->arrived; /* before our claim: the last claim's free_round clears it */
   int32_t data = o->data;
+  if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
   if ((prev | bit) != all || data == D_INLINE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
