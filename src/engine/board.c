@@ -46,7 +46,8 @@ enum { R_FREE = 0, R_OPEN = 1, R_DIVERTED = 2, R_DONE = 3 };
  * rank (its claim, or its free of the slot, then this process's board lock),
  * so its accesses are told to TSan as what they are: released by every
  * thread of this process done with a slot (after writing its input, before
- * its claim), acquired by whoever allocates the slot next. */
+ * its claim), acquired before every access (wf_board_part: the round's
+ * opener may be another process, and the reader another thread). */
 #if defined(__SANITIZE_THREAD__)
 #define WF_TSAN 1
 #elif defined(__has_feature)
@@ -60,8 +61,8 @@ void __tsan_release(void *addr);
 #define SLOT_ACQUIRE(b, d) __tsan_acquire((void *)slot_base(b, d))
 #define SLOT_RELEASE(b, d) __tsan_release((void *)slot_base(b, d))
 #else
-#define SLOT_ACQUIRE(b, d) ((void)0)
-#define SLOT_RELEASE(b, d) ((void)0)
+#define SLOT_ACQUIRE(b, d) ((void)(b), (void)(d))
+#define SLOT_RELEASE(b, d) ((void)(b), (void)(d))
 #endif
 
 typedef struct round {
@@ -280,7 +281,6 @@ static int32_t alloc_data(wf_board *b, size_t need, int64_t deadline) {
     k = (int32_t)(w * 64 + (uint32_t)bit);
   }
   unlock(&b->h->lock);
-  if (k != D_NONE) SLOT_ACQUIRE(b, k);
   return k;
 }
 
@@ -332,6 +332,7 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
   if (d == D_INLINE)
     return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+  if (d >= 0) SLOT_ACQUIRE(b, d); /* every access to a slot's data goes through here */
   if (d >= (int32_t)NDATA) return b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot + (size_t)k * b->big_part;
   return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
 }
@@ -430,7 +431,6 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       unlock(&r->lock);
       wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
       SLOT_RELEASE(b, d);
-      (void)d;
       return copied(b, r, o, gsize, deadline, how);
     }
     if (part_len) wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);

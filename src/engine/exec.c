@@ -158,8 +158,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       if (x->nfused > 1) return wf_fuse_prepare_allreduce(gs, a, forced_algo(WF_COLL_ALLREDUCE));
       a->buf = r->out.data;
       a->count = total;
-      if (r->in.data != r->out.data) wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale);
-      else wf_scale(m->dtype, r->out.data, total, m->prescale);
+      wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale); /* in place when in == out */
       break;
     case WF_COLL_BROADCAST:
       a->buf = r->in.data;

@@ -133,8 +133,7 @@ static weft_status prepare_segments(wf_gstate *gs, wf_coll_args *a) {
     weft_request *q = x->fused[i];
     size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
     if (!k) continue;
-    if (q->in.data != q->out.data) wf_scale_copy(m->dtype, q->out.data, q->in.data, k, m->prescale);
-    else wf_scale(m->dtype, q->out.data, k, m->prescale);
+    wf_scale_copy(m->dtype, q->out.data, q->in.data, k, m->prescale); /* in place when in == out */
     segs[n++] = (wf_seg){q->out.data, at, k};
     at += k;
   }

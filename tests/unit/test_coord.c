@@ -75,13 +75,20 @@ static void test_lone(void) {
   wf_coord_destroy(c);
 }
 
-static void test_burst(void) {
-  wf_coord *c = make();
-  char got[256];
+/* A burst of a and b: rank 0 submits both, rank 1 only a so far (a is
+ * ready alone while b just got a request). Returns when b's request came. */
+static int64_t start_burst(wf_coord *c) {
   add(c, 0, "a", 4);
   add(c, 0, "b", 4);
   int64_t t_b = wf_now_ns();
-  add(c, 1, "a", 4); /* a is ready alone; b just got a request */
+  add(c, 1, "a", 4);
+  return t_b;
+}
+
+static void test_burst(void) {
+  wf_coord *c = make();
+  char got[256];
+  int64_t t_b = start_burst(c);
   size_t n = take(c, got, sizeof got);
   int64_t dt = wf_now_ns() - t_b;
   CHECK(n == 0 || dt >= GAP_NS, "a burst's first tensor was not held: '%s' after %lld ns", got, (long long)dt);
@@ -98,9 +105,7 @@ static void test_burst(void) {
 static void test_hold_ends(void) {
   wf_coord *c = make();
   char got[256];
-  add(c, 0, "a", 4);
-  add(c, 0, "b", 4);
-  add(c, 1, "a", 4);
+  start_burst(c);
   size_t n = take(c, got, sizeof got);
   if (n == 0) {
     int64_t end = wf_now_ns() + 2000000000LL;
