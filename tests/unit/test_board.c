@@ -12,7 +12,14 @@
  *             rounds whose copies still run); every DONE round's inputs are
  *             each member's own, no generation hangs, the board stays on;
  *             afterwards 4 rounds at once still all find a large slot (none
- *             leaked) */
+ *             leaked)
+ *   claims    two ranks in one thread, step by step: an inline round of a
+ *             named allreduce is reused by its next-but-one generation
+ *             without claims (the inputs read are each generation's own);
+ *             an unnamed barrier's (several generations of one record may be
+ *             pending) only once every member claimed it: with a claim
+ *             missing, the third generation turns the board off instead of
+ *             reopening a round a member may still be reading */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -210,8 +217,74 @@ static void test_stress(void) {
   free(g_mem);
 }
 
+/* One step of test_claims: both handles arrive (b[0] first) for generation
+ * g of nm; returns 1 if the round is DONE for both, their tickets in t. */
+static int both_arrive(wf_board *b[2], const char *nm, const wf_board_desc *d, int g, wf_board_ticket t[2]) {
+  int how[2];
+  for (int k = 0; k < 2; k++) {
+    uint64_t v = word(7, g, k);
+    wf_board_arrive(b[k], 1, nm, k, 2, d, d->coll == WF_COLL_BARRIER ? NULL : &v, d->coll == WF_COLL_BARRIER ? 0 : 8,
+                    wf_deadline_after(10.0), &how[k], &t[k]);
+  }
+  if (how[0] != WF_BOARD_WAIT || how[1] != WF_BOARD_DONE || wf_board_state(b[0], t[0]) != WF_BOARD_DONE) return 0;
+  for (int k = 0; d->coll != WF_COLL_BARRIER && k < 2; k++)
+    for (int m = 0; m < 2; m++)
+      if (*(const uint64_t *)wf_board_part(b[k], t[k], m) != word(7, g, m)) return 0;
+  return 1;
+}
+
+static void test_claims(void) {
+  size_t bytes = rup(wf_board_bytes(2, 8192, 0), 4096);
+  wf_board_desc ar, bar;
+  memset(&ar, 0, sizeof ar);
+  ar.coll = WF_COLL_ALLREDUCE;
+  ar.dtype = WEFT_DTYPE_INT64;
+  ar.ndim = 1;
+  ar.shape[0] = 1;
+  ar.root = -1;
+  ar.prescale = ar.postscale = 1.0;
+  bar = ar;
+  bar.coll = WF_COLL_BARRIER;
+  bar.ndim = 0;
+  for (int missing = 0; missing < 2; missing++) { /* barrier: every claim, then one missing */
+    void *mem = calloc(1, bytes);
+    wf_board *b[2] = {mem ? wf_board_open(mem, bytes, 2, 0) : NULL, mem ? wf_board_open(mem, bytes, 2, 0) : NULL};
+    wf_board_ticket t[2], t0[2];
+    CHECK(b[0] && b[1], "claims: board");
+    if (!b[0] || !b[1]) {
+      wf_board_close(b[0]);
+      wf_board_close(b[1]);
+      free(mem);
+      return;
+    }
+    for (int g = 0; g < 6; g++) /* named allreduce, inline inputs, never claimed */
+      CHECK(both_arrive(b, "ar", &ar, g, t), "claims: allreduce generation %d not done with its own inputs", g);
+    CHECK(!wf_board_is_off(b[0]), "claims: the board turned off without allreduce claims");
+    CHECK(both_arrive(b, "bar", &bar, 0, t0), "claims: barrier generation 0");
+    wf_board_claim(b[0], t0[0], 0, wf_deadline_after(10.0));
+    if (!missing) wf_board_claim(b[1], t0[1], 1, wf_deadline_after(10.0));
+    CHECK(both_arrive(b, "bar", &bar, 1, t), "claims: barrier generation 1");
+    wf_board_claim(b[0], t[0], 0, wf_deadline_after(10.0));
+    wf_board_claim(b[1], t[1], 1, wf_deadline_after(10.0));
+    if (!missing) {
+      CHECK(both_arrive(b, "bar", &bar, 2, t), "claims: barrier generation 2 after every claim");
+      CHECK(!wf_board_is_off(b[0]), "claims: the board turned off though every member claimed");
+    } else {
+      int how;
+      wf_board_arrive(b[0], 1, "bar", 0, 2, &bar, NULL, 0, wf_deadline_after(10.0), &how, &t[0]);
+      CHECK(how == WF_BOARD_SLOW && wf_board_is_off(b[0]),
+            "claims: barrier generation 2 reopened a round member 1 had not claimed");
+      CHECK(wf_board_state(b[1], t0[1]) == WF_BOARD_DONE, "claims: member 1's unclaimed generation 0 is not DONE");
+    }
+    wf_board_close(b[0]);
+    wf_board_close(b[1]);
+    free(mem);
+  }
+}
+
 int main(void) {
   test_geometry();
+  test_claims();
   test_stress();
   return unit_result("test_board");
 }
