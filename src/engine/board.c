@@ -326,17 +326,6 @@ static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   return 1;
 }
 
-/* Whether members claim generation gen's DONE round when done reading it.
- * Pooled and large slots: yes, the last claim frees the slot. Inline
- * rounds of named collectives: no. The next-but-one generation is opened
- * by a member that completed the generation in between, which every member
- * entered only after its own request of this one completed, i.e. after
- * reading these inputs, because a name is pending at most once per rank;
- * claiming would move one more line between the cores per op. Unnamed
- * barriers share 64 records, so a rank may have several generations of one
- * pending: they claim, and reuse waits for every claim. */
-static int claims(const record *r, uint32_t gen) { return r->desc[gen & 1].coll == WF_COLL_BARRIER; }
-
 static round *round_of(const wf_board *b, wf_board_ticket t) { return &rec_at(b, t.rec)->r[t.gen & 1]; }
 
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
@@ -417,7 +406,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
   if (st == R_DONE && og != gen && o->data == D_INLINE &&
-      (!claims(r, og) || atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived))
+      atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
     st = R_FREE; /* an inline round every member has read: left as it was, reused now */
   if (st == R_FREE) {
     open_round(b, r, o, gen, desc, deadline);
@@ -471,12 +460,11 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   /* no lock but for the last pooled claim: acq_rel orders every member's
    * reads of the inputs before the last claim frees the slot (an inline
    * round is left as it is and reused by its next but one generation) */
-  int32_t data = o->data;
-  if (data == D_INLINE && !claims(rec_at(b, t.rec), t.gen)) return WEFT_OK;
   uint64_t all = o->arrived; /* before our claim: the last claim's free_round clears it */
+  int32_t data = o->data;
   if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
-  if ((prev | bit) != all) return WEFT_OK;
+  if ((prev | bit) != all || data == D_INLINE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
   WF_CHECK(lock(&r->lock, deadline));
   free_round(b, o);
