@@ -346,6 +346,7 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
   weft_status st = WEFT_OK;
   for (int i = 0; i < n; i++) {
     kids[i]->parent = parent;
+    kids[i]->msg.unit = (uint32_t)n; /* the coordinator publishes the children together */
     atomic_store_explicit(&kids[i]->refs, 2, memory_order_relaxed); /* the engine's and the parent's */
   }
   atomic_store_explicit(&parent->remaining, n, memory_order_relaxed);

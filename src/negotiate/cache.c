@@ -160,7 +160,8 @@ void *wf_cache_by_id(const wf_cache *c, uint32_t id, uint64_t epoch, const char 
 
 int wf_req_same(const wf_request_msg *a, const wf_request_msg *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->reduce_op != b->reduce_op || a->ndim != b->ndim ||
-      a->root != b->root || a->device != b->device || a->priority != b->priority || a->nsplits != b->nsplits)
+      a->root != b->root || a->device != b->device || a->priority != b->priority || a->nsplits != b->nsplits ||
+      a->unit != b->unit)
     return 0;
   /* bit patterns: -0.0 and 0.0 scale to different results */
   if (memcmp(&a->prescale, &b->prescale, sizeof a->prescale) || memcmp(&a->postscale, &b->postscale, sizeof a->postscale))

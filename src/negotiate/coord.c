@@ -80,6 +80,12 @@ uint8_t wf_cd_entry_coll(const wf_coord *c, const entry *e) {
   return 0;
 }
 
+uint32_t wf_cd_entry_unit(const wf_coord *c, const entry *e) {
+  for (int r = 0; r < c->size; r++)
+    if (e->b->have[r]) return req_of(e, r)->unit;
+  return 0;
+}
+
 /* A request left fusable entry e waiting for other ranks. */
 static void note_add(wf_coord *c, const entry *e) {
   if (c->add_e[0] != e) {
@@ -151,6 +157,7 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
     return WEFT_ERR_NO_MEMORY;
   }
   wf_strmap_init(&c->table);
+  wf_strmap_init(&c->units);
   /* the coordinator keeps every member's request per entry: at most 64 MiB
    * of them (a smaller cache than the members' only costs RESENDs) */
   uint32_t cap = wf_cache_capacity_param();
@@ -173,6 +180,7 @@ void wf_coord_destroy(wf_coord *c) {
     free(c->ready[i].name);
     wf_cd_block_unpin(c->ready[i].pay);
   }
+  wf_cd_units_free(c);
   wf_cache_destroy(c->cache); /* its blocks go to the free list */
   while (c->free_entries) {
     entry *e = c->free_entries;
@@ -192,12 +200,10 @@ void wf_coord_destroy(wf_coord *c) {
 }
 
 /* ------------------------------------------------------------------ responses */
-/* Appends a response for name (names and seq set at take time); takes
- * resp's arrays and the pin on pay. m may be NULL (errors, joins: never
- * fused, priority 0). */
-static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m, rblock *pay, uint32_t slot) {
-  char *dup = strdup(name);
-  if (c->nready == c->cap && dup) {
+/* Appends q to the ready responses (names and seq set at take time); takes
+ * q's arrays, name and pin (freed, loudly, when out of memory). */
+void wf_cd_push(wf_coord *c, ready *q) {
+  if (c->nready == c->cap) {
     size_t ncap = c->cap ? c->cap * 2 : 64;
     ready *n = realloc(c->ready, ncap * sizeof *n);
     if (n) {
@@ -205,34 +211,50 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
       c->cap = ncap;
     }
   }
-  if (!dup || c->nready == c->cap) {
-    WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
-    free(dup);
-    wf_response_msg_free(resp);
-    wf_cd_block_unpin(pay);
+  if (c->nready == c->cap) {
+    WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", q->name);
+    wf_response_msg_free(&q->resp);
+    free(q->name);
+    wf_cd_block_unpin(q->pay);
     return;
   }
   if (!c->nready) c->first_ready_ns = wf_now_ns();
-  if (m && resp->type == WF_RESP_OK && fusable_coll(resp->coll)) c->nready_fusable++;
-  ready *q = &c->ready[c->nready++];
-  meta none = {0, 0, 0, 0, 1.0, 1.0, 0};
-  q->resp = *resp;
-  q->resp.names = NULL;
-  q->resp.nnames = 0;
-  q->name = dup;
-  q->m = m ? *m : none;
-  q->pay = pay;
-  q->slot = slot;
+  if (q->fusable) c->nready_fusable++;
+  c->ready[c->nready++] = *q;
 }
 
-void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg) {
+/* A response for name: takes resp's arrays and the pin on pay. m may be
+ * NULL (errors, joins: never fused, priority 0). unit: the grouped op's
+ * tensor count (coord_unit.c holds its responses until all are in). */
+static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m, rblock *pay, uint32_t slot,
+                 uint32_t unit) {
+  ready q;
+  const meta none = {0, 0, 0, 0, 1.0, 1.0, 0};
+  q.resp = *resp;
+  q.resp.names = NULL;
+  q.resp.nnames = 0;
+  q.name = strdup(name);
+  q.m = m ? *m : none;
+  q.pay = pay;
+  q.slot = slot;
+  q.fusable = m && resp->type == WF_RESP_OK && fusable_coll(resp->coll);
+  if (!q.name) {
+    WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
+    wf_response_msg_free(&q.resp);
+    wf_cd_block_unpin(pay);
+    return;
+  }
+  if (!wf_cd_unit_take(c, &q, unit)) wf_cd_push(c, &q);
+}
+
+void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit) {
   wf_response_msg resp;
   memset(&resp, 0, sizeof resp);
   resp.type = WF_RESP_ERROR;
   resp.coll = coll;
   resp.status = st;
   resp.error = strdup(msg);
-  emit(c, &resp, name, NULL, NULL, UINT32_MAX);
+  emit(c, &resp, name, NULL, NULL, UINT32_MAX, unit);
 }
 
 /* Is every request of e the one stored at the name's last negotiation
@@ -288,10 +310,10 @@ static void finish(wf_coord *c, entry *e) {
       resp.nsizes = h->nsizes;
     }
     if (h->nsizes && !resp.sizes) {
-      wf_cd_emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", q->unit);
     } else {
       e->hit = NULL; /* its pin goes to the response */
-      emit(c, &resp, name, &h->m, h, e->slot);
+      emit(c, &resp, name, &h->m, h, e->slot, q->unit);
     }
     wf_cd_entry_drop(c, e);
     return;
@@ -304,7 +326,7 @@ static void finish(wf_coord *c, entry *e) {
   if (st != WEFT_OK) {
     free(resp.sizes);
     WF_INFO(WF_SUB_COORD, "%s", err);
-    wf_cd_emit_error(c, q->coll, name, st, err);
+    wf_cd_emit_error(c, q->coll, name, st, err, q->unit);
     wf_cd_entry_drop(c, e);
     return;
   }
@@ -334,7 +356,7 @@ static void finish(wf_coord *c, entry *e) {
     }
     if (resp.nsizes && !pay->sizes) pay->known = 0;
   }
-  emit(c, &resp, name, &m, pay, e->slot);
+  emit(c, &resp, name, &m, pay, e->slot, q->unit);
   wf_cd_entry_drop(c, e); /* e->b is NULL if it became the payload */
 }
 
@@ -361,7 +383,7 @@ static int try_complete(wf_coord *c, entry *e) {
            "tensor '%s': %s is not possible while rank(s) %s have joined (weft_join): only allreduce and barrier can "
            "complete without them",
            e->name, wf_coll_name(coll), list);
-  wf_cd_emit_error(c, coll, e->name, WEFT_ERR_INVALID_ARGUMENT, msg);
+  wf_cd_emit_error(c, coll, e->name, WEFT_ERR_INVALID_ARGUMENT, msg, wf_cd_entry_unit(c, e));
   wf_cd_entry_drop(c, e);
   return 1;
 }
@@ -373,7 +395,7 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
   if (c->joined[rank]) {
     char msg[256];
     snprintf(msg, sizeof msg, "rank %d joined twice", WR(c, rank));
-    wf_cd_emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg);
+    wf_cd_emit_error(c, WF_COLL_JOIN, m->name, WEFT_ERR_PROTOCOL, msg, 0);
     return;
   }
   c->joined[rank] = 1;
@@ -390,7 +412,7 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
       resp.sizes[0] = c->last_joined; /* a group rank, like every rank the API returns for a group */
       resp.nsizes = 1;
     }
-    emit(c, &resp, c->join_name, NULL, NULL, UINT32_MAX);
+    emit(c, &resp, c->join_name, NULL, NULL, UINT32_MAX, 0);
     memset(c->joined, 0, (size_t)c->size);
     c->njoined = 0;
     return;
@@ -407,7 +429,7 @@ static void fail_departed(wf_coord *c, entry *e, int gone) {
   char msg[512];
   snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", e->name,
            WR(c, gone));
-  wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg);
+  wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg, wf_cd_entry_unit(c, e));
   wf_cd_entry_drop(c, e);
 }
 
@@ -419,7 +441,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     c->free_entries = e->next_free;
     c->nfree_entries--;
   } else if (!(e = malloc(sizeof *e))) {
-    wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+    wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", 0);
     return NULL;
   }
   size_t len = strlen(name); /* 1..WF_NAME_MAX: checked by the API and the decoder */
@@ -433,7 +455,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     c->free_entries = e;
     c->nfree_entries++;
     if (rc < 0) {
-      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", 0);
       return NULL;
     }
     e = found;
@@ -442,7 +464,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     if (!e->b) {
       wf_strmap_del(&c->table, e->name);
       free(e);
-      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+      wf_cd_emit_error(c, coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", 0);
       return NULL;
     }
     e->hit = NULL;
@@ -470,7 +492,7 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
   if (e->b->have[rank]) {
     char msg[512];
     snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", e->name, WR(c, rank));
-    wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg);
+    wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg, m->unit);
     wf_cd_entry_drop(c, e);
     return;
   }
@@ -484,7 +506,7 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
     if (m->nsplits) {
       d->splits = malloc(sizeof(int64_t) * m->nsplits);
       if (!d->splits) {
-        wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator");
+        wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", m->unit);
         wf_cd_entry_drop(c, e);
         return;
       }

@@ -73,6 +73,7 @@ typedef struct ready {
   meta m;
   rblock *pay;          /* pinned: the cache's new payload for name (OK, cache on), else NULL */
   uint32_t slot;        /* the entry's slot hint */
+  uint8_t fusable;      /* an OK response of a fusable collective (the fusion hold counts them) */
 } ready;
 
 struct wf_coord {
@@ -87,6 +88,7 @@ struct wf_coord {
   uint64_t next_seq;
   ready *ready;       /* seq not yet assigned */
   size_t nready, cap;
+  wf_strmap units;    /* grouped ops with responses held (coord_unit.c) */
   uint8_t *departed; /* per rank: said BYE */
   uint8_t *joined;   /* per rank: weft_join pending */
   int njoined, last_joined;
@@ -116,7 +118,17 @@ static inline int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] :
 /* coord.c */
 void wf_cd_block_unpin(rblock *b);
 uint8_t wf_cd_entry_coll(const wf_coord *c, const entry *e);
+uint32_t wf_cd_entry_unit(const wf_coord *c, const entry *e);
 void wf_cd_entry_drop(wf_coord *c, entry *e); /* removes e from the table and frees it */
-void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg);
+/* unit: the grouped op's tensor count, as in the requests (0: none) */
+void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit);
+void wf_cd_push(wf_coord *c, ready *q); /* appends q to the ready responses */
+
+/* coord_unit.c */
+/* Holds q (1) if it is a tensor of a grouped op of unit tensors, publishing
+ * the op's held responses when the last is in; 0: not part of one. */
+int wf_cd_unit_take(wf_coord *c, ready *q, uint32_t unit);
+void wf_cd_units_sweep(wf_coord *c, int64_t now); /* drops units idle for the timeout that hold nothing */
+void wf_cd_units_free(wf_coord *c);
 
 #endif

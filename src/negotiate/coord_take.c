@@ -216,9 +216,10 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
       }
     if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");
     WF_WARN(WF_SUB_COORD, "%s", msg);
-    wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg);
+    wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg, wf_cd_entry_unit(c, e));
     wf_cd_entry_drop(c, e);
   }
+  wf_cd_units_sweep(c, now);
   c->next_check = next;
 }
 

@@ -47,6 +47,14 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                weft_dtype_name(a->dtype), W(r), weft_dtype_name(b->dtype));
       return WEFT_ERR_MISMATCH;
     }
+    if (b->unit != a->unit) {
+      char ua[64], ub[64];
+      snprintf(ua, sizeof ua, a->unit ? "in a grouped op of %u tensors" : "as a tensor of its own", a->unit);
+      snprintf(ub, sizeof ub, b->unit ? "in a grouped op of %u tensors" : "as a tensor of its own", b->unit);
+      snprintf(err, errlen, "tensor '%s': mismatched grouped ops: rank %d submitted it %s, rank %d %s", name, W(0), ua,
+               W(r), ub);
+      return WEFT_ERR_MISMATCH;
+    }
     if (b->device != a->device) {
       snprintf(err, errlen, "tensor '%s': mismatched devices: rank %d has device %d, rank %d has device %d", name, W(0),
                a->device, W(r), b->device);

@@ -5,7 +5,7 @@
  * f64 = IEEE-754 bit pattern in a u64):
  *
  * REQUESTS:
- *   u32 count            then `count` requests (0 is valid), each >= 43 bytes:
+ *   u32 count            then `count` requests (0 is valid), each >= 47 bytes:
  *     u32 group_id
  *     u8  coll           < WF_COLL_COUNT_
  *     u8  dtype          < WEFT_DTYPE_COUNT_
@@ -14,6 +14,7 @@
  *     i32 root           broadcast: >= 0; others: >= -1
  *     i32 device         >= -1 (WEFT_DEVICE_CPU)
  *     i32 priority
+ *     u32 unit           0..WF_UNIT_MAX: the grouped op's tensor count (0: none)
  *     f64 prescale, f64 postscale
  *     i64 shape[ndim]    each >= 0
  *     u32 nsplits        alltoall: 1..WF_MAX_RANKS; others: 0
@@ -48,7 +49,7 @@
 #include "util/err.h"
 #include "wire/codec.h"
 
-#define REQ_MIN_BYTES (4 + 4 + 3 * 4 + 2 * 8 + 4 + 2 + 1)
+#define REQ_MIN_BYTES (4 + 4 + 4 * 4 + 2 * 8 + 4 + 2 + 1)
 #define RESP_MIN_BYTES (8 + 4 + 1 + 1 + 4 + 4 + 4 + 2)
 #define WHY_LEN 160
 
@@ -79,6 +80,10 @@ static const char *req_check(const wf_request_msg *m, char *why) {
   if (m->device < WEFT_DEVICE_CPU) {
     snprintf(why, WHY_LEN, "%d below %d", m->device, WEFT_DEVICE_CPU);
     return "device";
+  }
+  if (m->unit > WF_UNIT_MAX) {
+    snprintf(why, WHY_LEN, "%u over the maximum %d", m->unit, WF_UNIT_MAX);
+    return "unit";
   }
   for (unsigned i = 0; i < m->ndim; i++) {
     if (m->shape[i] < 0) {
@@ -196,6 +201,7 @@ weft_status wf_encode_requests(wf_buf *out, uint32_t src, const wf_request_msg *
     wf_buf_uint(out, (uint32_t)m->root, 4);
     wf_buf_uint(out, (uint32_t)m->device, 4);
     wf_buf_uint(out, (uint32_t)m->priority, 4);
+    wf_buf_uint(out, m->unit, 4);
     wf_buf_f64(out, m->prescale);
     wf_buf_f64(out, m->postscale);
     for (unsigned d = 0; d < m->ndim; d++) wf_buf_uint(out, (uint64_t)m->shape[d], 8);
@@ -217,6 +223,7 @@ static weft_status decode_request(wf_rd *r, wf_request_msg *m) {
   WF_CHECK(wf_rd_i32(r, "root", &m->root));
   WF_CHECK(wf_rd_i32(r, "device", &m->device));
   WF_CHECK(wf_rd_i32(r, "priority", &m->priority));
+  WF_CHECK(wf_rd_u32(r, "unit", &m->unit));
   WF_CHECK(wf_rd_f64(r, "prescale", &m->prescale));
   WF_CHECK(wf_rd_f64(r, "postscale", &m->postscale));
   for (unsigned d = 0; d < m->ndim; d++) WF_CHECK(wf_rd_i64(r, "shape", &m->shape[d]));

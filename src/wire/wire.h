@@ -24,6 +24,7 @@
 #define WF_ERRMSG_MAX 4096       /* bytes in an error message */
 #define WF_HOST_MAX 255          /* bytes in a host name / address */
 #define WF_MAX_RANKS 65536       /* ranks in a job */
+#define WF_UNIT_MAX 65536        /* tensors in a grouped op */
 #define WF_DATA_SUBHDR_SIZE 16   /* u64 seq, u32 index, u32 reserved */
 
 typedef enum wf_msg_type {
@@ -113,6 +114,8 @@ typedef struct wf_request_msg {
   int32_t root;        /* broadcast root (group rank), else -1 */
   int32_t device;      /* WEFT_DEVICE_CPU or a device index */
   int32_t priority;
+  uint32_t unit;       /* part of a grouped op of this many tensors, named "<op name>.<i>": negotiated as one
+                          unit (0: a tensor of its own); at most WF_UNIT_MAX */
   double prescale, postscale;
   int64_t shape[WEFT_MAX_DIMS];
   uint32_t nsplits;    /* alltoall: group size, else 0 */

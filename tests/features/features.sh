@@ -35,6 +35,8 @@
 #       submitted at once run as fewer collectives than tensors (engine debug
 #       log), and as one each with WEFT_FUSION_THRESHOLD=0
 #   cache-hits     feat_cache: a member's response cache reports hits
+#   grouped-unit   feat_fuse_gather: the coordinator logs that each grouped op's
+#       tensors were published together (all of them, as one unit)
 #   cache-resend   feat_cache with WEFT_CACHE_CAPACITY=1 on the coordinator
 #       only: members name entries it has evicted, so it must answer RESEND
 #       and they must resend in full (both logged at debug level, counted
@@ -235,6 +237,11 @@ cache-hits)
   hits=$(stderr_of cache 1 | sed -n 's/.*response cache: \([0-9]*\) hits.*/\1/p' | head -1)
   echo "rank 1: ${hits:-no} cache hits"
   [ "${hits:-0}" -gt 0 ] || fail "rank 1 reports no response cache hits"
+  ;;
+grouped-unit)
+  run_job grouped WEFT_LOG_SUBSYS=coord WEFT_LOG_LEVEL=debug -- "$FEATBIN/feat_fuse_gather" >&2
+  has grouped 0 "grouped op 'fg\.gag': its 6 tensors published together" "the grouped allgather as one unit"
+  has grouped 0 "grouped op 'fg\.grs': its 8 tensors published together" "the grouped reducescatter as one unit"
   ;;
 cache-resend)
   # rank 0 (the world's coordinator) keeps one entry; the members keep the default

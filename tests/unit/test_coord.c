@@ -6,7 +6,12 @@
  *  - a hold ends by itself (HOLD_GAP_NS after the last request) even if the
  *    others never complete, and wf_coord_next_deadline says when;
  *  - WEFT_FUSION_PACK_MAX_BYTES: large tensors are not fused, unless the
- *    members reduce allreduces in place (wf_coord_set_unpacked_allreduce).
+ *    members reduce allreduces in place (wf_coord_set_unpacked_allreduce);
+ *  - grouped ops (coord_unit.c): a grouped op's ready tensors are held
+ *    until every tensor of it is in, then published together in order
+ *    (one fused response); an error (a mismatch) goes out at once and
+ *    counts; ranks that disagree on the op's size get "mismatched grouped
+ *    ops"; a unit left holding only errors is dropped after the timeout.
  * The hold is a time window: a check that needs the window open accepts a
  * response published because the machine was slow past it (sanitizers). */
 #include <stdio.h>
@@ -15,6 +20,7 @@
 #include <time.h>
 
 #include "negotiate/coord.h"
+#include "negotiate/coord_impl.h" /* units: how many the coordinator keeps */
 #include "unit_check.h"
 #include "util/time.h"
 
@@ -22,7 +28,8 @@
 #define GAP_NS 100000 /* HOLD_GAP_NS of coord_impl.h */
 #define THRESHOLD ((uint64_t)128 << 20)
 
-static void add(wf_coord *c, int rank, const char *name, int64_t elems) {
+/* rank's allreduce request for name (unit: its grouped op's size, or 0). */
+static void add_unit(wf_coord *c, int rank, const char *name, int64_t elems, uint32_t unit) {
   wf_request_msg m;
   memset(&m, 0, sizeof m);
   m.coll = WF_COLL_ALLREDUCE;
@@ -33,9 +40,12 @@ static void add(wf_coord *c, int rank, const char *name, int64_t elems) {
   m.device = WEFT_DEVICE_CPU;
   m.prescale = m.postscale = 1.0;
   m.shape[0] = elems;
+  m.unit = unit;
   snprintf(m.name, sizeof m.name, "%s", name);
   wf_coord_add(c, rank, &m);
 }
+
+static void add(wf_coord *c, int rank, const char *name, int64_t elems) { add_unit(c, rank, name, elems, 0); }
 
 /* Takes the ready responses: how many, and their names joined by '+'
  * (responses separated by ' '). */
@@ -147,6 +157,74 @@ static void test_pack_max(void) {
   unsetenv("WEFT_FUSION_PACK_MAX_BYTES");
 }
 
+/* The error response's message (empty if none or not an error). */
+static void take_error(wf_coord *c, char *err, size_t cap) {
+  wf_response_msg *r;
+  size_t n = wf_coord_take(c, THRESHOLD, &r);
+  err[0] = '\0';
+  for (size_t i = 0; i < n; i++) {
+    if (r[i].type == WF_RESP_ERROR && r[i].error) snprintf(err, cap, "%s", r[i].error);
+    wf_response_msg_free(&r[i]);
+  }
+  free(r);
+}
+
+static void test_units(void) {
+  char got[256];
+  wf_coord *c = make();
+  /* g.1 and g.2 ready on both ranks (they came first: say, from the cache),
+   * g.0 not yet: nothing goes out */
+  for (int r = 0; r < 2; r++) {
+    add_unit(c, r, "g.1", 4, 3);
+    add_unit(c, r, "g.2", 4, 3);
+  }
+  size_t n = take(c, got, sizeof got);
+  CHECK(n == 0, "grouped op: %zu responses '%s' published before its tensor g.0 arrived", n, got);
+  add_unit(c, 0, "g.0", 4, 3);
+  n = take(c, got, sizeof got);
+  CHECK(n == 0, "grouped op: %zu responses '%s' published before g.0 was ready", n, got);
+  add_unit(c, 1, "g.0", 4, 3);
+  n = take(c, got, sizeof got);
+  CHECK(n == 1 && !strcmp(got, "g.0+g.1+g.2"), "grouped op: %zu responses '%s', expected g.0+g.1+g.2", n, got);
+  CHECK(c->units.len == 0, "grouped op: %zu units kept after publishing", c->units.len);
+  /* an error goes out at once; the rest when in */
+  add_unit(c, 0, "h.1", 4, 2);
+  add_unit(c, 1, "h.1", 8, 2);
+  n = take(c, got, sizeof got);
+  CHECK(n == 1 && !strcmp(got, "h.1"), "grouped op with a mismatch: %zu responses '%s', expected h.1's error", n, got);
+  add_unit(c, 0, "h.0", 4, 2);
+  add_unit(c, 1, "h.0", 4, 2);
+  n = take(c, got, sizeof got);
+  CHECK(n == 1 && !strcmp(got, "h.0"), "grouped op after a mismatch: %zu responses '%s', expected h.0", n, got);
+  /* ranks disagree on the op's size: an error naming both */
+  char err[512];
+  add_unit(c, 0, "u.0", 4, 2);
+  add_unit(c, 1, "u.0", 4, 3);
+  take_error(c, err, sizeof err);
+  CHECK(strstr(err, "mismatched grouped ops") && strstr(err, "rank 0 submitted it in a grouped op of 2 tensors") &&
+            strstr(err, "rank 1 in a grouped op of 3 tensors"),
+        "grouped ops of 2 and 3 tensors: error '%s'", err);
+  add_unit(c, 0, "v.0", 4, 0);
+  add_unit(c, 1, "v.0", 4, 2);
+  take_error(c, err, sizeof err);
+  CHECK(strstr(err, "rank 0 submitted it as a tensor of its own, rank 1 in a grouped op of 2 tensors"),
+        "a tensor of its own and a grouped op's: error '%s'", err);
+  wf_coord_destroy(c);
+  /* a unit holding only errors (its other tensors never come) goes after
+   * the timeout */
+  CHECK(wf_coord_create(2, NULL, 0.05, &c) == WEFT_OK, "wf_coord_create");
+  add_unit(c, 0, "w.0", 4, 2);
+  add_unit(c, 1, "w.0", 4, 3);
+  take_error(c, err, sizeof err);
+  CHECK(c->units.len > 0, "a unit with an error resolved: not kept");
+  add(c, 0, "late", 4); /* something for the timeout check to look at */
+  sleep_ns(120000000);
+  wf_coord_check_timeouts(c, wf_now_ns());
+  take_error(c, err, sizeof err);
+  CHECK(c->units.len == 0, "%zu units holding nothing kept past the timeout", c->units.len);
+  wf_coord_destroy(c);
+}
+
 int main(void) {
   unsetenv("WEFT_CYCLE_TIME_US"); /* the hold is for the default, event-driven coordinator */
   unsetenv("WEFT_CYCLE_TIME_MS");
@@ -155,5 +233,6 @@ int main(void) {
   test_burst();
   test_hold_ends();
   test_pack_max();
+  test_units();
   return unit_result("test_coord");
 }

@@ -294,6 +294,7 @@ static void make_requests(wf_request_msg r[3]) {
   r[0].root = -1;
   r[0].device = 3;
   r[0].priority = -100;
+  r[0].unit = WF_UNIT_MAX;
   r[0].prescale = 0.1;
   r[0].postscale = -INFINITY;
   for (int d = 0; d < WEFT_MAX_DIMS; d++) r[0].shape[d] = d == 5 ? INT64_MAX : d * 1000003LL;
@@ -331,10 +332,10 @@ static void test_requests(void) {
   /* pinned layout of the first request's fixed part */
   CHECK(le(p, 4) == 3 && le(p + 4, 4) == 0xdeadbeef && p[8] == WF_COLL_ALLREDUCE && p[9] == WEFT_DTYPE_BOOL &&
             p[10] == WEFT_OP_PRODUCT && p[11] == 16 && le(p + 12, 4) == 0xffffffff && le(p + 16, 4) == 3 &&
-            le(p + 20, 4) == (uint32_t)-100 && le(p + 24, 8) == 0x3fb999999999999aull &&
-            le(p + 32, 8) == 0xfff0000000000000ull && le(p + 40 + 5 * 8, 8) == (uint64_t)INT64_MAX,
+            le(p + 20, 4) == (uint32_t)-100 && le(p + 24, 4) == WF_UNIT_MAX && le(p + 28, 8) == 0x3fb999999999999aull &&
+            le(p + 36, 8) == 0xfff0000000000000ull && le(p + 44 + 5 * 8, 8) == (uint64_t)INT64_MAX,
         "REQUEST layout");
-  CHECK(n == 4 + (36 + 16 * 8 + 4 + 2 + 255) + (36 + 2 * 8 + 4 + 4 * 8 + 2 + 20) + (36 + 4 + 2 + 1),
+  CHECK(n == 4 + (40 + 16 * 8 + 4 + 2 + 255) + (40 + 2 * 8 + 4 + 4 * 8 + 2 + 20) + (40 + 4 + 2 + 1),
         "REQUESTS payload %zu bytes", n);
   wf_requests_msg d;
   CHECK(wf_decode_requests(p, n, &d, g_err, sizeof g_err) == WEFT_OK, "decode requests: %s", g_err);
@@ -342,7 +343,8 @@ static void test_requests(void) {
   for (int i = 0; i < 3; i++) {
     const wf_request_msg *a = &r[i], *c = &d.reqs[i];
     CHECK(a->group_id == c->group_id && a->coll == c->coll && a->dtype == c->dtype && a->reduce_op == c->reduce_op &&
-              a->ndim == c->ndim && a->root == c->root && a->device == c->device && a->priority == c->priority,
+              a->ndim == c->ndim && a->root == c->root && a->device == c->device && a->priority == c->priority &&
+              a->unit == c->unit,
           "request %d scalars", i);
     CHECK(same_f64(a->prescale, c->prescale) && same_f64(a->postscale, c->postscale), "request %d scales", i);
     CHECK(memcmp(a->shape, c->shape, a->ndim * sizeof(int64_t)) == 0, "request %d shape", i);
@@ -361,7 +363,7 @@ static void test_requests(void) {
   /* encoder argument checks: each names the field and leaves b untouched */
   wf_request_msg q;
   const char *fields[] = {"name", "name", "ndim", "dtype", "reduce_op", "coll", "nsplits", "nsplits",
-                          "shape", "splits", "root", "device"};
+                          "shape", "splits", "root", "device", "unit"};
   for (int k = 0; k < (int)(sizeof fields / sizeof *fields); k++) {
     make_requests(r);
     q = r[k % 2 == 0 ? 0 : 1];
@@ -379,6 +381,7 @@ static void test_requests(void) {
       case 9: q.splits = neg; break;
       case 10: q.coll = WF_COLL_BROADCAST; q.root = -1; break;
       case 11: q.device = -2; break;
+      case 12: q.unit = WF_UNIT_MAX + 1; break;
     }
     weft_status st = wf_encode_requests(&b, 0, &q, 1);
     CHECK(st == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "bad request %d accepted (%d)", k, (int)st);
@@ -714,7 +717,8 @@ static void expect_reject(uint8_t type, const pb *b, weft_status want, const cha
   CHECK(decode_any(type, b->d, b->n) == 0, "%s: decode_any accepted", what);
 }
 
-/* One request with ndim 1; fields patched by the caller through offsets. */
+/* One request with ndim 1; fields patched by the caller through offsets
+ * (the grouped op's size, unit, at bytes 24..27). */
 static void request_payload(pb *b, uint8_t coll, uint8_t dtype, uint8_t op, uint8_t ndim, int64_t dim0,
                             uint32_t nsplits, const char *name, size_t namelen) {
   b->n = 0;
@@ -726,6 +730,7 @@ static void request_payload(pb *b, uint8_t coll, uint8_t dtype, uint8_t op, uint
   put(b, ndim, 1);
   put(b, (uint32_t)-1, 4);
   put(b, (uint32_t)-1, 4);
+  put(b, 0, 4);
   put(b, 0, 4);
   put(b, 0, 8);
   put(b, 0, 8);
@@ -784,6 +789,9 @@ static void test_bad_fields(void) {
   expect_reject(WF_MSG_REQUESTS, &b, P, "nsplits", "65536", "nsplits more than the bytes");
   request_payload(&b, WF_COLL_ALLREDUCE, 0, 0, 1, 8, 2, "t", 1);
   expect_reject(WF_MSG_REQUESTS, &b, P, "nsplits", "allreduce", "splits on an allreduce");
+  request_payload(&b, WF_COLL_ALLREDUCE, 0, 0, 1, 8, 0, "t", 1);
+  b.d[24] = 0x01, b.d[25] = 0x00, b.d[26] = 0x01, b.d[27] = 0x00; /* 65537 */
+  expect_reject(WF_MSG_REQUESTS, &b, P, "unit", "65537", "a grouped op over the maximum");
 
   /* counts far beyond the bytes fail as PROTOCOL, i.e. before any allocation
    * (a 2^32-entry calloc would be NO_MEMORY or an ASan abort) */
