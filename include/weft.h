@@ -212,7 +212,8 @@ typedef struct weft_op_options {
   size_t struct_size;     /* sizeof(weft_op_options), set by WEFT_OP_OPTIONS_INIT */
   double prescale;        /* allreduce/reducescatter: multiply inputs first (1.0) */
   double postscale;       /* allreduce/reducescatter: multiply the result (1.0) */
-  int priority;           /* among ready operations, higher runs first (0) */
+  int priority;           /* among operations ready at the coordinator, higher runs first (0); small ops of a
+                             one-host group that complete in shared memory never queue (design.md 2b) */
   weft_done_fn callback;  /* NULL: none; poll or wait instead */
   void *user_data;        /* passed to callback */
   weft_alloc_fn alloc;    /* NULL: outputs are library-owned */

@@ -255,6 +255,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
   w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
   const char *tl_path = wf_param_str("WEFT_TIMELINE");
+  if (!strcmp(tl_path, "DYNAMIC")) tl_path = ""; /* Horovod's: started later, through the API */
   if (*tl_path && (rank == 0 || strstr(tl_path, "%r")) &&
       (st = wf_tl_start(&w->tl, tl_path, (int)wf_param_int("WEFT_TIMELINE_MARK_CYCLES"))) != WEFT_OK)
     goto fail;

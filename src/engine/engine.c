@@ -327,7 +327,11 @@ static void drain_submissions(weft_world *w) {
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
     wf_tl_begin(&w->tl, r->msg.name, wf_phase_negotiate(r->msg.coll), wf_request_bytes(r), NULL);
     if (gs->coord) {
-      wf_tl_mark(&w->tl, r->msg.name, "rank 0 ready");
+      if (wf_tl_on(&w->tl)) { /* the coordinator's own request: this rank, by its world rank */
+        char what[32];
+        snprintf(what, sizeof what, "rank %d ready", w->rank);
+        wf_tl_mark(&w->tl, r->msg.name, what);
+      }
       wf_coord_add(gs->coord, gs->group->rank, &r->msg);
       continue;
     }

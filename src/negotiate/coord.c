@@ -137,8 +137,11 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   c->size = size;
   c->ranks = ranks;
   c->timeout = timeout_seconds;
-  c->stall_check = wf_param_int("WEFT_STALL_CHECK_DISABLE") ? 0 : wf_param_double("WEFT_STALL_CHECK_SECONDS");
-  c->stall_shutdown = wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
+  /* WEFT_STALL_CHECK_DISABLE turns the whole inspector off, reports and
+   * shutdown, as HOROVOD_STALL_CHECK_DISABLE does */
+  int stall_off = wf_param_int("WEFT_STALL_CHECK_DISABLE") != 0;
+  c->stall_check = stall_off ? 0 : wf_param_double("WEFT_STALL_CHECK_SECONDS");
+  c->stall_shutdown = stall_off ? 0 : wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
   c->next_check = INT64_MAX;
   c->hold_until = INT64_MAX;
   c->hold = wf_param_int("WEFT_CYCLE_TIME_US") <= 0 && wf_param_double("WEFT_CYCLE_TIME_MS") <= 0;

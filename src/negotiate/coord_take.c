@@ -162,13 +162,14 @@ void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx) {
 }
 
 /* ------------------------------------------------------------------ stalls and timeouts */
-/* Lists the ranks with (want = 1) or without (want = 0) a request. */
+/* Lists the ranks with (want = 1) or without (want = 0) a request; ranks
+ * that joined (weft_join) stand in for theirs, so they are not missing. */
 static size_t rank_list(const wf_coord *c, const entry *e, int want, char *out, size_t n) {
   size_t k = 0;
   int first = 1;
   out[0] = '\0';
   for (int r = 0; r < c->size && k < n; r++)
-    if (!!e->b->have[r] == want) {
+    if (!!e->b->have[r] == want && (want || !c->joined[r])) {
       k += (size_t)snprintf(out + k, n - k, first ? "%d" : ", %d", WR(c, r));
       first = 0;
     }
@@ -205,16 +206,10 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
       if (e->next_warn < next) next = e->next_warn;
       continue;
     }
-    char msg[WF_ERRMSG_MAX];
-    size_t k = (size_t)snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) ", e->name,
-                                c->timeout);
-    int first = 1;
-    for (int r = 0; r < c->size && k < sizeof msg; r++)
-      if (!e->b->have[r]) {
-        k += (size_t)snprintf(msg + k, sizeof msg - k, first ? "%d" : ", %d", WR(c, r));
-        first = 0;
-      }
-    if (k < sizeof msg) snprintf(msg + k, sizeof msg - k, " to submit it");
+    char msg[WF_ERRMSG_MAX], missing[512];
+    rank_list(c, e, 0, missing, sizeof missing);
+    snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) %s to submit it", e->name,
+             c->timeout, missing);
     WF_WARN(WF_SUB_COORD, "%s", msg);
     wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg, wf_cd_entry_unit(c, e));
     wf_cd_entry_drop(c, e);

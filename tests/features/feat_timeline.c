@@ -7,7 +7,9 @@
  *     tl.bar, reducescatter tl.rs (float32 x 4*size), alltoall tl.a2a
  *     (int32 x 2*size), one at a time; two fusable allreduces tl.f1/tl.f2
  *     together; with 2+ ranks tl.bad, whose shape differs on the last rank
- *     (its lane must end with an error);
+ *     (its lane must end with an error); with 3+ ranks allreduce tl.set in
+ *     the process set {1, 2}, whose coordinator is rank 1 (its readiness
+ *     marks must name ranks 1 and 2 by their world ranks);
  *  2. weft_timeline_start while one is being written: WEFT_ERR_MISUSE;
  *     weft_timeline_stop twice: WEFT_OK both times (idempotent);
  *  3. started at run time: DIR/rt.%r.json without cycle marks, rt.ar;
@@ -91,6 +93,27 @@ static void mismatched(const char *name) {
   weft_request_free(r);
 }
 
+/* tl.set: an allreduce in the process set {1, 2} (its members only). */
+static void set_op(void) {
+  static const int members[2] = {1, 2};
+  if (feat_rank != 1 && feat_rank != 2) return;
+  weft_group *g = NULL;
+  weft_status st = weft_group_create(feat_world, members, 2, &g);
+  if (st != WEFT_OK) {
+    feat_fail("weft_group_create {1, 2}: %s (%s)", weft_status_string(st), weft_last_error());
+    return;
+  }
+  int64_t n = 4;
+  float x[4] = {1, 2, 3, 4};
+  weft_tensor t = feat_tensor(WEFT_DTYPE_FLOAT32, &n, x);
+  weft_request *r = NULL;
+  feat_submitted(weft_allreduce(g, "tl.set", &t, &t, WEFT_OP_SUM, NULL, &r), &r, "tl.set");
+  if (feat_wait_ok(r, "tl.set") && x[3] != 8.0f) feat_fail("tl.set: %g, expected 8", x[3]);
+  weft_request_free(r);
+  st = weft_group_destroy(g);
+  if (st != WEFT_OK) feat_fail("weft_group_destroy: %s (%s)", weft_status_string(st), weft_last_error());
+}
+
 static void expect_status(weft_status got, weft_status want, const char *what) {
   if (got != want)
     feat_fail("%s: got %s, expected %s (%s)", what, weft_status_string(got), weft_status_string(want), weft_last_error());
@@ -110,6 +133,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 6; k++) run_op(k, names[k]);
   fused_pair("tl.f1", "tl.f2");
   if (feat_size > 1) mismatched("tl.bad");
+  if (feat_size > 2) set_op();
   feat_case_end();
 
   feat_case("start while running; stop twice");

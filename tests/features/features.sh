@@ -154,6 +154,17 @@ timeline)
       --expect fin.ar=ALLREDUCE:4000 || fail "fin.$r.json (left running at weft_finalize)"
     [ -e "$TMP/tl/second.$r.json" ] && fail "second.$r.json exists: a second timeline started over the first"
   done
+  if [ "$NP" -ge 3 ]; then # the set {1, 2}: its coordinator, rank 1, marks ranks 1 and 2 ready, by world rank
+    "$PYTHON" - "$TMP/tl/env.1.json" <<'PYEOF' || fail "env.1.json: tl.set's readiness marks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+tid = [e["tid"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"]["name"] == "tl.set"]
+marks = sorted(e["name"] for e in ev if tid and e.get("tid") == tid[0] and e.get("ph") == "i")
+print("tl.set marks on rank 1:", marks)
+sys.exit(0 if marks == ["rank 1 ready", "rank 2 ready"] else 1)
+PYEOF
+  fi
   "$PYTHON" "$CHECK" validate "$TMP/tl/r0only.json" --size "$NP" --coordinator --cycles yes \
     --expect r0.ar=ALLREDUCE:4000 || fail "r0only.json"
   "$PYTHON" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["otherData"].get("rank") != 0)' \
@@ -315,6 +326,10 @@ alias-timeline)
     "$PYTHON" "$CHECK" validate "$TMP/hv/hv.$r.json" --size "$NP" "${coord[@]}" --cycles yes \
       --expect probe.0=ALLREDUCE:4000 || fail "HOROVOD_TIMELINE file of rank $r"
   done
+  # DYNAMIC: no timeline until the API starts one (no file named DYNAMIC)
+  mkdir -p "$TMP/dyncwd"
+  (cd "$TMP/dyncwd" && run_job dyn HOROVOD_TIMELINE=DYNAMIC -- "$FEATBIN/feat_fusion" --probe 4) || fail "the DYNAMIC job"
+  [ -z "$(ls -A "$TMP/dyncwd")" ] || fail "HOROVOD_TIMELINE=DYNAMIC wrote $(ls "$TMP/dyncwd")"
   ;;
 *)
   echo "features.sh: unknown case '$CASE'"

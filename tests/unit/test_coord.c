@@ -11,7 +11,10 @@
  *    until every tensor of it is in, then published together in order
  *    (one fused response); an error (a mismatch) goes out at once and
  *    counts; ranks that disagree on the op's size get "mismatched grouped
- *    ops"; a unit left holding only errors is dropped after the timeout.
+ *    ops"; a unit left holding only errors is dropped after the timeout;
+ *  - the stall report and the timeout name the ranks that have not
+ *    submitted a tensor, not those that joined (they stand in for it);
+ *    WEFT_STALL_CHECK_DISABLE turns off the stall shutdown too.
  * The hold is a time window: a check that needs the window open accepts a
  * response published because the machine was slow past it (sanitizers). */
 #include <stdio.h>
@@ -225,6 +228,53 @@ static void test_units(void) {
   wf_coord_destroy(c);
 }
 
+static char g_report[1024];
+static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
+  (void)ctx;
+  (void)submitted;
+  snprintf(g_report, sizeof g_report, "%s", report);
+}
+
+/* 3 ranks; rank 2 joined, rank 0 submitted "t", rank 1 not: the report and
+ * the timeout name rank 1 alone. */
+static void test_stall_joined(void) {
+  setenv("WEFT_STALL_CHECK_SECONDS", "0.02", 1);
+  wf_coord *c = NULL;
+  CHECK(wf_coord_create(3, NULL, 0.2, &c) == WEFT_OK, "wf_coord_create");
+  wf_coord_set_stall_handler(c, on_stall, NULL);
+  wf_request_msg j;
+  memset(&j, 0, sizeof j);
+  j.coll = WF_COLL_JOIN;
+  j.root = -1;
+  j.prescale = j.postscale = 1.0;
+  snprintf(j.name, sizeof j.name, "weft.join");
+  wf_coord_add(c, 2, &j);
+  add(c, 0, "t", 4);
+  sleep_ns(40000000);
+  g_report[0] = '\0';
+  wf_coord_check_timeouts(c, wf_now_ns());
+  CHECK(strstr(g_report, "waiting for rank(s) 1 to submit"), "stall report with rank 2 joined: '%s'", g_report);
+  sleep_ns(200000000);
+  wf_coord_check_timeouts(c, wf_now_ns());
+  char err[512];
+  take_error(c, err, sizeof err);
+  CHECK(strstr(err, "waiting for rank(s) 1 to submit"), "timeout with rank 2 joined: '%s'", err);
+  wf_coord_destroy(c);
+  unsetenv("WEFT_STALL_CHECK_SECONDS");
+  /* disabled: no stall shutdown either (the timeout stays the operation's) */
+  setenv("WEFT_STALL_CHECK_DISABLE", "1", 1);
+  setenv("WEFT_STALL_SHUTDOWN_SECONDS", "0.01", 1);
+  CHECK(wf_coord_create(2, NULL, 30.0, &c) == WEFT_OK, "wf_coord_create");
+  add(c, 0, "s", 4);
+  sleep_ns(30000000);
+  wf_coord_check_timeouts(c, wf_now_ns());
+  take_error(c, err, sizeof err);
+  CHECK(!err[0], "WEFT_STALL_CHECK_DISABLE=1 with a stall shutdown: '%s'", err);
+  wf_coord_destroy(c);
+  unsetenv("WEFT_STALL_CHECK_DISABLE");
+  unsetenv("WEFT_STALL_SHUTDOWN_SECONDS");
+}
+
 int main(void) {
   unsetenv("WEFT_CYCLE_TIME_US"); /* the hold is for the default, event-driven coordinator */
   unsetenv("WEFT_CYCLE_TIME_MS");
@@ -234,5 +284,6 @@ int main(void) {
   test_hold_ends();
   test_pack_max();
   test_units();
+  test_stall_joined();
   return unit_result("test_coord");
 }
