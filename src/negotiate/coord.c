@@ -161,6 +161,7 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   }
   wf_strmap_init(&c->table);
   wf_strmap_init(&c->units);
+  c->units_sweep_at = INT64_MAX;
   /* the coordinator keeps every member's request per entry: at most 64 MiB
    * of them (a smaller cache than the members' only costs RESENDs) */
   uint32_t cap = wf_cache_capacity_param();
@@ -260,6 +261,11 @@ void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status s
   emit(c, &resp, name, NULL, NULL, UINT32_MAX, unit);
 }
 
+void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit) {
+  wf_cd_unit_break(c, name, unit);
+  wf_cd_emit_error(c, coll, name, st, msg, 0);
+}
+
 /* Is every request of e the one stored at the name's last negotiation
  * (the hit block), with the same ranks joined? References are by
  * construction; requests that came in full are compared. */
@@ -313,7 +319,7 @@ static void finish(wf_coord *c, entry *e) {
       resp.nsizes = h->nsizes;
     }
     if (h->nsizes && !resp.sizes) {
-      wf_cd_emit_error(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", q->unit);
+      wf_cd_fail_alone(c, q->coll, name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", q->unit);
     } else {
       e->hit = NULL; /* its pin goes to the response */
       emit(c, &resp, name, &h->m, h, e->slot, q->unit);
@@ -432,7 +438,7 @@ static void fail_departed(wf_coord *c, entry *e, int gone) {
   char msg[512];
   snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", e->name,
            WR(c, gone));
-  wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg, wf_cd_entry_unit(c, e));
+  wf_cd_fail_alone(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg, wf_cd_entry_unit(c, e));
   wf_cd_entry_drop(c, e);
 }
 
@@ -495,7 +501,7 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
   if (e->b->have[rank]) {
     char msg[512];
     snprintf(msg, sizeof msg, "tensor '%s': rank %d submitted it twice while it was in flight", e->name, WR(c, rank));
-    wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg, m->unit);
+    wf_cd_fail_alone(c, m->coll, e->name, WEFT_ERR_PROTOCOL, msg, m->unit);
     wf_cd_entry_drop(c, e);
     return;
   }
@@ -509,7 +515,8 @@ static void add_to(wf_coord *c, entry *e, int rank, const wf_request_msg *m, con
     if (m->nsplits) {
       d->splits = malloc(sizeof(int64_t) * m->nsplits);
       if (!d->splits) {
-        wf_cd_emit_error(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator", m->unit);
+        wf_cd_fail_alone(c, m->coll, e->name, WEFT_ERR_NO_MEMORY, "out of memory at the coordinator",
+                         m->unit);
         wf_cd_entry_drop(c, e);
         return;
       }

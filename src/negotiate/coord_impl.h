@@ -89,6 +89,7 @@ struct wf_coord {
   ready *ready;       /* seq not yet assigned */
   size_t nready, cap;
   wf_strmap units;    /* grouped ops with responses held (coord_unit.c) */
+  int64_t units_sweep_at; /* no unit can be idle for the timeout before this */
   uint8_t *departed; /* per rank: said BYE */
   uint8_t *joined;   /* per rank: weft_join pending */
   int njoined, last_joined;
@@ -122,13 +123,20 @@ uint32_t wf_cd_entry_unit(const wf_coord *c, const entry *e);
 void wf_cd_entry_drop(wf_coord *c, entry *e); /* removes e from the table and frees it */
 /* unit: the grouped op's tensor count, as in the requests (0: none) */
 void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit);
+/* The same for a tensor that failed without every rank (timeout, a departed
+ * rank, a protocol error, no memory): it breaks its grouped op (the unit
+ * goes out as it is) instead of counting in it. */
+void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit);
 void wf_cd_push(wf_coord *c, ready *q); /* appends q to the ready responses */
 
 /* coord_unit.c */
 /* Holds q (1) if it is a tensor of a grouped op of unit tensors, publishing
  * the op's held responses when the last is in; 0: not part of one. */
 int wf_cd_unit_take(wf_coord *c, ready *q, uint32_t unit);
-void wf_cd_units_sweep(wf_coord *c, int64_t now); /* drops units idle for the timeout that hold nothing */
+void wf_cd_units_sweep(wf_coord *c, int64_t now); /* publishes units idle for the timeout, as they are */
+int64_t wf_cd_units_next(const wf_coord *c);      /* when the sweep has something to look at */
+/* name (unit's tensor) failed without every rank: publish its unit as it is */
+void wf_cd_unit_break(wf_coord *c, const char *name, uint32_t unit);
 void wf_cd_units_free(wf_coord *c);
 
 #endif

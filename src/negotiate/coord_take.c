@@ -194,6 +194,7 @@ static void stall_report(wf_coord *c, entry *e, int64_t now) {
 }
 
 void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
+  wf_cd_units_sweep(c, now); /* at once when nothing is due */
   if (now < c->next_check) return; /* nothing due: no scan */
   int64_t next = INT64_MAX;
   for (size_t i = 0; i < c->table.cap; i++) {
@@ -206,20 +207,20 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
       if (e->next_warn < next) next = e->next_warn;
       continue;
     }
-    char msg[WF_ERRMSG_MAX], missing[512];
+    char msg[WF_ERRMSG_MAX], missing[WF_ERRMSG_MAX];
     rank_list(c, e, 0, missing, sizeof missing);
     snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) %s to submit it", e->name,
              c->timeout, missing);
     WF_WARN(WF_SUB_COORD, "%s", msg);
-    wf_cd_emit_error(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg, wf_cd_entry_unit(c, e));
+    wf_cd_fail_alone(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg, wf_cd_entry_unit(c, e));
     wf_cd_entry_drop(c, e);
   }
-  wf_cd_units_sweep(c, now);
   c->next_check = next;
 }
 
 int64_t wf_coord_next_deadline(const wf_coord *c) {
-  int64_t d = c->table.len ? c->next_check : INT64_MAX;
+  int64_t d = c->table.len ? c->next_check : INT64_MAX, u = wf_cd_units_next(c);
+  if (u < d) d = u;
   return c->nready && c->hold_until < d ? c->hold_until : d;
 }
 
