@@ -207,7 +207,7 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
       if (e->next_warn < next) next = e->next_warn;
       continue;
     }
-    char msg[WF_ERRMSG_MAX], missing[WF_ERRMSG_MAX];
+    char msg[WF_ERRMSG_MAX], missing[3000]; /* fits beside the name and the rest */
     rank_list(c, e, 0, missing, sizeof missing);
     snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) %s to submit it", e->name,
              c->timeout, missing);
