@@ -61,7 +61,7 @@ static int by_index(const void *a, const void *b) {
 /* Removes u from the table and publishes what it holds, in the op's order. */
 static void publish(wf_coord *c, unit *u) {
   wf_strmap_del_val(&c->units, u->key, u);
-  qsort(u->held, u->nheld, sizeof *u->held, by_index);
+  if (u->nheld) qsort(u->held, u->nheld, sizeof *u->held, by_index);
   for (uint32_t k = 0; k < u->nheld; k++) wf_cd_push(c, &u->held[k].q);
   free(u->held);
   free(u->done);
