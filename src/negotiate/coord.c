@@ -179,11 +179,7 @@ void wf_coord_destroy(wf_coord *c) {
     if (s->key && !s->tomb) entry_free(c, s->val);
   }
   wf_strmap_free(&c->table);
-  for (size_t i = 0; i < c->nready; i++) {
-    wf_response_msg_free(&c->ready[i].resp);
-    free(c->ready[i].name);
-    wf_cd_block_unpin(c->ready[i].pay);
-  }
+  for (size_t i = 0; i < c->nready; i++) wf_cd_ready_free(&c->ready[i]);
   wf_cd_units_free(c);
   wf_cache_destroy(c->cache); /* its blocks go to the free list */
   while (c->free_entries) {
@@ -204,6 +200,12 @@ void wf_coord_destroy(wf_coord *c) {
 }
 
 /* ------------------------------------------------------------------ responses */
+void wf_cd_ready_free(ready *q) {
+  wf_response_msg_free(&q->resp);
+  free(q->name);
+  wf_cd_block_unpin(q->pay);
+}
+
 /* Appends q to the ready responses (names and seq set at take time); takes
  * q's arrays, name and pin (freed, loudly, when out of memory). */
 void wf_cd_push(wf_coord *c, ready *q) {
@@ -217,9 +219,7 @@ void wf_cd_push(wf_coord *c, ready *q) {
   }
   if (c->nready == c->cap) {
     WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", q->name);
-    wf_response_msg_free(&q->resp);
-    free(q->name);
-    wf_cd_block_unpin(q->pay);
+    wf_cd_ready_free(q);
     return;
   }
   if (!c->nready) c->first_ready_ns = wf_now_ns();
@@ -244,8 +244,7 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
   q.fusable = m && resp->type == WF_RESP_OK && fusable_coll(resp->coll);
   if (!q.name) {
     WF_WARN(WF_SUB_COORD, "out of memory queueing the response for '%s'", name);
-    wf_response_msg_free(&q.resp);
-    wf_cd_block_unpin(pay);
+    wf_cd_ready_free(&q);
     return;
   }
   if (!wf_cd_unit_take(c, &q, unit)) wf_cd_push(c, &q);

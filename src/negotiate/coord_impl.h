@@ -128,6 +128,7 @@ void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status s
  * goes out as it is) instead of counting in it. */
 void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit);
 void wf_cd_push(wf_coord *c, ready *q); /* appends q to the ready responses */
+void wf_cd_ready_free(ready *q);        /* its response's arrays, name and pin */
 
 /* coord_unit.c */
 /* Holds q (1) if it is a tensor of a grouped op of unit tensors, publishing

@@ -142,8 +142,7 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
       res[k++].seq = c->next_seq++;
     } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
       WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
-      wf_response_msg_free(&c->ready[i].resp);
-      free(c->ready[i].name);
+      wf_cd_ready_free(&c->ready[i]); /* its pin went to the cache above */
     }
     i = j;
   }

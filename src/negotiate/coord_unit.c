@@ -76,14 +76,23 @@ static unit *unit_new(const char *key) {
   return u;
 }
 
+/* name's unit: 0 if name is no tensor of a grouped op of n; else *i, op
+ * and key set, *u the unit (NULL: none yet). */
+static int unit_of(wf_coord *c, const char *name, uint32_t n, uint32_t *i, char op[WF_NAME_MAX + 1],
+                   char key[WF_NAME_MAX + 16], unit **u) {
+  size_t oplen;
+  if (n < 2 || !child_index(name, n, i, &oplen)) return 0;
+  snprintf(op, WF_NAME_MAX + 1, "%.*s", (int)oplen, name);
+  snprintf(key, WF_NAME_MAX + 16, "%u/%s", n, op);
+  *u = wf_strmap_get(&c->units, key);
+  return 1;
+}
+
 int wf_cd_unit_take(wf_coord *c, ready *q, uint32_t n) {
   uint32_t i;
-  size_t oplen;
-  if (n < 2 || !child_index(q->name, n, &i, &oplen)) return 0;
   char key[WF_NAME_MAX + 16], op[WF_NAME_MAX + 1];
-  snprintf(op, sizeof op, "%.*s", (int)oplen, q->name);
-  snprintf(key, sizeof key, "%u/%s", n, op);
-  unit *u = wf_strmap_get(&c->units, key);
+  unit *u;
+  if (!unit_of(c, q->name, n, &i, op, key, &u)) return 0;
   if (u && (u->done[i / 8] >> (i % 8) & 1)) {
     /* tensor i again: this unit is left from an earlier op of this name
      * (a failed one: its tensors were resolved by errors, some twice, or
@@ -133,14 +142,11 @@ resolved:
 
 void wf_cd_unit_break(wf_coord *c, const char *name, uint32_t n) {
   uint32_t i;
-  size_t oplen;
-  if (n < 2 || !child_index(name, n, &i, &oplen)) return;
-  char key[WF_NAME_MAX + 16];
-  snprintf(key, sizeof key, "%u/%.*s", n, (int)oplen, name);
-  unit *u = wf_strmap_get(&c->units, key);
-  if (!u) return;
-  WF_DEBUG(WF_SUB_COORD, "grouped op '%.*s': '%s' failed before the unit was complete; the %u ready go out now",
-           (int)oplen, name, name, u->nheld);
+  char key[WF_NAME_MAX + 16], op[WF_NAME_MAX + 1];
+  unit *u;
+  if (!unit_of(c, name, n, &i, op, key, &u) || !u) return;
+  WF_DEBUG(WF_SUB_COORD, "grouped op '%s': '%s' failed before the unit was complete; the %u ready go out now", op,
+           name, u->nheld);
   publish(c, u);
 }
 
@@ -175,11 +181,7 @@ void wf_cd_units_free(wf_coord *c) {
     wf_strmap_entry *e = &c->units.slots[s];
     if (!e->key || e->tomb) continue;
     unit *u = e->val;
-    for (uint32_t k = 0; k < u->nheld; k++) {
-      wf_response_msg_free(&u->held[k].q.resp);
-      free(u->held[k].q.name);
-      wf_cd_block_unpin(u->held[k].q.pay);
-    }
+    for (uint32_t k = 0; k < u->nheld; k++) wf_cd_ready_free(&u->held[k].q);
     free(u->held);
     free(u->done);
     free(u);
