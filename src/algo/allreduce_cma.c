@@ -55,7 +55,7 @@ static double cma_cost(const wf_coll_args *a) {
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
-  if (p == 1 || a->count == 0) return WEFT_OK;
+  if (p <= 1 || a->count == 0) return WEFT_OK;
   size_t es = a->elem_size, moff, mn;
   block_of(a->count, p, r, &moff, &mn);
   size_t maxblk = a->count / (size_t)p + (a->count % (size_t)p ? 1 : 0);

@@ -65,7 +65,7 @@ static weft_status check_opts(const char *fn, const char *name, const weft_op_op
 
 static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
                                  const weft_op_options *o) {
-  weft_request *r = calloc(1, sizeof *r);
+  weft_request *r = wf_request_new();
   if (!r) return NULL;
   atomic_init(&r->magic, WF_REQ_MAGIC);
   atomic_init(&r->state, WF_REQ_QUEUED);
@@ -125,7 +125,9 @@ static weft_status submit(weft_request *r, weft_request **out) {
     st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll),
                           r->msg.name, w->rank)
                 : wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
-  } else if (!fast) {
+  } else if (fast) {
+    if (r->msg.coll != WF_COLL_JOIN) wf_fast_list_locked(w, r); /* the engine's scan sees it */
+  } else {
     /* the engine's queue, under the same lock (wf_engine_submit's work) */
     r->next = NULL;
     if (w->q_tail) w->q_tail->next = r;

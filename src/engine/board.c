@@ -78,14 +78,18 @@ typedef struct round {
 } round;
 
 typedef struct record {
-  /* first line: what every arrival touches */
+  /* what every arrival writes: the lock and round 0 on the first line,
+   * round 1 on the second */
   alignas(128) _Atomic uint32_t lock; /* 0 free, 1 held, 2 held with sleepers */
-  _Atomic uint32_t used;
-  uint32_t group, pad;
+  round r0;
+  alignas(64) round r1;
+  /* read-mostly (every lookup reads the key; not on the lock's line, which
+   * moves between ranks at every arrival): written when made, and when a
+   * round opens only if its description changed */
+  alignas(128) _Atomic uint32_t used;
+  uint32_t group;
   uint64_t hash;
-  round r[2];
-  /* read-mostly: written when a round opens, only if it changed */
-  alignas(128) wf_board_desc desc[2];
+  wf_board_desc desc[2];
   char name[WF_NAME_MAX + 1];
   /* then 2 x nlocal x INLINE bytes: each round's inline inputs */
 } record;
@@ -178,12 +182,25 @@ static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timesp
   return syscall(SYS_futex, (uint32_t *)w, op, val, ts, NULL, 0);
 }
 
+/* A spinning thread's pause (x86 pause, Arm yield): lets the core's other
+ * thread and the line's holder get on. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 /* Drepper's mutex (futexes are tricky, #3), with a bounded spin first and
  * a deadline. */
 static weft_status lock(_Atomic uint32_t *l, int64_t deadline) {
   for (int i = 0; i < 100; i++) {
     uint32_t z = 0;
     if (atomic_compare_exchange_weak_explicit(l, &z, 1, memory_order_acquire, memory_order_relaxed)) return WEFT_OK;
+    /* wait for it to look free without writing: a failed exchange takes
+     * the line from the holder, who is about to write it */
+    for (int k = 0; k < 64 && atomic_load_explicit(l, memory_order_relaxed); k++) cpu_relax();
     if (i >= 20) sched_yield();
   }
   uint32_t c = atomic_exchange_explicit(l, 2, memory_order_acquire);
@@ -212,6 +229,7 @@ static uint64_t hash_of(uint32_t group, const char *name) {
 }
 
 static record *rec_at(const wf_board *b, uint32_t i) { return (record *)(b->recs + b->rec_stride * i); }
+static round *rnd(record *r, uint32_t k) { return k & 1 ? &r->r1 : &r->r0; }
 
 /* Probes for (group, name): the record, or NULL with *idx at the first
  * unused slot of its chain (*idx = NREC: the chain is full). */
@@ -239,7 +257,7 @@ static record *find(wf_board *b, uint32_t group, const char *name, int64_t deadl
     r->group = group;
     r->hash = h;
     snprintf(r->name, sizeof r->name, "%s", name);
-    for (int k = 0; k < 2; k++) r->r[k].data = D_NONE;
+    for (uint32_t k = 0; k < 2; k++) rnd(r, k)->data = D_NONE;
     atomic_store_explicit(&r->used, 1, memory_order_release);
   }
   unlock(&b->h->lock);
@@ -326,7 +344,7 @@ static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   return 1;
 }
 
-static round *round_of(const wf_board *b, wf_board_ticket t) { return &rec_at(b, t.rec)->r[t.gen & 1]; }
+static round *round_of(const wf_board *b, wf_board_ticket t) { return rnd(rec_at(b, t.rec), t.gen); }
 
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
@@ -402,7 +420,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
     return WEFT_OK;
   }
   uint32_t gen = b->count[idx]++;
-  round *o = &r->r[gen & 1];
+  round *o = rnd(r, gen);
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
   if (st == R_DONE && og != gen && o->data == D_INLINE &&
@@ -495,6 +513,7 @@ int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
       if (now - t0 >= SPIN_NS) break;
     }
     if (i >= b->yield_after) sched_yield();
+    else cpu_relax();
   }
   uint32_t w = atomic_load(&o->word);
   atomic_fetch_add(&o->sleepers, 1);
@@ -515,8 +534,8 @@ void wf_board_off(wf_board *b, int64_t deadline) {
   for (uint32_t i = 0; i < NREC; i++) {
     record *r = rec_at(b, i);
     if (!atomic_load_explicit(&r->used, memory_order_acquire) || lock(&r->lock, deadline) != WEFT_OK) continue;
-    for (int k = 0; k < 2; k++)
-      if (atomic_load_explicit(&r->r[k].state, memory_order_relaxed) == R_OPEN) divert(b, &r->r[k]);
+    for (uint32_t k = 0; k < 2; k++)
+      if (atomic_load_explicit(&rnd(r, k)->state, memory_order_relaxed) == R_OPEN) divert(b, rnd(r, k));
     unlock(&r->lock);
   }
 }

@@ -85,7 +85,7 @@ void wf_request_unref(weft_request *r) {
   for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
   free(r->kids);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
-  free(r);
+  wf_request_release(r);
 }
 
 /* After publication: the callback, the engine's reference, and (grouped op)
@@ -111,6 +111,7 @@ void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < n; i++) {
     wf_strmap_del_val(&w->inflight, rs[i]->key, rs[i]); /* one lookup; the key's own pointer: no strcmp */
+    wf_fast_unlist_locked(w, rs[i]);
     /* release: the result fields become visible to a thread that reads
      * state == DONE with acquire (weft_test / weft_wait) */
     atomic_store_explicit(&rs[i]->state, WF_REQ_DONE, memory_order_release);

@@ -87,6 +87,7 @@ struct weft_request {
 
   /* one-host fast path (fast.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed */
+  int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
   int fast_n, fast_rank;     /* group size and rank at submission */
   uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
   wf_board_ticket fast_t;
@@ -245,6 +246,10 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n);
 /* Drops one reference; frees at zero. */
 void wf_request_unref(weft_request *r);
+/* A zeroed request's memory (NULL: out of memory), and its return once the
+ * last reference is gone; kept per thread for the next one (request.c). */
+weft_request *wf_request_new(void);
+void wf_request_release(weft_request *r);
 
 /* Timeline phase names: "NEGOTIATE_ALLREDUCE" / "ALLREDUCE" ... */
 const char *wf_phase_negotiate(int coll);

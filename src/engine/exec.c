@@ -327,7 +327,7 @@ static void fill_identity(weft_dtype t, weft_reduce_op op, void *buf, size_t cou
 /* This rank has joined: a request standing in for its part in a collective
  * the others submitted (allreduce: the identity; barrier: nothing). */
 static weft_request *phantom(weft_world *w, wf_gstate *gs, const wf_response_msg *resp) {
-  weft_request *p = calloc(1, sizeof *p);
+  weft_request *p = wf_request_new();
   if (!p) return NULL;
   p->phantom = 1;
   p->world = w;

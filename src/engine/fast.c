@@ -113,8 +113,7 @@ void wf_fast_off(weft_world *w) {
   leave(w);
 }
 
-static void list_add(weft_world *w, weft_request *r) {
-  pthread_mutex_lock(&w->mu);
+void wf_fast_list_locked(weft_world *w, weft_request *r) {
   if (w->nfast == w->fast_cap) {
     int cap = w->fast_cap ? 2 * w->fast_cap : 16;
     weft_request **a = realloc(w->fast, sizeof *a * (size_t)cap);
@@ -123,30 +122,38 @@ static void list_add(weft_world *w, weft_request *r) {
       w->fast_cap = cap;
     }
   }
-  if (w->nfast < w->fast_cap) w->fast[w->nfast++] = r;
-  else w->fast_lost = 1; /* out of memory: the engine scan cannot see it; waiters still complete it */
-  pthread_mutex_unlock(&w->mu);
+  if (w->nfast < w->fast_cap) {
+    w->fast[w->nfast++] = r;
+    r->fast_listed = 1;
+  } else {
+    w->fast_lost = 1; /* out of memory: the engine scan cannot see it; waiters still complete it */
+  }
 }
 
-static void list_del(weft_world *w, weft_request *r) {
-  pthread_mutex_lock(&w->mu);
+void wf_fast_unlist_locked(weft_world *w, weft_request *r) {
+  if (!r->fast_listed) return;
+  r->fast_listed = 0;
   for (int i = 0; i < w->nfast; i++)
     if (w->fast[i] == r) {
       w->fast[i] = w->fast[--w->nfast];
       break;
     }
+}
+
+static void list_del(weft_world *w, weft_request *r) {
+  pthread_mutex_lock(&w->mu);
+  wf_fast_unlist_locked(w, r);
   pthread_mutex_unlock(&w->mu);
 }
 
 /* The board is entered. Acts on r's round if it is no longer open and this
  * thread wins r: completes it (DONE) or hands it to the engine (diverted).
  * Returns 1 if r is no longer this module's. */
-static int settle(weft_world *w, weft_request *r, int st, int listed) {
+static int settle(weft_world *w, weft_request *r, int st) {
   if (st == WF_BOARD_WAIT) return 0;
   int expect = F_PENDING;
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
-  if (listed) list_del(w, r);
-  if (st == WF_BOARD_DONE) {
+  if (st == WF_BOARD_DONE) { /* the completion takes r off the list, under the lock it takes anyway */
     weft_status s = wf_fast_result(w, r);
     const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
     weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
@@ -156,6 +163,7 @@ static int settle(weft_world *w, weft_request *r, int st, int listed) {
     free((void *)msg);
   } else {
     atomic_fetch_add_explicit(&w->fast_diverted, 1, memory_order_relaxed);
+    list_del(w, r);
     wf_engine_submit(w, r);
   }
   return 1;
@@ -172,7 +180,10 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
     wf_fast_off(w);
     return 0;
   }
-  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return 0;
+  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) {
+    list_del(w, r);
+    return 0;
+  }
   wf_board_desc d;
   size_t bytes;
   const void *part;
@@ -186,15 +197,15 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
                                    bytes, r->deadline, &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
+    list_del(w, r);
     leave(w);
     return 0;
   }
   r->fast_t0 = r->deadline - w->timeout_ns; /* its submission time, without another clock read */
   atomic_store(&r->fast, F_PENDING);
   if (how == WF_BOARD_DONE) {
-    settle(w, r, WF_BOARD_DONE, 0);
+    settle(w, r, WF_BOARD_DONE);
   } else {
-    list_add(w, r);
     /* no wake-up (it would cost the waiting ranks a core): the engine scans
      * when it next wakes, then every SCAN_NS while any is pending */
     atomic_store(&w->fast_kick, 1);
@@ -209,10 +220,10 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
   int64_t give_up = r->fast_t0 + w->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
   for (;;) {
     if (atomic_load(&r->fast) != F_PENDING) break;
-    if (settle(w, r, wf_board_state(w->board, r->fast_t), 1) || !wait) break;
+    if (settle(w, r, wf_board_state(w->board, r->fast_t)) || !wait) break;
     if (!wf_board_wait(w->board, r->fast_t, until)) continue;
     if (wf_now_ns() >= give_up) /* not every member came in time: the coordinator takes it from here */
-      settle(w, r, wf_board_divert(w->board, r->fast_t, deadline), 1);
+      settle(w, r, wf_board_divert(w->board, r->fast_t, deadline));
     break;
   }
   leave(w);
@@ -246,7 +257,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
                  r->msg.name, w->fast_wait_ns / 1e9);
         st = wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0));
       }
-      settle(w, r, st, 1);
+      settle(w, r, st);
     }
     wf_request_unref(r);
   }
@@ -264,8 +275,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     weft_request *r = a[i];
     int expect = F_PENDING;
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
-      list_del(w, r);
-      wf_request_complete(w, r, st, msg);
+      wf_request_complete(w, r, st, msg); /* takes it off the list */
     }
     wf_request_unref(r);
   }

@@ -41,7 +41,12 @@ size_t wf_fast_large_bytes(int nlocal);
 /* 1 if r must go through wf_fast_submit (its group is on this host and the
  * board is on, or it is a join): cheap, no lock. */
 int wf_fast_wants(weft_world *w, weft_request *r);
-/* r is registered in flight. Returns 1 if the fast path took it (pending
+/* Under w->mu: r joins (leaves) the pending list the engine scans. Submit
+ * lists a fast request with its in-flight registration, the completion
+ * unlists it with its in-flight removal: one lock each. */
+void wf_fast_list_locked(weft_world *w, weft_request *r);
+void wf_fast_unlist_locked(weft_world *w, weft_request *r);
+/* r is registered in flight and listed. Returns 1 if the fast path took it (pending
  * or already complete), 0 if the caller must hand it to the engine. */
 int wf_fast_submit(weft_world *w, weft_request *r);
 /* Grouped-op children and other requests that always take the engine

@@ -213,7 +213,7 @@ static void test_mismatches(void) {
     int odd_rank = k % mp_size, odd = mp_rank == odd_rank;
     /* The message names rank 0 and the first rank that differs from it. */
     int other = odd_rank == 0 ? 1 : 0;
-    char name[64], hname[80], want[2][32], rank_a[16], rank_b[16];
+    char name[64], hname[80], want[2][32], rank_a[24], rank_b[24];
     snprintf(name, sizeof name, "mismatch.%d", k);
     snprintf(hname, sizeof hname, "%s.hash", name);
     snprintf(rank_a, sizeof rank_a, "rank %d", odd_rank);

@@ -221,7 +221,7 @@ static void test_units(void) {
   add_unit(c, 0, "w.0", 4, 2);
   add_unit(c, 0, "w.1", 4, 2);
   for (int i = 0; i < 3; i++) {
-    char nm[8];
+    char nm[16];
     snprintf(nm, sizeof nm, "w.%d", i);
     add_unit(c, 1, nm, 4, 3);
   }
@@ -231,7 +231,7 @@ static void test_units(void) {
   take(c, got, sizeof got);
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 3; i++) {
-      char nm[8];
+      char nm[16];
       snprintf(nm, sizeof nm, "w.%d", i);
       add_unit(c, r, nm, 4, 3);
     }
