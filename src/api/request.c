@@ -18,7 +18,10 @@
  * per-thread cache, and a small collective on one host otherwise spends a
  * sixth of its instructions in malloc and free. Sanitizer builds keep
  * nothing, so that every use after free is still caught. A thread's cache
- * is freed when it exits (pthread key destructor). */
+ * is freed when it exits (pthread key destructor; from then on its frees go
+ * straight to free); the main thread's stays reachable until the process
+ * ends (exit runs no key destructors). The library is linked -z nodelete,
+ * so no destructor outlives its code. */
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define WF_NO_REQ_CACHE 1
@@ -31,13 +34,14 @@
 #endif
 
 static _Thread_local weft_request *tl_cache; /* linked through next */
-static _Thread_local int tl_ncache, tl_keyed;
+static _Thread_local int tl_ncache, tl_keyed, tl_exiting;
 static pthread_key_t g_key;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_key_ok;
 
 static void drain(void *unused) {
   (void)unused;
+  tl_exiting = 1; /* another key's destructor may still free requests */
   while (tl_cache) {
     weft_request *r = tl_cache;
     tl_cache = r->next;
@@ -58,7 +62,7 @@ weft_request *wf_request_new(void) {
 }
 
 void wf_request_release(weft_request *r) {
-  if (tl_ncache >= CACHE_MAX) {
+  if (tl_ncache >= CACHE_MAX || tl_exiting) {
     free(r);
     return;
   }

@@ -2,8 +2,11 @@
  * its layout, its locks, and the round state machine. Any thread of any
  * local rank; every wait is bounded.
  *
- * Locks: each record has its own (its first cache line also holds both
- * rounds' states, so an arrival touches one shared line plus its own input);
+ * Locks: each record has its own, on the line of round 0 (round 1 has the
+ * next line; the key, read by every lookup, is on read-mostly lines), so an
+ * arrival touches one or two shared lines plus its own input; waiters read
+ * (with a pause) instead of retrying exchanges, which would take the line
+ * from the holder;
  * the board's lock only serialises inserting a record and the data-slot
  * pool, always taken inside a record's lock, never around one. Records are
  * never removed, so lookups need no lock: a record is published (used = 1,
@@ -194,14 +197,17 @@ static inline void cpu_relax(void) {
 
 /* Drepper's mutex (futexes are tricky, #3), with a bounded spin first and
  * a deadline. */
-static weft_status lock(_Atomic uint32_t *l, int64_t deadline) {
+static weft_status lock(const wf_board *b, _Atomic uint32_t *l, int64_t deadline) {
   for (int i = 0; i < 100; i++) {
     uint32_t z = 0;
     if (atomic_compare_exchange_weak_explicit(l, &z, 1, memory_order_acquire, memory_order_relaxed)) return WEFT_OK;
+    if (i >= 20 || !b->yield_after) { /* oversubscribed: the holder may need this core */
+      sched_yield();
+      continue;
+    }
     /* wait for it to look free without writing: a failed exchange takes
      * the line from the holder, who is about to write it */
     for (int k = 0; k < 64 && atomic_load_explicit(l, memory_order_relaxed); k++) cpu_relax();
-    if (i >= 20) sched_yield();
   }
   uint32_t c = atomic_exchange_explicit(l, 2, memory_order_acquire);
   while (c != 0) {
@@ -250,7 +256,7 @@ static record *find(wf_board *b, uint32_t group, const char *name, int64_t deadl
   uint64_t h = hash_of(group, name);
   record *r = probe(b, group, name, h, idx);
   if (r || *idx == NREC) return r;
-  if (lock(&b->h->lock, deadline) != WEFT_OK) return NULL;
+  if (lock(b, &b->h->lock, deadline) != WEFT_OK) return NULL;
   r = probe(b, group, name, h, idx); /* again: another rank may have made it meanwhile */
   if (!r && *idx < NREC) {
     r = rec_at(b, *idx);
@@ -289,7 +295,7 @@ static const uint8_t *slot_base(const wf_board *b, int32_t d) {
  * (the most recently used stay in cache); D_NONE if none is free. */
 static int32_t alloc_data(wf_board *b, size_t need, int64_t deadline) {
   int big = need > b->part_bytes;
-  if ((big && need > b->big_part) || lock(&b->h->lock, deadline) != WEFT_OK) return D_NONE;
+  if ((big && need > b->big_part) || lock(b, &b->h->lock, deadline) != WEFT_OK) return D_NONE;
   int32_t k = D_NONE;
   for (uint32_t w = big ? NDATA / 64 : 0; k == D_NONE && w < (big ? NDATA / 64 + 1 : NDATA / 64); w++) {
     uint64_t u = b->h->data_used[w] | (big ? ~0ull << NBIG : 0);
@@ -312,7 +318,7 @@ static void release_data(wf_board *b, round *o) {
     o->release_late = 1;
     return;
   }
-  if (lock(&b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
+  if (lock(b, &b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
     b->h->data_used[o->data / 64] &= ~(1ull << (o->data % 64));
     unlock(&b->h->lock);
     o->data = D_NONE;
@@ -384,7 +390,7 @@ static size_t capacity(const wf_board *b, const round *o) {
 static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t deadline, int *how) {
   /* without the lock by the deadline (a local rank died holding it) the
    * slot stays taken and the round open until waiters give up on it */
-  weft_status st = lock(&r->lock, deadline);
+  weft_status st = lock(b, &r->lock, deadline);
   if (st != WEFT_OK) { /* the round can never complete nor give its slot back */
     wf_board_off(b, wf_now_ns() + 1000000000);
     return st;
@@ -414,7 +420,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
   uint32_t idx;
   record *r = wf_board_is_off(b) ? NULL : find(b, group, name, deadline, &idx);
   if (!r) return WEFT_OK;
-  WF_CHECK(lock(&r->lock, deadline));
+  WF_CHECK(lock(b, &r->lock, deadline));
   if (atomic_load(&b->h->off)) { /* turned off meanwhile: the counts no longer matter */
     unlock(&r->lock);
     return WEFT_OK;
@@ -484,7 +490,7 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
   if ((prev | bit) != all || data == D_INLINE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
-  WF_CHECK(lock(&r->lock, deadline));
+  WF_CHECK(lock(b, &r->lock, deadline));
   free_round(b, o);
   unlock(&r->lock);
   return WEFT_OK;
@@ -492,7 +498,7 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
 
 int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
   record *r = rec_at(b, t.rec);
-  if (lock(&r->lock, deadline) != WEFT_OK) return wf_board_state(b, t);
+  if (lock(b, &r->lock, deadline) != WEFT_OK) return wf_board_state(b, t);
   round *o = round_of(b, t);
   if (atomic_load_explicit(&o->gen, memory_order_relaxed) == t.gen &&
       atomic_load_explicit(&o->state, memory_order_relaxed) == R_OPEN)
@@ -533,7 +539,7 @@ void wf_board_off(wf_board *b, int64_t deadline) {
    * locked a record, none can join one of its rounds */
   for (uint32_t i = 0; i < NREC; i++) {
     record *r = rec_at(b, i);
-    if (!atomic_load_explicit(&r->used, memory_order_acquire) || lock(&r->lock, deadline) != WEFT_OK) continue;
+    if (!atomic_load_explicit(&r->used, memory_order_acquire) || lock(b, &r->lock, deadline) != WEFT_OK) continue;
     for (uint32_t k = 0; k < 2; k++)
       if (atomic_load_explicit(&rnd(r, k)->state, memory_order_relaxed) == R_OPEN) divert(b, rnd(r, k));
     unlock(&r->lock);
