@@ -103,7 +103,7 @@ weft_status weft_test(weft_request *r) {
 weft_status weft_wait(weft_request *r, double timeout_seconds) {
   if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_wait: not a live request handle");
   if (done(r)) return weft_test(r);
-  if (atomic_load(&r->fast) == 1) /* one-host fast path: wait on the board, complete it here */
+  if (wf_fast_busy(r)) /* one-host fast path: wait on the board, complete it here */
     wf_fast_progress(r, timeout_seconds >= 0 ? wf_deadline_after(timeout_seconds) : r->deadline, 1);
   if (done(r)) return weft_test(r);
   /* Spin a little (WAIT_SPIN_NS): small collectives complete in tens of

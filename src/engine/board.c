@@ -38,6 +38,7 @@
 #define INLINE 64u       /* inputs up to this size live in the record itself */
 #define D_NONE (-1)      /* round data: none */
 #define D_INLINE (-2)    /* round data: the record's inline area */
+#define D_REMOTE (-3)    /* round data: in the members' own memory; the inline area says where */
 #define SPIN_NS 50000    /* wf_board_wait spins (yielding) this long before sleeping */
 #define LOCK_SLICE_NS 10000000 /* a sleeping lock waiter rechecks its deadline this often */
 #define SLEEP_NS 20000000 /* wf_board_wait sleeps at most this long at a time */
@@ -76,6 +77,7 @@ typedef struct round {
   int32_t data;              /* data slot, D_NONE or D_INLINE */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
   uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
+  _Atomic uint32_t gone;     /* remote round: a member stopped waiting for the claims */
   uint64_t arrived;          /* group-rank bits (under the record's lock) */
   _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
 } round;
@@ -176,6 +178,7 @@ void wf_board_close(wf_board *b) {
 
 size_t wf_board_part_bytes(const wf_board *b) { return b->part_bytes; }
 size_t wf_board_large_bytes(const wf_board *b) { return b->big_part > b->part_bytes ? b->big_part : b->part_bytes; }
+int wf_board_oversubscribed(const wf_board *b) { return b->yield_after == 0; }
 int wf_board_is_off(const wf_board *b) { return atomic_load_explicit(&b->h->off, memory_order_acquire) != 0; }
 
 /* ------------------------------------------------------------------ futex locks */
@@ -343,6 +346,7 @@ static void divert(wf_board *b, round *o) {
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->ndim != b->ndim || a->op != b->op || a->root != b->root ||
+      a->remote != b->remote ||
       a->prescale != b->prescale || a->postscale != b->postscale)
     return 0;
   for (int d = 0; d < a->ndim; d++)
@@ -352,10 +356,20 @@ static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
 
 static round *round_of(const wf_board *b, wf_board_ticket t) { return rnd(rec_at(b, t.rec), t.gen); }
 
+/* Member k's inline cell of t's round: its input (inline rounds) or where
+ * its input is (remote rounds). */
+static uint8_t *cell(const wf_board *b, wf_board_ticket t, int k) {
+  return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+}
+
+typedef struct remote_cell {
+  uint64_t pid, addr, len;
+} remote_cell;
+_Static_assert(sizeof(remote_cell) <= INLINE, "a remote cell fits a member's inline cell");
+
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
-  if (d == D_INLINE)
-    return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+  if (d == D_INLINE || d == D_REMOTE) return cell(b, t, k);
   if (d >= 0) SLOT_ACQUIRE(b, d); /* every access to a slot's data goes through here */
   if (d >= (int32_t)NDATA) return b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot + (size_t)k * b->big_part;
   return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
@@ -370,9 +384,10 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
    * non-roots bring none, and one of them may open the round */
   size_t need = desc ? weft_dtype_size((weft_dtype)desc->dtype) : 0;
   for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
-  o->data = !desc ? D_NONE : need <= INLINE ? D_INLINE : alloc_data(b, need, deadline);
+  o->data = !desc ? D_NONE : desc->remote ? D_REMOTE : need <= INLINE ? D_INLINE : alloc_data(b, need, deadline);
   o->writers = 0;
   o->release_late = 0;
+  atomic_store_explicit(&o->gone, 0, memory_order_relaxed);
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
@@ -380,7 +395,11 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
 
 /* Bytes one member's input may have in round o. */
 static size_t capacity(const wf_board *b, const round *o) {
-  return o->data == D_INLINE ? INLINE : is_big(o) ? b->big_part : o->data >= 0 ? b->part_bytes : 0;
+  return o->data == D_REMOTE ? SIZE_MAX
+         : o->data == D_INLINE ? INLINE
+         : is_big(o)           ? b->big_part
+         : o->data >= 0        ? b->part_bytes
+                               : 0;
 }
 
 /* A member finished copying its input into o's large slot: the round is
@@ -416,7 +435,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
                             wf_board_ticket *t) {
   *how = WF_BOARD_SLOW;
   if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
-  if (part_len > wf_board_large_bytes(b)) desc = NULL;
+  if (part_len > wf_board_large_bytes(b) && !(desc && desc->remote)) desc = NULL; /* remote: nothing copied in */
   uint32_t idx;
   record *r = wf_board_is_off(b) ? NULL : find(b, group, name, deadline, &idx);
   if (!r) return WEFT_OK;
@@ -429,9 +448,9 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
   round *o = rnd(r, gen);
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
-  if (st == R_DONE && og != gen && o->data == D_INLINE &&
+  if (st == R_DONE && og != gen && (o->data == D_INLINE || o->data == D_REMOTE) &&
       atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
-    st = R_FREE; /* an inline round every member has read: left as it was, reused now */
+    st = R_FREE; /* an inline or remote round every member has read: left as it was, reused now */
   if (st == R_FREE) {
     open_round(b, r, o, gen, desc, deadline);
     st = atomic_load_explicit(&o->state, memory_order_relaxed);
@@ -457,7 +476,12 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       SLOT_RELEASE(b, d);
       return copied(b, r, o, gsize, deadline, how);
     }
-    if (part_len) wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+    if (o->data == D_REMOTE) { /* where the others read it: nothing is copied */
+      remote_cell c = {(uint64_t)getpid(), (uint64_t)(uintptr_t)part, (uint64_t)part_len};
+      memcpy(cell(b, *t, grank), &c, sizeof c);
+    } else if (part_len) {
+      wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+    }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {
       set_state(o, R_DONE);
@@ -488,7 +512,11 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   int32_t data = o->data;
   if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
-  if ((prev | bit) != all || data == D_INLINE) return WEFT_OK;
+  if (data == D_REMOTE && (prev | bit) == all && atomic_load(&o->sleepers)) { /* members waiting for the claims */
+    atomic_fetch_add(&o->word, 1);
+    futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);
+  }
+  if ((prev | bit) != all || data == D_INLINE || data == D_REMOTE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
   WF_CHECK(lock(b, &r->lock, deadline));
   free_round(b, o);
@@ -545,3 +573,60 @@ void wf_board_off(wf_board *b, int64_t deadline) {
     unlock(&r->lock);
   }
 }
+
+/* ------------------------------------------------------------------ remote rounds */
+
+int wf_board_is_remote(const wf_board *b, wf_board_ticket t) { return round_of(b, t)->data == D_REMOTE; }
+
+void wf_board_remote(const wf_board *b, wf_board_ticket t, int k, int *pid, uint64_t *addr, uint64_t *len) {
+  remote_cell c;
+  memcpy(&c, cell(b, t, k), sizeof c);
+  *pid = (int)c.pid;
+  *addr = c.addr;
+  *len = c.len;
+}
+
+uint64_t wf_board_claimed(const wf_board *b, wf_board_ticket t) {
+  return atomic_load_explicit(&round_of(b, t)->claimed, memory_order_acquire);
+}
+
+/* Every member of gsize claimed t's round (it may have moved on since: it
+ * is reused only after every claim). */
+static int all_claimed(const wf_board *b, wf_board_ticket t, int gsize) {
+  round *o = round_of(b, t);
+  uint64_t c = atomic_load(&o->claimed);
+  return c == full_mask(gsize) || atomic_load(&o->gen) != t.gen;
+}
+
+int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until) {
+  round *o = round_of(b, t);
+  if (until <= 0) return all_claimed(b, t, gsize); /* a look only */
+  int64_t t0 = 0, now = 0;
+  for (int i = 1;; i++) {
+    if (all_claimed(b, t, gsize)) return 1;
+    if (i % 512 == 0) {
+      now = wf_now_ns();
+      if (!t0) t0 = now;
+      if (now >= until) return 0;
+      if (now - t0 >= SPIN_NS) break;
+    }
+    if (i >= b->yield_after) sched_yield();
+    else cpu_relax();
+  }
+  uint32_t w = atomic_load(&o->word);
+  atomic_fetch_add(&o->sleepers, 1);
+  if (!all_claimed(b, t, gsize)) {
+    int64_t left = until - now;
+    if (left > SLEEP_NS) left = SLEEP_NS;
+    if (left > 0) {
+      struct timespec ts = {left / 1000000000, left % 1000000000};
+      futex(&o->word, FUTEX_WAIT, w, &ts);
+    }
+  }
+  atomic_fetch_sub(&o->sleepers, 1);
+  return all_claimed(b, t, gsize);
+}
+
+void wf_board_abandon(wf_board *b, wf_board_ticket t) { atomic_store(&round_of(b, t)->gone, 1); }
+
+int wf_board_abandoned(const wf_board *b, wf_board_ticket t) { return atomic_load(&round_of(b, t)->gone) != 0; }

@@ -49,6 +49,7 @@ typedef struct wf_board wf_board;
 /* What must be equal on every rank for a round to complete here. */
 typedef struct wf_board_desc {
   uint8_t coll, dtype, ndim, op;
+  uint8_t remote;   /* inputs stay in the members' memory, read by cross-memory attach (see below) */
   int32_t root;     /* broadcast: group rank; else -1 */
   double prescale, postscale;
   int64_t shape[WEFT_MAX_DIMS];
@@ -107,6 +108,26 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
 /* Claims a DONE round after reading it; the last member's claim frees it. */
 weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline);
 
+/* Remote rounds (desc->remote): nothing is copied in; each arrival
+ * publishes its process id and its input's address and length, and the
+ * members read each other's inputs with process_vm_readv (one copy instead
+ * of two). A member's input must stay valid until every member has read
+ * it: a member completes only once every member claimed (or gives up, and
+ * marks the round abandoned, so a late reader fails instead of returning
+ * what may already be overwritten). */
+int wf_board_is_remote(const wf_board *b, wf_board_ticket t);
+/* Member k's published input in a DONE remote round. */
+void wf_board_remote(const wf_board *b, wf_board_ticket t, int k, int *pid, uint64_t *addr, uint64_t *len);
+/* Group-rank bits of the members that claimed t's round. */
+uint64_t wf_board_claimed(const wf_board *b, wf_board_ticket t);
+/* Waits until every member (of gsize) claimed t's round or until
+ * (wf_now_ns) passes, like wf_board_wait. Returns 1 if every member claimed. */
+int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until);
+/* A member gives up waiting for the claims (its input goes back to its
+ * caller); 1 if somebody gave up on t's round. */
+void wf_board_abandon(wf_board *b, wf_board_ticket t);
+int wf_board_abandoned(const wf_board *b, wf_board_ticket t);
+
 /* Diverts t's round if it is still open (a waiter gives up). Returns the
  * round's state afterwards (WF_BOARD_SLOW or WF_BOARD_DONE). */
 int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline);
@@ -120,6 +141,8 @@ int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until);
  * round. Best effort if the lock cannot be had by deadline. */
 void wf_board_off(wf_board *b, int64_t deadline);
 int wf_board_is_off(const wf_board *b);
+/* 1 if the host's ranks outnumber its cores (waiters yield at once). */
+int wf_board_oversubscribed(const wf_board *b);
 
 /* Which group ranks arrived in t's round (for stall messages). */
 uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t);

@@ -82,6 +82,7 @@ void wf_request_unref(weft_request *r) {
   if (r->result_owned) free(r->result);
   free(r->recv_splits);
   free(r->child_error);
+  free(r->fast_msg);
   for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
   free(r->kids);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);

@@ -88,6 +88,8 @@ struct weft_request {
   /* one-host fast path (fast.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
+  weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */
+  char *fast_msg;            /* its message (malloc'd) or NULL */
   int fast_n, fast_rank;     /* group size and rank at submission */
   uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
   wf_board_ticket fast_t;
@@ -206,6 +208,7 @@ struct weft_world {
   struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */
   int fast_on;               /* WEFT_FAST on this rank */
   size_t fast_ar_bytes;      /* WEFT_FAST_ALLREDUCE_BYTES */
+  size_t fast_cma_bytes;     /* WEFT_FAST_CMA_BYTES (0: never) */
   int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
   int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */
   _Atomic int board_users, board_closing; /* caller threads inside the board; finalize under way */
@@ -213,6 +216,7 @@ struct weft_world {
   int nfast, fast_cap, fast_lost;
   _Atomic int fast_kick;     /* a request was added: scan soon */
   _Atomic uint64_t fast_done, fast_diverted; /* requests completed on the board / handed to the engine after arriving */
+  _Atomic uint64_t fast_remote;              /* of fast_done: remote rounds (read across processes) */
   int64_t fast_next;         /* engine thread: next scan */
 };
 

@@ -18,7 +18,9 @@
 #define SCAN_NS 5000000 /* the engine looks at pending fast requests this often */
 #define STOP_WAIT_NS 2000000000
 
-enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2 };
+/* r->fast: F_DRAIN is a remote round's request whose reads are done and
+ * claimed, waiting until every member has read its input (board.h) */
+enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2, F_DRAIN = 3 };
 
 static size_t large_param(void) {
   int64_t b = wf_param_int("WEFT_FAST_LARGE_BYTES");
@@ -42,6 +44,8 @@ void wf_fast_start(weft_world *w) {
   w->fast_on = wf_param_int("WEFT_FAST") != 0;
   int64_t ar = wf_param_int("WEFT_FAST_ALLREDUCE_BYTES");
   w->fast_ar_bytes = ar > 0 ? (size_t)ar : 0;
+  int64_t cb = wf_param_int("WEFT_FAST_CMA_BYTES");
+  w->fast_cma_bytes = cb > 0 ? (size_t)cb : 0;
   w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the
@@ -57,8 +61,11 @@ void wf_fast_start(weft_world *w) {
 void wf_fast_stop(weft_world *w) {
   if (!w->board) return;
   /* tests read this line to see which path ops took */
-  WF_INFO(WF_SUB_ENGINE, "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator%s",
+  WF_INFO(WF_SUB_ENGINE,
+          "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator, %llu read across "
+          "processes%s",
           (unsigned long long)atomic_load(&w->fast_done), (unsigned long long)atomic_load(&w->fast_diverted),
+          (unsigned long long)atomic_load(&w->fast_remote),
           wf_board_is_off(w->board) ? "; the board is off (a join, or generations found out of step)" : "");
   atomic_store(&w->board_closing, 1);
   int64_t end = wf_now_ns() + STOP_WAIT_NS;
@@ -146,9 +153,48 @@ static void list_del(weft_world *w, weft_request *r) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* The members (world ranks) of r's remote round that have not claimed it. */
+static void unclaimed(weft_world *w, weft_request *r, char *buf, size_t cap) {
+  uint64_t c = wf_board_claimed(w->board, r->fast_t);
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < r->fast_n && at < cap; k++)
+    if (!(c >> k & 1)) {
+      int n = snprintf(buf + at, cap - at, "%s%d", at ? ", " : "", r->group->ranks[k]);
+      if (n < 0) break;
+      at += (size_t)n;
+    }
+}
+
+/* An F_DRAIN request: completes it (returns 1) once every member has read
+ * its input; at its deadline (give_up) it gives up on the round instead, so
+ * that late readers fail rather than read a reused buffer. 0: not yet. */
+static int drain(weft_world *w, weft_request *r, int give_up) {
+  weft_status s = r->fast_status;
+  char why[WF_NAME_MAX + 256], who[160];
+  why[0] = '\0';
+  if (!wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0)) {
+    if (!give_up && wf_now_ns() < r->deadline) return 0;
+    unclaimed(w, r, who, sizeof who);
+    snprintf(why, sizeof why, "'%s': rank(s) %s did not finish reading this rank's input in time", r->msg.name, who);
+    s = WEFT_ERR_TIMEOUT;
+  }
+  int expect = F_DRAIN;
+  if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
+  if (s == WEFT_ERR_TIMEOUT && why[0]) wf_board_abandon(w->board, r->fast_t);
+  char *msg = r->fast_msg;
+  r->fast_msg = NULL;
+  atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->fast_remote, 1, memory_order_relaxed);
+  wf_request_complete(w, r, s, why[0] ? why : msg);
+  free(msg);
+  return 1;
+}
+
 /* The board is entered. Acts on r's round if it is no longer open and this
- * thread wins r: completes it (DONE) or hands it to the engine (diverted).
- * Returns 1 if r is no longer this module's. */
+ * thread wins r: completes it (DONE; a remote round's request first waits
+ * in F_DRAIN for every member to read its input) or hands it to the engine
+ * (diverted). Returns 1 if r is no longer pending. */
 static int settle(weft_world *w, weft_request *r, int st) {
   if (st == WF_BOARD_WAIT) return 0;
   int expect = F_PENDING;
@@ -158,6 +204,14 @@ static int settle(weft_world *w, weft_request *r, int st) {
     const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
     weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
     if (s == WEFT_OK) s = c;
+    if (wf_board_is_remote(w->board, r->fast_t)) {
+      r->fast_status = s;
+      r->fast_msg = s == WEFT_OK ? NULL : strdup(msg ? msg : wf_err_msg());
+      free((void *)msg);
+      atomic_store(&r->fast, F_DRAIN);
+      drain(w, r, 0);
+      return 1;
+    }
     atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
     wf_request_complete(w, r, s, s == WEFT_OK ? NULL : msg ? msg : wf_err_msg());
     free((void *)msg);
@@ -214,16 +268,31 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   return 1;
 }
 
+int wf_fast_busy(weft_request *r) {
+  int f = atomic_load(&r->fast);
+  return f == F_PENDING || f == F_DRAIN;
+}
+
 void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
   weft_world *w = r->world;
-  if (atomic_load(&r->fast) != F_PENDING || !enter(w)) return;
+  if (!wf_fast_busy(r) || !enter(w)) return;
   int64_t give_up = r->fast_t0 + w->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
   for (;;) {
+    if (atomic_load(&r->fast) == F_DRAIN) { /* the others are reading this rank's input */
+      while (!drain(w, r, 0) && wait && wf_now_ns() < deadline)
+        wf_board_wait_claims(w->board, r->fast_t, r->fast_n, deadline);
+      break;
+    }
     if (atomic_load(&r->fast) != F_PENDING) break;
-    if (settle(w, r, wf_board_state(w->board, r->fast_t)) || !wait) break;
+    if (settle(w, r, wf_board_state(w->board, r->fast_t))) {
+      if (wait && atomic_load(&r->fast) == F_DRAIN) continue;
+      break;
+    }
+    if (!wait) break;
     if (!wf_board_wait(w->board, r->fast_t, until)) continue;
-    if (wf_now_ns() >= give_up) /* not every member came in time: the coordinator takes it from here */
-      settle(w, r, wf_board_divert(w->board, r->fast_t, deadline));
+    if (wf_now_ns() >= give_up && /* not every member came in time: the coordinator takes it from here */
+        settle(w, r, wf_board_divert(w->board, r->fast_t, deadline)) && atomic_load(&r->fast) == F_DRAIN)
+      continue; /* it completed meanwhile: a remote round */
     break;
   }
   leave(w);
@@ -250,6 +319,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   int n = snapshot(w, &a);
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
+    if (atomic_load(&r->fast) == F_DRAIN) drain(w, r, 0); /* completes it at its deadline at the latest */
     if (atomic_load(&r->fast) == F_PENDING) {
       int st = wf_board_state(w->board, r->fast_t);
       if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->fast_wait_ns) {
@@ -276,6 +346,9 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     int expect = F_PENDING;
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       wf_request_complete(w, r, st, msg); /* takes it off the list */
+    } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
+      wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */
+      wf_request_complete(w, r, st, msg);
     }
     wf_request_unref(r);
   }

@@ -15,6 +15,12 @@
  *     `direct` algorithm does (same bits), applies postscale/average, claims
  *     the round and completes the request; a diverted round's request is
  *     handed to the engine, which negotiates it as usual.
+ *   - remote rounds (board.h: allgather/alltoall inputs read across
+ *     processes): a request whose reads are done waits in F_DRAIN until
+ *     every member claimed (read its input), completed by its waiter, a
+ *     weft_test or the engine's scan; at its deadline or a world failure it
+ *     abandons the round, so a late reader fails instead of reading reused
+ *     memory.
  *   - the engine thread scans pending fast requests every millisecond (for
  *     requests nobody waits for), diverts rounds older than
  *     WEFT_FAST_WAIT_SECONDS (so the stall inspector sees them), and fails
@@ -64,6 +70,9 @@ weft_status wf_fast_result(weft_world *w, weft_request *r);
 /* Caller side: progresses a pending fast request until it completes or is
  * handed to the engine, or until deadline (wait = 0: one look only). */
 void wf_fast_progress(weft_request *r, int64_t deadline, int wait);
+/* 1 while r is the fast path's (pending, or waiting for its remote round's
+ * readers). */
+int wf_fast_busy(weft_request *r);
 
 /* Engine thread: scan pending fast requests; returns the time of the next
  * scan needed (INT64_MAX: none pending). */

@@ -62,6 +62,8 @@ static const wf_param g_params[] = {
      "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)"},
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
      "largest allreduce of the fast path (every rank folds every input; at least WEFT_FAST_BYTES, at most WEFT_FAST_LARGE_BYTES)"},
+    {"WEFT_FAST_CMA_BYTES", NULL, WF_PARAM_INT, "65536",
+     "fast-path allgather/alltoall inputs from this size on stay in place and are read across processes (one copy instead of two; needs WEFT_CMA, not with more ranks than cores); 0: never"},
     {"WEFT_FAST_WAIT_SECONDS", NULL, WF_PARAM_DOUBLE, "0.2",
      "a fast-path op not submitted by every local rank within this long (at most a quarter of WEFT_TIMEOUT_SECONDS) is negotiated by the coordinator"},
     {"WEFT_CMA", NULL, WF_PARAM_INT, "1", "1: ranks on one host may read each other's buffers directly (process_vm_readv); 0: never"},

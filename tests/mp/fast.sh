@@ -8,7 +8,9 @@
 # completed in shared memory, M diverted to the coordinator"; mp_fast prints
 # "FASTEXPECT rank R: done=A-B diverted=C-D" (-1: no bound). Cases:
 #   bits | colls   three jobs (colls: a fourth whose rounds are given up
-#              after 20 us, the board staying on): WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
+#              after 20 us, the board staying on, and two with remote rounds
+#              off and for every input over a pooled slot, counted):
+#              WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
 #              only: every check passes in each, the counters are in range
 #              with WEFT_FAST=1 and 0 on every rank otherwise, and the DIGEST
 #              lines (every result's bits) are equal across ranks and jobs
@@ -103,6 +105,20 @@ counts() {
   done
 }
 
+# remote NAME R MIN: rank R's remote rounds (read across processes): none if
+# MIN is 0, else at least MIN
+remote() {
+  local n
+  n=$(err_of "$1" "$2" | sed -n 's/.*one-host fast path: .*, \([0-9]*\) read across processes.*/\1/p' | tail -1)
+  [ -n "$n" ] || { fail "$1: rank $2 logged no remote round count"; return; }
+  echo "[$1 $2] remote rounds: $n"
+  if [ "$3" -eq 0 ]; then
+    [ "$n" -eq 0 ] || fail "$1: rank $2 read $n rounds across processes, expected none"
+  else
+    [ "$n" -ge "$3" ] || fail "$1: rank $2 read $n rounds across processes, expected at least $3"
+  fi
+}
+
 # same_lines PATTERN NAME...: the lines matching PATTERN are equal on every rank of every job
 same_lines() {
   local pat=$1 first="" r name
@@ -136,7 +152,24 @@ bits | colls)
     # still running included; every result right, the board stays on
     run_job racy WEFT_FAST_WAIT_SECONDS=0.00002 -- colls
     for ((r = 0; r < NP; r++)); do lacks racy "$r" "board is off" "the board must stay on"; done
-    jobs+=(racy)
+    # remote rounds (allgather/alltoall inputs read across processes, from
+    # WEFT_FAST_CMA_BYTES on, unless the ranks outnumber the cores): never,
+    # by default (the large-slot-sized inputs), and for every input over a
+    # pooled slot; the same bits every time
+    run_job nocma $LONG WEFT_FAST_CMA_BYTES=0 -- colls
+    run_job allcma $LONG WEFT_FAST_CMA_BYTES=1 -- colls
+    counts nocma
+    counts allcma
+    for ((r = 0; r < NP; r++)); do
+      remote nocma "$r" 0
+      if [ "$NP" -le "$(nproc)" ]; then
+        remote on "$r" 1
+        remote allcma "$r" 1
+      else
+        remote allcma "$r" 0
+      fi
+    done
+    jobs+=(racy nocma allcma)
   fi
   same_lines '^DIGEST' "${jobs[@]}"
   ;;

@@ -19,7 +19,10 @@
  *             read generation 0; rank 0's generation 2 must not reopen that
  *             round (it turns the board off), and rank 1 still reads both
  *             generation-0 inputs intact (a review found that skipping claims
- *             of inline rounds broke this) */
+ *             of inline rounds broke this)
+ *   remote    rounds whose inputs stay in the members' memory: what is
+ *             published, claims gating completion, reuse, abandonment, a
+ *             member with another description diverting */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -27,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/board.h"
 #include "unit_check.h"
@@ -259,9 +263,94 @@ static void test_unclaimed(void) {
   free(mem);
 }
 
+/* Remote rounds: two ranks in one thread, 100 KiB allgather inputs that
+ * stay in place. The board publishes each member's pid, address and length
+ * (nothing copied: the slot pool is untouched), the claims gate completion
+ * (wf_board_wait_claims), the round is reused by generation 2 once both
+ * claimed, and an abandoned round says so. A member whose description says
+ * otherwise diverts the round. */
+static void test_remote(void) {
+  size_t bytes = rup(wf_board_bytes(2, 8192, 0), 4096);
+  void *mem = calloc(1, bytes);
+  wf_board *b[2] = {mem ? wf_board_open(mem, bytes, 2, 0) : NULL, mem ? wf_board_open(mem, bytes, 2, 0) : NULL};
+  CHECK(b[0] && b[1], "remote: board");
+  if (!b[0] || !b[1]) goto out;
+  enum { ROWS = 25600 }; /* 100 KiB of int32 */
+  static int32_t in[2][ROWS];
+  wf_board_desc d;
+  memset(&d, 0, sizeof d);
+  d.coll = WF_COLL_ALLGATHER;
+  d.dtype = WEFT_DTYPE_INT32;
+  d.ndim = 1;
+  d.shape[0] = ROWS;
+  d.root = -1;
+  d.prescale = d.postscale = 1.0;
+  d.remote = 1;
+  for (int gen = 0; gen < 3; gen++) {
+    wf_board_ticket t[2];
+    int how[2];
+    for (int k = 0; k < 2; k++) {
+      in[k][0] = gen * 10 + k;
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], wf_deadline_after(10.0), &how[k], &t[k]);
+    }
+    CHECK(how[0] == WF_BOARD_WAIT && how[1] == WF_BOARD_DONE, "remote: generation %d: how %d %d", gen, how[0],
+          how[1]);
+    if (how[1] != WF_BOARD_DONE) break;
+    for (int k = 0; k < 2; k++) {
+      CHECK(wf_board_is_remote(b[k], t[k]), "remote: generation %d is not a remote round", gen);
+      for (int m = 0; m < 2; m++) {
+        int pid;
+        uint64_t addr, len;
+        wf_board_remote(b[k], t[k], m, &pid, &addr, &len);
+        CHECK(pid == (int)getpid() && addr == (uint64_t)(uintptr_t)in[m] && len == sizeof in[m],
+              "remote: generation %d: member %d published pid %d addr %#llx len %llu", gen, m, pid,
+              (unsigned long long)addr, (unsigned long long)len);
+      }
+    }
+    CHECK(!wf_board_wait_claims(b[0], t[0], 2, 0), "remote: generation %d: claimed before any claim", gen);
+    wf_board_claim(b[0], t[0], 0, wf_deadline_after(10.0));
+    CHECK(!wf_board_wait_claims(b[0], t[0], 2, wf_now_ns() + 2000000), "remote: generation %d: one claim is all",
+          gen);
+    wf_board_claim(b[1], t[1], 1, wf_deadline_after(10.0));
+    CHECK(wf_board_wait_claims(b[1], t[1], 2, 0), "remote: generation %d: both claimed, still waiting", gen);
+    CHECK(!wf_board_abandoned(b[1], t[1]), "remote: generation %d: abandoned", gen);
+  }
+  /* generation 3: rank 0 gives up on it after reading; rank 1 sees that */
+  {
+    wf_board_ticket t[2];
+    int how[2];
+    for (int k = 0; k < 2; k++)
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], wf_deadline_after(10.0), &how[k], &t[k]);
+    if (how[1] == WF_BOARD_DONE) {
+      wf_board_claim(b[0], t[0], 0, wf_deadline_after(10.0));
+      wf_board_abandon(b[0], t[0]);
+      CHECK(wf_board_abandoned(b[1], t[1]), "remote: rank 1 does not see the round abandoned");
+    }
+  }
+  /* a member that does not read across processes: the round diverts */
+  {
+    wf_board_desc e = d;
+    e.remote = 0;
+    e.shape[0] = 16; /* inline-sized: a fresh name, both rounds free */
+    wf_board_ticket t[2];
+    int how[2];
+    d.shape[0] = 16;
+    wf_board_arrive(b[0], 1, "ag2", 0, 2, &d, in[0], 64, wf_deadline_after(10.0), &how[0], &t[0]);
+    wf_board_arrive(b[1], 1, "ag2", 1, 2, &e, in[1], 64, wf_deadline_after(10.0), &how[1], &t[1]);
+    CHECK(how[1] == WF_BOARD_SLOW && wf_board_state(b[0], t[0]) == WF_BOARD_SLOW,
+          "remote: differing descriptions did not divert (how %d)", how[1]);
+  }
+  CHECK(!wf_board_is_off(b[0]), "remote: the board went off");
+out:
+  wf_board_close(b[0]);
+  wf_board_close(b[1]);
+  free(mem);
+}
+
 int main(void) {
   test_geometry();
   test_unclaimed();
+  test_remote();
   test_stress();
   return unit_result("test_board");
 }
