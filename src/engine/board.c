@@ -511,7 +511,8 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   uint64_t all = o->arrived; /* before our claim: the last claim's free_round clears it */
   int32_t data = o->data;
   if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
-  uint64_t bit = 1ull << grank, prev = atomic_fetch_or_explicit(&o->claimed, bit, memory_order_acq_rel);
+  /* seq_cst: against the claim waiters' sleepers count (as in set_state) */
+  uint64_t bit = 1ull << grank, prev = atomic_fetch_or(&o->claimed, bit);
   if (data == D_REMOTE && (prev | bit) == all && atomic_load(&o->sleepers)) { /* members waiting for the claims */
     atomic_fetch_add(&o->word, 1);
     futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);

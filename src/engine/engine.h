@@ -86,7 +86,7 @@ struct weft_request {
   int nrecv_splits;
 
   /* one-host fast path (fast.c) */
-  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed */
+  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining (fast.c) */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
   weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */
   char *fast_msg;            /* its message (malloc'd) or NULL */

@@ -167,21 +167,31 @@ static void unclaimed(weft_world *w, weft_request *r, char *buf, size_t cap) {
 }
 
 /* An F_DRAIN request: completes it (returns 1) once every member has read
- * its input; at its deadline (give_up) it gives up on the round instead, so
- * that late readers fail rather than read a reused buffer. 0: not yet. */
-static int drain(weft_world *w, weft_request *r, int give_up) {
-  weft_status s = r->fast_status;
-  char why[WF_NAME_MAX + 256], who[160];
-  why[0] = '\0';
-  if (!wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0)) {
-    if (!give_up && wf_now_ns() < r->deadline) return 0;
-    unclaimed(w, r, who, sizeof who);
-    snprintf(why, sizeof why, "'%s': rank(s) %s did not finish reading this rank's input in time", r->msg.name, who);
-    s = WEFT_ERR_TIMEOUT;
+ * its input. At its deadline, or when finalize closes the board, it gives
+ * up on the round instead (abandons it), so that late readers fail rather
+ * than read a buffer its owner got back. 0: not yet. */
+static int drain(weft_world *w, weft_request *r) {
+  int all = wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0), closing = 0;
+  if (!all) {
+    closing = atomic_load(&w->board_closing) != 0;
+    if (!closing && wf_now_ns() < r->deadline) return 0;
   }
   int expect = F_DRAIN;
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
-  if (s == WEFT_ERR_TIMEOUT && why[0]) wf_board_abandon(w->board, r->fast_t);
+  weft_status s = r->fast_status;
+  char why[WF_NAME_MAX + 256], who[160];
+  why[0] = '\0';
+  if (!all) {
+    wf_board_abandon(w->board, r->fast_t);
+    /* a claim may have landed since the look: then nobody reads any more
+     * (and the abandon is harmless: every reader looks before its claim) */
+    if (!wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0)) {
+      unclaimed(w, r, who, sizeof who);
+      s = closing ? WEFT_ERR_SHUTDOWN : WEFT_ERR_TIMEOUT;
+      snprintf(why, sizeof why, "'%s': rank(s) %s did not finish reading this rank's input %s", r->msg.name, who,
+               closing ? "before finalize" : "in time");
+    }
+  }
   char *msg = r->fast_msg;
   r->fast_msg = NULL;
   atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
@@ -200,16 +210,17 @@ static int settle(weft_world *w, weft_request *r, int st) {
   int expect = F_PENDING;
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
   if (st == WF_BOARD_DONE) { /* the completion takes r off the list, under the lock it takes anyway */
+    int remote = wf_board_is_remote(w->board, r->fast_t); /* before the claim: a last claim may free the round */
     weft_status s = wf_fast_result(w, r);
     const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
     weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
     if (s == WEFT_OK) s = c;
-    if (wf_board_is_remote(w->board, r->fast_t)) {
+    if (remote) {
       r->fast_status = s;
       r->fast_msg = s == WEFT_OK ? NULL : strdup(msg ? msg : wf_err_msg());
       free((void *)msg);
       atomic_store(&r->fast, F_DRAIN);
-      drain(w, r, 0);
+      if (!drain(w, r)) atomic_store(&w->fast_kick, 1); /* the engine's scan completes it if nobody waits */
       return 1;
     }
     atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
@@ -261,8 +272,11 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
     settle(w, r, WF_BOARD_DONE);
   } else {
     /* no wake-up (it would cost the waiting ranks a core): the engine scans
-     * when it next wakes, then every SCAN_NS while any is pending */
+     * when it next wakes, then every SCAN_NS while any is pending; except
+     * for a remote round, where a member that does not read soon holds up
+     * the others' completions */
     atomic_store(&w->fast_kick, 1);
+    if (ok && d.remote) wf_engine_wake(w);
   }
   leave(w);
   return 1;
@@ -279,7 +293,7 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
   int64_t give_up = r->fast_t0 + w->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
   for (;;) {
     if (atomic_load(&r->fast) == F_DRAIN) { /* the others are reading this rank's input */
-      while (!drain(w, r, 0) && wait && wf_now_ns() < deadline)
+      while (!drain(w, r) && wait && wf_now_ns() < deadline)
         wf_board_wait_claims(w->board, r->fast_t, r->fast_n, deadline);
       break;
     }
@@ -319,7 +333,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   int n = snapshot(w, &a);
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
-    if (atomic_load(&r->fast) == F_DRAIN) drain(w, r, 0); /* completes it at its deadline at the latest */
+    if (atomic_load(&r->fast) == F_DRAIN) drain(w, r); /* completes it at its deadline at the latest */
     if (atomic_load(&r->fast) == F_PENDING) {
       int st = wf_board_state(w->board, r->fast_t);
       if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->fast_wait_ns) {
@@ -345,6 +359,11 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     weft_request *r = a[i];
     int expect = F_PENDING;
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
+      /* its input goes back to the caller: an open round is diverted, and
+       * the others must not read a remote one any more */
+      if (w->board && wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE &&
+          wf_board_is_remote(w->board, r->fast_t))
+        wf_board_abandon(w->board, r->fast_t);
       wf_request_complete(w, r, st, msg); /* takes it off the list */
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */

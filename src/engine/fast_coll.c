@@ -20,6 +20,7 @@
  * first dimension, uneven splits on one rank) divert the round, and the
  * coordinator handles it as without the board. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -149,6 +150,9 @@ static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *
     }
     int e = n < 0 ? errno : EIO;
     if (e == EINTR) continue;
+    if (wf_board_abandoned(w->board, r->fast_t))
+      return wf_err(WEFT_ERR_TIMEOUT, "'%s': rank %d stopped waiting for this rank to read its input", r->msg.name,
+                    rank);
     return wf_err(e == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM,
                   "'%s': cross-memory read of %zu bytes from rank %d (pid %d) failed: %s; WEFT_CMA=0 copies through "
                   "shared memory instead",
@@ -160,7 +164,9 @@ static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *
 /* After a remote round's reads: a member that gave up waiting (its input
  * went back to its caller) may have changed what was read. */
 static weft_status still_valid(weft_world *w, weft_request *r) {
-  if (!wf_board_is_remote(w->board, r->fast_t) || !wf_board_abandoned(w->board, r->fast_t)) return WEFT_OK;
+  if (!wf_board_is_remote(w->board, r->fast_t)) return WEFT_OK;
+  atomic_thread_fence(memory_order_seq_cst); /* the reads above before the look */
+  if (!wf_board_abandoned(w->board, r->fast_t)) return WEFT_OK;
   return wf_err(WEFT_ERR_TIMEOUT, "'%s': a member stopped waiting for this rank to read its input", r->msg.name);
 }
 
