@@ -24,7 +24,9 @@
  *   stall | stall-poll DIR   rank 2 (of 3) never submits 'stuck': the others
  *              (waiting, or polling weft_test only) fail with the stall
  *              shutdown naming it; then the job works (DIR/released syncs)
- *   kill K     rank K SIGKILLs itself while the others wait on a fast
+ *   kill K     rank K submits a large allgather and SIGKILLs itself; the
+ *              others submit it 200 ms later and fail naming rank K within
+ *              15 s; then rank K is gone while the others wait on a fast
  *              allreduce: they fail naming it within 15 s; nothing of the job
  *              left in /dev/shm
  *   detached   a freed pending fast request, then its name again; a
@@ -415,12 +417,29 @@ static int case_kill(int killer) {
   ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "k.warm");
   barrier_wait(mp_group, "k.sync");
   mp_case_end();
+  /* A 1 MiB allgather (a remote round where the host's cores suffice: its
+   * inputs read across processes): the killer submits it first and dies
+   * before anyone arrived (so before reading or claiming); the others come
+   * 200 ms later and must fail naming it, not hang: at submission when its
+   * loss is known by then (usual: its connections close), else in the round
+   * (its input cannot be read, or the wait for its claim ends with it). */
+  enum { AG_ROWS = 1 << 18 };
+  int32_t *ag = mp_alloc(sizeof(int32_t) * AG_ROWS);
+  for (size_t i = 0; i < AG_ROWS; i++) ag[i] = mp_rank * 7 + (int32_t)i;
+  int64_t ag_shape[1] = {AG_ROWS};
+  weft_tensor agt = {WEFT_DTYPE_INT32, 1, ag_shape, ag, WEFT_DEVICE_CPU};
+  weft_request *agr = NULL;
+  if (mp_rank != killer) mp_sleep_ms(200);
+  double ag0 = mp_now();
+  weft_status agst = weft_allgather(mp_group, "k.ag", &agt, NULL, &agr);
   if (mp_rank == killer) {
-    mp_sleep_ms(100);
     char k = 'K';
     if (write(g_pipe, &k, 1) != 1) perror("write");
     raise(SIGKILL);
   }
+  mp_case("kill: rank %d dies right after submitting a large allgather", killer);
+  expect_death(agst, agst == WEFT_OK ? agr : NULL, ag0, dead, "k.ag");
+  mp_case_end();
   mp_case("kill: rank %d dies while this rank waits on a fast allreduce", killer);
   int32_t v[4] = {1, 2, 3, 4};
   int64_t s4[1] = {4};
