@@ -536,15 +536,21 @@ int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
   return wf_board_state(b, t);
 }
 
-int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
+/* Waits until done(b, t, arg) or until (wf_now_ns) passes: spins (pausing;
+ * yielding after a while, at once when the host is oversubscribed), reading
+ * the clock now and then; after SPIN_NS sleeps once on t's round's futex
+ * word (SLEEP_NS at most: callers notice other events). Returns done's last
+ * value. Whoever makes done true bumps the word if anyone sleeps. */
+static int wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *, wf_board_ticket, int), int arg,
+                    int64_t until) {
   round *o = round_of(b, t);
   int64_t t0 = 0, now = 0;
-  for (int i = 1;; i++) { /* spin (yielding after a while), reading the clock now and then */
-    if (wf_board_state(b, t) != WF_BOARD_WAIT) return 0;
+  for (int i = 1;; i++) {
+    if (done(b, t, arg)) return 1;
     if (i % 512 == 0) {
       now = wf_now_ns();
       if (!t0) t0 = now;
-      if (now >= until) return 1;
+      if (now >= until) return 0;
       if (now - t0 >= SPIN_NS) break;
     }
     if (i >= b->yield_after) sched_yield();
@@ -552,14 +558,23 @@ int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
   }
   uint32_t w = atomic_load(&o->word);
   atomic_fetch_add(&o->sleepers, 1);
-  if (wf_board_state(b, t) == WF_BOARD_WAIT) {
+  if (!done(b, t, arg) && until > now) {
     int64_t left = until - now;
     if (left > SLEEP_NS) left = SLEEP_NS;
     struct timespec ts = {left / 1000000000, left % 1000000000};
     futex(&o->word, FUTEX_WAIT, w, &ts); /* EAGAIN: it changed already */
   }
   atomic_fetch_sub(&o->sleepers, 1);
-  return wf_now_ns() >= until;
+  return done(b, t, arg);
+}
+
+static int not_open(const wf_board *b, wf_board_ticket t, int unused) {
+  (void)unused;
+  return wf_board_state(b, t) != WF_BOARD_WAIT;
+}
+
+int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
+  return !wait_for(b, t, not_open, 0, until) && wf_now_ns() >= until;
 }
 
 void wf_board_off(wf_board *b, int64_t deadline) {
@@ -600,32 +615,8 @@ static int all_claimed(const wf_board *b, wf_board_ticket t, int gsize) {
 }
 
 int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until) {
-  round *o = round_of(b, t);
   if (until <= 0) return all_claimed(b, t, gsize); /* a look only */
-  int64_t t0 = 0, now = 0;
-  for (int i = 1;; i++) {
-    if (all_claimed(b, t, gsize)) return 1;
-    if (i % 512 == 0) {
-      now = wf_now_ns();
-      if (!t0) t0 = now;
-      if (now >= until) return 0;
-      if (now - t0 >= SPIN_NS) break;
-    }
-    if (i >= b->yield_after) sched_yield();
-    else cpu_relax();
-  }
-  uint32_t w = atomic_load(&o->word);
-  atomic_fetch_add(&o->sleepers, 1);
-  if (!all_claimed(b, t, gsize)) {
-    int64_t left = until - now;
-    if (left > SLEEP_NS) left = SLEEP_NS;
-    if (left > 0) {
-      struct timespec ts = {left / 1000000000, left % 1000000000};
-      futex(&o->word, FUTEX_WAIT, w, &ts);
-    }
-  }
-  atomic_fetch_sub(&o->sleepers, 1);
-  return all_claimed(b, t, gsize);
+  return wait_for(b, t, all_claimed, gsize, until);
 }
 
 void wf_board_abandon(wf_board *b, wf_board_ticket t) { atomic_store(&round_of(b, t)->gone, 1); }
