@@ -162,7 +162,7 @@ bits | colls)
     counts allcma
     for ((r = 0; r < NP; r++)); do
       remote nocma "$r" 0
-      if [ "$NP" -le "$(nproc)" ]; then
+      if [ "$NP" -le "$(getconf _NPROCESSORS_ONLN)" ]; then # as the board counts cores (sysconf)
         remote on "$r" 1
         remote allcma "$r" 1
       else
