@@ -439,6 +439,7 @@ static int case_kill(int killer) {
   }
   mp_case("kill: rank %d dies right after submitting a large allgather", killer);
   expect_death(agst, agst == WEFT_OK ? agr : NULL, ag0, dead, "k.ag");
+  free(ag);
   mp_case_end();
   mp_case("kill: rank %d dies while this rank waits on a fast allreduce", killer);
   int32_t v[4] = {1, 2, 3, 4};
