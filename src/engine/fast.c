@@ -171,6 +171,7 @@ static void unclaimed(weft_world *w, weft_request *r, char *buf, size_t cap) {
  * up on the round instead (abandons it), so that late readers fail rather
  * than read a buffer its owner got back. 0: not yet. */
 static int drain(weft_world *w, weft_request *r) {
+  if (atomic_load(&r->fast) != F_DRAIN) return 1; /* completed elsewhere (a failing world) */
   int all = wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0), closing = 0;
   if (!all) {
     closing = atomic_load(&w->board_closing) != 0;

@@ -29,6 +29,10 @@
  *              15 s; then rank K is gone while the others wait on a fast
  *              allreduce: they fail naming it within 15 s; nothing of the job
  *              left in /dev/shm
+ *   stop K     rank K submits a large allgather (a remote round) and stops
+ *              before the others arrive; they read its input and wait for
+ *              its claim: each fails naming rank K within 15 s (its lost
+ *              heartbeats), finalize is prompt
  *   detached   a freed pending fast request, then its name again; a
  *              weft_test loop; callback requests (engine path) alongside
  *   threads T  T threads per rank with their own names, grouped allreduces
@@ -380,8 +384,21 @@ static int supervise(pid_t child, int rfd) {
   do n = read(rfd, &note, 1);
   while (n < 0 && errno == EINTR);
   int ws = 0;
-  while (waitpid(child, &ws, 0) < 0)
+  while (waitpid(child, &ws, WUNTRACED) < 0)
     if (errno != EINTR) return 1;
+  if (WIFSTOPPED(ws)) { /* stop K: the others must cope alone; then it goes */
+    if (n != 1 || note != 'S') {
+      printf("FAIL: the weft rank stopped unplanned\n");
+      kill(child, SIGKILL);
+      waitpid(child, &ws, 0);
+      return 1;
+    }
+    sleep(10);
+    kill(child, SIGKILL);
+    while (waitpid(child, &ws, 0) < 0)
+      if (errno != EINTR) return 1;
+    return 0;
+  }
   if (WIFSIGNALED(ws)) {
     if (WTERMSIG(ws) == SIGKILL && n == 1 && note == 'K') return 0;
     printf("FAIL: the weft rank died of signal %d unplanned\n", WTERMSIG(ws));
@@ -405,6 +422,55 @@ static void expect_death(weft_status sub, weft_request *r, double t0, const char
   else if (!mp_contains(msg, dead)) mp_fail("%s: the message does not name %s: %s", what, dead, msg);
   if (dt > 15.0) mp_fail("%s: the failure came after %.2f s", what, dt);
   if (r) weft_request_free(r);
+}
+
+/* stop K: rank K submits a 1 MiB allgather (a remote round where the
+ * host's cores suffice) and stops (SIGSTOP) before the others arrive: they
+ * read its input (a stopped process's memory is still there), claim, and
+ * then wait for its claim, which never comes. Its heartbeats stop too: each
+ * must fail naming rank K within 15 s (the world's failure ends the drain,
+ * WEFT_HEARTBEAT_TIMEOUT=5), and finalize must be prompt. The supervisor
+ * kills the stopped rank 10 s later. */
+static int case_stop(int stopper) {
+  mp_setup();
+  if (mp_size < 2) mp_fatal("stop needs 2 ranks or more");
+  if (stopper < 0 || stopper >= mp_size) stopper = mp_size - 1;
+  char dead[32];
+  snprintf(dead, sizeof dead, "rank %d", stopper);
+  mp_case("stop: warm-up");
+  ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "s.warm");
+  barrier_wait(mp_group, "s.sync");
+  mp_case_end();
+  enum { AG_ROWS = 1 << 18 };
+  int32_t *ag = mp_alloc(sizeof(int32_t) * AG_ROWS);
+  for (size_t i = 0; i < AG_ROWS; i++) ag[i] = mp_rank * 7 + (int32_t)i;
+  int64_t ag_shape[1] = {AG_ROWS};
+  weft_tensor agt = {WEFT_DTYPE_INT32, 1, ag_shape, ag, WEFT_DEVICE_CPU};
+  weft_request *agr = NULL;
+  if (mp_rank != stopper) mp_sleep_ms(200);
+  double ag0 = mp_now();
+  weft_status agst = weft_allgather(mp_group, "s.ag", &agt, NULL, &agr);
+  if (mp_rank == stopper) {
+    char k = 'S';
+    if (write(g_pipe, &k, 1) != 1) perror("write");
+    raise(SIGSTOP);
+    _exit(3); /* never resumed: killed by the supervisor */
+  }
+  mp_case("stop: rank %d stops after submitting a large allgather", stopper);
+  expect_death(agst, agst == WEFT_OK ? agr : NULL, ag0, dead, "s.ag");
+  free(ag);
+  mp_case_end();
+  mp_case("stop: finalize");
+  double f0 = mp_now();
+  weft_world *w = mp_world;
+  mp_world = NULL;
+  weft_status st = weft_finalize(w);
+  if (mp_now() - f0 > 5.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
+  if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
+  mp_case_end();
+  int nf = atomic_load(&mp_failures);
+  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
+  return nf ? 1 : 0;
 }
 
 static int case_kill(int killer) {
@@ -838,7 +904,7 @@ static void case_names(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|detached|threads T|groups|"
+    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|stop K|detached|threads T|groups|"
                     "names|many|hosts|finalize|deadline DIR\n");
     return 2;
   }
@@ -848,7 +914,7 @@ int main(int argc, char **argv) {
   const char *ab = getenv("WEFT_FAST_ALLREDUCE_BYTES");
   if (ab && *ab) g_ar_bytes = strtoull(ab, NULL, 0);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!strcmp(c, "kill")) {
+  if (!strcmp(c, "kill") || !strcmp(c, "stop")) {
     int fds[2];
     if (pipe(fds) != 0) return 1;
     fflush(NULL);
@@ -860,7 +926,7 @@ int main(int argc, char **argv) {
     }
     close(fds[0]);
     g_pipe = fds[1];
-    return case_kill(arg ? atoi(arg) : -1);
+    return c[0] == 'k' ? case_kill(arg ? atoi(arg) : -1) : case_stop(arg ? atoi(arg) : -1);
   }
   mp_setup();
   if (!strcmp(c, "bits")) case_bits();
