@@ -424,71 +424,28 @@ static void expect_death(weft_status sub, weft_request *r, double t0, const char
   if (r) weft_request_free(r);
 }
 
-/* stop K: rank K submits a 1 MiB allgather (a remote round where the
- * host's cores suffice) and stops (SIGSTOP) before the others arrive: they
- * read its input (a stopped process's memory is still there), claim, and
- * then wait for its claim, which never comes. Its heartbeats stop too: each
- * must fail naming rank K within 15 s (the world's failure ends the drain,
- * WEFT_HEARTBEAT_TIMEOUT=5), and finalize must be prompt. The supervisor
- * kills the stopped rank 10 s later. */
-static int case_stop(int stopper) {
+/* kill K / stop K (sig SIGKILL / SIGSTOP): see the top of the file. */
+static int case_lost(int killer, int sig) {
+  const char *how = sig == SIGKILL ? "kill" : "stop";
   mp_setup();
-  if (mp_size < 2) mp_fatal("stop needs 2 ranks or more");
-  if (stopper < 0 || stopper >= mp_size) stopper = mp_size - 1;
-  char dead[32];
-  snprintf(dead, sizeof dead, "rank %d", stopper);
-  mp_case("stop: warm-up");
-  ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "s.warm");
-  barrier_wait(mp_group, "s.sync");
-  mp_case_end();
-  enum { AG_ROWS = 1 << 18 };
-  int32_t *ag = mp_alloc(sizeof(int32_t) * AG_ROWS);
-  for (size_t i = 0; i < AG_ROWS; i++) ag[i] = mp_rank * 7 + (int32_t)i;
-  int64_t ag_shape[1] = {AG_ROWS};
-  weft_tensor agt = {WEFT_DTYPE_INT32, 1, ag_shape, ag, WEFT_DEVICE_CPU};
-  weft_request *agr = NULL;
-  if (mp_rank != stopper) mp_sleep_ms(200);
-  double ag0 = mp_now();
-  weft_status agst = weft_allgather(mp_group, "s.ag", &agt, NULL, &agr);
-  if (mp_rank == stopper) {
-    char k = 'S';
-    if (write(g_pipe, &k, 1) != 1) perror("write");
-    raise(SIGSTOP);
-    _exit(3); /* never resumed: killed by the supervisor */
-  }
-  mp_case("stop: rank %d stops after submitting a large allgather", stopper);
-  expect_death(agst, agst == WEFT_OK ? agr : NULL, ag0, dead, "s.ag");
-  free(ag);
-  mp_case_end();
-  mp_case("stop: finalize");
-  double f0 = mp_now();
-  weft_world *w = mp_world;
-  mp_world = NULL;
-  weft_status st = weft_finalize(w);
-  if (mp_now() - f0 > 5.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
-  if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
-  mp_case_end();
-  int nf = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
-  return nf ? 1 : 0;
-}
-
-static int case_kill(int killer) {
-  mp_setup();
-  if (mp_size < 2) mp_fatal("kill needs 2 ranks or more");
+  if (mp_size < 2) mp_fatal("%s needs 2 ranks or more", how);
   if (killer < 0 || killer >= mp_size) killer = mp_size - 1;
   char dead[32];
   snprintf(dead, sizeof dead, "rank %d", killer);
-  mp_case("kill: warm-up");
+  mp_case("%s: warm-up", how);
   ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "k.warm");
   barrier_wait(mp_group, "k.sync");
   mp_case_end();
   /* A 1 MiB allgather (a remote round where the host's cores suffice: its
-   * inputs read across processes): the killer submits it first and dies
-   * before anyone arrived (so before reading or claiming); the others come
-   * 200 ms later and must fail naming it, not hang: at submission when its
-   * loss is known by then (usual: its connections close), else in the round
-   * (its input cannot be read, or the wait for its claim ends with it). */
+   * inputs read across processes): rank K submits it first and dies or
+   * stops before anyone arrived (so before reading or claiming); the others
+   * come 200 ms later and must fail naming it, not hang.
+   *  - kill: at submission when its loss is known by then (usual: its
+   *    connections close), else in the round (its input cannot be read);
+   *  - stop: its input is still there (a stopped process's memory), so they
+   *    read it, claim, and wait for its claim, which never comes; its
+   *    heartbeats stop too, and the world's failure must end the wait
+   *    (WEFT_HEARTBEAT_TIMEOUT=5). The supervisor kills it 10 s later. */
   enum { AG_ROWS = 1 << 18 };
   int32_t *ag = mp_alloc(sizeof(int32_t) * AG_ROWS);
   for (size_t i = 0; i < AG_ROWS; i++) ag[i] = mp_rank * 7 + (int32_t)i;
@@ -499,32 +456,35 @@ static int case_kill(int killer) {
   double ag0 = mp_now();
   weft_status agst = weft_allgather(mp_group, "k.ag", &agt, NULL, &agr);
   if (mp_rank == killer) {
-    char k = 'K';
+    char k = sig == SIGKILL ? 'K' : 'S';
     if (write(g_pipe, &k, 1) != 1) perror("write");
-    raise(SIGKILL);
+    raise(sig);
+    _exit(3); /* a stopped rank is never resumed: the supervisor kills it */
   }
-  mp_case("kill: rank %d dies right after submitting a large allgather", killer);
+  mp_case("%s: rank %d is lost right after submitting a large allgather", how, killer);
   expect_death(agst, agst == WEFT_OK ? agr : NULL, ag0, dead, "k.ag");
   free(ag);
   mp_case_end();
-  mp_case("kill: rank %d dies while this rank waits on a fast allreduce", killer);
-  int32_t v[4] = {1, 2, 3, 4};
-  int64_t s4[1] = {4};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU};
-  weft_request *r = NULL;
-  double t0 = mp_now();
-  weft_status st = weft_allreduce(mp_group, "k.x", &t, &t, WEFT_OP_SUM, NULL, &r);
-  expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.x");
-  r = NULL;
-  t0 = mp_now();
-  st = weft_allreduce(mp_group, "k.y", &t, &t, WEFT_OP_SUM, NULL, &r);
-  expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.y (after)");
-  mp_case_end();
-  mp_case("kill: finalize, nothing left in /dev/shm");
+  if (sig == SIGKILL) {
+    mp_case("kill: rank %d dies while this rank waits on a fast allreduce", killer);
+    int32_t v[4] = {1, 2, 3, 4};
+    int64_t s4[1] = {4};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU};
+    weft_request *r = NULL;
+    double t0 = mp_now();
+    weft_status st = weft_allreduce(mp_group, "k.x", &t, &t, WEFT_OP_SUM, NULL, &r);
+    expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.x");
+    r = NULL;
+    t0 = mp_now();
+    st = weft_allreduce(mp_group, "k.y", &t, &t, WEFT_OP_SUM, NULL, &r);
+    expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.y (after)");
+    mp_case_end();
+  }
+  mp_case("%s: finalize, nothing left in /dev/shm", how);
   double f0 = mp_now();
   weft_world *w = mp_world;
   mp_world = NULL;
-  st = weft_finalize(w);
+  weft_status st = weft_finalize(w);
   if (mp_now() - f0 > 5.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
   if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
   const char *job = getenv("WEFT_JOB_ID");
@@ -926,7 +886,7 @@ int main(int argc, char **argv) {
     }
     close(fds[0]);
     g_pipe = fds[1];
-    return c[0] == 'k' ? case_kill(arg ? atoi(arg) : -1) : case_stop(arg ? atoi(arg) : -1);
+    return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP);
   }
   mp_setup();
   if (!strcmp(c, "bits")) case_bits();
