@@ -12,6 +12,13 @@
 /* Chunk of a fold: a chunk of each operand and the result stay in L2. */
 #define WF_CMA_CHUNK_BYTES ((size_t)256 << 10)
 
+/* Reads bytes at addr in process pid (rank, for the message) into local
+ * with process_vm_readv, continuing partial transfers; what prefixes the
+ * error message. PEER_LOST (the process is gone) or SYSTEM, naming the
+ * rank, pid, address and errno. (sched_cma.c; the board's remote rounds
+ * use it too.) */
+weft_status wf_cma_read(int pid, uint64_t addr, void *local, size_t bytes, int rank, const char *what);
+
 /* 1 if every rank of the group is on this host and may be read directly. */
 int wf_cma_usable(const wf_coll_args *a);
 

@@ -15,16 +15,13 @@
 #include "util/err.h"
 #include "util/time.h"
 
-/* Reads bytes of operand m (a peer's), extra bytes past its address, into
- * local. A partial transfer is continued; no progress fails. */
-static weft_status xfer(const wf_mem *m, size_t extra, void *local, size_t bytes) {
+weft_status wf_cma_read(int pid, uint64_t addr, void *local, size_t bytes, int rank, const char *what) {
   char *l = local;
-  uint64_t at = *m->base + (uint64_t)m->off + (uint64_t)extra;
   size_t done = 0;
   while (done < bytes) {
     struct iovec lv = {l + done, bytes - done};
-    struct iovec rv = {(void *)(uintptr_t)(at + done), bytes - done};
-    ssize_t n = process_vm_readv((pid_t)m->pid, &lv, 1, &rv, 1, 0);
+    struct iovec rv = {(void *)(uintptr_t)(addr + done), bytes - done};
+    ssize_t n = process_vm_readv((pid_t)pid, &lv, 1, &rv, 1, 0);
     if (n > 0) {
       done += (size_t)n;
       continue;
@@ -32,11 +29,17 @@ static weft_status xfer(const wf_mem *m, size_t extra, void *local, size_t bytes
     int e = n < 0 ? errno : EIO;
     if (e == EINTR) continue;
     return wf_err(e == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM,
-                  "cross-memory read of %zu bytes from rank %d (pid %d, address 0x%llx) failed: %s; WEFT_CMA=0 "
-                  "moves the data through the transport instead",
-                  bytes - done, m->peer, m->pid, (unsigned long long)(at + done), strerror(e));
+                  "%scross-memory read of %zu bytes from rank %d (pid %d, address 0x%llx) failed: %s; WEFT_CMA=0 "
+                  "moves the data without cross-memory reads",
+                  what, bytes - done, rank, pid, (unsigned long long)(addr + done), strerror(e));
   }
   return WEFT_OK;
+}
+
+/* Reads bytes of operand m (a peer's), extra bytes past its address, into
+ * local. */
+static weft_status xfer(const wf_mem *m, size_t extra, void *local, size_t bytes) {
+  return wf_cma_read(m->pid, *m->base + (uint64_t)m->off + (uint64_t)extra, local, bytes, m->peer, "");
 }
 
 /* Operand m's bytes at offset off: a pointer into local memory, or the

@@ -39,7 +39,7 @@ static pthread_key_t g_key;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_key_ok;
 
-static void drain(void *unused) {
+static void free_cache(void *unused) {
   (void)unused;
   tl_exiting = 1; /* another key's destructor may still free requests */
   while (tl_cache) {
@@ -50,7 +50,7 @@ static void drain(void *unused) {
   tl_ncache = 0;
 }
 
-static void make_key(void) { g_key_ok = pthread_key_create(&g_key, drain) == 0; }
+static void make_key(void) { g_key_ok = pthread_key_create(&g_key, free_cache) == 0; }
 
 weft_request *wf_request_new(void) {
   weft_request *r = tl_cache;

@@ -74,7 +74,7 @@ typedef struct round {
   _Atomic uint32_t sleepers; /* waiters asleep on word */
   _Atomic uint32_t state;    /* R_* */
   _Atomic uint32_t gen;
-  int32_t data;              /* data slot, D_NONE or D_INLINE */
+  int32_t data;              /* data slot, D_NONE, D_INLINE or D_REMOTE */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
   uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
   _Atomic uint32_t gone;     /* remote round: a member stopped waiting for the claims */
@@ -278,12 +278,16 @@ static record *find(wf_board *b, uint32_t group, const char *name, int64_t deadl
 /* Publishes a state change and wakes sleepers. seq_cst on state/sleepers
  * here and in wf_board_wait: a waiter either sees the change before it
  * sleeps or is counted before the waker looks. */
-static void set_state(round *o, uint32_t st) {
-  atomic_store(&o->state, st);
+static void wake(round *o) {
   if (atomic_load(&o->sleepers)) {
     atomic_fetch_add(&o->word, 1);
     futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);
   }
+}
+
+static void set_state(round *o, uint32_t st) {
+  atomic_store(&o->state, st);
+  wake(o);
 }
 
 #ifdef WF_TSAN
@@ -369,7 +373,8 @@ _Static_assert(sizeof(remote_cell) <= INLINE, "a remote cell fits a member's inl
 
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
-  if (d == D_INLINE || d == D_REMOTE) return cell(b, t, k);
+  if (d == D_INLINE) return cell(b, t, k);
+  if (d == D_REMOTE) return NULL; /* the inputs are the members' own: wf_board_remote */
   if (d >= 0) SLOT_ACQUIRE(b, d); /* every access to a slot's data goes through here */
   if (d >= (int32_t)NDATA) return b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot + (size_t)k * b->big_part;
   return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
@@ -513,10 +518,7 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
   /* seq_cst: against the claim waiters' sleepers count (as in set_state) */
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or(&o->claimed, bit);
-  if (data == D_REMOTE && (prev | bit) == all && atomic_load(&o->sleepers)) { /* members waiting for the claims */
-    atomic_fetch_add(&o->word, 1);
-    futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);
-  }
+  if (data == D_REMOTE && (prev | bit) == all) wake(o); /* members waiting for the claims */
   if ((prev | bit) != all || data == D_INLINE || data == D_REMOTE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
   WF_CHECK(lock(b, &r->lock, deadline));

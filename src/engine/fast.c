@@ -218,8 +218,7 @@ static int settle(weft_world *w, weft_request *r, int st) {
     if (s == WEFT_OK) s = c;
     if (remote) {
       r->fast_status = s;
-      r->fast_msg = s == WEFT_OK ? NULL : strdup(msg ? msg : wf_err_msg());
-      free((void *)msg);
+      r->fast_msg = s == WEFT_OK || msg ? (char *)msg : strdup(wf_err_msg());
       atomic_store(&r->fast, F_DRAIN);
       if (!drain(w, r)) atomic_store(&w->fast_kick, 1); /* the engine's scan completes it if nobody waits */
       return 1;

@@ -19,12 +19,12 @@
  * split. Members whose descriptions differ (an allgather with another
  * first dimension, uneven splits on one rank) divert the round, and the
  * coordinator handles it as without the board. */
-#include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
+#include "algo/cma.h"
 #include "engine/board.h"
 #include "engine/fast.h"
 #include "reduce/reduce.h"
@@ -140,25 +140,13 @@ static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *
   if (off + len > have || !addr)
     return wf_err(WEFT_ERR_PROTOCOL, "'%s': rank %d published %llu input bytes, %zu needed", r->msg.name, rank,
                   (unsigned long long)have, off + len);
-  for (size_t done = 0; done < len;) {
-    struct iovec lv = {(char *)dst + done, len - done};
-    struct iovec rv = {(void *)(uintptr_t)(addr + off + done), len - done};
-    ssize_t n = process_vm_readv((pid_t)pid, &lv, 1, &rv, 1, 0);
-    if (n > 0) {
-      done += (size_t)n;
-      continue;
-    }
-    int e = n < 0 ? errno : EIO;
-    if (e == EINTR) continue;
-    if (wf_board_abandoned(w->board, r->fast_t))
-      return wf_err(WEFT_ERR_TIMEOUT, "'%s': rank %d stopped waiting for this rank to read its input", r->msg.name,
-                    rank);
-    return wf_err(e == ESRCH ? WEFT_ERR_PEER_LOST : WEFT_ERR_SYSTEM,
-                  "'%s': cross-memory read of %zu bytes from rank %d (pid %d) failed: %s; WEFT_CMA=0 copies through "
-                  "shared memory instead",
-                  r->msg.name, len - done, rank, pid, strerror(e));
-  }
-  return WEFT_OK;
+  char what[WF_NAME_MAX + 8];
+  snprintf(what, sizeof what, "'%s': ", r->msg.name);
+  weft_status st = wf_cma_read(pid, addr + off, dst, len, rank, what);
+  if (st != WEFT_OK && wf_board_abandoned(w->board, r->fast_t)) /* why it failed: the owner took its buffer back */
+    return wf_err(WEFT_ERR_TIMEOUT, "'%s': rank %d stopped waiting for this rank to read its input", r->msg.name,
+                  rank);
+  return st;
 }
 
 /* After a remote round's reads: a member that gave up waiting (its input
