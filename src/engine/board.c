@@ -435,9 +435,22 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   return WEFT_OK;
 }
 
+/* Copies member grank's input into its part of t's slot, around its own
+ * block (own_block > 0: bytes no other member reads). */
+static void put(const wf_board *b, wf_board_ticket t, int grank, const void *part, size_t len, size_t own_block) {
+  uint8_t *dst = (uint8_t *)wf_board_part(b, t, grank);
+  size_t lo = own_block * (size_t)grank, hi = lo + own_block;
+  if (!own_block || hi > len) {
+    wf_copy(dst, part, len);
+    return;
+  }
+  if (lo) wf_copy(dst, part, lo);
+  if (hi < len) wf_copy(dst + hi, (const uint8_t *)part + hi, len - hi);
+}
+
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
-                            const wf_board_desc *desc, const void *part, size_t part_len, int64_t deadline, int *how,
-                            wf_board_ticket *t) {
+                            const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                            int64_t deadline, int *how, wf_board_ticket *t) {
   *how = WF_BOARD_SLOW;
   if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
   if (part_len > wf_board_large_bytes(b) && !(desc && desc->remote)) desc = NULL; /* remote: nothing copied in */
@@ -477,7 +490,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       int32_t d = o->data; /* stays: writers > 0 holds the slot */
       o->writers++;
       unlock(&r->lock);
-      wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+      put(b, *t, grank, part, part_len, own_block);
       SLOT_RELEASE(b, d);
       return copied(b, r, o, gsize, deadline, how);
     }
@@ -485,7 +498,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
       remote_cell c = {(uint64_t)getpid(), (uint64_t)(uintptr_t)part, (uint64_t)part_len};
       memcpy(cell(b, *t, grank), &c, sizeof c);
     } else if (part_len) {
-      wf_copy((void *)wf_board_part(b, *t, grank), part, part_len);
+      put(b, *t, grank, part, part_len, own_block);
     }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {

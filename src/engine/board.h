@@ -90,12 +90,14 @@ size_t wf_board_large_bytes(const wf_board *b);
 
 /* Arrives for (group, name) as group rank grank of gsize. desc NULL: not
  * eligible (divert). part: this rank's input (part_len bytes, at most
- * wf_board_large_bytes), copied in. Bounded by deadline (ns, wf_now_ns):
+ * wf_board_large_bytes), copied in, except bytes [grank * own_block,
+ * (grank + 1) * own_block) when own_block > 0: an alltoall's own block,
+ * which no other member reads (0: all of it). Bounded by deadline (ns, wf_now_ns):
  * WEFT_ERR_TIMEOUT if the lock cannot be had (a peer died holding it).
  * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
-                            const wf_board_desc *desc, const void *part, size_t part_len, int64_t deadline, int *how,
-                            wf_board_ticket *t);
+                            const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                            int64_t deadline, int *how, wf_board_ticket *t);
 
 /* The round's state for ticket t, without the lock: WF_BOARD_WAIT (still
  * open), WF_BOARD_DONE (every input is there) or WF_BOARD_SLOW (diverted).

@@ -110,7 +110,8 @@ void wf_fast_visit(weft_world *w, weft_request *r) {
   int how;
   wf_board_ticket t;
   char nb[32];
-  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, r->deadline, &how, &t);
+  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, 0, r->deadline, &how,
+                  &t);
   leave(w);
 }
 
@@ -258,8 +259,10 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   r->fast_n = g->size;
   r->fast_rank = g->rank;
   char nb[32];
+  /* an alltoall's own block stays out of the slot: only this rank reads it */
+  size_t own = ok && d.coll == WF_COLL_ALLTOALL && !d.remote ? bytes / (size_t)g->size : 0;
   weft_status st = wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, ok ? &d : NULL, part,
-                                   bytes, r->deadline, &how, &r->fast_t);
+                                   bytes, own, r->deadline, &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
     list_del(w, r);

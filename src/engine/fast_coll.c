@@ -120,17 +120,17 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   return 1;
 }
 
-/* len bytes of member k's input from byte off on, into dst: from the
- * round's slot, or (remote round) this rank's own input or a process_vm_readv
- * of the member's. */
+/* len bytes of member k's input from byte off on, into dst: this rank's
+ * own input, the round's slot, or (remote round) a process_vm_readv of the
+ * member's. */
 static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *dst, size_t len) {
   if (!len) return WEFT_OK;
-  if (!wf_board_is_remote(w->board, r->fast_t)) {
-    wf_copy(dst, (const char *)wf_board_part(w->board, r->fast_t, k) + off, len);
+  if (k == r->fast_rank) { /* its own input, as it went in (an alltoall's own block never does) */
+    wf_copy(dst, (const char *)r->in.data + off, len);
     return WEFT_OK;
   }
-  if (k == r->fast_rank) {
-    wf_copy(dst, (const char *)r->in.data + off, len);
+  if (!wf_board_is_remote(w->board, r->fast_t)) {
+    wf_copy(dst, (const char *)wf_board_part(w->board, r->fast_t, k) + off, len);
     return WEFT_OK;
   }
   int pid;

@@ -114,7 +114,7 @@ static void *rank_main(void *p) {
     for (size_t i = 0; i < LEN / 8; i++) buf[i] = word(a->name, g, a->rank);
     int how = WF_BOARD_SLOW, eligible = rand_r(&seed) % 40 != 0;
     wf_board_ticket t;
-    weft_status st = wf_board_arrive(b, 1, nm, a->rank, N, eligible ? &d : NULL, buf, LEN, wf_deadline_after(10.0),
+    weft_status st = wf_board_arrive(b, 1, nm, a->rank, N, eligible ? &d : NULL, buf, LEN, 0, wf_deadline_after(10.0),
                                      &how, &t);
     CHECK(st == WEFT_OK, "name %d gen %d rank %d: arrive status %d", a->name, g, a->rank, (int)st);
     int s = how;
@@ -180,7 +180,7 @@ static void *last_main(void *p) {
   for (int k = 0; b && buf && k < 4; k++) {
     char nm[32];
     snprintf(nm, sizeof nm, "last%d", k);
-    wf_board_arrive(b, 1, nm, a->rank, N, &d, buf, LEN, wf_deadline_after(10.0), &how[k], &t[k]);
+    wf_board_arrive(b, 1, nm, a->rank, N, &d, buf, LEN, 0, wf_deadline_after(10.0), &how[k], &t[k]);
     CHECK(how[k] != WF_BOARD_SLOW, "rank %d: round %d found no large slot (leaked?)", a->rank, k);
   }
   for (int k = 0; b && buf && k < 4; k++) {
@@ -238,7 +238,7 @@ static void test_unclaimed(void) {
   int how[2];
   for (int k = 0; b[0] && b[1] && k < 2; k++) {
     uint64_t v = word(9, 0, k);
-    wf_board_arrive(b[k], 1, "x", k, 2, &d, &v, 8, wf_deadline_after(10.0), &how[k], &t0[k]);
+    wf_board_arrive(b[k], 1, "x", k, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[k], &t0[k]);
   }
   if (b[0] && b[1]) {
     CHECK(how[1] == WF_BOARD_DONE, "unclaimed: generation 0 not done");
@@ -246,11 +246,11 @@ static void test_unclaimed(void) {
     CHECK(*(const uint64_t *)wf_board_part(b[0], t0[0], 1) == word(9, 0, 1), "unclaimed: rank 0 reads generation 0");
     wf_board_claim(b[0], t0[0], 0, wf_deadline_after(10.0)); /* rank 1 has not read it yet */
     v = word(9, 1, 0);
-    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, wf_deadline_after(10.0), &how[0], &t);
+    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_WAIT, "unclaimed: generation 1 not open");
     CHECK(wf_board_divert(b[0], t, wf_deadline_after(10.0)) == WF_BOARD_SLOW, "unclaimed: generation 1 not diverted");
     v = word(9, 2, 0);
-    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, wf_deadline_after(10.0), &how[0], &t);
+    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_SLOW && wf_board_is_off(b[0]),
           "unclaimed: generation 2 reopened the round rank 1 had not read");
     CHECK(wf_board_state(b[1], t0[1]) == WF_BOARD_DONE, "unclaimed: rank 1's generation 0 is no longer DONE");
@@ -291,7 +291,7 @@ static void test_remote(void) {
     int how[2];
     for (int k = 0; k < 2; k++) {
       in[k][0] = gen * 10 + k;
-      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], wf_deadline_after(10.0), &how[k], &t[k]);
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], 0, wf_deadline_after(10.0), &how[k], &t[k]);
     }
     CHECK(how[0] == WF_BOARD_WAIT && how[1] == WF_BOARD_DONE, "remote: generation %d: how %d %d", gen, how[0],
           how[1]);
@@ -320,7 +320,7 @@ static void test_remote(void) {
     wf_board_ticket t[2];
     int how[2];
     for (int k = 0; k < 2; k++)
-      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], wf_deadline_after(10.0), &how[k], &t[k]);
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], 0, wf_deadline_after(10.0), &how[k], &t[k]);
     if (how[1] == WF_BOARD_DONE) {
       wf_board_claim(b[0], t[0], 0, wf_deadline_after(10.0));
       wf_board_abandon(b[0], t[0]);
@@ -335,8 +335,8 @@ static void test_remote(void) {
     wf_board_ticket t[2];
     int how[2];
     d.shape[0] = 16;
-    wf_board_arrive(b[0], 1, "ag2", 0, 2, &d, in[0], 64, wf_deadline_after(10.0), &how[0], &t[0]);
-    wf_board_arrive(b[1], 1, "ag2", 1, 2, &e, in[1], 64, wf_deadline_after(10.0), &how[1], &t[1]);
+    wf_board_arrive(b[0], 1, "ag2", 0, 2, &d, in[0], 64, 0, wf_deadline_after(10.0), &how[0], &t[0]);
+    wf_board_arrive(b[1], 1, "ag2", 1, 2, &e, in[1], 64, 0, wf_deadline_after(10.0), &how[1], &t[1]);
     CHECK(how[1] == WF_BOARD_SLOW && wf_board_state(b[0], t[0]) == WF_BOARD_SLOW,
           "remote: differing descriptions did not divert (how %d)", how[1]);
   }
@@ -347,10 +347,68 @@ out:
   free(mem);
 }
 
+/* An alltoall's own block stays out of the slot (own_block): 3 members, in
+ * a pooled slot (rows of 4 bytes x 3 x 8) and a large one (x 3 x 4096).
+ * Every other block is copied in; the own block's bytes keep what an
+ * earlier round left there. */
+static void test_own_block(void) {
+  enum { M = 3 };
+  size_t large = 3 * 4096 * 4;
+  size_t bytes = rup(wf_board_bytes(M, 8192, large), 4096);
+  void *mem = calloc(1, bytes);
+  wf_board *b[M];
+  for (int k = 0; k < M; k++) b[k] = mem ? wf_board_open(mem, bytes, M, wf_board_large_for(M, 8192, large)) : NULL;
+  CHECK(b[0] && b[1] && b[2], "own block: board");
+  if (!b[0] || !b[1] || !b[2]) goto out;
+  static int32_t in[M][3 * 4096];
+  const size_t rows[2] = {3 * 8, 3 * 4096};
+  for (int sz = 0; sz < 2; sz++)
+    for (int gen = 0; gen < 2; gen++) { /* gen 0 fills every block; gen 1 skips the own ones */
+      size_t n = rows[sz], blk = n / M * 4;
+      wf_board_desc d;
+      memset(&d, 0, sizeof d);
+      d.coll = WF_COLL_ALLTOALL;
+      d.dtype = WEFT_DTYPE_INT32;
+      d.ndim = 1;
+      d.shape[0] = (int64_t)n;
+      d.root = -1;
+      d.prescale = d.postscale = 1.0;
+      wf_board_ticket t[M];
+      int how[M];
+      char nm[16];
+      snprintf(nm, sizeof nm, "a2a%d", sz);
+      for (int k = 0; k < M; k++) {
+        for (size_t i = 0; i < n; i++) in[k][i] = (int32_t)(gen * 1000000 + k * 100000 + (int)i);
+        wf_board_arrive(b[k], 1, nm, k, M, &d, in[k], n * 4, gen ? blk : 0, wf_deadline_after(10.0), &how[k], &t[k]);
+      }
+      CHECK(how[M - 1] == WF_BOARD_DONE, "own block: size %d gen %d not done (%d)", sz, gen, how[M - 1]);
+      if (how[M - 1] != WF_BOARD_DONE) goto out;
+      CHECK(sz == 0 || !wf_board_is_remote(b[0], t[0]), "own block: remote round");
+      for (int k = 0; k < M; k++) {
+        const int32_t *p = wf_board_part(b[0], t[0], k);
+        for (int j = 0; j < M; j++) {
+          if (gen && j == k) continue; /* the own block: checked below */
+          size_t i0 = (size_t)j * (n / M);
+          CHECK(p[i0] == in[k][i0] && p[i0 + n / M - 1] == in[k][i0 + n / M - 1],
+                "own block: size %d gen %d member %d block %d: %d, expected %d", sz, gen, k, j, p[i0], in[k][i0]);
+        }
+        if (gen) { /* not written: it holds an earlier round's bytes (or zeros), never this generation's */
+          size_t i0 = (size_t)k * (n / M);
+          CHECK(p[i0] != in[k][i0], "own block: size %d member %d copied its own block in", sz, k);
+        }
+      }
+      for (int k = 0; k < M; k++) wf_board_claim(b[k], t[k], k, wf_deadline_after(10.0));
+    }
+out:
+  for (int k = 0; k < M; k++) wf_board_close(b[k]);
+  free(mem);
+}
+
 int main(void) {
   test_geometry();
   test_unclaimed();
   test_remote();
+  test_own_block();
   test_stress();
   return unit_result("test_board");
 }
