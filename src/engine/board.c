@@ -350,7 +350,7 @@ static void divert(wf_board *b, round *o) {
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->ndim != b->ndim || a->op != b->op || a->root != b->root ||
-      a->remote != b->remote ||
+      a->remote != b->remote || a->split != b->split ||
       a->prescale != b->prescale || a->postscale != b->postscale)
     return 0;
   for (int d = 0; d < a->ndim; d++)
@@ -362,14 +362,23 @@ static round *round_of(const wf_board *b, wf_board_ticket t) { return rnd(rec_at
 
 /* Member k's inline cell of t's round: its input (inline rounds) or where
  * its input is (remote rounds). */
-static uint8_t *cell(const wf_board *b, wf_board_ticket t, int k) {
-  return (uint8_t *)rec_at(b, t.rec) + rec_head() + ((size_t)(t.gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
+static uint8_t *cell_of(const wf_board *b, record *r, uint32_t gen, int k) {
+  return (uint8_t *)r + rec_head() + ((size_t)(gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
 }
+
+static uint8_t *cell(const wf_board *b, wf_board_ticket t, int k) { return cell_of(b, rec_at(b, t.rec), t.gen, k); }
 
 typedef struct remote_cell {
   uint64_t pid, addr, len;
 } remote_cell;
 _Static_assert(sizeof(remote_cell) <= INLINE, "a remote cell fits a member's inline cell");
+
+/* A split round's slice s: 0 free, else taken ((taker + 1) << 2 | 1) or
+ * folded (2), in member s's inline cell. */
+static _Atomic uint64_t *slice_word(const wf_board *b, wf_board_ticket t, int s) {
+  return (_Atomic uint64_t *)(void *)cell(b, t, s);
+}
+_Static_assert(INLINE % sizeof(uint64_t) == 0, "a slice word is aligned in its cell");
 
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
@@ -389,10 +398,17 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
    * non-roots bring none, and one of them may open the round */
   size_t need = desc ? weft_dtype_size((weft_dtype)desc->dtype) : 0;
   for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
-  o->data = !desc ? D_NONE : desc->remote ? D_REMOTE : need <= INLINE ? D_INLINE : alloc_data(b, need, deadline);
+  /* a split round's slice words live in the inline cells: its data never does */
+  o->data = !desc                          ? D_NONE
+            : desc->remote                 ? D_REMOTE
+            : need <= INLINE && !desc->split ? D_INLINE
+                                           : alloc_data(b, need, deadline);
   o->writers = 0;
   o->release_late = 0;
   atomic_store_explicit(&o->gone, 0, memory_order_relaxed);
+  if (desc && desc->split && o->data >= 0) /* its slices' words: nobody reads this round's cells before it opens */
+    for (int k = 0; k < b->nlocal; k++)
+      atomic_store_explicit((_Atomic uint64_t *)(void *)cell_of(b, r, gen, k), 0, memory_order_relaxed);
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
@@ -556,8 +572,8 @@ int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
  * the clock now and then; after SPIN_NS sleeps once on t's round's futex
  * word (SLEEP_NS at most: callers notice other events). Returns done's last
  * value. Whoever makes done true bumps the word if anyone sleeps. */
-static int wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *, wf_board_ticket, int), int arg,
-                    int64_t until) {
+static int wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *, wf_board_ticket, const void *),
+                    const void *arg, int64_t until) {
   round *o = round_of(b, t);
   int64_t t0 = 0, now = 0;
   for (int i = 1;; i++) {
@@ -583,13 +599,13 @@ static int wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *
   return done(b, t, arg);
 }
 
-static int not_open(const wf_board *b, wf_board_ticket t, int unused) {
+static int not_open(const wf_board *b, wf_board_ticket t, const void *unused) {
   (void)unused;
   return wf_board_state(b, t) != WF_BOARD_WAIT;
 }
 
 int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
-  return !wait_for(b, t, not_open, 0, until) && wf_now_ns() >= until;
+  return !wait_for(b, t, not_open, NULL, until) && wf_now_ns() >= until;
 }
 
 void wf_board_off(wf_board *b, int64_t deadline) {
@@ -623,17 +639,76 @@ uint64_t wf_board_claimed(const wf_board *b, wf_board_ticket t) {
 
 /* Every member of gsize claimed t's round (it may have moved on since: it
  * is reused only after every claim). */
-static int all_claimed(const wf_board *b, wf_board_ticket t, int gsize) {
+static int all_claimed(const wf_board *b, wf_board_ticket t, const void *arg) {
+  int gsize = *(const int *)arg;
   round *o = round_of(b, t);
   uint64_t c = atomic_load(&o->claimed);
   return c == full_mask(gsize) || atomic_load(&o->gen) != t.gen;
 }
 
 int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until) {
-  if (until <= 0) return all_claimed(b, t, gsize); /* a look only */
-  return wait_for(b, t, all_claimed, gsize, until);
+  if (until <= 0) return all_claimed(b, t, &gsize); /* a look only */
+  return wait_for(b, t, all_claimed, &gsize, until);
 }
 
 void wf_board_abandon(wf_board *b, wf_board_ticket t) { atomic_store(&round_of(b, t)->gone, 1); }
+
+/* ------------------------------------------------------------------ split rounds */
+
+#define SLICE_DONE 2u
+
+int wf_board_slice_take(wf_board *b, wf_board_ticket t, int s, int grank) {
+  _Atomic uint64_t *w = slice_word(b, t, s);
+  uint64_t free_ = 0;
+  if (atomic_load_explicit(w, memory_order_relaxed)) return 0;
+  /* acquire: the slice's inputs were written before DONE, which the caller
+   * saw; the CAS only decides who folds */
+  return atomic_compare_exchange_strong_explicit(w, &free_, (uint64_t)(grank + 1) << 2 | 1, memory_order_acquire,
+                                                 memory_order_relaxed);
+}
+
+void wf_board_slice_done(wf_board *b, wf_board_ticket t, int s) {
+  round *o = round_of(b, t);
+  if (o->data >= 0) SLOT_RELEASE(b, o->data); /* the folded slice, for TSan (see SLOT_ACQUIRE) */
+  /* seq_cst: publishes the slice (release) and pairs with the sleepers
+   * count in wait_for (as set_state does) */
+  atomic_store(slice_word(b, t, s), SLICE_DONE);
+  wake(o);
+}
+
+uint64_t wf_board_slices_done(const wf_board *b, wf_board_ticket t, int gsize, uint64_t *busy, int *taker) {
+  uint64_t done = 0, taken = 0;
+  if (taker) *taker = -1;
+  for (int s = 0; s < gsize; s++) {
+    uint64_t v = atomic_load(slice_word(b, t, s)); /* acquire (seq_cst): a folded slice is readable */
+    if (v == SLICE_DONE) {
+      done |= 1ull << s;
+    } else if (v) {
+      if (taker && !taken) *taker = (int)(v >> 2) - 1;
+      taken |= 1ull << s;
+    }
+  }
+  if (busy) *busy = taken;
+  return done;
+}
+
+typedef struct slices_arg {
+  int gsize;
+  uint64_t have;
+} slices_arg;
+
+/* A slice outside have is folded, or one is free. */
+static int slices_moved(const wf_board *b, wf_board_ticket t, const void *arg) {
+  const slices_arg *a = arg;
+  uint64_t busy, done = wf_board_slices_done(b, t, a->gsize, &busy, NULL);
+  return (done & ~a->have) != 0 || (done | busy) != full_mask(a->gsize);
+}
+
+void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, uint64_t have, int64_t until) {
+  slices_arg a = {gsize, have};
+  wait_for(b, t, slices_moved, &a, until);
+}
+
+void *wf_board_part_mut(const wf_board *b, wf_board_ticket t, int k) { return (void *)(uintptr_t)wf_board_part(b, t, k); }
 
 int wf_board_abandoned(const wf_board *b, wf_board_ticket t) { return atomic_load(&round_of(b, t)->gone) != 0; }

@@ -27,7 +27,8 @@
  *
  * A round is OPEN while eligible arrivals with equal descriptions gather;
  * DONE when every member arrived (each then reads all inputs, folds them
- * itself and claims; the last claim frees the round); DIVERTED as soon as
+ * itself, or its slices of a split round, and claims; the last claim frees
+ * the round); DIVERTED as soon as
  * any arrival is not eligible or differs, or a waiter gives up: then every
  * arrival of that generation, earlier and later, takes the coordinator path,
  * which validates and reports exactly as without the board. Once turned off
@@ -50,6 +51,7 @@ typedef struct wf_board wf_board;
 typedef struct wf_board_desc {
   uint8_t coll, dtype, ndim, op;
   uint8_t remote;   /* inputs stay in the members' memory, read by cross-memory attach (see below) */
+  uint8_t split;    /* allreduce folded slice by slice, each slice once (see below) */
   int32_t root;     /* broadcast: group rank; else -1 */
   double prescale, postscale;
   int64_t shape[WEFT_MAX_DIMS];
@@ -129,6 +131,27 @@ int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t unti
  * caller); 1 if somebody gave up on t's round. */
 void wf_board_abandon(wf_board *b, wf_board_ticket t);
 int wf_board_abandoned(const wf_board *b, wf_board_ticket t);
+
+/* Split rounds (desc->split, an allreduce in a data slot): slice s of the
+ * result (elements [count*s/n, count*(s+1)/n)) is folded once, by whichever
+ * member takes it first, into member s's part of the slot (where slice s of
+ * member s's input was: nobody else reads that), and every member copies
+ * every slice out. So a member that does not come back soon (descheduled,
+ * stopped) holds nobody up: the others fold its slice. Slice s's state is a
+ * word in member s's inline cell, reset when the round opens. */
+/* 1 if the caller (group rank grank) took slice s and must fold it, then
+ * call wf_board_slice_done; 0 if somebody else has it. */
+int wf_board_slice_take(wf_board *b, wf_board_ticket t, int s, int grank);
+void wf_board_slice_done(wf_board *b, wf_board_ticket t, int s);
+/* Bits of the slices (of gsize) folded so far, and of those somebody has
+ * taken but not finished; *taker (may be NULL) gets the group rank that took
+ * the lowest such slice, or -1. */
+uint64_t wf_board_slices_done(const wf_board *b, wf_board_ticket t, int gsize, uint64_t *busy, int *taker);
+/* Waits until a slice outside have is folded, or one is free to take, or
+ * until (wf_now_ns) passes, like wf_board_wait. */
+void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, uint64_t have, int64_t until);
+/* Member k's part of t's slot, to write a folded slice into. */
+void *wf_board_part_mut(const wf_board *b, wf_board_ticket t, int k);
 
 /* Diverts t's round if it is still open (a waiter gives up). Returns the
  * round's state afterwards (WF_BOARD_SLOW or WF_BOARD_DONE). */

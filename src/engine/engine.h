@@ -86,7 +86,7 @@ struct weft_request {
   int nrecv_splits;
 
   /* one-host fast path (fast.c) */
-  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining (fast.c) */
+  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (fast.c) */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
   weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */
   char *fast_msg;            /* its message (malloc'd) or NULL */
@@ -94,6 +94,9 @@ struct weft_request {
   uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
   wf_board_ticket fast_t;
   int64_t fast_t0;           /* when it arrived */
+  int fast_split;            /* its round is split (board.h): F_SPLIT after DONE */
+  _Atomic int split_busy;    /* a thread is in its split pass (fast.c) */
+  _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
 };
 
 /* The collective a group is executing (one at a time per group, in the
@@ -209,6 +212,7 @@ struct weft_world {
   int fast_on;               /* WEFT_FAST on this rank */
   size_t fast_ar_bytes;      /* WEFT_FAST_ALLREDUCE_BYTES */
   size_t fast_cma_bytes;     /* WEFT_FAST_CMA_BYTES (0: never) */
+  size_t fast_split_bytes;   /* WEFT_FAST_SPLIT_BYTES (0: never) */
   int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
   int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */
   _Atomic int board_users, board_closing; /* caller threads inside the board; finalize under way */

@@ -19,8 +19,11 @@
 #define STOP_WAIT_NS 2000000000
 
 /* r->fast: F_DRAIN is a remote round's request whose reads are done and
- * claimed, waiting until every member has read its input (board.h) */
-enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2, F_DRAIN = 3 };
+ * claimed, waiting until every member has read its input; F_SPLIT a split
+ * round's request folding and copying out slices (board.h) */
+enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2, F_DRAIN = 3, F_SPLIT = 4 };
+/* The engine's scan leaves an F_SPLIT request this long to its waiter. */
+#define SPLIT_SCAN_NS 1000000
 
 static size_t large_param(void) {
   int64_t b = wf_param_int("WEFT_FAST_LARGE_BYTES");
@@ -46,6 +49,8 @@ void wf_fast_start(weft_world *w) {
   w->fast_ar_bytes = ar > 0 ? (size_t)ar : 0;
   int64_t cb = wf_param_int("WEFT_FAST_CMA_BYTES");
   w->fast_cma_bytes = cb > 0 ? (size_t)cb : 0;
+  int64_t sb = wf_param_int("WEFT_FAST_SPLIT_BYTES");
+  w->fast_split_bytes = sb > 0 ? (size_t)sb : 0;
   w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the
@@ -203,6 +208,52 @@ static int drain(weft_world *w, weft_request *r) {
   return 1;
 }
 
+/* An F_SPLIT request: one pass over its slices (wf_fast_split_pass) by
+ * whichever thread holds r->split_busy; completes it (returns 1) once it
+ * has every slice. At its deadline, or when finalize closes the board, it
+ * gives up (the slices it misses were taken by a member that did not
+ * finish them). Its claim goes in either way: it reads no more. 1 also if
+ * it completed elsewhere; 0: not yet (or another thread is at it). */
+static int split(weft_world *w, weft_request *r) {
+  if (atomic_load(&r->fast) != F_SPLIT) return 1;
+  if (atomic_exchange(&r->split_busy, 1)) return 0;
+  if (atomic_load(&r->fast) != F_SPLIT) { /* completed while we looked */
+    atomic_store(&r->split_busy, 0);
+    return 1;
+  }
+  int closing = atomic_load(&w->board_closing) != 0;
+  int all = !closing && wf_fast_split_pass(w, r);
+  if (!all && !closing && wf_now_ns() < r->deadline) {
+    atomic_store(&r->split_busy, 0);
+    return 0;
+  }
+  weft_status s = WEFT_OK;
+  char why[WF_NAME_MAX + 160];
+  why[0] = '\0';
+  if (!all) {
+    uint64_t busy;
+    int taker;
+    wf_board_slices_done(w->board, r->fast_t, r->fast_n, &busy, &taker);
+    s = closing ? WEFT_ERR_SHUTDOWN : WEFT_ERR_TIMEOUT;
+    if (taker >= 0 && taker < r->fast_n)
+      snprintf(why, sizeof why, "'%s': rank %d took a slice of the sum and did not finish it %s", r->msg.name,
+               r->group->ranks[taker], closing ? "before finalize" : "in time");
+    else
+      snprintf(why, sizeof why, "'%s': the sum's slices were not all folded %s", r->msg.name,
+               closing ? "before finalize" : "in time");
+  }
+  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+  if (s == WEFT_OK && c != WEFT_OK) {
+    s = c;
+    snprintf(why, sizeof why, "%s", wf_err_msg());
+  }
+  atomic_store(&r->fast, F_CLAIMED);
+  atomic_store(&r->split_busy, 0);
+  atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+  wf_request_complete(w, r, s, why[0] ? why : NULL);
+  return 1;
+}
+
 /* The board is entered. Acts on r's round if it is no longer open and this
  * thread wins r: completes it (DONE; a remote round's request first waits
  * in F_DRAIN for every member to read its input) or hands it to the engine
@@ -211,6 +262,11 @@ static int settle(weft_world *w, weft_request *r, int st) {
   if (st == WF_BOARD_WAIT) return 0;
   int expect = F_PENDING;
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
+  if (st == WF_BOARD_DONE && r->fast_split) {
+    atomic_store(&r->fast, F_SPLIT);
+    split(w, r); /* its waiter, weft_test or the engine's scan goes on from here */
+    return 1;
+  }
   if (st == WF_BOARD_DONE) { /* the completion takes r off the list, under the lock it takes anyway */
     int remote = wf_board_is_remote(w->board, r->fast_t); /* before the claim: a last claim may free the round */
     weft_status s = wf_fast_result(w, r);
@@ -256,6 +312,7 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   void *tmp;
   int ok = wf_fast_input(w, r, &d, &part, &bytes, &tmp);
   int how = WF_BOARD_SLOW;
+  r->fast_split = ok && d.split;
   r->fast_n = g->size;
   r->fast_rank = g->rank;
   char nb[32];
@@ -287,7 +344,7 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
 
 int wf_fast_busy(weft_request *r) {
   int f = atomic_load(&r->fast);
-  return f == F_PENDING || f == F_DRAIN;
+  return f == F_PENDING || f == F_DRAIN || f == F_SPLIT;
 }
 
 void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
@@ -300,9 +357,15 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
         wf_board_wait_claims(w->board, r->fast_t, r->fast_n, deadline);
       break;
     }
+    if (atomic_load(&r->fast) == F_SPLIT) { /* slices being folded */
+      while (!split(w, r) && wait && wf_now_ns() < deadline)
+        wf_board_wait_slices(w->board, r->fast_t, r->fast_n, atomic_load(&r->split_have), deadline);
+      break;
+    }
     if (atomic_load(&r->fast) != F_PENDING) break;
     if (settle(w, r, wf_board_state(w->board, r->fast_t))) {
-      if (wait && atomic_load(&r->fast) == F_DRAIN) continue;
+      int f = atomic_load(&r->fast);
+      if (wait && (f == F_DRAIN || f == F_SPLIT)) continue;
       break;
     }
     if (!wait) break;
@@ -337,6 +400,8 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
     if (atomic_load(&r->fast) == F_DRAIN) drain(w, r); /* completes it at its deadline at the latest */
+    if (atomic_load(&r->fast) == F_SPLIT && (now - r->fast_t0 >= SPLIT_SCAN_NS || now >= r->deadline))
+      split(w, r); /* nobody waits for it (or its waiter is slow): its slices are only its own to copy */
     if (atomic_load(&r->fast) == F_PENDING) {
       int st = wf_board_state(w->board, r->fast_t);
       if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->fast_wait_ns) {
@@ -371,6 +436,16 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */
       wf_request_complete(w, r, st, msg);
+    } else if (expect == F_SPLIT) {
+      /* a pass in another thread writes its output: wait for it to end */
+      int held = 0;
+      while (atomic_load(&r->fast) == F_SPLIT && !(held = !atomic_exchange(&r->split_busy, 1))) sched_yield();
+      if (held && atomic_load(&r->fast) == F_SPLIT) {
+        wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0)); /* it reads no more */
+        atomic_store(&r->fast, F_CLAIMED);
+        wf_request_complete(w, r, st, msg);
+      }
+      if (held) atomic_store(&r->split_busy, 0);
     }
     wf_request_unref(r);
   }

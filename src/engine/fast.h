@@ -21,6 +21,11 @@
  *     weft_test or the engine's scan; at its deadline or a world failure it
  *     abandons the round, so a late reader fails instead of reading reused
  *     memory.
+ *   - split rounds (board.h: larger allreduces): a request whose round is
+ *     DONE waits in F_SPLIT while it folds the slices nobody took yet and
+ *     copies out the folded ones, one pass at a time (never waiting), by
+ *     its waiter, a weft_test or the engine's scan; nobody waits for a
+ *     particular member.
  *   - the engine thread scans pending fast requests every millisecond (for
  *     requests nobody waits for), diverts rounds older than
  *     WEFT_FAST_WAIT_SECONDS (so the stall inspector sees them), and fails
@@ -66,12 +71,17 @@ void wf_fast_off(weft_world *w);
 int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp);
 /* fast_coll.c: r's result from its DONE round (before the claim). */
 weft_status wf_fast_result(weft_world *w, weft_request *r);
+/* fast_coll.c: one pass over r's DONE split round (the caller holds
+ * r->split_busy): folds every slice nobody took yet, its own first, then
+ * copies every folded slice it does not have yet into its output. 1 when
+ * it has every slice. Never waits. */
+int wf_fast_split_pass(weft_world *w, weft_request *r);
 
 /* Caller side: progresses a pending fast request until it completes or is
  * handed to the engine, or until deadline (wait = 0: one look only). */
 void wf_fast_progress(weft_request *r, int64_t deadline, int wait);
-/* 1 while r is the fast path's (pending, or waiting for its remote round's
- * readers). */
+/* 1 while r is the fast path's (pending, waiting for its remote round's
+ * readers, or copying a split round's slices). */
 int wf_fast_busy(weft_request *r);
 
 /* Engine thread: scan pending fast requests; returns the time of the next

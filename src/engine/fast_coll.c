@@ -10,11 +10,12 @@
  * tensor) go through the request's allocator, as exec.c does.
  *
  * Eligible: no callback, not a grouped op's child, timeline off, host
- * memory, WEFT_FAST=1, no cycle time, and the input fits: allreduce up to
- * WEFT_FAST_ALLREDUCE_BYTES (256 KiB; each rank folds all n inputs, which
- * pays only while they are small: measured 3.7 vs 45 us at 16 KiB, 43 vs 78
- * at 256 KiB, 162 vs 175-256 at 1 MiB on 2 ranks; n = 4 gains less), the
- * others up to the large slots' size; allgather,
+ * memory, WEFT_FAST=1, no cycle time, and the input fits: allreduce folded
+ * whole by each rank up to WEFT_FAST_ALLREDUCE_BYTES (256 KiB, which pays
+ * only while inputs are small: measured 3.7 vs 45 us at 16 KiB, 43 vs 78 at
+ * 256 KiB on 2 ranks), split (board.h; each slice folded once) from
+ * WEFT_FAST_SPLIT_BYTES on 3+ ranks and beyond that on 2, up to the large
+ * slots' size like the others; allgather,
  * alltoall and reducescatter need a first dimension, alltoall an even
  * split. Members whose descriptions differ (an allgather with another
  * first dimension, uneven splits on one rank) divert the round, and the
@@ -52,13 +53,22 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
     return 0;
   size_t bytes = m->coll == WF_COLL_BARRIER ? 0 : elems(m) * weft_dtype_size((weft_dtype)m->dtype);
   size_t cap = wf_board_large_bytes(w->board);
+  int split = 0;
   switch (m->coll) {
     case WF_COLL_BARRIER:
       break;
     case WF_COLL_ALLREDUCE:
-      /* every rank folds all n inputs: beyond the pooled slots only up to
-       * WEFT_FAST_ALLREDUCE_BYTES (a rank's choice: one over it diverts) */
-      if (cap > w->fast_ar_bytes) cap = w->fast_ar_bytes;
+      /* Split (board.h) from WEFT_FAST_SPLIT_BYTES on 3+ ranks, and beyond
+       * WEFT_FAST_ALLREDUCE_BYTES on 2: each slice is folded once, so the
+       * n^2 reads of every rank folding all n inputs shrink to n. Measured
+       * (median of 5-7 interleaved runs, whole folds vs split): 4 ranks on
+       * 2 cores 32 KiB 20 -> 16 us, 64 KiB 39 -> 23, 256 KiB 278 -> 129;
+       * 3 ranks 256 KiB 86 -> 59; 2 ranks 256 KiB 48 vs 56 (whole folds
+       * win there), 1 MiB 146 -> 132 (coordinator path -> split). Whole
+       * folds beyond the pooled slots only up to WEFT_FAST_ALLREDUCE_BYTES
+       * (a rank's choice: one over it diverts). */
+      split = w->fast_split_bytes && bytes >= w->fast_split_bytes && (n >= 3 || bytes > w->fast_ar_bytes);
+      if (!split && cap > w->fast_ar_bytes) cap = w->fast_ar_bytes;
       if (cap < wf_board_part_bytes(w->board)) cap = wf_board_part_bytes(w->board);
       /* fall through */
     case WF_COLL_REDUCESCATTER:
@@ -109,6 +119,7 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
    * the readers' cores (4 ranks: allgather 228 -> 357 us). */
   d->remote = w->cma_ok && w->fast_cma_bytes && bytes >= w->fast_cma_bytes && bytes > wf_board_part_bytes(w->board) &&
               !wf_board_oversubscribed(w->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
+  d->split = (uint8_t)split;
   d->coll = m->coll;
   d->dtype = m->dtype;
   d->ndim = m->ndim;
@@ -180,6 +191,47 @@ static void fold(weft_world *w, weft_request *r, void *dst, size_t off, size_t c
     wf_reduce(t, (weft_reduce_op)m->reduce_op, dst, (const char *)wf_board_part(w->board, r->fast_t, k) + off * es,
               count);
   wf_post_scale(t, (weft_reduce_op)m->reduce_op, m->postscale, dst, count, r->fast_n);
+}
+
+/* Elements [lo, hi) of slice s of count elements over n members. */
+static void slice(size_t count, int n, int s, size_t *lo, size_t *hi) {
+  *lo = count * (size_t)s / (size_t)n;
+  *hi = count * (size_t)(s + 1) / (size_t)n;
+}
+
+int wf_fast_split_pass(weft_world *w, weft_request *r) {
+  const wf_request_msg *m = &r->msg;
+  int n = r->fast_n, me = r->fast_rank;
+  size_t count = elems(m), es = weft_dtype_size((weft_dtype)m->dtype), lo, hi;
+  /* folded a chunk at a time here (in cache), then written over slice s of
+   * member s's input, which only this fold reads */
+  uint64_t tmp[2048];
+  size_t chunk = sizeof tmp / es;
+  for (int i = 0; i < n; i++) {
+    int s = (me + i) % n; /* its own slice first: the others start at theirs */
+    if (!wf_board_slice_take(w->board, r->fast_t, s, me)) continue;
+    char *dst = wf_board_part_mut(w->board, r->fast_t, s);
+    slice(count, n, s, &lo, &hi);
+    for (size_t c = lo; c < hi; c += chunk) {
+      size_t k = hi - c < chunk ? hi - c : chunk;
+      fold(w, r, tmp, c, k);
+      wf_copy(dst + c * es, tmp, k * es);
+    }
+    wf_board_slice_done(w->board, r->fast_t, s);
+  }
+  uint64_t all = n >= 64 ? ~0ull : (1ull << n) - 1;
+  uint64_t have = atomic_load_explicit(&r->split_have, memory_order_relaxed);
+  uint64_t fresh = wf_board_slices_done(w->board, r->fast_t, n, NULL, NULL) & ~have;
+  for (int s = 0; s < n; s++) {
+    if (!(fresh >> s & 1)) continue;
+    slice(count, n, s, &lo, &hi);
+    if (hi > lo)
+      wf_copy((char *)r->out.data + lo * es, (const char *)wf_board_part(w->board, r->fast_t, s) + lo * es,
+              (hi - lo) * es);
+  }
+  have |= fresh;
+  atomic_store_explicit(&r->split_have, have, memory_order_relaxed); /* the waiter's hint (wf_board_wait_slices) */
+  return have == all;
 }
 
 weft_status wf_fast_result(weft_world *w, weft_request *r) {

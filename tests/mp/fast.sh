@@ -7,9 +7,11 @@
 # Every rank logs at finalize (WEFT_LOG_LEVEL=info) "one-host fast path: N
 # completed in shared memory, M diverted to the coordinator"; mp_fast prints
 # "FASTEXPECT rank R: done=A-B diverted=C-D" (-1: no bound). Cases:
-#   bits | colls   three jobs (colls: a fourth whose rounds are given up
-#              after 20 us, the board staying on, and two with remote rounds
-#              off and for every input over a pooled slot, counted):
+#   bits | colls   three jobs (bits: a fourth with split allreduce rounds
+#              for every allreduce, counted; colls: a fourth whose
+#              rounds are given up after 20 us, the board staying on, and two
+#              with remote rounds off and for every input over a pooled
+#              slot, counted):
 #              WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
 #              only: every check passes in each, the counters are in range
 #              with WEFT_FAST=1 and 0 on every rank otherwise, and the DIGEST
@@ -147,6 +149,14 @@ bits | colls)
   counts off "every rank"
   counts one_off "rank 1"
   jobs=(on off one_off)
+  if [ "$CASE" = bits ]; then
+    # split allreduce rounds (board.h) for every allreduce the board takes
+    # on 3+ ranks (empty slices, pooled slots; whole folds are the default
+    # below 16 KiB); the same bits
+    run_job allsplit $LONG WEFT_FAST_SPLIT_BYTES=1 -- bits
+    counts allsplit
+    jobs+=(allsplit)
+  fi
   if [ "$CASE" = colls ]; then
     # rounds given up after 20 us: diverted at every point, large copies
     # still running included; every result right, the board stays on

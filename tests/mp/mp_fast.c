@@ -73,12 +73,18 @@ static void expect(long dmin, long dmax) {
   g_done_max += dmax;
   pthread_mutex_unlock(&g_expect_mu);
 }
-static size_t g_ar_bytes = 262144; /* WEFT_FAST_ALLREDUCE_BYTES */
+static size_t g_ar_bytes = 262144;     /* WEFT_FAST_ALLREDUCE_BYTES */
+static size_t g_split_bytes = 16384;   /* WEFT_FAST_SPLIT_BYTES */
+static size_t g_large_bytes = 1 << 20; /* WEFT_FAST_LARGE_BYTES */
 static size_t maxc(weft_dtype t) { return g_fast_bytes / mp_esize(t); }
-/* 1 if an allreduce of count elements of t is small enough for the board */
+/* 1 if an allreduce of count elements of t is small enough for the board:
+ * split rounds (from WEFT_FAST_SPLIT_BYTES on 3+ ranks, beyond
+ * WEFT_FAST_ALLREDUCE_BYTES on 2) up to the large slots, whole folds up to
+ * WEFT_FAST_ALLREDUCE_BYTES */
 static int ar_fits(weft_dtype t, size_t count) {
-  size_t cap = g_ar_bytes > g_fast_bytes ? g_ar_bytes : g_fast_bytes;
-  return count * mp_esize(t) <= cap;
+  size_t b = count * mp_esize(t), cap = g_ar_bytes > g_fast_bytes ? g_ar_bytes : g_fast_bytes;
+  int split = g_split_bytes && b >= g_split_bytes && (mp_size >= 3 || b > g_ar_bytes);
+  return b <= (split && g_large_bytes > cap ? g_large_bytes : cap);
 }
 
 #include "mp_fast_colls.c"
@@ -107,19 +113,29 @@ static void case_bits(void) {
   }
   for (int t = 0; t < WEFT_DTYPE_COUNT_; t++) {
     if (!big_dtype((weft_dtype)t)) continue;
-    size_t arc = g_ar_bytes / mp_esize(t);
-    mp_case("allreduce %s sum and max, scaled: counts %zu %zu (WEFT_FAST_ALLREDUCE_BYTES)", weft_dtype_name(t), arc,
-            arc + 1);
+    size_t arc = g_ar_bytes / mp_esize(t), lc = g_large_bytes / mp_esize(t), sc0 = 16384 / mp_esize(t);
+    /* around WEFT_FAST_ALLREDUCE_BYTES, the default WEFT_FAST_SPLIT_BYTES
+     * (whole folds below it, split rounds from it on 3+ ranks; the same
+     * counts whatever the variable says: fast.sh compares the bits across
+     * jobs) and the large slots (split rounds up to them, the coordinator
+     * beyond); two at a time: the board has 4 large slots */
+    size_t cs[6] = {arc, arc + 1, lc, lc + 1, sc0 - 1, sc0 + 1};
+    mp_case("allreduce %s sum and max, scaled: counts %zu %zu %zu %zu %zu %zu", weft_dtype_name(t), cs[0], cs[1],
+            cs[2], cs[3], cs[4], cs[5]);
     for (int op = 0; op < 2; op++) {
-      arop a[2];
-      for (int c = 0; c < 2; c++) {
+      arop a[6];
+      long fits = 0;
+      for (int c = 0; c < 6; c++) {
         a[c] = (arop){{(weft_dtype)t, op ? WEFT_OP_MAX : WEFT_OP_SUM, 0.75, 1.5, (uint64_t)(t * 100 + op * 10 + c)},
-                      arc + (size_t)c, {0}, NULL, NULL, NULL, ""};
-        ar_submit(&a[c], mp_group, mp_rank, c, "ar.big.%d", c);
+                      cs[c], {0}, NULL, NULL, NULL, ""};
+        ar_submit(&a[c], mp_group, mp_rank, c & 1, "ar.big.%d", c);
+        fits += ar_fits((weft_dtype)t, cs[c]);
+        if (c & 1) {
+          ar_finish(&a[c - 1], mp_size, &digest);
+          ar_finish(&a[c], mp_size, &digest);
+        }
       }
-      for (int c = 0; c < 2; c++) ar_finish(&a[c], mp_size, &digest);
-      expect(ar_fits((weft_dtype)t, arc) + ar_fits((weft_dtype)t, arc + 1),
-             ar_fits((weft_dtype)t, arc) + ar_fits((weft_dtype)t, arc + 1));
+      expect(fits, fits);
     }
     mp_case_end();
   }
@@ -873,6 +889,10 @@ int main(int argc, char **argv) {
   if (fb && *fb) g_fast_bytes = strtoull(fb, NULL, 0);
   const char *ab = getenv("WEFT_FAST_ALLREDUCE_BYTES");
   if (ab && *ab) g_ar_bytes = strtoull(ab, NULL, 0);
+  const char *sb = getenv("WEFT_FAST_SPLIT_BYTES");
+  if (sb && *sb) g_split_bytes = strtoull(sb, NULL, 0);
+  const char *lb = getenv("WEFT_FAST_LARGE_BYTES");
+  if (lb && *lb) g_large_bytes = strtoull(lb, NULL, 0);
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!strcmp(c, "kill") || !strcmp(c, "stop")) {
     int fds[2];

@@ -27,8 +27,6 @@
 
 #include "mp_fast_ref.c"
 
-static size_t g_large_bytes = 1 << 20;
-
 /* The dtypes whose inputs also run at the large slots' limit and just over
  * it (the references are computed element by element: all 11 would take
  * minutes under the sanitizers). */
@@ -181,8 +179,6 @@ static void *alloc_cb(size_t bytes, void *ctx) {
 
 static void case_colls(void) {
   uint64_t digest = 1469598103934665603ULL;
-  const char *lb = getenv("WEFT_FAST_LARGE_BYTES");
-  if (lb && *lb) g_large_bytes = strtoull(lb, NULL, 0);
   int n = mp_size;
   for (int t = 0; t < WEFT_DTYPE_COUNT_; t++) {
     weft_dtype d = (weft_dtype)t;

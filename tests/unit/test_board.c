@@ -404,11 +404,118 @@ out:
   free(mem);
 }
 
+/* Split rounds: 3 members of an int32 sum of 3000 elements in a large slot.
+ * Member 2 arrives and does nothing more (a rank descheduled or stopped):
+ * members 0 and 1 take and fold every slice between them, each slice once,
+ * and both can copy every slice out. The taker is known while a slice is
+ * being folded; a waiter sees a slice once it is published; and a later
+ * generation of the same round starts with every slice free again. */
+static int32_t g_split_in[3][3000];
+
+typedef struct split_waiter {
+  wf_board *b;
+  wf_board_ticket t;
+  _Atomic int woke;
+} split_waiter;
+
+static void *split_wait_main(void *p) {
+  split_waiter *sw = p;
+  int64_t end = wf_deadline_after(10.0);
+  /* waits (each wait is bounded) while slice 2 is taken and 0, 1 are done
+   * (have = 0b011) */
+  while (!(wf_board_slices_done(sw->b, sw->t, 3, NULL, NULL) >> 2 & 1) && wf_now_ns() < end)
+    wf_board_wait_slices(sw->b, sw->t, 3, 3, end);
+  atomic_store(&sw->woke, (wf_board_slices_done(sw->b, sw->t, 3, NULL, NULL) >> 2 & 1) ? 1 : -1);
+  return NULL;
+}
+
+static void test_split(void) {
+  enum { M = 3, COUNT = 3000 };
+  size_t large = COUNT * 4;
+  size_t bytes = rup(wf_board_bytes(M, 8192, large), 4096);
+  void *mem = calloc(1, bytes);
+  wf_board *b[M];
+  for (int k = 0; k < M; k++) b[k] = mem ? wf_board_open(mem, bytes, M, wf_board_large_for(M, 8192, large)) : NULL;
+  CHECK(b[0] && b[1] && b[2], "split: board");
+  if (!b[0] || !b[1] || !b[2]) goto out;
+  wf_board_desc d;
+  memset(&d, 0, sizeof d);
+  d.coll = WF_COLL_ALLREDUCE;
+  d.dtype = WEFT_DTYPE_INT32;
+  d.op = WEFT_OP_SUM;
+  d.ndim = 1;
+  d.shape[0] = COUNT;
+  d.root = -1;
+  d.prescale = d.postscale = 1.0;
+  d.split = 1;
+  for (int gen = 0; gen < 3; gen++) {
+    wf_board_ticket t[M];
+    int how[M];
+    for (int k = 0; k < M; k++) {
+      for (int i = 0; i < COUNT; i++) g_split_in[k][i] = (int32_t)(gen * 100000 + k * 1000 + i);
+      wf_board_arrive(b[k], 1, "sum", k, M, &d, g_split_in[k], sizeof g_split_in[k], 0, wf_deadline_after(10.0),
+                      &how[k], &t[k]);
+    }
+    CHECK(how[M - 1] == WF_BOARD_DONE, "split: generation %d not done (%d)", gen, how[M - 1]);
+    if (how[M - 1] != WF_BOARD_DONE) goto out;
+    uint64_t busy;
+    int taker;
+    CHECK(wf_board_slices_done(b[0], t[0], M, &busy, &taker) == 0 && busy == 0 && taker == -1,
+          "split: generation %d does not start with every slice free", gen);
+    /* member 0 takes its own slice and member 1's; member 1 then finds
+     * slice 1 taken and takes slice 2; nobody takes a slice twice */
+    CHECK(wf_board_slice_take(b[0], t[0], 0, 0) && wf_board_slice_take(b[0], t[0], 1, 0), "split: take 0 and 1");
+    CHECK(!wf_board_slice_take(b[1], t[1], 1, 1), "split: slice 1 taken twice");
+    CHECK(wf_board_slice_take(b[1], t[1], 2, 1), "split: take 2");
+    CHECK(!wf_board_slice_take(b[0], t[0], 2, 0), "split: slice 2 taken twice");
+    wf_board_slices_done(b[0], t[0], M, &busy, &taker);
+    CHECK(busy == 7 && taker == 0, "split: busy %llx taker %d", (unsigned long long)busy, taker);
+    for (int s = 0; s < 2; s++) { /* member 0 folds slices 0 and 1 into members 0's and 1's parts */
+      int32_t *dst = wf_board_part_mut(b[0], t[0], s);
+      for (int i = COUNT * s / M; i < COUNT * (s + 1) / M; i++) {
+        int32_t v = 0;
+        for (int k = 0; k < M; k++) v += ((const int32_t *)wf_board_part(b[0], t[0], k))[i];
+        dst[i] = v;
+      }
+      wf_board_slice_done(b[0], t[0], s);
+    }
+    split_waiter sw = {b[0], t[0], 0};
+    pthread_t th;
+    int started = pthread_create(&th, NULL, split_wait_main, &sw) == 0;
+    usleep(20000); /* it sleeps: slice 2 is taken, not done */
+    CHECK(!started || atomic_load(&sw.woke) == 0, "split: the waiter returned before slice 2 was done");
+    wf_board_slices_done(b[0], t[0], M, &busy, &taker);
+    CHECK(busy == 4 && taker == 1, "split: busy %llx taker %d after two folds", (unsigned long long)busy, taker);
+    int32_t *dst = wf_board_part_mut(b[1], t[1], 2);
+    for (int i = COUNT * 2 / M; i < COUNT; i++) {
+      int32_t v = 0;
+      for (int k = 0; k < M; k++) v += ((const int32_t *)wf_board_part(b[1], t[1], k))[i];
+      dst[i] = v;
+    }
+    wf_board_slice_done(b[1], t[1], 2);
+    if (started) pthread_join(th, NULL);
+    CHECK(!started || atomic_load(&sw.woke) == 1, "split: the waiter did not see slice 2 (%d)", atomic_load(&sw.woke));
+    CHECK(wf_board_slices_done(b[2], t[2], M, &busy, NULL) == 7 && busy == 0, "split: not every slice done");
+    for (int k = 0; k < M; k++) /* every member reads the whole sum out of the slices */
+      for (int s = 0; s < M; s++) {
+        int i = COUNT * s / M + 5;
+        int32_t want = 3 * (gen * 100000 + i) + 3000;
+        CHECK(((const int32_t *)wf_board_part(b[k], t[k], s))[i] == want, "split: gen %d member %d slice %d: %d vs %d",
+              gen, k, s, ((const int32_t *)wf_board_part(b[k], t[k], s))[i], want);
+      }
+    for (int k = 0; k < M; k++) wf_board_claim(b[k], t[k], k, wf_deadline_after(10.0));
+  }
+out:
+  for (int k = 0; k < M; k++) wf_board_close(b[k]);
+  free(mem);
+}
+
 int main(void) {
   test_geometry();
   test_unclaimed();
   test_remote();
   test_own_block();
+  test_split();
   test_stress();
   return unit_result("test_board");
 }
