@@ -97,6 +97,7 @@ struct weft_request {
   int fast_split;            /* its round is split (board.h): F_SPLIT after DONE */
   _Atomic int split_busy;    /* a thread is in its split pass (fast.c) */
   _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
+  _Atomic int64_t split_t0;  /* when its split round was seen DONE */
 };
 
 /* The collective a group is executing (one at a time per group, in the

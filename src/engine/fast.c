@@ -22,7 +22,8 @@
  * claimed, waiting until every member has read its input; F_SPLIT a split
  * round's request folding and copying out slices (board.h) */
 enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2, F_DRAIN = 3, F_SPLIT = 4 };
-/* The engine's scan leaves an F_SPLIT request this long to its waiter. */
+/* The engine's scan leaves an F_SPLIT request this long (from its round's
+ * DONE) to its waiter. */
 #define SPLIT_SCAN_NS 1000000
 
 static size_t large_param(void) {
@@ -213,10 +214,11 @@ static int drain(weft_world *w, weft_request *r) {
  * has every slice. At its deadline, or when finalize closes the board, it
  * gives up (the slices it misses were taken by a member that did not
  * finish them). Its claim goes in either way: it reads no more. 1 also if
- * it completed elsewhere; 0: not yet (or another thread is at it). */
+ * it completed elsewhere; 0: not yet; -1: another thread of this process
+ * is making a pass (no use waiting on the board for it). */
 static int split(weft_world *w, weft_request *r) {
   if (atomic_load(&r->fast) != F_SPLIT) return 1;
-  if (atomic_exchange(&r->split_busy, 1)) return 0;
+  if (atomic_exchange(&r->split_busy, 1)) return -1;
   if (atomic_load(&r->fast) != F_SPLIT) { /* completed while we looked */
     atomic_store(&r->split_busy, 0);
     return 1;
@@ -242,7 +244,9 @@ static int split(weft_world *w, weft_request *r) {
       snprintf(why, sizeof why, "'%s': the sum's slices were not all folded %s", r->msg.name,
                closing ? "before finalize" : "in time");
   }
-  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+  /* bounded apart from the op's deadline (which may have passed): a
+   * failing world's fail_all waits for this pass to end */
+  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0));
   if (s == WEFT_OK && c != WEFT_OK) {
     s = c;
     snprintf(why, sizeof why, "%s", wf_err_msg());
@@ -261,12 +265,17 @@ static int split(weft_world *w, weft_request *r) {
 static int settle(weft_world *w, weft_request *r, int st) {
   if (st == WF_BOARD_WAIT) return 0;
   int expect = F_PENDING;
-  if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
-  if (st == WF_BOARD_DONE && r->fast_split) {
-    atomic_store(&r->fast, F_SPLIT);
-    split(w, r); /* its waiter, weft_test or the engine's scan goes on from here */
+  if (st == WF_BOARD_DONE && r->fast_split) { /* straight to F_SPLIT: fail_all must always see it */
+    /* before the CAS, which publishes it to the engine's scan (a loser's
+     * store is as good: the same moment) */
+    atomic_store_explicit(&r->split_t0, wf_now_ns(), memory_order_relaxed);
+    if (!atomic_compare_exchange_strong(&r->fast, &expect, F_SPLIT)) return 1;
+    /* its waiter, weft_test or the engine's scan goes on from here; the
+     * engine scans when it next wakes (no wake-up: a core for the ranks) */
+    if (split(w, r) != 1) atomic_store(&w->fast_kick, 1);
     return 1;
   }
+  if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
   if (st == WF_BOARD_DONE) { /* the completion takes r off the list, under the lock it takes anyway */
     int remote = wf_board_is_remote(w->board, r->fast_t); /* before the claim: a last claim may free the round */
     weft_status s = wf_fast_result(w, r);
@@ -358,8 +367,12 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
       break;
     }
     if (atomic_load(&r->fast) == F_SPLIT) { /* slices being folded */
-      while (!split(w, r) && wait && wf_now_ns() < deadline)
-        wf_board_wait_slices(w->board, r->fast_t, r->fast_n, atomic_load(&r->split_have), deadline);
+      uint64_t all = r->fast_n >= 64 ? ~0ull : (1ull << r->fast_n) - 1;
+      for (int v; (v = split(w, r)) != 1 && wait && wf_now_ns() < deadline;) {
+        uint64_t have = atomic_load(&r->split_have);
+        if (v < 0 || have == all) sched_yield(); /* the engine's scan is at it (finishing, if it has all) */
+        else wf_board_wait_slices(w->board, r->fast_t, r->fast_n, have, deadline);
+      }
       break;
     }
     if (atomic_load(&r->fast) != F_PENDING) break;
@@ -400,7 +413,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
     if (atomic_load(&r->fast) == F_DRAIN) drain(w, r); /* completes it at its deadline at the latest */
-    if (atomic_load(&r->fast) == F_SPLIT && (now - r->fast_t0 >= SPLIT_SCAN_NS || now >= r->deadline))
+    if (atomic_load(&r->fast) == F_SPLIT && (now - atomic_load_explicit(&r->split_t0, memory_order_relaxed) >= SPLIT_SCAN_NS || now >= r->deadline))
       split(w, r); /* nobody waits for it (or its waiter is slow): its slices are only its own to copy */
     if (atomic_load(&r->fast) == F_PENDING) {
       int st = wf_board_state(w->board, r->fast_t);
@@ -429,9 +442,11 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       /* its input goes back to the caller: an open round is diverted, and
        * the others must not read a remote one any more */
-      if (w->board && wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE &&
-          wf_board_is_remote(w->board, r->fast_t))
-        wf_board_abandon(w->board, r->fast_t);
+      if (w->board && wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE) {
+        if (wf_board_is_remote(w->board, r->fast_t)) wf_board_abandon(w->board, r->fast_t);
+        /* it reads no more: the last claim frees the round's slot */
+        wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0));
+      }
       wf_request_complete(w, r, st, msg); /* takes it off the list */
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */

@@ -574,9 +574,12 @@ case_link_channel() {
   done
   expect_err "rank 0 reports its failure (status"
   expect_err "came from rank 1"
-  # fd 4 is a file the rank opened (it inherited the variables, not the pipe)
+  # fd 4 is a file the rank opened (it inherited the variables, not the pipe).
+  # Without status lines weftrun cannot tell the cause: when both ranks end
+  # between two of its looks (a loaded machine), rank 0's status (5, it
+  # lost rank 1) may be reported instead of rank 1's (3)
   wr -v -np 2 -- bash -c 'exec 4>"$0/link.$WEFT_RANK"; exec "$1"' "$T" "$probe"
-  expect_rc 3
+  [ "$rc" = 3 ] || [ "$rc" = 5 ] || fail "file on fd 4: expected exit code 3 or 5, got $rc"
   for r in 0 1; do
     grep -q "^\[$r\] rank $r env=<unset> fd4=inherit\$" "$T/out" || fail "file on fd 4, rank $r: $(grep "^\[$r\] " "$T/out")"
     [ -e "$T/link.$r" ] && [ ! -s "$T/link.$r" ] || fail "rank $r wrote into the file on fd 4: $(cat "$T/link.$r")"
@@ -585,7 +588,7 @@ case_link_channel() {
   grep -q "rank 0 failed: " "$T/err" || fail "rank 0 did not see the failure"
   # fd 4 closed at start (weft_init then opens its own sockets there)
   wr -v -np 2 -- bash -c 'exec 4>&-; exec "$0"' "$probe"
-  expect_rc 3
+  [ "$rc" = 3 ] || [ "$rc" = 5 ] || fail "closed fd 4: expected exit code 3 or 5, got $rc" # as above
   grep -q "^\[0\] rank 0 env=<unset> " "$T/out" || fail "closed fd 4: $(cat "$T/out")"
   grep -q "reports its failure" "$T/err" && fail "a status line came through a descriptor weftrun did not give"
   grep -q "rank 0 failed: WEFT_ERR_PEER_LOST" "$T/err" || fail "closed fd 4: rank 0 did not see rank 1 lost"

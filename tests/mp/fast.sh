@@ -21,7 +21,8 @@
 #   stall | stall-poll   WEFT_STALL_CHECK_SECONDS=1, _SHUTDOWN_SECONDS=2: the
 #              coordinator's report names 'stuck' and rank 2
 #   deadline   WEFT_TIMEOUT_SECONDS=2 with WEFT_FAST_WAIT_SECONDS=30
-#   kill K | stop K   the survivors' own verdicts (mp_fast checks them)
+#   kill K | stop K | stopsplit K   the survivors' own verdicts (mp_fast
+#              checks them)
 #   hosts H,H,...  the ranks on fake hosts (hier_hosts.sh; a rank alone on
 #              its host has no board and must log no counters)
 #   others     one job with WEFT_FAST_WAIT_SECONDS=30 (no round may miss it)
@@ -207,7 +208,7 @@ deadline)
   run_job dl WEFT_TIMEOUT_SECONDS=2 WEFT_FAST_WAIT_SECONDS=30 -- deadline "$TMP/flag"
   counts dl
   ;;
-kill | stop)
+kill | stop | stopsplit)
   run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 -- "$CASE" "$ARG"
   ;;
 hosts) # ARG: one fake host per rank (hier_hosts.sh)

@@ -33,6 +33,10 @@
  *              before the others arrive; they read its input and wait for
  *              its claim: each fails naming rank K within 15 s (its lost
  *              heartbeats), finalize is prompt
+ *   stopsplit K  rank K submits a 512 KiB allreduce (a split round) and
+ *              stops; the others arrive 200 ms later and complete it within
+ *              1 s, K's input summed (they fold its slice); their next op
+ *              fails naming rank K
  *   detached   a freed pending fast request, then its name again; a
  *              weft_test loop; callback requests (engine path) alongside
  *   threads T  T threads per rank with their own names, grouped allreduces
@@ -440,9 +444,52 @@ static void expect_death(weft_status sub, weft_request *r, double t0, const char
   if (r) weft_request_free(r);
 }
 
-/* kill K / stop K (sig SIGKILL / SIGSTOP): see the top of the file. */
-static int case_lost(int killer, int sig) {
-  const char *how = sig == SIGKILL ? "kill" : "stop";
+/* stopsplit: rank K submits a 512 KiB allreduce (a split round) first and
+ * stops; the others arrive 200 ms later and must complete it at once, with
+ * K's input in the sum: they fold K's slice themselves (board.h), nobody
+ * waits for K. Their next op then fails naming K (its heartbeats stopped). */
+static void split_stopped(int killer, const char *dead) {
+  enum { N = 1 << 17 }; /* int32: 512 KiB */
+  int32_t *v = mp_alloc(sizeof(int32_t) * N);
+  for (size_t i = 0; i < N; i++) v[i] = mp_rank * 7 + (int32_t)(i % 1000);
+  int64_t shape[1] = {N};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_request *r = NULL;
+  if (mp_rank != killer) mp_sleep_ms(200);
+  weft_status st = weft_allreduce(mp_group, "k.sum", &t, &t, WEFT_OP_SUM, NULL, &r);
+  if (mp_rank == killer) {
+    char k = 'S';
+    if (write(g_pipe, &k, 1) != 1) perror("write");
+    raise(SIGSTOP);
+    _exit(3); /* never resumed: the supervisor kills it */
+  }
+  mp_case("stopsplit: rank %d stopped after arriving at a split allreduce", killer);
+  double t0 = mp_now();
+  if (st == WEFT_OK) st = weft_wait(r, 3.0);
+  double dt = mp_now() - t0;
+  if (st != WEFT_OK) mp_fail("k.sum: %s after %.2f s: %s", weft_status_string(st), dt, r ? weft_request_error(r) : "");
+  else if (dt > 1.0) mp_fail("k.sum took %.2f s: somebody waited for the stopped rank", dt);
+  int64_t ranks7 = 7LL * mp_size * (mp_size - 1) / 2;
+  for (size_t i = 0; st == WEFT_OK && i < N; i++)
+    if (v[i] != (int32_t)(ranks7 + (int64_t)mp_size * (int64_t)(i % 1000))) {
+      mp_fail("k.sum[%zu] = %d, expected %lld", i, v[i], (long long)(ranks7 + (int64_t)mp_size * (int64_t)(i % 1000)));
+      break;
+    }
+  if (r) weft_request_free(r);
+  free(v);
+  mp_case_end();
+  mp_case("stopsplit: the next op fails naming rank %d", killer);
+  r = NULL;
+  t0 = mp_now();
+  st = weft_barrier(mp_group, "k.after", NULL, &r);
+  expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.after");
+  mp_case_end();
+}
+
+/* kill K / stop K (sig SIGKILL / SIGSTOP): see the top of the file;
+ * stopsplit K (split): split_stopped. */
+static int case_lost(int killer, int sig, int split) {
+  const char *how = split ? "stopsplit" : sig == SIGKILL ? "kill" : "stop";
   mp_setup();
   if (mp_size < 2) mp_fatal("%s needs 2 ranks or more", how);
   if (killer < 0 || killer >= mp_size) killer = mp_size - 1;
@@ -452,6 +499,10 @@ static int case_lost(int killer, int sig) {
   ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "k.warm");
   barrier_wait(mp_group, "k.sync");
   mp_case_end();
+  if (split) {
+    split_stopped(killer, dead);
+    goto teardown;
+  }
   /* A 1 MiB allgather (a remote round where the host's cores suffice: its
    * inputs read across processes): rank K submits it first and dies or
    * stops before anyone arrived (so before reading or claiming); the others
@@ -496,6 +547,7 @@ static int case_lost(int killer, int sig) {
     expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.y (after)");
     mp_case_end();
   }
+teardown:
   mp_case("%s: finalize, nothing left in /dev/shm", how);
   double f0 = mp_now();
   weft_world *w = mp_world;
@@ -880,7 +932,7 @@ static void case_names(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|stop K|detached|threads T|groups|"
+    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|stop K|stopsplit K|detached|threads T|groups|"
                     "names|many|hosts|finalize|deadline DIR\n");
     return 2;
   }
@@ -894,7 +946,7 @@ int main(int argc, char **argv) {
   const char *lb = getenv("WEFT_FAST_LARGE_BYTES");
   if (lb && *lb) g_large_bytes = strtoull(lb, NULL, 0);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!strcmp(c, "kill") || !strcmp(c, "stop")) {
+  if (!strcmp(c, "kill") || !strcmp(c, "stop") || !strcmp(c, "stopsplit")) {
     int fds[2];
     if (pipe(fds) != 0) return 1;
     fflush(NULL);
@@ -906,7 +958,7 @@ int main(int argc, char **argv) {
     }
     close(fds[0]);
     g_pipe = fds[1];
-    return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP);
+    return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP, !strcmp(c, "stopsplit"));
   }
   mp_setup();
   if (!strcmp(c, "bits")) case_bits();
