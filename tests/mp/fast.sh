@@ -150,7 +150,7 @@ bits | colls)
   counts off "every rank"
   counts one_off "rank 1"
   jobs=(on off one_off)
-  if [ "$CASE" = bits ]; then
+  if [ "$CASE" = bits ] && [ "$NP" -ge 3 ]; then # on 2 ranks the default splits what it can
     # split allreduce rounds (board.h) for every allreduce the board takes
     # on 3+ ranks (empty slices, pooled slots; whole folds are the default
     # below 16 KiB); the same bits

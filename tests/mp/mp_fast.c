@@ -121,15 +121,17 @@ static void case_bits(void) {
     /* around WEFT_FAST_ALLREDUCE_BYTES, the default WEFT_FAST_SPLIT_BYTES
      * (whole folds below it, split rounds from it on 3+ ranks; the same
      * counts whatever the variable says: fast.sh compares the bits across
-     * jobs) and the large slots (split rounds up to them, the coordinator
-     * beyond); two at a time: the board has 4 large slots */
-    size_t cs[6] = {arc, arc + 1, lc, lc + 1, sc0 - 1, sc0 + 1};
-    mp_case("allreduce %s sum and max, scaled: counts %zu %zu %zu %zu %zu %zu", weft_dtype_name(t), cs[0], cs[1],
-            cs[2], cs[3], cs[4], cs[5]);
+     * jobs) and, for float32 only (the references cost), the large slots
+     * (split rounds up to them, the coordinator beyond); two at a time: the
+     * board has 4 large slots */
+    int nc = t == WEFT_DTYPE_FLOAT32 ? 6 : 4;
+    size_t cs[6] = {arc, arc + 1, sc0 - 1, sc0 + 1, lc, lc + 1};
+    mp_case("allreduce %s sum and max, scaled: counts %zu %zu %zu %zu%s", weft_dtype_name(t), cs[0], cs[1], cs[2],
+            cs[3], nc == 6 ? ", and the large slots' limit and one more" : "");
     for (int op = 0; op < 2; op++) {
       arop a[6];
       long fits = 0;
-      for (int c = 0; c < 6; c++) {
+      for (int c = 0; c < nc; c++) {
         a[c] = (arop){{(weft_dtype)t, op ? WEFT_OP_MAX : WEFT_OP_SUM, 0.75, 1.5, (uint64_t)(t * 100 + op * 10 + c)},
                       cs[c], {0}, NULL, NULL, NULL, ""};
         ar_submit(&a[c], mp_group, mp_rank, c & 1, "ar.big.%d", c);
