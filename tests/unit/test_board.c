@@ -89,6 +89,30 @@ typedef struct arg {
 
 static uint64_t word(int name, int gen, int rank) { return (uint64_t)name << 40 | (uint64_t)gen << 8 | (uint64_t)rank; }
 
+/* A 1-D description: coll of n elements of t (op sum, no root, no scales). */
+static wf_board_desc desc1(int coll, weft_dtype t, int64_t n) {
+  wf_board_desc d;
+  memset(&d, 0, sizeof d);
+  d.coll = (uint8_t)coll;
+  d.dtype = (uint8_t)t;
+  d.op = WEFT_OP_SUM;
+  d.ndim = 1;
+  d.shape[0] = n;
+  d.root = -1;
+  d.prescale = d.postscale = 1.0;
+  return d;
+}
+
+/* m members' views of one board (zeroed memory) with large slots of up to
+ * large bytes (0: none); returns the memory (free it after closing the
+ * boards), or NULL with every b[k] NULL. */
+static void *open_boards(int m, size_t large, wf_board **b) {
+  size_t bytes = rup(wf_board_bytes(m, 8192, large), 4096);
+  void *mem = calloc(1, bytes);
+  for (int k = 0; k < m; k++) b[k] = mem ? wf_board_open(mem, bytes, m, wf_board_large_for(m, 8192, large)) : NULL;
+  return mem;
+}
+
 static void *rank_main(void *p) {
   arg *a = p;
   wf_board *b = wf_board_open(g_mem, g_bytes, N, g_large);
@@ -102,14 +126,7 @@ static void *rank_main(void *p) {
   unsigned seed = (unsigned)(a->name * 100 + a->rank + 1);
   char nm[32];
   snprintf(nm, sizeof nm, "t%d", a->name);
-  wf_board_desc d;
-  memset(&d, 0, sizeof d);
-  d.coll = 1; /* allgather: inputs are only copied in and read */
-  d.dtype = WEFT_DTYPE_INT32;
-  d.ndim = 1;
-  d.shape[0] = (int64_t)(LEN / 4);
-  d.root = -1;
-  d.prescale = d.postscale = 1.0;
+  wf_board_desc d = desc1(WF_COLL_ALLGATHER, WEFT_DTYPE_INT32, (int64_t)(LEN / 4)); /* inputs only copied in and read */
   for (int g = 0; g < GENS; g++) {
     for (size_t i = 0; i < LEN / 8; i++) buf[i] = word(a->name, g, a->rank);
     int how = WF_BOARD_SLOW, eligible = rand_r(&seed) % 40 != 0;
@@ -167,14 +184,7 @@ static void *last_main(void *p) {
   arg *a = p;
   wf_board *b = wf_board_open(g_mem, g_bytes, N, g_large);
   uint64_t *buf = calloc(1, LEN);
-  wf_board_desc d;
-  memset(&d, 0, sizeof d);
-  d.coll = 1;
-  d.dtype = WEFT_DTYPE_INT32;
-  d.ndim = 1;
-  d.shape[0] = (int64_t)(LEN / 4);
-  d.root = -1;
-  d.prescale = d.postscale = 1.0;
+  wf_board_desc d = desc1(WF_COLL_ALLGATHER, WEFT_DTYPE_INT32, (int64_t)(LEN / 4));
   wf_board_ticket t[4];
   int how[4];
   for (int k = 0; b && buf && k < 4; k++) {
@@ -222,18 +232,10 @@ static void test_stress(void) {
 }
 
 static void test_unclaimed(void) {
-  size_t bytes = rup(wf_board_bytes(2, 8192, 0), 4096);
-  void *mem = calloc(1, bytes);
-  wf_board *b[2] = {mem ? wf_board_open(mem, bytes, 2, 0) : NULL, mem ? wf_board_open(mem, bytes, 2, 0) : NULL};
+  wf_board *b[2];
+  void *mem = open_boards(2, 0, b);
   CHECK(b[0] && b[1], "unclaimed: board");
-  wf_board_desc d;
-  memset(&d, 0, sizeof d);
-  d.coll = WF_COLL_ALLREDUCE;
-  d.dtype = WEFT_DTYPE_INT64;
-  d.ndim = 1;
-  d.shape[0] = 1;
-  d.root = -1;
-  d.prescale = d.postscale = 1.0;
+  wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT64, 1);
   wf_board_ticket t0[2], t;
   int how[2];
   for (int k = 0; b[0] && b[1] && k < 2; k++) {
@@ -270,21 +272,13 @@ static void test_unclaimed(void) {
  * claimed, and an abandoned round says so. A member whose description says
  * otherwise diverts the round. */
 static void test_remote(void) {
-  size_t bytes = rup(wf_board_bytes(2, 8192, 0), 4096);
-  void *mem = calloc(1, bytes);
-  wf_board *b[2] = {mem ? wf_board_open(mem, bytes, 2, 0) : NULL, mem ? wf_board_open(mem, bytes, 2, 0) : NULL};
+  wf_board *b[2];
+  void *mem = open_boards(2, 0, b);
   CHECK(b[0] && b[1], "remote: board");
   if (!b[0] || !b[1]) goto out;
   enum { ROWS = 25600 }; /* 100 KiB of int32 */
   static int32_t in[2][ROWS];
-  wf_board_desc d;
-  memset(&d, 0, sizeof d);
-  d.coll = WF_COLL_ALLGATHER;
-  d.dtype = WEFT_DTYPE_INT32;
-  d.ndim = 1;
-  d.shape[0] = ROWS;
-  d.root = -1;
-  d.prescale = d.postscale = 1.0;
+  wf_board_desc d = desc1(WF_COLL_ALLGATHER, WEFT_DTYPE_INT32, ROWS);
   d.remote = 1;
   for (int gen = 0; gen < 3; gen++) {
     wf_board_ticket t[2];
@@ -353,11 +347,8 @@ out:
  * earlier round left there. */
 static void test_own_block(void) {
   enum { M = 3 };
-  size_t large = 3 * 4096 * 4;
-  size_t bytes = rup(wf_board_bytes(M, 8192, large), 4096);
-  void *mem = calloc(1, bytes);
   wf_board *b[M];
-  for (int k = 0; k < M; k++) b[k] = mem ? wf_board_open(mem, bytes, M, wf_board_large_for(M, 8192, large)) : NULL;
+  void *mem = open_boards(M, 3 * 4096 * 4, b);
   CHECK(b[0] && b[1] && b[2], "own block: board");
   if (!b[0] || !b[1] || !b[2]) goto out;
   static int32_t in[M][3 * 4096];
@@ -365,14 +356,7 @@ static void test_own_block(void) {
   for (int sz = 0; sz < 2; sz++)
     for (int gen = 0; gen < 2; gen++) { /* gen 0 fills every block; gen 1 skips the own ones */
       size_t n = rows[sz], blk = n / M * 4;
-      wf_board_desc d;
-      memset(&d, 0, sizeof d);
-      d.coll = WF_COLL_ALLTOALL;
-      d.dtype = WEFT_DTYPE_INT32;
-      d.ndim = 1;
-      d.shape[0] = (int64_t)n;
-      d.root = -1;
-      d.prescale = d.postscale = 1.0;
+      wf_board_desc d = desc1(WF_COLL_ALLTOALL, WEFT_DTYPE_INT32, (int64_t)n);
       wf_board_ticket t[M];
       int how[M];
       char nm[16];
@@ -431,22 +415,11 @@ static void *split_wait_main(void *p) {
 
 static void test_split(void) {
   enum { M = 3, COUNT = 3000 };
-  size_t large = COUNT * 4;
-  size_t bytes = rup(wf_board_bytes(M, 8192, large), 4096);
-  void *mem = calloc(1, bytes);
   wf_board *b[M];
-  for (int k = 0; k < M; k++) b[k] = mem ? wf_board_open(mem, bytes, M, wf_board_large_for(M, 8192, large)) : NULL;
+  void *mem = open_boards(M, COUNT * 4, b);
   CHECK(b[0] && b[1] && b[2], "split: board");
   if (!b[0] || !b[1] || !b[2]) goto out;
-  wf_board_desc d;
-  memset(&d, 0, sizeof d);
-  d.coll = WF_COLL_ALLREDUCE;
-  d.dtype = WEFT_DTYPE_INT32;
-  d.op = WEFT_OP_SUM;
-  d.ndim = 1;
-  d.shape[0] = COUNT;
-  d.root = -1;
-  d.prescale = d.postscale = 1.0;
+  wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT32, COUNT);
   d.split = 1;
   for (int gen = 0; gen < 3; gen++) {
     wf_board_ticket t[M];
