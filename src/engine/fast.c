@@ -384,8 +384,9 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
     if (!wait) break;
     if (!wf_board_wait(w->board, r->fast_t, until)) continue;
     if (wf_now_ns() >= give_up && /* not every member came in time: the coordinator takes it from here */
-        settle(w, r, wf_board_divert(w->board, r->fast_t, deadline)) && atomic_load(&r->fast) == F_DRAIN)
-      continue; /* it completed meanwhile: a remote round */
+        settle(w, r, wf_board_divert(w->board, r->fast_t, deadline)) &&
+        (atomic_load(&r->fast) == F_DRAIN || atomic_load(&r->fast) == F_SPLIT))
+      continue; /* it completed meanwhile: a remote or split round */
     break;
   }
   leave(w);

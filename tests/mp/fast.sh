@@ -208,8 +208,11 @@ deadline)
   run_job dl WEFT_TIMEOUT_SECONDS=2 WEFT_FAST_WAIT_SECONDS=30 -- deadline "$TMP/flag"
   counts dl
   ;;
-kill | stop | stopsplit)
+kill | stop)
   run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 -- "$CASE" "$ARG"
+  ;;
+stopsplit) # the survivors may arrive far apart on a loaded machine: no diverting
+  run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_WAIT_SECONDS=5 -- "$CASE" "$ARG"
   ;;
 hosts) # ARG: one fake host per rank (hier_hosts.sh)
   HOSTS=$ARG run_job hosts $LONG -- hosts

@@ -35,8 +35,9 @@
  *              heartbeats), finalize is prompt
  *   stopsplit K  rank K submits a 512 KiB allreduce (a split round) and
  *              stops; the others arrive 200 ms later and complete it within
- *              1 s, K's input summed (they fold its slice); their next op
- *              fails naming rank K
+ *              2 s, K's input summed (they fold its slice); their next op
+ *              fails naming rank K (WEFT_FAST_WAIT_SECONDS=5: the two may
+ *              arrive far apart on a loaded machine)
  *   detached   a freed pending fast request, then its name again; a
  *              weft_test loop; callback requests (engine path) alongside
  *   threads T  T threads per rank with their own names, grouped allreduces
@@ -458,6 +459,7 @@ static void split_stopped(int killer, const char *dead) {
   weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
   weft_request *r = NULL;
   if (mp_rank != killer) mp_sleep_ms(200);
+  double t0 = mp_now(); /* the last to arrive makes its first pass inside the submission */
   weft_status st = weft_allreduce(mp_group, "k.sum", &t, &t, WEFT_OP_SUM, NULL, &r);
   if (mp_rank == killer) {
     char k = 'S';
@@ -466,11 +468,10 @@ static void split_stopped(int killer, const char *dead) {
     _exit(3); /* never resumed: the supervisor kills it */
   }
   mp_case("stopsplit: rank %d stopped after arriving at a split allreduce", killer);
-  double t0 = mp_now();
   if (st == WEFT_OK) st = weft_wait(r, 3.0);
   double dt = mp_now() - t0;
   if (st != WEFT_OK) mp_fail("k.sum: %s after %.2f s: %s", weft_status_string(st), dt, r ? weft_request_error(r) : "");
-  else if (dt > 1.0) mp_fail("k.sum took %.2f s: somebody waited for the stopped rank", dt);
+  else if (dt > 2.0) mp_fail("k.sum took %.2f s: somebody waited for the stopped rank", dt);
   int64_t ranks7 = 7LL * mp_size * (mp_size - 1) / 2;
   for (size_t i = 0; st == WEFT_OK && i < N; i++)
     if (v[i] != (int32_t)(ranks7 + (int64_t)mp_size * (int64_t)(i % 1000))) {
