@@ -229,7 +229,6 @@ static void unlock(_Atomic uint32_t *l) {
 
 /* ------------------------------------------------------------------ records */
 
-static uint64_t full_mask(int n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
 
 static uint64_t hash_of(uint32_t group, const char *name) {
   uint64_t h = 1469598103934665603ull ^ group; /* FNV-1a */
@@ -374,9 +373,12 @@ typedef struct remote_cell {
 _Static_assert(sizeof(remote_cell) <= INLINE, "a remote cell fits a member's inline cell");
 
 /* A split round's slice s: 0 free, else taken ((taker + 1) << 2 | 1) or
- * folded (2), in member s's inline cell. */
+ * folded (2), at the start of member s's inline cell. */
+static _Atomic uint64_t *slice_word_of(const wf_board *b, record *r, uint32_t gen, int s) {
+  return (_Atomic uint64_t *)(void *)cell_of(b, r, gen, s);
+}
 static _Atomic uint64_t *slice_word(const wf_board *b, wf_board_ticket t, int s) {
-  return (_Atomic uint64_t *)(void *)cell(b, t, s);
+  return slice_word_of(b, rec_at(b, t.rec), t.gen, s);
 }
 _Static_assert(INLINE % sizeof(uint64_t) == 0, "a slice word is aligned in its cell");
 
@@ -408,7 +410,7 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
   atomic_store_explicit(&o->gone, 0, memory_order_relaxed);
   if (desc && desc->split && o->data >= 0) /* its slices' words: nobody reads this round's cells before it opens */
     for (int k = 0; k < b->nlocal; k++)
-      atomic_store_explicit((_Atomic uint64_t *)(void *)cell_of(b, r, gen, k), 0, memory_order_relaxed);
+      atomic_store_explicit(slice_word_of(b, r, gen, k), 0, memory_order_relaxed);
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
@@ -437,7 +439,7 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   }
   o->writers--;
   uint32_t state = atomic_load_explicit(&o->state, memory_order_relaxed);
-  if (state == R_OPEN && !o->writers && o->arrived == full_mask(gsize)) {
+  if (state == R_OPEN && !o->writers && o->arrived == wf_board_all(gsize)) {
     set_state(o, R_DONE);
     *how = WF_BOARD_DONE;
   } else if (state != R_OPEN && o->release_late && !o->writers) {
@@ -445,7 +447,7 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
     /* diverted after every member arrived (a waiter gave up while copies
      * ran): no later arrival frees it, so free it now (the members'
      * tickets read it as diverted: same generation, not open) */
-    if (o->arrived == full_mask(gsize)) free_round(b, o);
+    if (o->arrived == wf_board_all(gsize)) free_round(b, o);
   }
   unlock(&r->lock);
   return WEFT_OK;
@@ -497,7 +499,7 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
     st = R_DIVERTED;
   }
   o->arrived |= 1ull << grank;
-  int all = o->arrived == full_mask(gsize);
+  int all = o->arrived == wf_board_all(gsize);
   if (st == R_OPEN) {
     t->rec = idx;
     t->gen = gen;
@@ -643,7 +645,7 @@ static int all_claimed(const wf_board *b, wf_board_ticket t, const void *arg) {
   int gsize = *(const int *)arg;
   round *o = round_of(b, t);
   uint64_t c = atomic_load(&o->claimed);
-  return c == full_mask(gsize) || atomic_load(&o->gen) != t.gen;
+  return c == wf_board_all(gsize) || atomic_load(&o->gen) != t.gen;
 }
 
 int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until) {
@@ -701,7 +703,7 @@ typedef struct slices_arg {
 static int slices_moved(const wf_board *b, wf_board_ticket t, const void *arg) {
   const slices_arg *a = arg;
   uint64_t busy, done = wf_board_slices_done(b, t, a->gsize, &busy, NULL);
-  return (done & ~a->have) != 0 || (done | busy) != full_mask(a->gsize);
+  return (done & ~a->have) != 0 || (done | busy) != wf_board_all(a->gsize);
 }
 
 void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, uint64_t have, int64_t until) {

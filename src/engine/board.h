@@ -45,6 +45,10 @@
 #define WF_BOARD_MAX_MEMBERS 64
 #define WF_BOARD_MAX_LARGE ((size_t)64 << 20) /* largest input of a large slot */
 
+/* The group-rank bits of a group of gsize members (arrivals, claims,
+ * slices). */
+static inline uint64_t wf_board_all(int gsize) { return gsize >= 64 ? ~0ull : (1ull << gsize) - 1; }
+
 typedef struct wf_board wf_board;
 
 /* What must be equal on every rank for a round to complete here. */

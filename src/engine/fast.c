@@ -367,10 +367,10 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
       break;
     }
     if (atomic_load(&r->fast) == F_SPLIT) { /* slices being folded */
-      uint64_t all = r->fast_n >= 64 ? ~0ull : (1ull << r->fast_n) - 1;
       for (int v; (v = split(w, r)) != 1 && wait && wf_now_ns() < deadline;) {
         uint64_t have = atomic_load(&r->split_have);
-        if (v < 0 || have == all) sched_yield(); /* the engine's scan is at it (finishing, if it has all) */
+        if (v < 0 || have == wf_board_all(r->fast_n)) /* the engine's scan is at it (finishing, if it has all) */
+          sched_yield();
         else wf_board_wait_slices(w->board, r->fast_t, r->fast_n, have, deadline);
       }
       break;
@@ -414,7 +414,8 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
     if (atomic_load(&r->fast) == F_DRAIN) drain(w, r); /* completes it at its deadline at the latest */
-    if (atomic_load(&r->fast) == F_SPLIT && (now - atomic_load_explicit(&r->split_t0, memory_order_relaxed) >= SPLIT_SCAN_NS || now >= r->deadline))
+    if (atomic_load(&r->fast) == F_SPLIT &&
+        (now - atomic_load_explicit(&r->split_t0, memory_order_relaxed) >= SPLIT_SCAN_NS || now >= r->deadline))
       split(w, r); /* nobody waits for it (or its waiter is slow): its slices are only its own to copy */
     if (atomic_load(&r->fast) == F_PENDING) {
       int st = wf_board_state(w->board, r->fast_t);

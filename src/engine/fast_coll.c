@@ -219,7 +219,6 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
     }
     wf_board_slice_done(w->board, r->fast_t, s);
   }
-  uint64_t all = n >= 64 ? ~0ull : (1ull << n) - 1;
   uint64_t have = atomic_load_explicit(&r->split_have, memory_order_relaxed);
   uint64_t fresh = wf_board_slices_done(w->board, r->fast_t, n, NULL, NULL) & ~have;
   for (int s = 0; s < n; s++) {
@@ -231,7 +230,7 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
   }
   have |= fresh;
   atomic_store_explicit(&r->split_have, have, memory_order_relaxed); /* the waiter's hint (wf_board_wait_slices) */
-  return have == all;
+  return have == wf_board_all(n);
 }
 
 weft_status wf_fast_result(weft_world *w, weft_request *r) {
