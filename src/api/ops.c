@@ -41,9 +41,10 @@ static weft_status check_tensor(const char *fn, const char *name, const char *wh
     if (t->shape[d] < 0)
       return INVALID("%s('%s'): %s tensor has negative dimension %d (%lld)", fn, name, what, d,
                      (long long)t->shape[d]);
-    if (t->shape[d] && n > (SIZE_MAX / 4) / es / (size_t)t->shape[d])
+    /* no division: this runs for every tensor of every op */
+    size_t b;
+    if (__builtin_mul_overflow(n, (size_t)t->shape[d], &n) || __builtin_mul_overflow(n, es, &b) || b > SIZE_MAX / 4)
       return INVALID("%s('%s'): %s tensor is too large", fn, name, what);
-    n *= (size_t)t->shape[d];
   }
   if (n > 0 && !t->data) return INVALID("%s('%s'): %s tensor has %zu elements but data is NULL", fn, name, what, n);
   if (t->device != WEFT_DEVICE_CPU)
@@ -105,7 +106,7 @@ static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, 
     r->alloc = o->alloc;
     r->alloc_ctx = o->alloc_ctx;
   }
-  r->deadline = wf_deadline_after(g->world->timeout_seconds);
+  r->deadline = wf_deadline_after_coarse(g->world->timeout_seconds); /* a clock read per op: the cheap one */
   return r;
 }
 

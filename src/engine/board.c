@@ -28,6 +28,7 @@
 
 #include "util/copy.h"
 #include "util/err.h"
+#include "util/strmap.h"
 #include "util/time.h"
 
 #define NREC 1024u       /* records (names) per board */
@@ -70,24 +71,26 @@ void __tsan_release(void *addr);
 #endif
 
 typedef struct round {
-  _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
-  _Atomic uint32_t sleepers; /* waiters asleep on word */
-  _Atomic uint32_t state;    /* R_* */
+  /* the line waiters poll, written when the round opens, completes,
+   * diverts or is freed (arrivals and claims write the next one, so a
+   * waiter's reads do not take the line from an arrival in progress) */
+  alignas(64) _Atomic uint32_t state; /* R_* */
   _Atomic uint32_t gen;
   int32_t data;              /* data slot, D_NONE, D_INLINE or D_REMOTE */
+  _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
+  _Atomic uint32_t sleepers; /* waiters asleep on word */
+  alignas(64) uint64_t arrived; /* group-rank bits (under the record's lock) */
+  _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
   uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
   _Atomic uint32_t gone;     /* remote round: a member stopped waiting for the claims */
-  uint64_t arrived;          /* group-rank bits (under the record's lock) */
-  _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
 } round;
 
 typedef struct record {
-  /* what every arrival writes: the lock and round 0 on the first line,
-   * round 1 on the second */
+  /* what every arrival writes: the lock on its own line, then each round
+   * on two (above) */
   alignas(128) _Atomic uint32_t lock; /* 0 free, 1 held, 2 held with sleepers */
-  round r0;
-  alignas(64) round r1;
+  round r0, r1;
   /* read-mostly (every lookup reads the key; not on the lock's line, which
    * moves between ranks at every arrival): written when made, and when a
    * round opens only if its description changed */
@@ -230,10 +233,9 @@ static void unlock(_Atomic uint32_t *l) {
 /* ------------------------------------------------------------------ records */
 
 
+/* Every local rank runs the same code: the same hash. */
 static uint64_t hash_of(uint32_t group, const char *name) {
-  uint64_t h = 1469598103934665603ull ^ group; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ull;
-  return h;
+  return wf_str_hash(name) ^ (uint64_t)group * 0x9e3779b97f4a7c15ull;
 }
 
 static record *rec_at(const wf_board *b, uint32_t i) { return (record *)(b->recs + b->rec_stride * i); }

@@ -21,6 +21,7 @@
  * first dimension, uneven splits on one rank) divert the round, and the
  * coordinator handles it as without the board. */
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,7 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
     return 0;
   }
   if (!*len) *part = NULL;
-  memset(d, 0, sizeof *d);
+  memset(d, 0, offsetof(wf_board_desc, shape)); /* the shape's first ndim entries are set below; the rest unread */
   /* Copy-free when the host may read across processes: inputs stay where
    * they are (board.h, remote rounds); every rank decides alike (the same
    * description, cma_ok agreed at init; a rank that does not diverts).

@@ -109,3 +109,5 @@ void wf_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 wf_copy_fn wf_copy_nt(void) { return NULL; }
 
 #endif
+
+void wf_zero(void *p, size_t n) { memset(p, 0, n); }

@@ -8,7 +8,11 @@
  * copy of collective data goes through here: relatively misaligned copies
  * of 1 KiB and more take a vector loop, the rest memcpy.
  *
- * wf_copy_nt returns this CPU's streaming (non-temporal) copy, or NULL. */
+ * wf_copy_nt returns this CPU's streaming (non-temporal) copy, or NULL.
+ *
+ * wf_zero is memset(p, 0, n) that stays a call to libc: GCC turns a
+ * memset of a few hundred constant bytes into rep stos, whose start costs
+ * more on AMD Zen than libc's vector stores take for the whole. */
 #ifndef WF_UTIL_COPY_H
 #define WF_UTIL_COPY_H
 #include <stddef.h>
@@ -17,5 +21,6 @@ typedef void (*wf_copy_fn)(void *dst, const void *src, size_t n);
 
 void wf_copy(void *dst, const void *src, size_t n);
 wf_copy_fn wf_copy_nt(void);
+void wf_zero(void *p, size_t n);
 
 #endif

@@ -11,7 +11,7 @@ static const char k_tomb_key[] = ""; /* a deleted slot's key: non-NULL, never co
 /* Eight bytes at a time (names share long prefixes: "layer.12.weight"),
  * then a murmur3 finaliser so the low bits the table indexes by depend on
  * every byte. */
-static uint64_t hash(const char *s) {
+uint64_t wf_str_hash(const char *s) {
   size_t n = strlen(s);
   uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
   for (; n >= 8; s += 8, n -= 8) {
@@ -55,7 +55,7 @@ static wf_strmap_entry *find(const wf_strmap *m, const char *key, uint64_t h) {
 }
 
 void *wf_strmap_get(const wf_strmap *m, const char *key) {
-  wf_strmap_entry *e = find(m, key, hash(key));
+  wf_strmap_entry *e = find(m, key, wf_str_hash(key));
   return e ? e->val : NULL;
 }
 
@@ -70,7 +70,7 @@ static int grow(wf_strmap *m) {
     wf_strmap_entry *e = &m->slots[i];
     if (!e->key || e->tomb) continue;
     /* only the high bits are kept: recompute the low ones (growth is rare) */
-    size_t j = hash(e->key) & (ncap - 1);
+    size_t j = wf_str_hash(e->key) & (ncap - 1);
     while (ns[j].key) j = (j + 1) & (ncap - 1);
     ns[j] = *e;
   }
@@ -104,7 +104,7 @@ static int store(wf_strmap *m, const char *key, uint64_t h, void *val, int borro
 int wf_strmap_get_or_insert(wf_strmap *m, const char *key, void *val, int borrow, void **found) {
   /* grow first (as store would), so the slot found below stays valid */
   if ((m->used + 1) * 2 >= m->cap && grow(m)) return -1;
-  uint64_t h = hash(key);
+  uint64_t h = wf_str_hash(key);
   size_t mask = m->cap - 1, i = h & mask, slot = SIZE_MAX;
   uint32_t tag = TAG(h);
   for (;; i = (i + 1) & mask) {
@@ -134,7 +134,7 @@ int wf_strmap_get_or_insert(wf_strmap *m, const char *key, void *val, int borrow
 }
 
 int wf_strmap_put(wf_strmap *m, const char *key, void *val) {
-  uint64_t h = hash(key);
+  uint64_t h = wf_str_hash(key);
   wf_strmap_entry *e = find(m, key, h);
   if (e) {
     e->val = val;
@@ -144,7 +144,7 @@ int wf_strmap_put(wf_strmap *m, const char *key, void *val) {
 }
 
 int wf_strmap_insert(wf_strmap *m, const char *key, void *val, int borrow) {
-  uint64_t h = hash(key);
+  uint64_t h = wf_str_hash(key);
   if (find(m, key, h)) return 1;
   return store(m, key, h, val, borrow);
 }
@@ -161,12 +161,12 @@ static void *remove_entry(wf_strmap *m, wf_strmap_entry *e) {
 }
 
 void *wf_strmap_del(wf_strmap *m, const char *key) {
-  wf_strmap_entry *e = find(m, key, hash(key));
+  wf_strmap_entry *e = find(m, key, wf_str_hash(key));
   return e ? remove_entry(m, e) : NULL;
 }
 
 int wf_strmap_del_val(wf_strmap *m, const char *key, const void *val) {
-  wf_strmap_entry *e = find(m, key, hash(key));
+  wf_strmap_entry *e = find(m, key, wf_str_hash(key));
   if (!e || e->val != val) return 0;
   remove_entry(m, e);
   return 1;

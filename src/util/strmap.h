@@ -25,6 +25,9 @@ typedef struct wf_strmap {
   size_t used;      /* live + tombstones */
 } wf_strmap;
 
+/* The maps' string hash: 64 bits, every byte mixed into the low ones (the
+ * one-host board hashes names with it too). */
+uint64_t wf_str_hash(const char *s);
 void wf_strmap_init(wf_strmap *m);
 void wf_strmap_free(wf_strmap *m);               /* frees copied keys, not values */
 void *wf_strmap_get(const wf_strmap *m, const char *key);
