@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/fast.h"
 #include "util/err.h"
+#include "util/strmap.h"
 #include "util/time.h"
 
 #define INVALID(...) wf_err(WEFT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
@@ -92,6 +93,7 @@ static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, 
   while (nd) *k++ = digits[--nd];
   *k++ = '/';
   memcpy(k, r->msg.name, len + 1); /* at most 10 + 1 + 255 + 1 bytes: fits */
+  r->key_hash = wf_str_hash_n(r->key, (size_t)(k - r->key) + len); /* once: the in-flight set and the board */
   if (in) {
     r->in = *in;
     r->msg.dtype = (uint8_t)in->dtype;
@@ -121,7 +123,7 @@ static weft_status submit(weft_request *r, weft_request **out) {
     st = wf_err(w->fail_status, "%s", w->fail_msg);
   } else if (w->stopping) {
     st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  } else if ((rc = wf_strmap_insert(&w->inflight, r->key, r, 1)) != 0) {
+  } else if ((rc = wf_strmap_insert_h(&w->inflight, r->key, r->key_hash, r, 1)) != 0) {
     /* the key lives in r, which leaves the set before it is freed (completion) */
     st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll),
                           r->msg.name, w->rank)
@@ -362,14 +364,14 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
   else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
   int put = 0;
   for (; st == WEFT_OK && put < n; put++) {
-    int rc = wf_strmap_insert(&w->inflight, kids[put]->key, kids[put], 1); /* key borrowed: see submit */
+    int rc = wf_strmap_insert_h(&w->inflight, kids[put]->key, kids[put]->key_hash, kids[put], 1); /* key borrowed: see submit */
     if (rc > 0)
       st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", fn, kids[put]->msg.name, w->rank);
     else if (rc < 0) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
     if (rc) break;
   }
   if (st != WEFT_OK) {
-    for (int i = 0; i < put; i++) wf_strmap_del(&w->inflight, kids[i]->key);
+    for (int i = 0; i < put; i++) wf_strmap_del_val_h(&w->inflight, kids[i]->key, kids[i]->key_hash, kids[i]);
   } else {
     for (int i = 0; i < n; i++) { /* one lock: the engine sees all of them in the same drain */
       kids[i]->next = NULL;

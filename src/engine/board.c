@@ -233,9 +233,10 @@ static void unlock(_Atomic uint32_t *l) {
 /* ------------------------------------------------------------------ records */
 
 
-/* Every local rank runs the same code: the same hash. */
-static uint64_t hash_of(uint32_t group, const char *name) {
-  return wf_str_hash(name) ^ (uint64_t)group * 0x9e3779b97f4a7c15ull;
+uint64_t wf_board_hash(uint32_t group, const char *name) {
+  char key[WF_NAME_MAX + 16];
+  int n = snprintf(key, sizeof key, "%u/%s", (unsigned)group, name);
+  return wf_str_hash_n(key, n < 0 ? 0 : (size_t)n < sizeof key ? (size_t)n : sizeof key - 1);
 }
 
 static record *rec_at(const wf_board *b, uint32_t i) { return (record *)(b->recs + b->rec_stride * i); }
@@ -256,8 +257,7 @@ static record *probe(wf_board *b, uint32_t group, const char *name, uint64_t h, 
 
 /* The record of (group, name), made if absent; NULL when its chain is full:
  * permanent for that name, on every rank alike. */
-static record *find(wf_board *b, uint32_t group, const char *name, int64_t deadline, uint32_t *idx) {
-  uint64_t h = hash_of(group, name);
+static record *find(wf_board *b, uint32_t group, const char *name, uint64_t h, int64_t deadline, uint32_t *idx) {
   record *r = probe(b, group, name, h, idx);
   if (r || *idx == NREC) return r;
   if (lock(b, &b->h->lock, deadline) != WEFT_OK) return NULL;
@@ -471,11 +471,18 @@ static void put(const wf_board *b, wf_board_ticket t, int grank, const void *par
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
                             const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
                             int64_t deadline, int *how, wf_board_ticket *t) {
+  return wf_board_arrive_h(b, group, name, wf_board_hash(group, name), grank, gsize, desc, part, part_len, own_block,
+                           deadline, how, t);
+}
+
+weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uint64_t hash, int grank, int gsize,
+                              const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                              int64_t deadline, int *how, wf_board_ticket *t) {
   *how = WF_BOARD_SLOW;
   if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
   if (part_len > wf_board_large_bytes(b) && !(desc && desc->remote)) desc = NULL; /* remote: nothing copied in */
   uint32_t idx;
-  record *r = wf_board_is_off(b) ? NULL : find(b, group, name, deadline, &idx);
+  record *r = wf_board_is_off(b) ? NULL : find(b, group, name, hash, deadline, &idx);
   if (!r) return WEFT_OK;
   WF_CHECK(lock(b, &r->lock, deadline));
   if (atomic_load(&b->h->off)) { /* turned off meanwhile: the counts no longer matter */

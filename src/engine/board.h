@@ -105,6 +105,14 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
                             const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
                             int64_t deadline, int *how, wf_board_ticket *t);
 
+/* The same with hash = wf_board_hash(group, name), computed by the caller:
+ * wf_str_hash of "<group>/<name>", the in-flight key's (weft_request's
+ * key_hash). */
+weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uint64_t hash, int grank, int gsize,
+                              const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                              int64_t deadline, int *how, wf_board_ticket *t);
+uint64_t wf_board_hash(uint32_t group, const char *name);
+
 /* The round's state for ticket t, without the lock: WF_BOARD_WAIT (still
  * open), WF_BOARD_DONE (every input is there) or WF_BOARD_SLOW (diverted).
  * DONE is read with acquire order: the inputs are then readable. */

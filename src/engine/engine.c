@@ -111,7 +111,7 @@ static void complete_rest(weft_world *w, weft_request *r) {
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < n; i++) {
-    wf_strmap_del_val(&w->inflight, rs[i]->key, rs[i]); /* one lookup; the key's own pointer: no strcmp */
+    wf_strmap_del_val_h(&w->inflight, rs[i]->key, rs[i]->key_hash, rs[i]); /* one lookup; the key's own pointer: no strcmp */
     wf_fast_unlist_locked(w, rs[i]);
     /* release: the result fields become visible to a thread that reads
      * state == DONE with acquire (weft_test / weft_wait) */

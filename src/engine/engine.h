@@ -58,6 +58,7 @@ struct weft_request {
   wf_request_msg msg;        /* the wire description (name, coll, dtype, shape, ...) */
   char key[WF_NAME_MAX + 16];/* "<group id>/<name>": the in-flight set's key */
   weft_tensor in, out;       /* descriptors; shapes point into in_shape/out_shape */
+  uint64_t key_hash;         /* wf_str_hash(key), also the board's record hash (wf_board_hash) */
   int64_t in_shape[WEFT_MAX_DIMS], out_shape[WEFT_MAX_DIMS];
   weft_done_fn callback;
   void *user_data;

@@ -327,8 +327,10 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   char nb[32];
   /* an alltoall's own block stays out of the slot: only this rank reads it */
   size_t own = ok && d.coll == WF_COLL_ALLTOALL && !d.remote ? bytes / (size_t)g->size : 0;
-  weft_status st = wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, ok ? &d : NULL, part,
-                                   bytes, own, r->deadline, &how, &r->fast_t);
+  const char *name = board_name(r, nb, sizeof nb);
+  uint64_t h = name == r->msg.name ? r->key_hash : wf_board_hash(g->id, name);
+  weft_status st = wf_board_arrive_h(w->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, own,
+                                     r->deadline, &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
     list_del(w, r);

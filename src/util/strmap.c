@@ -11,8 +11,9 @@ static const char k_tomb_key[] = ""; /* a deleted slot's key: non-NULL, never co
 /* Eight bytes at a time (names share long prefixes: "layer.12.weight"),
  * then a murmur3 finaliser so the low bits the table indexes by depend on
  * every byte. */
-uint64_t wf_str_hash(const char *s) {
-  size_t n = strlen(s);
+uint64_t wf_str_hash(const char *s) { return wf_str_hash_n(s, strlen(s)); }
+
+uint64_t wf_str_hash_n(const char *s, size_t n) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
   for (; n >= 8; s += 8, n -= 8) {
     uint64_t w;
@@ -144,7 +145,10 @@ int wf_strmap_put(wf_strmap *m, const char *key, void *val) {
 }
 
 int wf_strmap_insert(wf_strmap *m, const char *key, void *val, int borrow) {
-  uint64_t h = wf_str_hash(key);
+  return wf_strmap_insert_h(m, key, wf_str_hash(key), val, borrow);
+}
+
+int wf_strmap_insert_h(wf_strmap *m, const char *key, uint64_t h, void *val, int borrow) {
   if (find(m, key, h)) return 1;
   return store(m, key, h, val, borrow);
 }
@@ -166,7 +170,11 @@ void *wf_strmap_del(wf_strmap *m, const char *key) {
 }
 
 int wf_strmap_del_val(wf_strmap *m, const char *key, const void *val) {
-  wf_strmap_entry *e = find(m, key, wf_str_hash(key));
+  return wf_strmap_del_val_h(m, key, wf_str_hash(key), val);
+}
+
+int wf_strmap_del_val_h(wf_strmap *m, const char *key, uint64_t h, const void *val) {
+  wf_strmap_entry *e = find(m, key, h);
   if (!e || e->val != val) return 0;
   remove_entry(m, e);
   return 1;

@@ -28,6 +28,7 @@ typedef struct wf_strmap {
 /* The maps' string hash: 64 bits, every byte mixed into the low ones (the
  * one-host board hashes names with it too). */
 uint64_t wf_str_hash(const char *s);
+uint64_t wf_str_hash_n(const char *s, size_t n); /* the same for s of n bytes (strlen(s)) */
 void wf_strmap_init(wf_strmap *m);
 void wf_strmap_free(wf_strmap *m);               /* frees copied keys, not values */
 void *wf_strmap_get(const wf_strmap *m, const char *key);
@@ -38,6 +39,8 @@ int wf_strmap_put(wf_strmap *m, const char *key, void *val);
  * unchanged), -1 out of memory (map unchanged). borrow: store the caller's
  * pointer instead of a copy (see above). One probe sequence. */
 int wf_strmap_insert(wf_strmap *m, const char *key, void *val, int borrow);
+/* The same with h = wf_str_hash(key), computed once by the caller. */
+int wf_strmap_insert_h(wf_strmap *m, const char *key, uint64_t h, void *val, int borrow);
 /* The value under key if present (returns 1, *found set), else inserts
  * key -> val like wf_strmap_insert (returns 0; -1 out of memory). One
  * probe sequence. */
@@ -46,6 +49,7 @@ int wf_strmap_get_or_insert(wf_strmap *m, const char *key, void *val, int borrow
 void *wf_strmap_del(wf_strmap *m, const char *key);
 /* Removes key only if it maps to val; returns 1 if it did. */
 int wf_strmap_del_val(wf_strmap *m, const char *key, const void *val);
+int wf_strmap_del_val_h(wf_strmap *m, const char *key, uint64_t h, const void *val); /* h = wf_str_hash(key) */
 /* Iteration: for (size_t i = 0; i < m->cap; i++) if (m->slots[i].key && !m->slots[i].tomb) ... */
 
 #endif

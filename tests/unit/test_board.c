@@ -34,6 +34,7 @@
 
 #include "engine/board.h"
 #include "unit_check.h"
+#include "util/strmap.h"
 #include "util/time.h"
 
 static size_t rup(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -483,7 +484,31 @@ out:
   free(mem);
 }
 
+/* A record's hash is the in-flight key's ("<group>/<name>"), which the
+ * submission hashes once for both; arrivals with and without it meet. */
+static void test_hash(void) {
+  CHECK(wf_board_hash(7, "layer.12.weight") == wf_str_hash("7/layer.12.weight"), "board hash is not the key's");
+  CHECK(wf_board_hash(7, "a") != wf_board_hash(71, ""), "group and name are not kept apart");
+  wf_board *b[2];
+  void *mem = open_boards(2, 0, b);
+  CHECK(b[0] && b[1], "no board");
+  if (!b[0] || !b[1]) return;
+  wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_FLOAT32, 2);
+  float x[2] = {1, 2}, y[2] = {10, 20};
+  int how0, how1;
+  wf_board_ticket t0, t1;
+  int64_t dl = wf_deadline_after(5);
+  CHECK(wf_board_arrive_h(b[0], 3, "h", wf_str_hash("3/h"), 0, 2, &d, x, sizeof x, 0, dl, &how0, &t0) == WEFT_OK,
+        "arrive_h failed");
+  CHECK(wf_board_arrive(b[1], 3, "h", 1, 2, &d, y, sizeof y, 0, dl, &how1, &t1) == WEFT_OK, "arrive failed");
+  CHECK(how0 == WF_BOARD_WAIT && how1 == WF_BOARD_DONE && t0.rec == t1.rec,
+        "an arrival with its hash and one without did not meet (how %d %d, records %u %u)", how0, how1, t0.rec, t1.rec);
+  for (int k = 0; k < 2; k++) wf_board_close(b[k]);
+  free(mem);
+}
+
 int main(void) {
+  test_hash();
   test_geometry();
   test_unclaimed();
   test_remote();
