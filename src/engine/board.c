@@ -2,11 +2,13 @@
  * its layout, its locks, and the round state machine. Any thread of any
  * local rank; every wait is bounded.
  *
- * Locks: each record has its own, on the line of round 0 (round 1 has the
- * next line; the key, read by every lookup, is on read-mostly lines), so an
- * arrival touches one or two shared lines plus its own input; waiters read
- * (with a pause) instead of retrying exchanges, which would take the line
- * from the holder;
+ * Locks: each record has its own, on a line of its own; each round has
+ * two lines, one that arrivals and claims write and one that waiters poll
+ * (the key, read by every lookup, is on read-mostly lines), so an arrival
+ * writes the lock's line, its round's bookkeeping and its own input, and
+ * reads the polled line (written once more if it completes the round);
+ * waiters read (with a pause)
+ * instead of retrying exchanges, which would take the line from the holder;
  * the board's lock only serialises inserting a record and the data-slot
  * pool, always taken inside a record's lock, never around one. Records are
  * never removed, so lookups need no lock: a record is published (used = 1,
@@ -198,6 +200,16 @@ static inline void cpu_relax(void) {
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
+#endif
+}
+
+/* A hint to fetch p's line for writing (x86 prefetchw: a no-op on CPUs
+ * without it). */
+static inline void prefetch_w(const void *p) {
+#if defined(__x86_64__)
+  __asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)p));
+#else
+  __builtin_prefetch(p, 1, 3);
 #endif
 }
 
@@ -484,12 +496,17 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
   uint32_t idx;
   record *r = wf_board_is_off(b) ? NULL : find(b, group, name, hash, deadline, &idx);
   if (!r) return WEFT_OK;
+  /* this rank's cell (its inline input), to be written under the lock:
+   * its line comes over (from the members that read it last) while the
+   * lock's does */
+  if (part_len && part_len <= INLINE) /* the count: another thread may bump it under the lock meanwhile */
+    prefetch_w(cell_of(b, r, __atomic_load_n(&b->count[idx], __ATOMIC_RELAXED), grank));
   WF_CHECK(lock(b, &r->lock, deadline));
   if (atomic_load(&b->h->off)) { /* turned off meanwhile: the counts no longer matter */
     unlock(&r->lock);
     return WEFT_OK;
   }
-  uint32_t gen = b->count[idx]++;
+  uint32_t gen = __atomic_fetch_add(&b->count[idx], 1, __ATOMIC_RELAXED); /* under the lock; read above without */
   round *o = rnd(r, gen);
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);

@@ -21,8 +21,8 @@ uint64_t wf_str_hash_n(const char *s, size_t n) {
     h = (h ^ w) * 0xff51afd7ed558ccdull;
     h ^= h >> 32;
   }
-  uint64_t t = 0;
-  memcpy(&t, s, n);
+  uint64_t t = 0; /* the last n < 8 bytes (a memcpy of n would be a call) */
+  for (size_t i = 0; i < n; i++) t |= (uint64_t)(unsigned char)s[i] << (8 * i);
   h = (h ^ t) * 0xc4ceb9fe1a85ec53ull;
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;

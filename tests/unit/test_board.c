@@ -492,7 +492,11 @@ static void test_hash(void) {
   wf_board *b[2];
   void *mem = open_boards(2, 0, b);
   CHECK(b[0] && b[1], "no board");
-  if (!b[0] || !b[1]) return;
+  if (!b[0] || !b[1]) {
+    for (int k = 0; k < 2; k++) wf_board_close(b[k]);
+    free(mem);
+    return;
+  }
   wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_FLOAT32, 2);
   float x[2] = {1, 2}, y[2] = {10, 20};
   int how0, how1;
