@@ -283,6 +283,7 @@ static int settle(weft_world *w, weft_request *r, int st) {
     weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
     if (s == WEFT_OK) s = c;
     if (remote) {
+      if (s == WEFT_OK) wf_fast_own(w, r); /* the others' inputs are read: they may go on meanwhile */
       r->fast_status = s;
       r->fast_msg = s == WEFT_OK || msg ? (char *)msg : strdup(wf_err_msg());
       atomic_store(&r->fast, F_DRAIN);

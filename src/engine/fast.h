@@ -71,6 +71,11 @@ void wf_fast_off(weft_world *w);
 int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp);
 /* fast_coll.c: r's result from its DONE round (before the claim). */
 weft_status wf_fast_result(weft_world *w, weft_request *r);
+/* A remote allgather's or alltoall's own block, which wf_fast_result left
+ * for after the claim; nothing for other collectives. Only for a remote
+ * round (as its ticket said before the claim), after a successful
+ * wf_fast_result. */
+void wf_fast_own(weft_world *w, weft_request *r);
 /* fast_coll.c: one pass over r's DONE split round (the caller holds
  * r->split_busy): folds every slice nobody took yet, its own first, then
  * copies every folded slice it does not have yet into its output. 1 when

@@ -234,6 +234,24 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
   return have == wf_board_all(n);
 }
 
+/* A remote allgather's or alltoall's own block is copied after the claim
+ * (wf_fast_own): the others, waiting for this rank to read their inputs,
+ * go on meanwhile. */
+static int own_later(weft_world *w, weft_request *r) {
+  return (r->msg.coll == WF_COLL_ALLGATHER || r->msg.coll == WF_COLL_ALLTOALL) &&
+         wf_board_is_remote(w->board, r->fast_t);
+}
+
+void wf_fast_own(weft_world *w, weft_request *r) {
+  const wf_request_msg *m = &r->msg;
+  size_t bytes = elems(m) * weft_dtype_size((weft_dtype)m->dtype);
+  (void)w;
+  if (!bytes || !r->result || (m->coll != WF_COLL_ALLGATHER && m->coll != WF_COLL_ALLTOALL)) return;
+  size_t me = (size_t)r->fast_rank, block = m->coll == WF_COLL_ALLTOALL ? bytes / (size_t)r->fast_n : bytes;
+  size_t from = m->coll == WF_COLL_ALLTOALL ? me * block : 0;
+  wf_copy((char *)r->result + me * block, (const char *)r->in.data + from, block);
+}
+
 weft_status wf_fast_result(weft_world *w, weft_request *r) {
   const wf_request_msg *m = &r->msg;
   int n = r->fast_n, me = r->fast_rank;
@@ -247,7 +265,8 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
       return still_valid(w, r);
     case WF_COLL_ALLGATHER:
       WF_CHECK(alloc_result(r, bytes * (size_t)n));
-      for (int k = 0; k < n && bytes; k++) WF_CHECK(get(w, r, k, 0, (char *)r->result + (size_t)k * bytes, bytes));
+      for (int k = 0; k < n && bytes; k++)
+        if (k != me || !own_later(w, r)) WF_CHECK(get(w, r, k, 0, (char *)r->result + (size_t)k * bytes, bytes));
       wf_set_result_shape(r, m->shape[0] * n);
       return still_valid(w, r);
     case WF_COLL_ALLTOALL: {
@@ -256,10 +275,10 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
         return wf_err(WEFT_ERR_NO_MEMORY, "'%s': out of memory", m->name);
       r->nrecv_splits = n;
       WF_CHECK(alloc_result(r, bytes));
-      for (int k = 0; k < n; k++) {
-        r->recv_splits[k] = m->shape[0] / n;
-        WF_CHECK(get(w, r, k, (size_t)me * block, (char *)r->result + (size_t)k * block, block));
-      }
+      for (int k = 0; k < n; k++) r->recv_splits[k] = m->shape[0] / n;
+      for (int k = 0; k < n; k++)
+        if (k != me || !own_later(w, r))
+          WF_CHECK(get(w, r, k, (size_t)me * block, (char *)r->result + (size_t)k * block, block));
       wf_set_result_shape(r, m->shape[0]);
       return still_valid(w, r);
     }
