@@ -77,14 +77,15 @@ void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) {
 
 void wf_request_unref(weft_request *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
-  free(r->msg.splits);
-  free(r->error);
+  /* most are NULL: no call for them (this runs once per op) */
+  if (r->msg.splits) free(r->msg.splits);
+  if (r->error) free(r->error);
   if (r->result_owned) free(r->result);
-  free(r->recv_splits);
-  free(r->child_error);
-  free(r->fast_msg);
+  if (r->recv_splits) free(r->recv_splits);
+  if (r->child_error) free(r->child_error);
+  if (r->fast_msg) free(r->fast_msg);
   for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
-  free(r->kids);
+  if (r->kids) free(r->kids);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
   wf_request_release(r);
 }
