@@ -280,8 +280,9 @@ static int batch_room(void **items, size_t isz, int **dest, uint32_t n, uint32_t
 }
 
 /* Moves new submissions into their group's tensor table and sends their
- * requests to each group's coordinator, one batch per coordinator. */
-static void drain_submissions(weft_world *w) {
+ * requests to each group's coordinator, one batch per coordinator. 1 if
+ * there were submissions or groups. */
+static int drain_submissions(weft_world *w) {
   pthread_mutex_lock(&w->mu);
   weft_request *r = w->q_head;
   w->q_head = w->q_tail = NULL;
@@ -296,7 +297,7 @@ static void drain_submissions(weft_world *w) {
   if (add || del) drain_groups(w, add, NULL);
   if (!r) {
     if (del) drain_groups(w, NULL, del);
-    return;
+    return add || del;
   }
   wf_request_msg *batch = NULL; /* grouped by destination below */
   int *dest = NULL;
@@ -384,13 +385,14 @@ static void drain_submissions(weft_world *w) {
   free(batch);
   free(dest);
   if (del) drain_groups(w, NULL, del);
-  return;
+  return 1;
 oom:
   free(batch);
   free(dest);
   free(refs);
   free(rdest);
   wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory batching requests");
+  return 1;
 }
 
 /* Coordinators: send each group's new responses to its members (and queue
@@ -513,7 +515,11 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
-  if (w->fast_next < d) d = w->fast_next;
+  int64_t f = atomic_load(&w->fast_next);
+  /* a request listed since the last scan (seq_cst: against a caller that
+   * read fast_next to see whether to wake this thread, fast.c) */
+  if (atomic_load(&w->fast_kick) && f > now + WF_FAST_SCAN_NS) f = now + WF_FAST_SCAN_NS;
+  if (f < d) d = f;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
   return x < d ? x : d;
@@ -620,13 +626,17 @@ static void *engine_main(void *arg) {
       }
       n = epoll_wait(w->epfd, evs, 64, ms);
     }
-    if (n > 0) w->last_busy = now;
     if (n < 0 && errno != EINTR) {
       wf_world_fail(w, WEFT_ERR_SYSTEM, "epoll_wait: %s", strerror(errno));
       n = 0;
     }
     wf_tl_cycle(&w->tl);
+    /* busy (poll for IDLE_SPIN_NS before blocking again): a socket event or
+     * new submissions, whose responses follow soon; not a wake-up alone (a
+     * one-host remote round's kick, a failure, finalize), which would have
+     * this thread poll beside ranks that need the cores */
     for (int i = 0; i < n; i++) {
+      if (evs[i].data.u32 != EV_WAKE) w->last_busy = now;
       if (evs[i].data.u32 == EV_WAKE) {
         uint64_t v;
         ssize_t r = read(w->evfd, &v, sizeof v);
@@ -649,7 +659,7 @@ static void *engine_main(void *arg) {
     if (abort_send) wf_engine_send_abort(w, reason);
     if (fail != WEFT_OK) fail_all(w);
     if (stopping) break;
-    drain_submissions(w);
+    if (drain_submissions(w)) w->last_busy = now;
     wf_engine_process_inbox(w);
     if (wf_world_failed(w)) {
       fail_all(w);
@@ -662,9 +672,8 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
-    if (w->fast_next <= now || atomic_exchange(&w->fast_kick, 0)) {
-      w->fast_next = wf_fast_scan(w, now);
-    }
+    if (atomic_load_explicit(&w->fast_next, memory_order_relaxed) <= now || atomic_exchange(&w->fast_kick, 0))
+      atomic_store(&w->fast_next, wf_fast_scan(w, now));
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;
       wf_world_fail(w, w->later_st, "%s", w->later_msg);

@@ -223,7 +223,7 @@ struct weft_world {
   _Atomic int fast_kick;     /* a request was added: scan soon */
   _Atomic uint64_t fast_done, fast_diverted; /* requests completed on the board / handed to the engine after arriving */
   _Atomic uint64_t fast_remote;              /* of fast_done: remote rounds (read across processes) */
-  int64_t fast_next;         /* engine thread: next scan */
+  _Atomic int64_t fast_next; /* next scan (written by the engine thread; callers read it: fast.c) */
 };
 
 /* Engine lifecycle (world.c calls these). */

@@ -15,7 +15,6 @@
 #include "util/params.h"
 #include "util/time.h"
 
-#define SCAN_NS 5000000 /* the engine looks at pending fast requests this often */
 #define STOP_WAIT_NS 2000000000
 
 /* r->fast: F_DRAIN is a remote round's request whose reads are done and
@@ -344,11 +343,15 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
     settle(w, r, WF_BOARD_DONE);
   } else {
     /* no wake-up (it would cost the waiting ranks a core): the engine scans
-     * when it next wakes, then every SCAN_NS while any is pending; except
-     * for a remote round, where a member that does not read soon holds up
-     * the others' completions */
+     * within WF_FAST_SCAN_NS (it reads the kick before it sleeps), then
+     * every WF_FAST_SCAN_NS while any is pending. A remote round, where a
+     * member that does not read soon holds up the others' completions,
+     * wakes it only if no scan is due that soon (seq_cst, against the
+     * engine's store of its next scan and its read of the kick): in a loop
+     * of them, a wake-up every 5 ms instead of one per op (2 ranks, 1 MiB
+     * alltoall: 78 -> 71 us) */
     atomic_store(&w->fast_kick, 1);
-    if (ok && d.remote) wf_engine_wake(w);
+    if (ok && d.remote && atomic_load(&w->fast_next) > wf_now_ns() + WF_FAST_SCAN_NS) wf_engine_wake(w);
   }
   leave(w);
   return 1;
@@ -435,7 +438,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   pthread_mutex_lock(&w->mu);
   int left = w->nfast;
   pthread_mutex_unlock(&w->mu);
-  return left ? now + SCAN_NS : INT64_MAX;
+  return left ? now + WF_FAST_SCAN_NS : INT64_MAX;
 }
 
 void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {

@@ -38,6 +38,9 @@
 #include "engine/board.h"
 #include "engine/engine.h"
 
+/* The engine looks at pending fast requests this often. */
+#define WF_FAST_SCAN_NS 5000000
+
 /* Engine start, after the shared segment exists: opens the board. */
 void wf_fast_start(weft_world *w);
 /* Engine stop, before the segment is unmapped: waits (bounded) until no
