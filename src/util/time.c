@@ -2,7 +2,6 @@
 #include "util/time.h"
 
 #include <limits.h>
-#include <stdatomic.h>
 #include <time.h>
 
 int64_t wf_now_ns(void) {
@@ -11,26 +10,11 @@ int64_t wf_now_ns(void) {
   return (int64_t)ts.tv_sec * WF_NS_PER_SEC + ts.tv_nsec;
 }
 
-static int64_t clip_ns(double seconds) {
+int64_t wf_deadline_after(double seconds) {
   const double year = 365.0 * 24 * 3600;
   if (!(seconds > 0)) seconds = 0;
   if (seconds > year) seconds = year;
-  return (int64_t)(seconds * 1e9);
-}
-
-int64_t wf_deadline_after(double seconds) { return wf_now_ns() + clip_ns(seconds); }
-
-int64_t wf_deadline_after_coarse(double seconds) {
-  static _Atomic int64_t tick; /* the coarse clock's resolution; 0: not read yet */
-  int64_t res = atomic_load_explicit(&tick, memory_order_relaxed);
-  struct timespec ts;
-  if (!res) {
-    /* its time is the last tick's, behind CLOCK_MONOTONIC by less than one */
-    res = clock_getres(CLOCK_MONOTONIC_COARSE, &ts) == 0 ? (int64_t)ts.tv_sec * WF_NS_PER_SEC + ts.tv_nsec : -1;
-    atomic_store_explicit(&tick, res, memory_order_relaxed);
-  }
-  if (res < 0 || res > 100000000 || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return wf_deadline_after(seconds);
-  return (int64_t)ts.tv_sec * WF_NS_PER_SEC + ts.tv_nsec + res + clip_ns(seconds);
+  return wf_now_ns() + (int64_t)(seconds * 1e9);
 }
 
 int wf_ms_until(int64_t deadline_ns) {

@@ -11,10 +11,6 @@ int64_t wf_now_ns(void);
 /* Deadline seconds from now (<= 0 or huge: WF_NO_DEADLINE is never returned;
  * callers always get a finite deadline, capped at one year). */
 int64_t wf_deadline_after(double seconds);
-/* The same from the coarse clock (a fifth of the cost): at least seconds
- * from now, at most one clock tick (a few ms) more. For per-operation
- * deadlines, where a tick does not matter. */
-int64_t wf_deadline_after_coarse(double seconds);
 /* Milliseconds until deadline, clamped to [0, INT32_MAX] (for poll/epoll). */
 int wf_ms_until(int64_t deadline_ns);
 /* Microseconds since the Unix epoch (timeline metadata). */

@@ -81,5 +81,31 @@ int main(void) {
   }
   CHECK(m.len == 64, "len %zu after get_or_insert, expected 64", m.len);
   wf_strmap_free(&m); /* frees the copied keys only (ASan: no leak, no bad free) */
+  /* the hash of a key given its length is the hash of the string, and every
+   * byte of it counts, the tail after the last 8-byte word included */
+  char s[48];
+  for (int n = 0; n < 41; n++) {
+    for (int i = 0; i < n; i++) s[i] = (char)('a' + (i * 7 + n) % 26);
+    s[n] = '\0';
+    uint64_t h = wf_str_hash(s);
+    CHECK(wf_str_hash_n(s, (size_t)n) == h, "hash_n of %d bytes differs from the string's hash", n);
+    for (int i = 0; i < n; i++) {
+      s[i] ^= 0x20;
+      CHECK(wf_str_hash(s) != h, "byte %d of a %d-byte key does not change its hash", i, n);
+      s[i] ^= 0x20;
+    }
+  }
+  /* the _h variants with the caller's hash meet the plain ones */
+  wf_strmap_init(&m);
+  for (int i = 0; i < 64; i++)
+    CHECK(wf_strmap_insert_h(&m, names[i], wf_str_hash(names[i]), &vals[i], 1) == 0, "insert_h %s", names[i]);
+  for (int i = 0; i < 64; i++) {
+    snprintf(key, sizeof key, "layer.%d.weight", i);
+    CHECK(wf_strmap_get(&m, key) == &vals[i], "get after insert_h %s", key);
+    int gone = i % 2 ? wf_strmap_del_val_h(&m, key, wf_str_hash(key), &vals[i]) : wf_strmap_del_val(&m, key, &vals[i]);
+    CHECK(gone && !wf_strmap_get(&m, key), "delete (%s) of %s", i % 2 ? "del_val_h" : "del_val", key);
+  }
+  CHECK(m.len == 0, "len %zu after deleting every key", m.len);
+  wf_strmap_free(&m);
   return unit_result("test_strmap");
 }
