@@ -450,6 +450,36 @@ static void suite_moves(size_t bytes, int pmax) {
   }
 }
 
+/* Outputs past the cache: once the host's outputs (every rank's) reach 32
+ * MiB, copy-out streams (shm_stage.c NT_HOST_BYTES). Each collective that
+ * copies out, just past that size, in byte and odd-sized types so the
+ * copies start and end off the 32-byte grid of the streaming stores; the
+ * guards around every buffer catch a copy that runs over. */
+static void suite_streaming(void) {
+  static const dtop u8 = {WEFT_DTYPE_UINT8, WEFT_OP_SUM, 1, "uint8"}, f32 = {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 4, "f32"},
+                    i16 = {WEFT_DTYPE_INT16, WEFT_OP_MAX, 2, "int16 max"};
+  const size_t mib = (size_t)1 << 20;
+  host H;
+  host_init(&H, 2, 4 * mib, 0);
+  for (int alias = 0; alias < 2; alias++) {
+    coll_case c = {.coll = WF_COLL_ALLGATHER, .d = &u8, .n = 8 * mib + 3, .pat = PAT_UNEVEN, .alias = alias};
+    snprintf(g_ctx, sizeof g_ctx, "allgather shm p=2 uint8 16 MiB alias %d (streaming copy-out)", alias);
+    run_case(&H, &c, alias, 41);
+  }
+  coll_case b = {.coll = WF_COLL_BROADCAST, .d = &u8, .n = 16 * mib + 5, .root = 1};
+  snprintf(g_ctx, sizeof g_ctx, "broadcast shm p=2 uint8 16 MiB root 1 (streaming copy-out)");
+  run_case(&H, &b, 2, 42);
+  host_free(&H);
+  host_init(&H, 3, 4 * mib, 0);
+  coll_case r = {.coll = WF_COLL_ALLREDUCE, .d = &f32, .n = 11 * mib / 4 + 7};
+  snprintf(g_ctx, sizeof g_ctx, "allreduce shm p=3 f32 11 MiB (streaming copy-out)");
+  run_case(&H, &r, 1, 43);
+  coll_case r2 = {.coll = WF_COLL_ALLREDUCE, .d = &i16, .n = 11 * mib / 2 + 1};
+  snprintf(g_ctx, sizeof g_ctx, "allreduce shm p=3 int16 max 11 MiB (streaming copy-out)");
+  run_case(&H, &r2, 0, 44);
+  host_free(&H);
+}
+
 /* Fused tensors reduced where they lie (wf_seg): random segment sizes
  * (runs of one element, segments inside a slice, across slices, chunks and
  * slots), each segment its own guarded allocation; bit for bit against
@@ -731,6 +761,7 @@ int main(void) {
   suite_reducescatter(16384 + HDR, pmax);
   suite_moves(16384 + HDR, pmax);
   suite_moves((size_t)1 << 20, 3);
+  suite_streaming();
   for (int p = 2; p <= 5; p++) suite_threads(p % 2 ? 16384 + HDR : (size_t)1 << 20, p, TEST_TSAN ? 40 : 150, 5 + (uint64_t)p);
   printf("test_algo_shm: OK (%zu simulations)\n", g_sims);
   return 0;
