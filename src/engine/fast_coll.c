@@ -110,14 +110,17 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   }
   if (!*len) *part = NULL;
   memset(d, 0, offsetof(wf_board_desc, shape)); /* the shape's first ndim entries are set below; the rest unread */
-  /* Copy-free when the host may read across processes: inputs stay where
-   * they are (board.h, remote rounds); every rank decides alike (the same
-   * description, cma_ok agreed at init; a rank that does not diverts).
-   * Measured on 2 cores, 1 MiB: allgather 2 ranks 188 -> 90 us, alltoall
-   * 105 -> 86. Not for broadcast: a root waiting for its readers loses to
-   * copying in and leaving (42-157 vs 122 us); nor when the host's ranks
-   * outnumber its cores: members waiting for the others' reads then take
-   * the readers' cores (4 ranks: allgather 228 -> 357 us). */
+  /* Copy-free when asked (WEFT_FAST_CMA_BYTES, off by default) and the
+   * host may read across processes: inputs stay where they are (board.h,
+   * remote rounds); every rank decides alike (the same description, cma_ok
+   * agreed at init; a rank that does not diverts). One copy instead of two,
+   * but process_vm_readv copies at a third of memcpy's speed on this
+   * machine (512 KiB in cache: 50 vs 16 us), so two user-space copies win:
+   * 2 ranks, 1 MiB allgather 65 -> 43 us, alltoall 65 -> 43, 128 KiB 9.9 ->
+   * 6.4 (interleaved medians of 5, remote vs copied). Never for broadcast (a
+   * root waiting for its readers loses to copying in and leaving), nor when
+   * the host's ranks outnumber its cores (members waiting for the others'
+   * reads take the readers' cores). */
   d->remote = w->cma_ok && w->fast_cma_bytes && bytes >= w->fast_cma_bytes && bytes > wf_board_part_bytes(w->board) &&
               !wf_board_oversubscribed(w->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
   d->split = (uint8_t)split;

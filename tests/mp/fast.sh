@@ -164,9 +164,9 @@ bits | colls)
     run_job racy WEFT_FAST_WAIT_SECONDS=0.00002 -- colls
     for ((r = 0; r < NP; r++)); do lacks racy "$r" "board is off" "the board must stay on"; done
     # remote rounds (allgather/alltoall inputs read across processes, from
-    # WEFT_FAST_CMA_BYTES on, unless the ranks outnumber the cores): never,
-    # by default (the large-slot-sized inputs), and for every input over a
-    # pooled slot; the same bits every time
+    # WEFT_FAST_CMA_BYTES on, unless the ranks outnumber the cores): never
+    # (the default), and for every input over a pooled slot; the same bits
+    # every time
     run_job nocma $LONG WEFT_FAST_CMA_BYTES=0 -- colls
     run_job allcma $LONG WEFT_FAST_CMA_BYTES=1 -- colls
     counts nocma
@@ -174,7 +174,7 @@ bits | colls)
     for ((r = 0; r < NP; r++)); do
       remote nocma "$r" 0
       if [ "$NP" -le "$(getconf _NPROCESSORS_ONLN)" ]; then # as the board counts cores (sysconf)
-        remote on "$r" 1
+        remote on "$r" 0
         remote allcma "$r" 1
       else
         remote allcma "$r" 0
@@ -208,8 +208,8 @@ deadline)
   run_job dl WEFT_TIMEOUT_SECONDS=2 WEFT_FAST_WAIT_SECONDS=30 -- deadline "$TMP/flag"
   counts dl
   ;;
-kill | stop)
-  run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 -- "$CASE" "$ARG"
+kill | stop) # the large allgather a remote round where the cores suffice
+  run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_CMA_BYTES=65536 -- "$CASE" "$ARG"
   ;;
 stopsplit) # the survivors may arrive far apart on a loaded machine: no diverting
   run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_WAIT_SECONDS=5 -- "$CASE" "$ARG"

@@ -29,7 +29,8 @@
  *              15 s; then rank K is gone while the others wait on a fast
  *              allreduce: they fail naming it within 15 s; nothing of the job
  *              left in /dev/shm
- *   stop K     rank K submits a large allgather (a remote round) and stops
+ *   stop K     rank K submits a large allgather (a remote round: fast.sh
+ *              sets WEFT_FAST_CMA_BYTES) and stops
  *              before the others arrive; they read its input and wait for
  *              its claim: each fails naming rank K within 15 s (its lost
  *              heartbeats), finalize is prompt
