@@ -61,6 +61,11 @@ typedef struct wf_coll_args {
   const size_t *counts, *displs;            /* size entries */
   const size_t *send_counts, *send_displs;  /* size entries */
   const size_t *recv_counts, *recv_displs;  /* size entries */
+  /* ALLTOALL: the largest block of the whole split matrix (the same on every
+   * rank, from the coordinator's response), or 0 when unknown or when every
+   * block is empty. A choice of algorithm may depend on it; on a rank's own
+   * counts it may not (the others' differ). */
+  size_t block_max;
 
   size_t segment_bytes; /* pipeline segment (WEFT_RING_SEGMENT_BYTES) */
   const wf_topo *topo;  /* NULL: unknown (treat as one host, no CMA) */

@@ -13,6 +13,12 @@
  *                  chunk, and every rank copies the others' chunks out.
  *   broadcast      the root copies the tensor into its slots, chunk by
  *                  chunk; every other rank copies each chunk out as it lands.
+ *   alltoall       each rank copies a piece of every block it sends into its
+ *                  slot (its own block straight to its output), and every
+ *                  rank copies its pieces out of the others' slots. The
+ *                  chunk count follows the largest block of the whole split
+ *                  matrix, which every rank knows (block_max), so uneven
+ *                  splits run too.
  * The allreduce also runs fused tensors where they lie (wf_seg), unpacked.
  * Each claims every size it supports: measured on 2 cores against direct,
  * ring, tree, chain and cma from 16 KiB up (docs/design.md); the cost model
@@ -21,7 +27,7 @@
 
 static int shm_supports(const wf_coll_args *a) {
   return (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER || a->coll == WF_COLL_ALLGATHER ||
-          a->coll == WF_COLL_BROADCAST) &&
+          a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_ALLTOALL) &&
          wf_stage_supports(a);
 }
 
@@ -44,3 +50,4 @@ SHM_ALGO(wf_algo_allreduce_shm, WF_COLL_ALLREDUCE);
 SHM_ALGO(wf_algo_reducescatter_shm, WF_COLL_REDUCESCATTER);
 SHM_ALGO(wf_algo_allgather_shm, WF_COLL_ALLGATHER);
 SHM_ALGO(wf_algo_broadcast_shm, WF_COLL_BROADCAST);
+SHM_ALGO(wf_algo_alltoall_shm, WF_COLL_ALLTOALL);

@@ -44,6 +44,7 @@ extern const wf_algo wf_algo_allreduce_shm;
 extern const wf_algo wf_algo_reducescatter_shm;
 extern const wf_algo wf_algo_allgather_shm;
 extern const wf_algo wf_algo_broadcast_shm;
+extern const wf_algo wf_algo_alltoall_shm;
 
 static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
@@ -53,7 +54,7 @@ static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_cma,       &wf_algo_allgather_cma,       &wf_algo_broadcast_cma,
     &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,   &wf_algo_allreduce_shm,
     &wf_algo_reducescatter_shm,   &wf_algo_allgather_shm,       &wf_algo_broadcast_shm,
-    NULL};
+    &wf_algo_alltoall_shm,        NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }
 

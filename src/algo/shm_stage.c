@@ -22,7 +22,9 @@
  * skip C: every rank folds the whole chunk from all slots, same order, same
  * bits, one flag round. Reducescatter: slot = one piece per rank; rank r
  * folds its block's piece into its output. Allgather: each rank's block
- * piece; broadcast: the root's. Copy-in runs at most `ahead` chunks ahead of
+ * piece; broadcast: the root's. Alltoall: slot = one piece of each block the
+ * rank sends; each rank copies its pieces out of every peer's slot (its own
+ * block goes from input to output at copy-in). Copy-in runs at most `ahead` chunks ahead of
  * the copies out, so a chunk's buffer lines are still in cache when written.
  * Copies into the outputs use plain stores while the host's outputs (every
  * local rank's) fit in the last-level cache, streaming stores beyond
@@ -105,7 +107,8 @@ typedef struct stage_op {
   const char *in;  /* reducescatter, allgather */
   char *out;
   size_t count;
-  size_t *counts, *displs; /* [n] reducescatter, allgather */
+  size_t *counts, *displs; /* [n] reducescatter, allgather; alltoall: what it sends */
+  size_t *rcounts, *rdispls; /* [n] alltoall: what it receives */
   const char **x;  /* [n] fold operands */
   wf_copy_fn put; /* copies into the output */
   geom gm;
@@ -287,6 +290,14 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
       if (gm->E < 1) return 0;
       gm->slot = gm->E * es;
       break;
+    case WF_COLL_ALLTOALL: /* slot = one piece of each peer's block */
+      if (!a->block_max) return 0; /* the chunk count must be the same on every rank */
+      len = a->block_max;
+      gm->E = cap / n / es;
+      if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es);
+      if (gm->E < 1) return 0;
+      gm->slot = gm->E * es * n;
+      break;
     default:
       return 0;
   }
@@ -307,6 +318,8 @@ static wf_copy_fn output_copy(const wf_coll_args *a) {
   size_t per = 0; /* output bytes per rank that copy-out writes */
   if (a->coll == WF_COLL_ALLGATHER)
     for (int i = 0; i < a->size; i++) per += a->counts[i];
+  else if (a->coll == WF_COLL_ALLTOALL)
+    for (int i = 0; i < a->size; i++) per += a->recv_counts[i];
   else if (a->coll == WF_COLL_BROADCAST || (a->coll == WF_COLL_ALLREDUCE && a->size >= 3))
     per = a->count;
   wf_copy_fn nt = per * a->elem_size >= NT_HOST_BYTES / (size_t)a->size ? wf_copy_nt() : NULL;
@@ -319,14 +332,16 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   if (!g || !plan(a, g, &gm)) return wf_err(WEFT_ERR_INTERNAL, "staging cannot run this collective");
   if (gm.nchunks == 0) return WEFT_OK;
   size_t n = (size_t)a->size, nsegs = a->coll != WF_COLL_ALLREDUCE ? 0 : a->nsegs ? a->nsegs : 1;
-  size_t bytes = sizeof(stage_op) + 2 * n * sizeof(size_t) + n * sizeof(char *) + nsegs * sizeof(wf_seg);
+  size_t bytes = sizeof(stage_op) + 4 * n * sizeof(size_t) + n * sizeof(char *) + nsegs * sizeof(wf_seg);
   char *p = wf_sched_scratch(s, bytes);
   if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for %zu bytes of scratch", bytes);
   stage_op *o = (stage_op *)(void *)p;
   memset(o, 0, sizeof *o);
   o->counts = (size_t *)(void *)(p + sizeof *o);
   o->displs = o->counts + n;
-  o->x = (const char **)(void *)(o->displs + n);
+  o->rcounts = o->displs + n;
+  o->rdispls = o->rcounts + n;
+  o->x = (const char **)(void *)(o->rdispls + n);
   if (nsegs) { /* the allreduce buffer as segments: its own, or the one buffer */
     wf_seg *sg = (wf_seg *)(void *)(o->x + n);
     if (a->nsegs) memcpy(sg, a->segs, nsegs * sizeof *sg);
@@ -356,10 +371,17 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
       o->counts[i] = a->counts[i];
       o->displs[i] = a->displs[i];
     }
+  if (a->coll == WF_COLL_ALLTOALL)
+    for (size_t i = 0; i < n; i++) {
+      o->counts[i] = a->send_counts[i];
+      o->displs[i] = a->send_displs[i];
+      o->rcounts[i] = a->recv_counts[i];
+      o->rdispls[i] = a->recv_displs[i];
+    }
   o->has_a = a->coll != WF_COLL_BROADCAST || a->rank == a->root;
   o->has_b = a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER;
   o->has_c = (a->coll == WF_COLL_ALLREDUCE && !gm.fold_all) || a->coll == WF_COLL_ALLGATHER ||
-             (a->coll == WF_COLL_BROADCAST && a->rank != a->root);
+             a->coll == WF_COLL_ALLTOALL || (a->coll == WF_COLL_BROADCAST && a->rank != a->root);
   wf_sched_stage(s, o);
   return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for the schedule") : WEFT_OK;
 }
@@ -405,6 +427,15 @@ static void copy_in(stage_op *o, size_t c) {
     case WF_COLL_BROADCAST:
       len = piece(o->count, o->gm.E, c, &off);
       wf_copy(slot, o->buf + off * es, len * es);
+      break;
+    case WF_COLL_ALLTOALL: /* piece c of each peer's block; its own block straight to the output */
+      for (int j = 0; j < o->n; j++) {
+        size_t l = piece(o->counts[j], o->gm.E, c, &off);
+        if (!l) continue;
+        const char *src = o->in + (o->displs[j] + off) * es;
+        if (j == o->me) o->put(o->out + (o->rdispls[j] + off) * es, src, l * es);
+        else wf_copy(slot + (size_t)j * o->gm.E * es, src, l * es);
+      }
       break;
     default:
       break;
@@ -487,6 +518,9 @@ static void copy_out(stage_op *o, int j, size_t c) {
   } else if (o->coll == WF_COLL_ALLGATHER) {
     len = piece(o->counts[j], o->gm.E, c, &off);
     if (len) o->put(o->out + (o->displs[j] + off) * es, slot, len * es);
+  } else if (o->coll == WF_COLL_ALLTOALL) { /* this rank's piece in peer j's slot */
+    len = piece(o->rcounts[j], o->gm.E, c, &off);
+    if (len) o->put(o->out + (o->rdispls[j] + off) * es, slot + (size_t)o->me * o->gm.E * es, len * es);
   } else { /* broadcast from the root's slot */
     len = piece(o->count, o->gm.E, c, &off);
     o->put(o->buf + off * es, slot, len * es);

@@ -67,7 +67,7 @@ int wf_stage_ready(void *g);
  * member local, staging attached, 2..64 ranks, the chunks fit). */
 int wf_stage_supports(const wf_coll_args *a);
 /* Appends the STAGE step of a->coll (allreduce, reducescatter, allgather,
- * broadcast); nothing for an empty collective. */
+ * broadcast, alltoall); nothing for an empty collective. */
 weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s);
 
 /* The STAGE step (sched.c): runs as far as the peers allow; WEFT_OK when

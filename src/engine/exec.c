@@ -198,6 +198,9 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       if (!r->recv_splits) return WEFT_ERR_NO_MEMORY;
       r->nrecv_splits = n;
       size_t so = 0, ro = 0;
+      int64_t bmax = 0; /* the largest block anywhere: the same on every rank */
+      for (size_t k = 0; k < (size_t)n * (size_t)n; k++)
+        if (x->resp.sizes[k] > bmax) bmax = x->resp.sizes[k];
       for (int j = 0; j < n; j++) {
         int64_t s = x->resp.sizes[(size_t)me * (size_t)n + (size_t)j];
         int64_t q = x->resp.sizes[(size_t)j * (size_t)n + (size_t)me];
@@ -222,6 +225,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       a->send_displs = sd;
       a->recv_counts = rc;
       a->recv_displs = rd;
+      a->block_max = (size_t)bmax * row;
       break;
     }
     case WF_COLL_REDUCESCATTER: {

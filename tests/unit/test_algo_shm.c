@@ -450,6 +450,92 @@ static void suite_moves(size_t bytes, int pmax) {
   }
 }
 
+/* Alltoall(v) through the slots: split matrix M[i][j] = elements rank i
+ * sends rank j, made by `kind` (0 even, 1 random with zeros, 2 one large
+ * block among empty ones, 3 all empty but the diagonal). Each output block
+ * must be the sender's bytes (checked byte by byte against the sender's
+ * input, an independent reference), guards intact. block_max is the whole
+ * matrix's largest block, as the engine passes it; with it 0 the staged
+ * algorithm must decline (a rank's own counts cannot set the chunk count). */
+static void run_alltoall(host *H, const dtop *d, int kind, size_t scale, int order, uint64_t seed) {
+  int p = H->n;
+  size_t es = d->es, M[MAXP][MAXP], bmax = 0;
+  uint64_t r = seed;
+  for (int i = 0; i < p; i++)
+    for (int j = 0; j < p; j++) {
+      size_t v = kind == 0   ? scale
+                 : kind == 1 ? (rng_next(&r) % 4 == 0 ? 0 : rng_next(&r) % (scale + 1))
+                 : kind == 2 ? (i == p - 1 && j == 0 ? scale : 0)
+                             : (i == j ? scale : 0);
+      M[i][j] = v;
+      if (v > bmax) bmax = v;
+    }
+  size_t sc[MAXP][MAXP], sd[MAXP][MAXP], rc[MAXP][MAXP], rd[MAXP][MAXP], st[MAXP], rt[MAXP];
+  void *in[MAXP], *out[MAXP];
+  job J[MAXP];
+  for (int i = 0; i < p; i++) {
+    st[i] = rt[i] = 0;
+    for (int j = 0; j < p; j++) {
+      sc[i][j] = M[i][j];
+      sd[i][j] = st[i];
+      st[i] += M[i][j];
+      rc[i][j] = M[j][i];
+      rd[i][j] = rt[i];
+      rt[i] += M[j][i];
+    }
+  }
+  for (int i = 0; i < p; i++) {
+    in[i] = gb_alloc(st[i] * es, 0);
+    fill_random(d, in[i], st[i], seed + 17 * (uint64_t)i);
+    out[i] = gb_alloc(rt[i] * es, 0xCD);
+  }
+  if (!bmax) { /* nothing staged would run: the algorithm declines */
+    wf_coll_args a = args_of(H, WF_COLL_ALLTOALL, d, 0);
+    a.in = in[0], a.out = out[0], a.send_counts = sc[0], a.send_displs = sd[0], a.recv_counts = rc[0],
+    a.recv_displs = rd[0];
+    CHECK(!wf_stage_supports(&a), "staged alltoall with block_max 0 must decline");
+  } else {
+    for (int i = 0; i < p; i++) {
+      wf_coll_args a = args_of(H, WF_COLL_ALLTOALL, d, i);
+      a.in = in[i], a.out = out[i], a.send_counts = sc[i], a.send_displs = sd[i], a.recv_counts = rc[i],
+      a.recv_displs = rd[i], a.block_max = bmax;
+      job_build(&J[i], &a, "shm");
+    }
+    run_rr(J, p, order, seed);
+    for (int i = 0; i < p; i++) {
+      wf_sched_free(&J[i].s);
+      gb_check(in[i], st[i] * es, "in", i);
+      gb_check(out[i], rt[i] * es, "out", i);
+      for (int j = 0; j < p; j++) {
+        const char *got = (const char *)out[i] + rd[i][j] * es, *want = (const char *)in[j] + sd[j][i] * es;
+        CHECK(!memcmp(got, want, M[j][i] * es), "rank %d: block from rank %d (%zu elements) is wrong", i, j, M[j][i]);
+      }
+    }
+  }
+  for (int i = 0; i < p; i++) {
+    gb_free(in[i]);
+    gb_free(out[i]);
+  }
+}
+
+static void suite_alltoall(size_t bytes, int pmax) {
+  static const dtop u8 = {WEFT_DTYPE_UINT8, WEFT_OP_SUM, 1, "uint8"}, f64 = {WEFT_DTYPE_FLOAT64, WEFT_OP_SUM, 8, "f64"};
+  for (int p = 2; p <= pmax; p++) {
+    host H;
+    host_init(&H, p, bytes, 0);
+    const size_t scales[] = {0, 1, 7, 64, 1000, 40000};
+    for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++)
+      for (int kind = 0; kind < 4; kind++) {
+        const dtop *d = (k + (size_t)kind) % 2 ? &u8 : &f64;
+        if (scales[k] >= 40000 && (kind == 1 || TEST_TSAN) && p > 3) continue;
+        snprintf(g_ctx, sizeof g_ctx, "alltoall shm p=%d %s kind %d scale %zu region %zu", p, d->name, kind, scales[k],
+                 bytes);
+        run_alltoall(&H, d, kind, scales[k], (int)(k + (size_t)kind) % 3, 100 * (uint64_t)p + k * 4 + (uint64_t)kind);
+      }
+    host_free(&H);
+  }
+}
+
 /* Outputs past the cache: once the host's outputs (every rank's) reach 32
  * MiB, copy-out streams (shm_stage.c NT_HOST_BYTES). Each collective that
  * copies out, just past that size, in byte and odd-sized types so the
@@ -466,6 +552,10 @@ static void suite_streaming(void) {
     snprintf(g_ctx, sizeof g_ctx, "allgather shm p=2 uint8 16 MiB alias %d (streaming copy-out)", alias);
     run_case(&H, &c, alias, 41);
   }
+  snprintf(g_ctx, sizeof g_ctx, "alltoall shm p=2 uint8 random splits to 16 MiB (streaming copy-out)");
+  run_alltoall(&H, &u8, 1, 16 * mib + 3, 0, 45); /* outputs of 16 MiB give or take: both sides of the threshold */
+  snprintf(g_ctx, sizeof g_ctx, "alltoall shm p=2 uint8 even 8 MiB blocks (streaming copy-out)");
+  run_alltoall(&H, &u8, 0, 8 * mib + 3, 1, 46);
   coll_case b = {.coll = WF_COLL_BROADCAST, .d = &u8, .n = 16 * mib + 5, .root = 1};
   snprintf(g_ctx, sizeof g_ctx, "broadcast shm p=2 uint8 16 MiB root 1 (streaming copy-out)");
   run_case(&H, &b, 2, 42);
@@ -761,6 +851,8 @@ int main(void) {
   suite_reducescatter(16384 + HDR, pmax);
   suite_moves(16384 + HDR, pmax);
   suite_moves((size_t)1 << 20, 3);
+  suite_alltoall(16384 + HDR, pmax);
+  suite_alltoall((size_t)1 << 20, 3);
   suite_streaming();
   for (int p = 2; p <= 5; p++) suite_threads(p % 2 ? 16384 + HDR : (size_t)1 << 20, p, TEST_TSAN ? 40 : 150, 5 + (uint64_t)p);
   printf("test_algo_shm: OK (%zu simulations)\n", g_sims);
