@@ -214,7 +214,7 @@ static inline void prefetch_w(const void *p) {
 }
 
 /* Drepper's mutex (futexes are tricky, #3), with a bounded spin first and
- * a deadline. */
+ * a deadline (absolute, or relative from here: WF_BOARD_WITHIN). */
 static weft_status lock(const wf_board *b, _Atomic uint32_t *l, int64_t deadline) {
   for (int i = 0; i < 100; i++) {
     uint32_t z = 0;
@@ -228,6 +228,7 @@ static weft_status lock(const wf_board *b, _Atomic uint32_t *l, int64_t deadline
     for (int k = 0; k < 64 && atomic_load_explicit(l, memory_order_relaxed); k++) cpu_relax();
   }
   uint32_t c = atomic_exchange_explicit(l, 2, memory_order_acquire);
+  if (c != 0 && deadline <= 0) deadline = wf_now_ns() - deadline; /* WF_BOARD_WITHIN */
   while (c != 0) {
     int64_t left = deadline - wf_now_ns();
     if (left <= 0) return wf_err(WEFT_ERR_TIMEOUT, "the one-host negotiation board stayed locked (a local rank died?)");

@@ -121,7 +121,12 @@ int wf_board_state(const wf_board *b, wf_board_ticket t);
 /* Member k's input in a DONE round (valid until this rank claims). */
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
 
-/* Claims a DONE round after reading it; the last member's claim frees it. */
+/* Claims a DONE round after reading it; the last member's claim frees it.
+ * deadline bounds the record lock that the last pooled claim takes: an
+ * absolute time (wf_now_ns), or WF_BOARD_WITHIN(s), s seconds from when the
+ * lock turns out to be held (an inline round's claim takes no lock: no
+ * clock read for it). */
+#define WF_BOARD_WITHIN(s) (-(int64_t)((s) * 1e9))
 weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline);
 
 /* Remote rounds (desc->remote): nothing is copied in; each arrival

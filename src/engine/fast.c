@@ -245,7 +245,7 @@ static int split(weft_world *w, weft_request *r) {
   }
   /* bounded apart from the op's deadline (which may have passed): a
    * failing world's fail_all waits for this pass to end */
-  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0));
+  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
   if (s == WEFT_OK && c != WEFT_OK) {
     s = c;
     snprintf(why, sizeof why, "%s", wf_err_msg());
@@ -453,7 +453,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
       if (w->board && wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE) {
         if (wf_board_is_remote(w->board, r->fast_t)) wf_board_abandon(w->board, r->fast_t);
         /* it reads no more: the last claim frees the round's slot */
-        wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0));
+        wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
       }
       wf_request_complete(w, r, st, msg); /* takes it off the list */
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
@@ -464,7 +464,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
       int held = 0;
       while (atomic_load(&r->fast) == F_SPLIT && !(held = !atomic_exchange(&r->split_busy, 1))) sched_yield();
       if (held && atomic_load(&r->fast) == F_SPLIT) {
-        wf_board_claim(w->board, r->fast_t, r->fast_rank, wf_deadline_after(1.0)); /* it reads no more */
+        wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0)); /* it reads no more */
         atomic_store(&r->fast, F_CLAIMED);
         wf_request_complete(w, r, st, msg);
       }
