@@ -185,6 +185,7 @@ static const char *pick(const wf_topo_view *v, wf_coll coll, size_t total, char 
   if (coll == WF_COLL_REDUCESCATTER) a.out = mem;
   a.counts = a.send_counts = a.recv_counts = counts;
   a.displs = a.send_displs = a.recv_displs = displs;
+  if (coll == WF_COLL_ALLTOALL) a.block_max = pair; /* as the engine passes it (exec.c) */
   wf_sched s;
   wf_sched_init(&s, a.dtype, a.op);
   const char *chosen = NULL;

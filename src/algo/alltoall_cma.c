@@ -11,9 +11,10 @@
  *    may reuse its input).
  * Without large blocks the schedule is one round of direct sends, at most
  * one message per pair, which is no slower than pairwise's p-1 rounds on one
- * host. Every rank must choose the same algorithm and a rank only knows its
- * own row of the split matrix, so this algorithm claims every alltoall on
- * one host with cross-memory attach, whatever the size. */
+ * host. Every rank must choose the same algorithm, so the choice may not
+ * depend on a rank's own row of the split matrix: this algorithm claims
+ * every alltoall on one host with cross-memory attach, whatever the sizes;
+ * the staged one ("shm", which claims higher) takes those it can run. */
 #include "algo/cma.h"
 #include "util/err.h"
 

@@ -21,8 +21,9 @@
  *                  splits run too.
  * The allreduce also runs fused tensors where they lie (wf_seg), unpacked.
  * Each claims every size it supports: measured on 2 cores against direct,
- * ring, tree, chain and cma from 16 KiB up (docs/design.md); the cost model
- * never chooses it otherwise. */
+ * ring, tree, chain and cma from 16 KiB up (alltoall against cma from 1 MiB,
+ * on 2 and 4 ranks; smaller ones mostly run on the one-host board)
+ * (docs/design.md); the cost model never chooses it otherwise. */
 #include "algo/shm_stage.h"
 
 static int shm_supports(const wf_coll_args *a) {

@@ -171,6 +171,19 @@ static int first_warning(wf_coll c, int kind) {
   return !(atomic_fetch_or_explicit(&g_warned, bit, memory_order_relaxed) & bit);
 }
 
+/* a's elements per rank for messages: the buffer's, or this rank's input
+ * (allgather, reducescatter and alltoall count no buffer). */
+static size_t elems_of(const wf_coll_args *a) {
+  const size_t *c = a->coll == WF_COLL_ALLTOALL ? a->send_counts
+                    : a->coll == WF_COLL_ALLGATHER || a->coll == WF_COLL_REDUCESCATTER ? a->counts
+                                                                                        : NULL;
+  if (!c) return a->count;
+  if (a->coll == WF_COLL_ALLGATHER) return c[a->rank];
+  size_t t = 0;
+  for (int i = 0; i < a->size; i++) t += c[i];
+  return t;
+}
+
 /* The algorithm for a: forced, else the highest claim, else the
  * collective's default, else the cheapest; NULL if none supports a. */
 static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
@@ -186,7 +199,7 @@ static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
       if (first_warning(a->coll, 1))
         WF_WARN(WF_SUB_ALGO,
                 "%s algorithm '%s' declines %zu elements on %d ranks; choosing automatically (warned once)", cn,
-                forced, a->count, a->size);
+                forced, elems_of(a), a->size);
     } else {
       pick = named;
     }

@@ -11,9 +11,9 @@
  *      this rank's share of c in rank order, ((x_0 op x_1) op x_2) ..., the
  *      order of "direct", so both give the same bits; allreduce publishes
  *      reduced = v(c) (the slice is in its slot for the peers).
- *   C  copy out (allreduce, allgather, broadcast): each peer's part of c from
- *      its region into this rank's output, as soon as that peer's flag shows
- *      it.
+ *   C  copy out (allreduce, allgather, broadcast, alltoall): each peer's
+ *      part of c from its region into this rank's output, as soon as that
+ *      peer's flag shows it.
  * then done = v(c). Allreduce: rank r folds slice r of each chunk (its own
  * slice straight from its buffer, the others' from their slots; the result
  * goes to its buffer and to slice r of its slot, which no peer reads as
@@ -26,9 +26,9 @@
  * rank sends; each rank copies its pieces out of every peer's slot (its own
  * block goes from input to output at copy-in). Copy-in runs at most `ahead` chunks ahead of
  * the copies out, so a chunk's buffer lines are still in cache when written.
- * Copies into the outputs use plain stores while the host's outputs (every
- * local rank's) fit in the last-level cache, streaming stores beyond
- * (NT_HOST_BYTES): then the lines would be evicted unread anyway, and
+ * Copies into the outputs use plain stores while the host's outputs (this
+ * rank's times the local ranks) fit in the last-level cache, streaming
+ * stores beyond (NT_HOST_BYTES; each rank's own choice): then the lines would be evicted unread anyway, and
  * skipping their read-for-ownership saves a third of the copy's memory
  * traffic. Two-rank allreduce keeps plain stores at every size (streaming
  * measured 2-3% slower there: its copy-out is half of what it writes).
@@ -104,7 +104,7 @@ typedef struct stage_op {
   char *buf;       /* broadcast */
   const wf_seg *segs; /* allreduce: the buffer's segments (one for a contiguous buffer) */
   size_t nsegs;
-  const char *in;  /* reducescatter, allgather */
+  const char *in;  /* reducescatter, allgather, alltoall */
   char *out;
   size_t count;
   size_t *counts, *displs; /* [n] reducescatter, allgather; alltoall: what it sends */
@@ -420,25 +420,34 @@ static void copy_in(stage_op *o, size_t c) {
     case WF_COLL_ALLGATHER:
       len = piece(o->counts[o->me], o->gm.E, c, &off);
       if (!len) break;
-      wf_copy(slot, o->in + off * es, len * es);
-      if (o->in != o->out + o->displs[o->me] * es)
-        o->put(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
+      wf_copy(slot, o->in + off * es, len * es); /* its own block: copy_own, after the publish */
       break;
     case WF_COLL_BROADCAST:
       len = piece(o->count, o->gm.E, c, &off);
       wf_copy(slot, o->buf + off * es, len * es);
       break;
-    case WF_COLL_ALLTOALL: /* piece c of each peer's block; its own block straight to the output */
+    case WF_COLL_ALLTOALL: /* piece c of each peer's block (its own: copy_own) */
       for (int j = 0; j < o->n; j++) {
-        size_t l = piece(o->counts[j], o->gm.E, c, &off);
-        if (!l) continue;
-        const char *src = o->in + (o->displs[j] + off) * es;
-        if (j == o->me) o->put(o->out + (o->rdispls[j] + off) * es, src, l * es);
-        else wf_copy(slot + (size_t)j * o->gm.E * es, src, l * es);
+        size_t l = j == o->me ? 0 : piece(o->counts[j], o->gm.E, c, &off);
+        if (l) wf_copy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
       }
       break;
     default:
       break;
+  }
+}
+
+/* A': chunk c of this rank's own block from its input to its output
+ * (allgather not in place, alltoall), after publishing ready: no peer waits
+ * for it. */
+static void copy_own(stage_op *o, size_t c) {
+  size_t es = o->es, off, len;
+  if (o->coll == WF_COLL_ALLGATHER && o->in != o->out + o->displs[o->me] * es) {
+    len = piece(o->counts[o->me], o->gm.E, c, &off);
+    if (len) o->put(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
+  } else if (o->coll == WF_COLL_ALLTOALL) {
+    len = piece(o->counts[o->me], o->gm.E, c, &off);
+    if (len) o->put(o->out + (o->rdispls[o->me] + off) * es, o->in + (o->displs[o->me] + off) * es, len * es);
   }
 }
 
@@ -601,6 +610,7 @@ static int step_once(stage_op *o) {
   if (o->has_a && o->cin < o->gm.nchunks && slot_free(o, o->cin)) {
     copy_in(o, o->cin);
     publish(o, &me->ready, vflag(o, o->cin));
+    copy_own(o, o->cin);
     o->cin++;
     moved = 1;
   }

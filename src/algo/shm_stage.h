@@ -64,7 +64,9 @@ void wf_stage_set_spin(wf_stage *g, int64_t ns);
 int wf_stage_ready(void *g);
 
 /* For the coll_shm.c algorithms: 1 if staging can run these arguments (every
- * member local, staging attached, 2..64 ranks, the chunks fit). */
+ * member local, staging attached, 2..64 ranks, the chunks fit; alltoall:
+ * block_max known and not 0, since the chunk count must not depend on a
+ * rank's own counts). */
 int wf_stage_supports(const wf_coll_args *a);
 /* Appends the STAGE step of a->coll (allreduce, reducescatter, allgather,
  * broadcast, alltoall); nothing for an empty collective. */

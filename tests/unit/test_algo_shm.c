@@ -207,7 +207,41 @@ typedef struct coll_case {
   int root, pat, alias;
   void *in[MAXP], *out[MAXP], *orig[MAXP], *ref[MAXP];
   size_t counts[MAXP], displs[MAXP], total;
+  /* alltoall: pat is the split kind (a2a_matrix), n its scale; rank i's
+   * send and receive counts and displacements, buffer lengths */
+  size_t sc[MAXP][MAXP], sd[MAXP][MAXP], rc[MAXP][MAXP], rd[MAXP][MAXP], st[MAXP], rt[MAXP], bmax;
 } coll_case;
+
+/* Alltoall split matrix c->sc[i][j] = elements rank i sends rank j, by kind
+ * c->pat (0 even, 1 random with zeros, 2 one block among empty ones, 3
+ * only the diagonal) and scale c->n, and layouts that are neither packed
+ * nor in rank order: blocks placed last rank first with gaps between (so
+ * code that derived offsets from the counts would fail). */
+enum { A2A_EVEN, A2A_RANDOM, A2A_LONE, A2A_DIAG, A2A_KINDS };
+static void a2a_matrix(coll_case *c, int p, uint64_t seed) {
+  uint64_t r = seed;
+  c->bmax = 0;
+  for (int i = 0; i < p; i++)
+    for (int j = 0; j < p; j++) {
+      size_t v = c->pat == A2A_EVEN     ? c->n
+                 : c->pat == A2A_RANDOM ? (rng_next(&r) % 4 == 0 ? 0 : rng_next(&r) % (c->n + 1))
+                 : c->pat == A2A_LONE   ? (i == p - 1 && j == 0 ? c->n : 0)
+                                        : (i == j ? c->n : 0);
+      c->sc[i][j] = v;
+      if (v > c->bmax) c->bmax = v;
+    }
+  for (int i = 0; i < p; i++) {
+    c->st[i] = c->rt[i] = 0;
+    for (int j = p - 1; j >= 0; j--) {
+      size_t gap = (size_t)(i + j) % 3;
+      c->rc[i][j] = c->sc[j][i];
+      c->sd[i][j] = c->st[i] + gap;
+      c->st[i] += gap + c->sc[i][j];
+      c->rd[i][j] = c->rt[i] + 2 * gap;
+      c->rt[i] += 2 * gap + c->rc[i][j];
+    }
+  }
+}
 
 /* Builds rank i's job for case c (buffers filled, references computed). */
 static void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
@@ -269,6 +303,22 @@ static void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         a.displs = c->displs;
         job_build(&J[i], &a, "shm");
         break;
+      case WF_COLL_ALLTOALL:
+        if (i == 0) a2a_matrix(c, p, seed);
+        c->in[i] = gb_alloc(c->st[i] * es, 0);
+        fill_random(d, c->in[i], c->st[i], seed + 17 * (uint64_t)i);
+        c->out[i] = gb_alloc(c->rt[i] * es, 0xCD);
+        c->orig[i] = gb_alloc(c->st[i] * es, 0);
+        memcpy(c->orig[i], c->in[i], c->st[i] * es);
+        a.in = c->in[i];
+        a.out = c->out[i];
+        a.send_counts = c->sc[i];
+        a.send_displs = c->sd[i];
+        a.recv_counts = c->rc[i];
+        a.recv_displs = c->rd[i];
+        a.block_max = c->bmax;
+        job_build(&J[i], &a, "shm");
+        break;
       case WF_COLL_BROADCAST:
         c->in[i] = gb_alloc(c->n * es, 0xA7);
         if (i == c->root) {
@@ -316,6 +366,31 @@ static void case_check(host *H, coll_case *c, job *J) {
       break;
     case WF_COLL_ALLGATHER:
       sim_check_allgather(c->in, c->out, c->orig, c->counts, c->displs, p, es, c->total, c->alias);
+      break;
+    case WF_COLL_ALLTOALL: /* every block the sender's bytes, the gaps untouched, the input intact */
+      for (int i = 0; i < p; i++) {
+        gb_check(c->in[i], c->st[i] * es, "in", i);
+        gb_check(c->out[i], c->rt[i] * es, "out", i);
+        CHECK(!memcmp(c->in[i], c->orig[i], c->st[i] * es), "rank %d: alltoall wrote its input", i);
+        const unsigned char *o = c->out[i];
+        size_t at = 0;
+        for (int j = p - 1; j >= 0; j--) { /* the layout's order: gap, block */
+          for (; at < c->rd[i][j] * es; at++)
+            if (o[at] != 0xCD) {
+              CHECK(0, "rank %d: byte %zu (a gap before the block from rank %d) was written", i, at, j);
+              break;
+            }
+          at = (c->rd[i][j] + c->rc[i][j]) * es;
+          const char *want = (const char *)c->orig[j] + c->sd[j][i] * es;
+          CHECK(!memcmp(o + c->rd[i][j] * es, want, c->rc[i][j] * es), "rank %d: block from rank %d (%zu elements) is wrong",
+                i, j, c->rc[i][j]);
+        }
+      }
+      for (int i = 0; i < p; i++) {
+        gb_free(c->in[i]);
+        gb_free(c->out[i]);
+        gb_free(c->orig[i]);
+      }
       break;
     case WF_COLL_BROADCAST:
       for (int i = 0; i < p; i++) {
@@ -450,72 +525,20 @@ static void suite_moves(size_t bytes, int pmax) {
   }
 }
 
-/* Alltoall(v) through the slots: split matrix M[i][j] = elements rank i
- * sends rank j, made by `kind` (0 even, 1 random with zeros, 2 one large
- * block among empty ones, 3 all empty but the diagonal). Each output block
- * must be the sender's bytes (checked byte by byte against the sender's
- * input, an independent reference), guards intact. block_max is the whole
- * matrix's largest block, as the engine passes it; with it 0 the staged
- * algorithm must decline (a rank's own counts cannot set the chunk count). */
+/* Alltoall(v) through the slots (a2a_matrix: even, random, lone and
+ * diagonal splits, gapped layouts), checked against the senders' bytes. With
+ * block_max 0 the staged algorithm must decline: a rank's own counts cannot
+ * set the chunk count. */
 static void run_alltoall(host *H, const dtop *d, int kind, size_t scale, int order, uint64_t seed) {
-  int p = H->n;
-  size_t es = d->es, M[MAXP][MAXP], bmax = 0;
-  uint64_t r = seed;
-  for (int i = 0; i < p; i++)
-    for (int j = 0; j < p; j++) {
-      size_t v = kind == 0   ? scale
-                 : kind == 1 ? (rng_next(&r) % 4 == 0 ? 0 : rng_next(&r) % (scale + 1))
-                 : kind == 2 ? (i == p - 1 && j == 0 ? scale : 0)
-                             : (i == j ? scale : 0);
-      M[i][j] = v;
-      if (v > bmax) bmax = v;
-    }
-  size_t sc[MAXP][MAXP], sd[MAXP][MAXP], rc[MAXP][MAXP], rd[MAXP][MAXP], st[MAXP], rt[MAXP];
-  void *in[MAXP], *out[MAXP];
-  job J[MAXP];
-  for (int i = 0; i < p; i++) {
-    st[i] = rt[i] = 0;
-    for (int j = 0; j < p; j++) {
-      sc[i][j] = M[i][j];
-      sd[i][j] = st[i];
-      st[i] += M[i][j];
-      rc[i][j] = M[j][i];
-      rd[i][j] = rt[i];
-      rt[i] += M[j][i];
-    }
-  }
-  for (int i = 0; i < p; i++) {
-    in[i] = gb_alloc(st[i] * es, 0);
-    fill_random(d, in[i], st[i], seed + 17 * (uint64_t)i);
-    out[i] = gb_alloc(rt[i] * es, 0xCD);
-  }
-  if (!bmax) { /* nothing staged would run: the algorithm declines */
+  coll_case c = {.coll = WF_COLL_ALLTOALL, .d = d, .n = scale, .pat = kind};
+  a2a_matrix(&c, H->n, seed);
+  if (!c.bmax) {
     wf_coll_args a = args_of(H, WF_COLL_ALLTOALL, d, 0);
-    a.in = in[0], a.out = out[0], a.send_counts = sc[0], a.send_displs = sd[0], a.recv_counts = rc[0],
-    a.recv_displs = rd[0];
+    a.send_counts = c.sc[0], a.send_displs = c.sd[0], a.recv_counts = c.rc[0], a.recv_displs = c.rd[0];
     CHECK(!wf_stage_supports(&a), "staged alltoall with block_max 0 must decline");
-  } else {
-    for (int i = 0; i < p; i++) {
-      wf_coll_args a = args_of(H, WF_COLL_ALLTOALL, d, i);
-      a.in = in[i], a.out = out[i], a.send_counts = sc[i], a.send_displs = sd[i], a.recv_counts = rc[i],
-      a.recv_displs = rd[i], a.block_max = bmax;
-      job_build(&J[i], &a, "shm");
-    }
-    run_rr(J, p, order, seed);
-    for (int i = 0; i < p; i++) {
-      wf_sched_free(&J[i].s);
-      gb_check(in[i], st[i] * es, "in", i);
-      gb_check(out[i], rt[i] * es, "out", i);
-      for (int j = 0; j < p; j++) {
-        const char *got = (const char *)out[i] + rd[i][j] * es, *want = (const char *)in[j] + sd[j][i] * es;
-        CHECK(!memcmp(got, want, M[j][i] * es), "rank %d: block from rank %d (%zu elements) is wrong", i, j, M[j][i]);
-      }
-    }
+    return;
   }
-  for (int i = 0; i < p; i++) {
-    gb_free(in[i]);
-    gb_free(out[i]);
-  }
+  run_case(H, &c, order, seed);
 }
 
 static void suite_alltoall(size_t bytes, int pmax) {
@@ -525,9 +548,9 @@ static void suite_alltoall(size_t bytes, int pmax) {
     host_init(&H, p, bytes, 0);
     const size_t scales[] = {0, 1, 7, 64, 1000, 40000};
     for (size_t k = 0; k < sizeof scales / sizeof scales[0]; k++)
-      for (int kind = 0; kind < 4; kind++) {
+      for (int kind = 0; kind < A2A_KINDS; kind++) {
         const dtop *d = (k + (size_t)kind) % 2 ? &u8 : &f64;
-        if (scales[k] >= 40000 && (kind == 1 || TEST_TSAN) && p > 3) continue;
+        if (scales[k] >= 40000 && (kind == A2A_RANDOM || TEST_TSAN) && p > 3) continue;
         snprintf(g_ctx, sizeof g_ctx, "alltoall shm p=%d %s kind %d scale %zu region %zu", p, d->name, kind, scales[k],
                  bytes);
         run_alltoall(&H, d, kind, scales[k], (int)(k + (size_t)kind) % 3, 100 * (uint64_t)p + k * 4 + (uint64_t)kind);
@@ -693,11 +716,12 @@ static void suite_threads(size_t bytes, int p, int ncoll, uint64_t seed) {
     coll_case *c = &C[k];
     c->d = &k_all[rng_next(&r) % NALL];
     size_t big = TEST_TSAN ? 3000 : 30000;
-    switch (rng_next(&r) % 4) {
+    switch (rng_next(&r) % 5) {
       case 0: c->coll = WF_COLL_ALLREDUCE; c->n = 1 + rng_next(&r) % big; break;
       case 1: c->coll = WF_COLL_REDUCESCATTER; c->n = rng_next(&r) % (big / 4); c->pat = (int)(rng_next(&r) % PAT_SPLIT_BIG); break;
       case 2: c->coll = WF_COLL_ALLGATHER; c->n = rng_next(&r) % (big / 4); c->pat = (int)(rng_next(&r) % PAT_SPLIT_BIG); c->alias = (int)(rng_next(&r) % 2); break;
-      default: c->coll = WF_COLL_BROADCAST; c->n = 1 + rng_next(&r) % big; c->root = (int)(rng_next(&r) % (uint64_t)p); break;
+      case 3: c->coll = WF_COLL_BROADCAST; c->n = 1 + rng_next(&r) % big; c->root = (int)(rng_next(&r) % (uint64_t)p); break;
+      default: c->coll = WF_COLL_ALLTOALL; c->n = 1 + rng_next(&r) % (big / 4); c->pat = (int)(rng_next(&r) % A2A_KINDS); break;
     }
     job J[MAXP];
     case_setup(&H, c, J, seed + (uint64_t)k);
@@ -813,16 +837,24 @@ static void test_registry(void) {
   host_init(&H, 3, (size_t)4 << 20, 0);
   float *buf = calloc(1 << 20, sizeof(float));
   size_t counts[3] = {100, 100, 100}, displs[3] = {0, 100, 200};
-  for (int c = 0; c < 4; c++) {
-    wf_coll coll = c == 0 ? WF_COLL_ALLREDUCE : c == 1 ? WF_COLL_REDUCESCATTER : c == 2 ? WF_COLL_ALLGATHER : WF_COLL_BROADCAST;
+  static const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_REDUCESCATTER, WF_COLL_ALLGATHER, WF_COLL_BROADCAST,
+                                  WF_COLL_ALLTOALL};
+  for (int c = 0; c < 5; c++) {
+    wf_coll coll = colls[c];
     wf_coll_args a = args_of(&H, coll, &f32, 1);
     a.buf = buf;
     a.in = buf;
     a.out = buf + 1000;
     a.count = 1 << 20;
-    a.counts = counts;
-    a.displs = displs;
+    a.counts = a.send_counts = a.recv_counts = counts;
+    a.displs = a.send_displs = a.recv_displs = displs;
+    a.block_max = 100;
     CHECK(!strcmp(chosen_algo(&a), "shm"), "collective %d: %s, not shm", (int)coll, chosen_algo(&a));
+    if (coll == WF_COLL_ALLTOALL) { /* the whole matrix unknown: the chunk count cannot be agreed */
+      a.block_max = 0;
+      CHECK(strcmp(chosen_algo(&a), "shm"), "alltoall: shm without block_max");
+      a.block_max = 100;
+    }
     wf_topo t = H.topo[1];
     t.stage = NULL;
     a.topo = &t;
