@@ -23,14 +23,15 @@
  * bits, one flag round. Reducescatter: slot = one piece per rank; rank r
  * folds its block's piece into its output. Allgather: each rank's block
  * piece; broadcast: the root's. Alltoall: slot = one piece of each block the
- * rank sends; each rank copies its pieces out of every peer's slot (its own
- * block goes from input to output at copy-in). Copy-in runs at most `ahead` chunks ahead of
- * the copies out, so a chunk's buffer lines are still in cache when written.
- * Copies into the outputs use plain stores while the host's outputs (this
- * rank's times the local ranks) fit in the last-level cache, streaming
- * stores beyond (NT_HOST_BYTES; each rank's own choice): then the lines would be evicted unread anyway, and
- * skipping their read-for-ownership saves a third of the copy's memory
- * traffic. Two-rank allreduce keeps plain stores at every size (streaming
+ * rank sends; each rank copies its pieces out of every peer's slot. A rank's
+ * own allgather or alltoall block goes from input to output right after it
+ * publishes the chunk (copy_own): nobody waits for that copy. Copy-in runs
+ * at most `ahead` chunks ahead of the copies out, so a chunk's buffer lines
+ * are still in cache when written. Copies into the outputs use plain stores
+ * while the host's outputs (this rank's times the local ranks) fit in the
+ * last-level cache, streaming stores beyond (NT_HOST_BYTES; each rank's own
+ * choice): then the lines would be evicted unread anyway, and skipping
+ * their read-for-ownership saves a third of the copy's memory traffic. Two-rank allreduce keeps plain stores at every size (streaming
  * measured 2-3% slower there: its copy-out is half of what it writes).
  */
 #include "algo/shm_stage.h"
@@ -277,26 +278,26 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
     }
     case WF_COLL_REDUCESCATTER:
     case WF_COLL_ALLGATHER:
-      for (int i = 0; i < a->size; i++)
-        if (a->counts[i] > len) len = a->counts[i];
-      gm->E = (a->coll == WF_COLL_REDUCESCATTER ? cap / n : cap) / es;
+    case WF_COLL_ALLTOALL: { /* slot: one piece per rank (allgather: its own only) */
+      if (a->coll == WF_COLL_ALLTOALL) {
+        if (!a->block_max) return 0; /* the chunk count must be the same on every rank */
+        len = a->block_max;
+      } else {
+        for (int i = 0; i < a->size; i++)
+          if (a->counts[i] > len) len = a->counts[i];
+      }
+      size_t per = a->coll == WF_COLL_ALLGATHER ? 1 : n;
+      gm->E = cap / per / es;
       if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es); /* pieces of whole cache lines */
       if (gm->E < 1) return 0;
-      gm->slot = gm->E * es * (a->coll == WF_COLL_REDUCESCATTER ? n : 1);
+      gm->slot = gm->E * es * per;
       break;
+    }
     case WF_COLL_BROADCAST:
       len = a->count;
       gm->E = cap / es;
       if (gm->E < 1) return 0;
       gm->slot = gm->E * es;
-      break;
-    case WF_COLL_ALLTOALL: /* slot = one piece of each peer's block */
-      if (!a->block_max) return 0; /* the chunk count must be the same on every rank */
-      len = a->block_max;
-      gm->E = cap / n / es;
-      if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es);
-      if (gm->E < 1) return 0;
-      gm->slot = gm->E * es * n;
       break;
     default:
       return 0;
@@ -315,11 +316,10 @@ int wf_stage_supports(const wf_coll_args *a) {
 /* The copy into a's outputs: streaming once the host's outputs outgrow the
  * cache (see the top of the file). */
 static wf_copy_fn output_copy(const wf_coll_args *a) {
-  size_t per = 0; /* output bytes per rank that copy-out writes */
-  if (a->coll == WF_COLL_ALLGATHER)
-    for (int i = 0; i < a->size; i++) per += a->counts[i];
-  else if (a->coll == WF_COLL_ALLTOALL)
-    for (int i = 0; i < a->size; i++) per += a->recv_counts[i];
+  size_t per = 0; /* output elements per rank that copy-out writes */
+  const size_t *blocks = a->coll == WF_COLL_ALLGATHER ? a->counts : a->coll == WF_COLL_ALLTOALL ? a->recv_counts : NULL;
+  if (blocks)
+    for (int i = 0; i < a->size; i++) per += blocks[i];
   else if (a->coll == WF_COLL_BROADCAST || (a->coll == WF_COLL_ALLREDUCE && a->size >= 3))
     per = a->count;
   wf_copy_fn nt = per * a->elem_size >= NT_HOST_BYTES / (size_t)a->size ? wf_copy_nt() : NULL;
@@ -366,18 +366,15 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   /* oversubscribed: run as far ahead as the slots allow (a peer may be off
    * its core a while); else stay close so the buffer lines stay in cache */
   o->ahead = !g->spin_ns || gm.nslots < AHEAD ? gm.nslots : AHEAD;
-  if (a->coll == WF_COLL_REDUCESCATTER || a->coll == WF_COLL_ALLGATHER)
-    for (size_t i = 0; i < n; i++) {
-      o->counts[i] = a->counts[i];
-      o->displs[i] = a->displs[i];
+  if (a->coll == WF_COLL_REDUCESCATTER || a->coll == WF_COLL_ALLGATHER || a->coll == WF_COLL_ALLTOALL) {
+    int a2a = a->coll == WF_COLL_ALLTOALL;
+    memcpy(o->counts, a2a ? a->send_counts : a->counts, n * sizeof(size_t));
+    memcpy(o->displs, a2a ? a->send_displs : a->displs, n * sizeof(size_t));
+    if (a2a) {
+      memcpy(o->rcounts, a->recv_counts, n * sizeof(size_t));
+      memcpy(o->rdispls, a->recv_displs, n * sizeof(size_t));
     }
-  if (a->coll == WF_COLL_ALLTOALL)
-    for (size_t i = 0; i < n; i++) {
-      o->counts[i] = a->send_counts[i];
-      o->displs[i] = a->send_displs[i];
-      o->rcounts[i] = a->recv_counts[i];
-      o->rdispls[i] = a->recv_displs[i];
-    }
+  }
   o->has_a = a->coll != WF_COLL_BROADCAST || a->rank == a->root;
   o->has_b = a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER;
   o->has_c = (a->coll == WF_COLL_ALLREDUCE && !gm.fold_all) || a->coll == WF_COLL_ALLGATHER ||
@@ -441,14 +438,12 @@ static void copy_in(stage_op *o, size_t c) {
  * (allgather not in place, alltoall), after publishing ready: no peer waits
  * for it. */
 static void copy_own(stage_op *o, size_t c) {
-  size_t es = o->es, off, len;
-  if (o->coll == WF_COLL_ALLGATHER && o->in != o->out + o->displs[o->me] * es) {
-    len = piece(o->counts[o->me], o->gm.E, c, &off);
-    if (len) o->put(o->out + (o->displs[o->me] + off) * es, o->in + off * es, len * es);
-  } else if (o->coll == WF_COLL_ALLTOALL) {
-    len = piece(o->counts[o->me], o->gm.E, c, &off);
-    if (len) o->put(o->out + (o->rdispls[o->me] + off) * es, o->in + (o->displs[o->me] + off) * es, len * es);
-  }
+  if (o->coll != WF_COLL_ALLGATHER && o->coll != WF_COLL_ALLTOALL) return;
+  int a2a = o->coll == WF_COLL_ALLTOALL;
+  size_t es = o->es, off, from = a2a ? o->displs[o->me] : 0, to = a2a ? o->rdispls[o->me] : o->displs[o->me];
+  if (!a2a && o->in == o->out + to * es) return; /* in place */
+  size_t len = piece(o->counts[o->me], o->gm.E, c, &off);
+  if (len) o->put(o->out + (to + off) * es, o->in + (from + off) * es, len * es);
 }
 
 /* dst = ((x[0] op x[1]) op x[2]) ... over len elements, intermediate

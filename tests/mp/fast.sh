@@ -9,9 +9,9 @@
 # "FASTEXPECT rank R: done=A-B diverted=C-D" (-1: no bound). Cases:
 #   bits | colls   three jobs (bits: a fourth with split allreduce rounds
 #              for every allreduce, counted; colls: a fourth whose
-#              rounds are given up after 20 us, the board staying on, and two
-#              with remote rounds off and for every input over a pooled
-#              slot, counted):
+#              rounds are given up after 20 us, the board staying on, and a
+#              fifth with remote rounds for every input over a pooled slot,
+#              counted; remote rounds are off by default):
 #              WEFT_FAST=1, WEFT_FAST=0, and WEFT_FAST=0 on rank 1
 #              only: every check passes in each, the counters are in range
 #              with WEFT_FAST=1 and 0 on every rank otherwise, and the DIGEST
@@ -165,22 +165,19 @@ bits | colls)
     for ((r = 0; r < NP; r++)); do lacks racy "$r" "board is off" "the board must stay on"; done
     # remote rounds (allgather/alltoall inputs read across processes, from
     # WEFT_FAST_CMA_BYTES on, unless the ranks outnumber the cores): never
-    # (the default), and for every input over a pooled slot; the same bits
-    # every time
-    run_job nocma $LONG WEFT_FAST_CMA_BYTES=0 -- colls
+    # by default (the job "on"), and for every input over a pooled slot; the
+    # same bits every time
     run_job allcma $LONG WEFT_FAST_CMA_BYTES=1 -- colls
-    counts nocma
     counts allcma
     for ((r = 0; r < NP; r++)); do
-      remote nocma "$r" 0
+      remote on "$r" 0
       if [ "$NP" -le "$(getconf _NPROCESSORS_ONLN)" ]; then # as the board counts cores (sysconf)
-        remote on "$r" 0
         remote allcma "$r" 1
       else
         remote allcma "$r" 0
       fi
     done
-    jobs+=(racy nocma allcma)
+    jobs+=(racy allcma)
   fi
   same_lines '^DIGEST' "${jobs[@]}"
   ;;
