@@ -61,6 +61,10 @@ _Static_assert(sizeof(wf_request_msg) - offsetof(wf_request_msg, name) < sizeof(
                    offsetof(weft_request, in) - offsetof(weft_request, key) < sizeof(((weft_request *)0)->key) + 8,
                "msg.name and key are adjacent in weft_request");
 
+void wf_request_arm(weft_request *r) {
+  if (!r->deadline) r->deadline = wf_deadline_after(r->world->timeout_seconds);
+}
+
 weft_request *wf_request_new(void) {
   weft_request *r = tl_cache;
   if (!r) return calloc(1, sizeof *r);
@@ -137,6 +141,7 @@ weft_status weft_wait(weft_request *r, double timeout_seconds) {
   } else {
     /* The engine fails every operation by its deadline (plus the time to
      * notice a silent peer); waiting past that would be a bug, not a hang. */
+    wf_request_arm(r); /* armed already on every path that gets here: this only guards */
     deadline = r->deadline + (int64_t)((w->hb_timeout + 5.0) * 1e9);
   }
   pthread_mutex_lock(&w->mu);

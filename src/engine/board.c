@@ -81,6 +81,7 @@ typedef struct round {
   int32_t data;              /* data slot, D_NONE, D_INLINE or D_REMOTE */
   _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
   _Atomic uint32_t sleepers; /* waiters asleep on word */
+  uint32_t claims;           /* members claim the round (all but named inline rounds: wf_board_claim) */
   alignas(64) uint64_t arrived; /* group-rank bits (under the record's lock) */
   _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
   uint32_t writers;          /* large slot: members copying their input in, outside the lock */
@@ -364,7 +365,7 @@ static void divert(wf_board *b, round *o) {
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->ndim != b->ndim || a->op != b->op || a->root != b->root ||
-      a->remote != b->remote || a->split != b->split ||
+      a->remote != b->remote || a->split != b->split || a->ordered != b->ordered ||
       a->prescale != b->prescale || a->postscale != b->postscale)
     return 0;
   for (int d = 0; d < a->ndim; d++)
@@ -420,6 +421,7 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
             : desc->remote                 ? D_REMOTE
             : need <= INLINE && !desc->split ? D_INLINE
                                            : alloc_data(b, need, deadline);
+  o->claims = o->data != D_INLINE || desc->ordered; /* desc: D_INLINE needs one */
   o->writers = 0;
   o->release_late = 0;
   atomic_store_explicit(&o->gone, 0, memory_order_relaxed);
@@ -512,14 +514,15 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
   if (st == R_DONE && og != gen && (o->data == D_INLINE || o->data == D_REMOTE) &&
-      atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived)
+      (!o->claims || atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived))
     st = R_FREE; /* an inline or remote round every member has read: left as it was, reused now */
   if (st == R_FREE) {
     open_round(b, r, o, gen, desc, deadline);
     st = atomic_load_explicit(&o->state, memory_order_relaxed);
   } else if (og != gen || (o->arrived >> grank & 1)) {
     unlock(&r->lock);
-    wf_board_off(b, deadline); /* generations out of step: a bug or a rank that skipped; never guess */
+    /* generations out of step: a bug or a rank that skipped; never guess */
+    wf_board_off(b, deadline > 0 ? deadline : wf_now_ns() - deadline);
     return WEFT_OK;
   } else if (st == R_OPEN && (!desc || !same_desc(desc, &r->desc[gen & 1]) || part_len > capacity(b, o))) {
     divert(b, o);
@@ -568,6 +571,10 @@ uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t) { return round_o
 
 weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline) {
   round *o = round_of(b, t);
+  /* a named inline round: every member has read it before g+2 opens (board.h).
+   * One atomic on a line every member writes, saved per op: 2 ranks, 8 B
+   * allreduce 0.49 -> 0.45 us */
+  if (!o->claims) return WEFT_OK;
   /* no lock but for the last pooled claim: acq_rel orders every member's
    * reads of the inputs before the last claim frees the slot (an inline
    * round is left as it is and reused by its next but one generation) */

@@ -56,6 +56,7 @@ typedef struct wf_board_desc {
   uint8_t coll, dtype, ndim, op;
   uint8_t remote;   /* inputs stay in the members' memory, read by cross-memory attach (see below) */
   uint8_t split;    /* allreduce folded slice by slice, each slice once (see below) */
+  uint8_t ordered;  /* the record serves several operations in call order (unnamed barriers): see claims below */
   int32_t root;     /* broadcast: group rank; else -1 */
   double prescale, postscale;
   int64_t shape[WEFT_MAX_DIMS];
@@ -98,8 +99,9 @@ size_t wf_board_large_bytes(const wf_board *b);
  * eligible (divert). part: this rank's input (part_len bytes, at most
  * wf_board_large_bytes), copied in, except bytes [grank * own_block,
  * (grank + 1) * own_block) when own_block > 0: an alltoall's own block,
- * which no other member reads (0: all of it). Bounded by deadline (ns, wf_now_ns):
- * WEFT_ERR_TIMEOUT if the lock cannot be had (a peer died holding it).
+ * which no other member reads (0: all of it). Bounded by deadline (ns, wf_now_ns,
+ * or WF_BOARD_WITHIN(s): s seconds for each lock from when it turns out to be
+ * held): WEFT_ERR_TIMEOUT if a lock cannot be had (a peer died holding it).
  * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
                             const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
@@ -122,6 +124,12 @@ int wf_board_state(const wf_board *b, wf_board_ticket t);
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
 
 /* Claims a DONE round after reading it; the last member's claim frees it.
+ * An inline round of a record that serves one name needs no claim (it
+ * returns at once): a member arrives at generation g+1 only after its
+ * generation g completed (the in-flight set), and g+2 opens only after
+ * every member arrived at g+1, so every member has read g by then. An
+ * ordered record (desc.ordered) gives no such order: its rounds are
+ * claimed, and an unclaimed one found at g+2 turns the board off.
  * deadline bounds the record lock that the last pooled claim takes: an
  * absolute time (wf_now_ns), or WF_BOARD_WITHIN(s), s seconds from when the
  * lock turns out to be held (an inline round's claim takes no lock: no

@@ -132,6 +132,7 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
 }
 
 void wf_engine_submit(weft_world *w, weft_request *r) {
+  wf_request_arm(r);
   pthread_mutex_lock(&w->mu);
   r->next = NULL;
   if (w->q_tail) w->q_tail->next = r;

@@ -64,7 +64,7 @@ struct weft_request {
   void *user_data;
   weft_alloc_fn alloc;
   void *alloc_ctx;
-  int64_t deadline;          /* wf_now_ns() deadline of the whole operation */
+  int64_t deadline;          /* wf_now_ns() deadline of the whole operation; 0 until armed (wf_request_arm) */
 
   /* result (written by the engine before state = DONE) */
   weft_status status;
@@ -259,6 +259,12 @@ void wf_request_unref(weft_request *r);
 /* A zeroed request's memory (NULL: out of memory), and its return once the
  * last reference is gone; kept per thread for the next one (request.c). */
 weft_request *wf_request_new(void);
+/* Sets r's deadline (now + the world's timeout) unless it has one. Every
+ * path that may wait arms the request before anything reads the deadline:
+ * the engine's queue (wf_engine_submit, the direct submissions), grouped
+ * ops, and the fast path once a round does not complete at arrival. A fast
+ * round that completes at arrival never reads the clock for it. */
+void wf_request_arm(weft_request *r);
 void wf_request_release(weft_request *r);
 
 /* Timeline phase names: "NEGOTIATE_ALLREDUCE" / "ALLREDUCE" ... */

@@ -109,14 +109,19 @@ static const char *board_name(const weft_request *r, char *buf, size_t cap) {
   return buf;
 }
 
+/* The board's lock deadline for a request's arrival and claim: the world's
+ * timeout from when a lock turns out to be held (no clock read otherwise;
+ * the request may have no deadline yet: wf_request_arm). */
+static int64_t lock_within(const weft_world *w) { return w->timeout_ns > 0 ? -w->timeout_ns : -1; }
+
 void wf_fast_visit(weft_world *w, weft_request *r) {
   weft_group *g = r->group;
   if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return;
   int how;
   wf_board_ticket t;
   char nb[32];
-  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, 0, r->deadline, &how,
-                  &t);
+  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, 0, lock_within(w),
+                  &how, &t);
   leave(w);
 }
 
@@ -279,7 +284,7 @@ static int settle(weft_world *w, weft_request *r, int st) {
     int remote = wf_board_is_remote(w->board, r->fast_t); /* before the claim: a last claim may free the round */
     weft_status s = wf_fast_result(w, r);
     const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
-    weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, r->deadline);
+    weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, lock_within(w));
     if (s == WEFT_OK) s = c;
     if (remote) {
       if (s == WEFT_OK) wf_fast_own(w, r); /* the others' inputs are read: they may go on meanwhile */
@@ -330,14 +335,22 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   const char *name = board_name(r, nb, sizeof nb);
   uint64_t h = name == r->msg.name ? r->key_hash : wf_board_hash(g->id, name);
   weft_status st = wf_board_arrive_h(w->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, own,
-                                     r->deadline, &how, &r->fast_t);
+                                     lock_within(w), &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
     list_del(w, r);
     leave(w);
-    return 0;
+    return 0; /* the caller hands it to the engine, which arms it */
   }
-  r->fast_t0 = r->deadline - w->timeout_ns; /* its submission time, without another clock read */
+  /* a round that completes here, read and folded by this thread at once,
+   * needs no deadline; any other may wait (before F_PENDING publishes r to
+   * the engine's scan) */
+  if (how != WF_BOARD_DONE || r->fast_split || (ok && d.remote)) {
+    wf_request_arm(r);
+    r->fast_t0 = r->deadline - w->timeout_ns; /* its submission time (near enough), without another clock read */
+  } else {
+    r->fast_t0 = INT64_MAX / 2; /* completed below: an engine scan meanwhile must not give up on it */
+  }
   atomic_store(&r->fast, F_PENDING);
   if (how == WF_BOARD_DONE) {
     settle(w, r, WF_BOARD_DONE);

@@ -124,6 +124,7 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   d->remote = w->cma_ok && w->fast_cma_bytes && bytes >= w->fast_cma_bytes && bytes > wf_board_part_bytes(w->board) &&
               !wf_board_oversubscribed(w->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
   d->split = (uint8_t)split;
+  d->ordered = r->auto_barrier != 0; /* board_name(): unnamed barriers share records */
   d->coll = m->coll;
   d->dtype = m->dtype;
   d->ndim = m->ndim;

@@ -232,11 +232,16 @@ static void test_stress(void) {
   free(g_mem);
 }
 
+/* An ordered record (unnamed barriers share records in call order): a
+ * member may come to generation g+2 before another read g, so its rounds
+ * are claimed, and an unclaimed one found at g+2 turns the board off
+ * instead of overwriting inputs still to be read. */
 static void test_unclaimed(void) {
   wf_board *b[2];
   void *mem = open_boards(2, 0, b);
   CHECK(b[0] && b[1], "unclaimed: board");
   wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT64, 1);
+  d.ordered = 1;
   wf_board_ticket t0[2], t;
   int how[2];
   for (int k = 0; b[0] && b[1] && k < 2; k++) {
@@ -248,6 +253,7 @@ static void test_unclaimed(void) {
     uint64_t v = word(9, 0, 0);
     CHECK(*(const uint64_t *)wf_board_part(b[0], t0[0], 1) == word(9, 0, 1), "unclaimed: rank 0 reads generation 0");
     wf_board_claim(b[0], t0[0], 0, wf_deadline_after(10.0)); /* rank 1 has not read it yet */
+    CHECK(wf_board_claimed(b[0], t0[0]) == 1, "unclaimed: rank 0's claim of an ordered round not counted");
     v = word(9, 1, 0);
     wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_WAIT, "unclaimed: generation 1 not open");
@@ -260,6 +266,39 @@ static void test_unclaimed(void) {
     for (int m = 0; m < 2; m++)
       CHECK(*(const uint64_t *)wf_board_part(b[1], t0[1], m) == word(9, 0, m),
             "unclaimed: rank 1 reads member %d's generation-0 input overwritten", m);
+  }
+  wf_board_close(b[0]);
+  wf_board_close(b[1]);
+  free(mem);
+}
+
+/* A named record's inline rounds take no claims (a member comes to g+1
+ * only after its g completed, so every member read g before anyone opens
+ * g+2): the claim counts nothing, and generation g+2 reopens the round with
+ * the new inputs; a generation's inputs stay until then. */
+static void test_named_inline(void) {
+  wf_board *b[2];
+  void *mem = open_boards(2, 0, b);
+  CHECK(b[0] && b[1], "named inline: board");
+  wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT64, 1);
+  for (int gen = 0; b[0] && b[1] && gen < 6; gen++) {
+    wf_board_ticket t[2];
+    int how[2];
+    for (int k = 0; k < 2; k++) {
+      uint64_t v = word(4, gen, k);
+      wf_board_arrive(b[k], 1, "y", k, 2, &d, &v, 8, 0, WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
+    }
+    CHECK(how[0] == WF_BOARD_WAIT && how[1] == WF_BOARD_DONE, "named inline: generation %d not done (%d, %d)", gen,
+          how[0], how[1]);
+    CHECK(!wf_board_is_off(b[0]), "named inline: generation %d turned the board off", gen);
+    for (int k = 0; k < 2; k++) {
+      CHECK(wf_board_state(b[k], t[k]) == WF_BOARD_DONE, "named inline: rank %d's generation %d not DONE", k, gen);
+      for (int m = 0; m < 2; m++)
+        CHECK(*(const uint64_t *)wf_board_part(b[k], t[k], m) == word(4, gen, m),
+              "named inline: rank %d reads member %d's generation-%d input wrong", k, m, gen);
+      CHECK(wf_board_claim(b[k], t[k], k, WF_BOARD_WITHIN(10.0)) == WEFT_OK, "named inline: claim failed");
+    }
+    CHECK(wf_board_claimed(b[0], t[0]) == 0, "named inline: generation %d counted claims", gen);
   }
   wf_board_close(b[0]);
   wf_board_close(b[1]);
@@ -515,6 +554,7 @@ int main(void) {
   test_hash();
   test_geometry();
   test_unclaimed();
+  test_named_inline();
   test_remote();
   test_own_block();
   test_split();
