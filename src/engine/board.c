@@ -470,12 +470,19 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   return WEFT_OK;
 }
 
-/* Copies member grank's input into its part of t's slot, around its own
- * block (own_block > 0: bytes no other member reads). */
-static void put(const wf_board *b, wf_board_ticket t, int grank, const void *part, size_t len, size_t own_block) {
+/* Copies member grank's input into its part of t's slot, around the bytes
+ * no other member reads: its own block (own_block > 0), or its own slice of
+ * a WF_SPLIT_OWN round. */
+static void put(const wf_board *b, wf_board_ticket t, const wf_board_desc *desc, int grank, int gsize, const void *part,
+                size_t len, size_t own_block) {
   uint8_t *dst = (uint8_t *)wf_board_part(b, t, grank);
   size_t lo = own_block * (size_t)grank, hi = lo + own_block;
-  if (!own_block || hi > len) {
+  if (desc->split == WF_SPLIT_OWN) {
+    size_t es = weft_dtype_size((weft_dtype)desc->dtype);
+    wf_board_slice(len / es, gsize, grank, &lo, &hi);
+    lo *= es;
+    hi *= es;
+  } else if (!own_block || hi > len) {
     wf_copy(dst, part, len);
     return;
   }
@@ -538,7 +545,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       int32_t d = o->data; /* stays: writers > 0 holds the slot */
       o->writers++;
       unlock(&r->lock);
-      put(b, *t, grank, part, part_len, own_block);
+      put(b, *t, desc, grank, gsize, part, part_len, own_block);
       SLOT_RELEASE(b, d);
       return copied(b, r, o, gsize, deadline, how);
     }
@@ -546,7 +553,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       remote_cell c = {(uint64_t)getpid(), (uint64_t)(uintptr_t)part, (uint64_t)part_len};
       memcpy(cell(b, *t, grank), &c, sizeof c);
     } else if (part_len) {
-      put(b, *t, grank, part, part_len, own_block);
+      put(b, *t, desc, grank, gsize, part, part_len, own_block);
     }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {
@@ -692,6 +699,8 @@ void wf_board_abandon(wf_board *b, wf_board_ticket t) { atomic_store(&round_of(b
 /* ------------------------------------------------------------------ split rounds */
 
 #define SLICE_DONE 2u
+
+int wf_board_split_kind(const wf_board *b, wf_board_ticket t) { return rec_at(b, t.rec)->desc[t.gen & 1].split; }
 
 int wf_board_slice_take(wf_board *b, wf_board_ticket t, int s, int grank) {
   _Atomic uint64_t *w = slice_word(b, t, s);

@@ -55,7 +55,7 @@ typedef struct wf_board wf_board;
 typedef struct wf_board_desc {
   uint8_t coll, dtype, ndim, op;
   uint8_t remote;   /* inputs stay in the members' memory, read by cross-memory attach (see below) */
-  uint8_t split;    /* allreduce folded slice by slice, each slice once (see below) */
+  uint8_t split;    /* allreduce folded slice by slice, each slice once (see below): WF_SPLIT_* */
   uint8_t ordered;  /* the record serves several operations in call order (unnamed barriers): see claims below */
   int32_t root;     /* broadcast: group rank; else -1 */
   double prescale, postscale;
@@ -158,12 +158,23 @@ void wf_board_abandon(wf_board *b, wf_board_ticket t);
 int wf_board_abandoned(const wf_board *b, wf_board_ticket t);
 
 /* Split rounds (desc->split, an allreduce in a data slot): slice s of the
- * result (elements [count*s/n, count*(s+1)/n)) is folded once, by whichever
- * member takes it first, into member s's part of the slot (where slice s of
- * member s's input was: nobody else reads that), and every member copies
- * every slice out. So a member that does not come back soon (descheduled,
- * stopped) holds nobody up: the others fold its slice. Slice s's state is a
- * word in member s's inline cell, reset when the round opens. */
+ * result (elements [count*s/n, count*(s+1)/n), wf_board_slice) is folded
+ * once into member s's part of the slot (where slice s of member s's input
+ * was: nobody else reads that), and every member copies every slice out
+ * (the folder writes it to its own output as it goes). WF_SPLIT_ANY: by
+ * whichever member takes it first, so a member that does not come back
+ * soon (descheduled, stopped: the host's ranks outnumber its cores) holds
+ * nobody up: the others fold its slice. WF_SPLIT_OWN (when the cores
+ * suffice): by member s, from its own input, whose slice s is never copied
+ * in; a quarter less memory traffic on 2 ranks. Slice s's state is a word
+ * in member s's inline cell, reset when the round opens. */
+enum { WF_SPLIT_NONE = 0, WF_SPLIT_ANY = 1, WF_SPLIT_OWN = 2 };
+static inline void wf_board_slice(size_t count, int n, int s, size_t *lo, size_t *hi) {
+  *lo = count * (size_t)s / (size_t)n;
+  *hi = count * (size_t)(s + 1) / (size_t)n;
+}
+/* The split kind (WF_SPLIT_*) of t's round. */
+int wf_board_split_kind(const wf_board *b, wf_board_ticket t);
 /* 1 if the caller (group rank grank) took slice s and must fold it, then
  * call wf_board_slice_done; 0 if somebody else has it. */
 int wf_board_slice_take(wf_board *b, wf_board_ticket t, int s, int grank);

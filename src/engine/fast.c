@@ -51,6 +51,7 @@ void wf_fast_start(weft_world *w) {
   w->fast_cma_bytes = cb > 0 ? (size_t)cb : 0;
   int64_t sb = wf_param_int("WEFT_FAST_SPLIT_BYTES");
   w->fast_split_bytes = sb > 0 ? (size_t)sb : 0;
+  w->fast_split_own = wf_param_int("WEFT_FAST_SPLIT_OWN") != 0;
   w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the

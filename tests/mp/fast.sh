@@ -209,7 +209,8 @@ kill | stop) # the large allgather a remote round where the cores suffice
   run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_CMA_BYTES=65536 -- "$CASE" "$ARG"
   ;;
 stopsplit) # the survivors may arrive far apart on a loaded machine: no diverting
-  run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_WAIT_SECONDS=5 -- "$CASE" "$ARG"
+  # (any rank folds any slice: with cores to spare each would fold its own)
+  run_job "$CASE" WEFT_HEARTBEAT_TIMEOUT=5 WEFT_FAST_WAIT_SECONDS=5 WEFT_FAST_SPLIT_OWN=0 -- "$CASE" "$ARG"
   ;;
 hosts) # ARG: one fake host per rank (hier_hosts.sh)
   HOSTS=$ARG run_job hosts $LONG -- hosts

@@ -128,13 +128,17 @@ static void case_bits(void) {
      * board has 4 large slots */
     int nc = t == WEFT_DTYPE_FLOAT32 ? 6 : 4;
     size_t cs[6] = {arc, arc + 1, sc0 - 1, sc0 + 1, lc, lc + 1};
-    mp_case("allreduce %s sum and max, scaled: counts %zu %zu %zu %zu%s", weft_dtype_name(t), cs[0], cs[1], cs[2],
+    /* the sum unscaled (a split round's members then fold their own slices
+     * from their own inputs where the cores suffice: WF_SPLIT_OWN), the max
+     * scaled (a scaled copy goes in: any member folds any slice) */
+    mp_case("allreduce %s sum, and max scaled: counts %zu %zu %zu %zu%s", weft_dtype_name(t), cs[0], cs[1], cs[2],
             cs[3], nc == 6 ? ", and the large slots' limit and one more" : "");
     for (int op = 0; op < 2; op++) {
       arop a[6];
       long fits = 0;
       for (int c = 0; c < nc; c++) {
-        a[c] = (arop){{(weft_dtype)t, op ? WEFT_OP_MAX : WEFT_OP_SUM, 0.75, 1.5, (uint64_t)(t * 100 + op * 10 + c)},
+        a[c] = (arop){{(weft_dtype)t, op ? WEFT_OP_MAX : WEFT_OP_SUM, op ? 0.75 : 1.0, op ? 1.5 : 1.0,
+                       (uint64_t)(t * 100 + op * 10 + c)},
                       cs[c], {0}, NULL, NULL, NULL, ""};
         ar_submit(&a[c], mp_group, mp_rank, c & 1, "ar.big.%d", c);
         fits += ar_fits((weft_dtype)t, cs[c]);

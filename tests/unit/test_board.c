@@ -523,6 +523,44 @@ out:
   free(mem);
 }
 
+/* WF_SPLIT_OWN rounds: each member folds its own slice from its own input,
+ * so its arrival copies in all but that slice (the board computes it with
+ * wf_board_slice: uneven slices of an odd count here); the slot's bytes
+ * there stay as they were (zero: a fresh board). */
+static void test_split_own(void) {
+  enum { M = 2, COUNT = 3001 };
+  static int32_t in[M][COUNT];
+  wf_board *b[M];
+  void *mem = open_boards(M, COUNT * 4, b);
+  CHECK(b[0] && b[1], "split own: board");
+  if (!b[0] || !b[1]) goto out;
+  wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT32, COUNT);
+  d.split = WF_SPLIT_OWN;
+  wf_board_ticket t[M];
+  int how[M];
+  for (int k = 0; k < M; k++) {
+    for (int i = 0; i < COUNT; i++) in[k][i] = k * 100000 + i + 1;
+    wf_board_arrive(b[k], 1, "own", k, M, &d, in[k], sizeof in[k], 0, WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
+  }
+  CHECK(how[M - 1] == WF_BOARD_DONE, "split own: not done (%d)", how[M - 1]);
+  if (how[M - 1] != WF_BOARD_DONE) goto out;
+  CHECK(wf_board_split_kind(b[0], t[0]) == WF_SPLIT_OWN, "split own: kind %d", wf_board_split_kind(b[0], t[0]));
+  for (int k = 0; k < M; k++) {
+    size_t lo, hi;
+    wf_board_slice(COUNT, M, k, &lo, &hi);
+    const int32_t *p = wf_board_part(b[1 - k], t[1 - k], k);
+    int bad = -1;
+    for (int i = 0; i < COUNT && bad < 0; i++)
+      if (p[i] != ((size_t)i >= lo && (size_t)i < hi ? 0 : in[k][i])) bad = i;
+    CHECK(bad < 0, "split own: member %d's part at %d is %d (own slice [%zu, %zu) must stay out)", k, bad,
+          bad < 0 ? 0 : p[bad], lo, hi);
+  }
+  for (int k = 0; k < M; k++) wf_board_claim(b[k], t[k], k, WF_BOARD_WITHIN(10.0));
+out:
+  for (int k = 0; k < M; k++) wf_board_close(b[k]);
+  free(mem);
+}
+
 /* A record's hash is the in-flight key's ("<group>/<name>"), which the
  * submission hashes once for both; arrivals with and without it meet. */
 static void test_hash(void) {
@@ -555,6 +593,7 @@ int main(void) {
   test_geometry();
   test_unclaimed();
   test_named_inline();
+  test_split_own();
   test_remote();
   test_own_block();
   test_split();
