@@ -55,20 +55,28 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   size_t bytes = m->coll == WF_COLL_BARRIER ? 0 : elems(m) * weft_dtype_size((weft_dtype)m->dtype);
   size_t cap = wf_board_large_bytes(w->board);
   int split = 0;
+  /* a split round's members fold their own slices from their own inputs
+   * (WF_SPLIT_OWN, board.h) when asked (WEFT_FAST_SPLIT_OWN), the cores
+   * suffice (a board property: the same on every rank) and the input is
+   * not prescaled (a prescaled copy is what goes in) */
+  int own = w->fast_split_own && !wf_board_oversubscribed(w->board) && m->prescale == 1.0;
   switch (m->coll) {
     case WF_COLL_BARRIER:
       break;
     case WF_COLL_ALLREDUCE:
-      /* Split (board.h) from WEFT_FAST_SPLIT_BYTES on 3+ ranks, and beyond
-       * WEFT_FAST_ALLREDUCE_BYTES on 2: each slice is folded once, so the
-       * n^2 reads of every rank folding all n inputs shrink to n. Measured
-       * (median of 5-7 interleaved runs, whole folds vs split): 4 ranks on
-       * 2 cores 32 KiB 20 -> 16 us, 64 KiB 39 -> 23, 256 KiB 278 -> 129;
-       * 3 ranks 256 KiB 86 -> 59; 2 ranks 256 KiB 48 vs 56 (whole folds
-       * win there), 1 MiB 146 -> 132 (coordinator path -> split). Whole
-       * folds beyond the pooled slots only up to WEFT_FAST_ALLREDUCE_BYTES
-       * (a rank's choice: one over it diverts). */
-      split = w->fast_split_bytes && bytes >= w->fast_split_bytes && (n >= 3 || bytes > w->fast_ar_bytes);
+      /* Split (board.h) from WEFT_FAST_SPLIT_BYTES on 3+ ranks or own
+       * folds, and beyond WEFT_FAST_ALLREDUCE_BYTES on 2: each slice is
+       * folded once, so the n^2 reads of every rank folding all n inputs
+       * shrink to n. Measured (median of 5-7 interleaved runs, whole folds
+       * vs split): 4 ranks on 2 cores 32 KiB 20 -> 16 us, 64 KiB 39 -> 23,
+       * 256 KiB 278 -> 129; 3 ranks 256 KiB 86 -> 59; 2 ranks 256 KiB 48 vs
+       * 56 (whole folds win there, against WF_SPLIT_ANY), 1 MiB 146 -> 132
+       * (coordinator path -> split). Own folds win from 12 KiB on 2 ranks
+       * (medians of 8 pairs, whole vs own: 24 KiB 3.15 vs 2.73 us, 64 KiB
+       * 7.3 vs 6.1, 256 KiB 31 vs 22). Whole folds beyond the pooled slots
+       * only up to WEFT_FAST_ALLREDUCE_BYTES (a rank's choice: one over it
+       * diverts). */
+      split = w->fast_split_bytes && bytes >= w->fast_split_bytes && (n >= 3 || own || bytes > w->fast_ar_bytes);
       if (!split && cap > w->fast_ar_bytes) cap = w->fast_ar_bytes;
       if (cap < wf_board_part_bytes(w->board)) cap = wf_board_part_bytes(w->board);
       /* fall through */
@@ -123,14 +131,9 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
    * reads take the readers' cores). */
   d->remote = w->cma_ok && w->fast_cma_bytes && bytes >= w->fast_cma_bytes && bytes > wf_board_part_bytes(w->board) &&
               !wf_board_oversubscribed(w->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
-  /* each member folds its own slice from its own input (WEFT_FAST_SPLIT_OWN)
-   * when the cores suffice (a board property: the same on every rank) and
-   * the input is not prescaled (a prescaled copy is what goes in). 2 ranks,
-   * interleaved medians of 10: 1 MiB 97 -> 72 us, 512 KiB 49 -> 38 (this
-   * and the folder's direct write to its output) */
-  d->split = !split                                                       ? WF_SPLIT_NONE
-             : w->fast_split_own && !wf_board_oversubscribed(w->board) && m->prescale == 1.0 ? WF_SPLIT_OWN
-                                                                                            : WF_SPLIT_ANY;
+  /* own folds: 2 ranks, interleaved medians of 10, 1 MiB 97 -> 72 us,
+   * 512 KiB 49 -> 38 (with the folder's direct write to its output) */
+  d->split = !split ? WF_SPLIT_NONE : own ? WF_SPLIT_OWN : WF_SPLIT_ANY;
   d->ordered = r->auto_barrier != 0; /* board_name(): unnamed barriers share records */
   d->coll = m->coll;
   d->dtype = m->dtype;
