@@ -63,6 +63,7 @@ mkdir -p "$RES"
 # A peer whose toolchain or library is missing is skipped, and the report says so.
 log "building peer harnesses in $BIN"
 gcc -O3 -march=native -Wall -pthread -o "$BIN/membw" "$PEERS/membw.c" || die "cannot build membw"
+gcc -O2 -Wall -o "$BIN/switch_cost" "$HERE/switch_cost.c" || die "cannot build switch_cost"
 PEER_LIBS=()
 note() { echo "$*" >>"$RES/peers.txt"; }
 : >"$RES/peers.txt"
@@ -164,12 +165,14 @@ run_peer() {
 }
 
 # bench NAME CMD...: a memcpy sentinel, then CMD; both into NAME.txt
+# (and, before every n=4 launch, the cost of a context switch: switch_cost.c)
 FAILED=()
 bench() {
   local name=$1 t0=$SECONDS rc
   shift
   log "$name"
   "$BIN/membw" sentinel >"$RES/$name.txt" 2>/dev/null
+  case $name in n[3-9]*) "$BIN/switch_cost" >>"$RES/$name.txt" 2>/dev/null ;; esac
   "$@" >>"$RES/$name.txt" 2>"$RES/$name.err"
   rc=$?
   if [ $rc -ne 0 ]; then
@@ -230,6 +233,7 @@ def fmt_bw(b):
 
 data = {}      # (n, op) -> {bytes -> {lib -> (busbw, time_us)}}: the best pass
 sentinels = {} # (n, op, lib-file) -> [GB/s, one per pass]
+switches = []  # us per context switch (switch_cost.c), before the n=4 launches
 banners = []
 passes = set()
 
@@ -248,6 +252,8 @@ for f in sorted(glob.glob(os.path.join(res, "n*_*_*.txt"))):
         line = line.strip()
         if line.startswith("SENTINEL "):
             sentinels.setdefault((n, op, who), []).append(float(kv(line)["value"]))
+        elif line.startswith("SWITCH "):
+            switches.append(float(kv(line)["us"]))
         elif line.startswith("RES "):
             r = kv(line)
             cell = data.setdefault((n, op), {}).setdefault(int(r["bytes"]), {})
@@ -323,6 +329,62 @@ for (n, op) in sorted(data, key=lambda k: (k[0], OPS.index(k[1]) if k[1] in OPS 
         cells.append(f"{sent:.2f}" if sent else "—")
         cells.append(f"{c['weft'][0] / sent:.0%}" if sent and "weft" in c and b >= 1 << 20 else "—")
         o.append("| " + " | ".join(cells) + " |")
+    o.append("")
+
+# ---------------------------------------------------------------- issue 3's targets
+def cell(n, op, b, lib):
+    return data.get((n, op), {}).get(b, {}).get(lib)
+
+def best_peer(n, op, b):
+    c = data.get((n, op), {}).get(b, {})
+    return max(((v[0], l) for l, v in c.items() if l != "weft"), default=None)
+
+t_rows = []
+def target(what, value, goal, ok, why=""):
+    t_rows.append(f"| {what} | {value} | {goal} | {'met' if ok else '**missed**'}{' — ' + why if why else ''} |")
+
+for b, goal in ((128 << 20, 3.0), (16 << 20, 1.5), (1 << 20, 1.2)):
+    w, m = cell(2, "allreduce", b, "weft"), cell(2, "allreduce", b, "openmpi")
+    if w and m:
+        target(f"n=2 allreduce busbw, weft ÷ Open MPI, {size_name(b)}", f"{w[0] / m[0]:.2f}", f"≥ {goal}",
+               w[0] / m[0] >= goal)
+w, sent = cell(2, "allreduce", 128 << 20, "weft"), sentinel.get((2, "allreduce", "weft"))
+if w and sent:
+    target("n=2 allreduce busbw ÷ memcpy, 128 MiB", f"{w[0] / sent:.0%}", "≥ 70%", w[0] / sent >= 0.7)
+w, m = cell(2, "allreduce", 8, "weft"), cell(2, "allreduce", 8, "openmpi")
+if w and m:
+    target("8 B allreduce time, weft ÷ MPI_Allreduce (Open MPI)", f"{w[1] / m[1]:.2f} ({w[1]:.2f} vs {m[1]:.2f} µs)",
+           "≤ 2", w[1] / m[1] <= 2.0)
+sw = statistics.median(switches) if switches else None
+for op in OPS:
+    for b in sorted(data.get((4, op), {})):
+        w4, w2 = cell(4, op, b, "weft"), cell(2, op, b, "weft")
+        if not (w4 and w2 and w2[0] > 0):
+            continue
+        r = w4[0] / w2[0]
+        why = ""
+        if r < 0.5 and sw:
+            # every one of 4 ranks on 2 cores must run between an op's first
+            # submission and its last completion: at least one switch per core
+            cap = factor(op, 4) / factor(op, 2) * w2[1] / max(w2[1], sw)
+            why = (f"n=4 took {w4[1]:.1f} µs, {w4[1] / sw:.1f} context switches of {sw:.2f} µs; even at one "
+                   f"switch per core per op the ratio could reach {cap:.2f} at most") if w4[1] < 40 * sw else ""
+        target(f"n=4 ÷ n=2 busbw, {op} {size_name(b)}", f"{r:.2f}", "≥ 0.5", r >= 0.5, why)
+for n in (2, 4):
+    for op in OPS[1:4]:
+        for b in sorted(data.get((n, op), {})):
+            w, bp = cell(n, op, b, "weft"), best_peer(n, op, b)
+            if b >= 1 << 20 and w and bp:
+                target(f"n={n} {op} {size_name(b)}, weft ÷ best peer ({NAMES.get(bp[1], bp[1])})",
+                       f"{w[0] / bp[0]:.2f}", "> 1", w[0] > bp[0])
+if t_rows:
+    o.append("## Targets (issue 3)\n")
+    o.append("Every target of the issue this run can check, from the tables above. "
+             + (f"A context switch (two processes taking turns on one CPU, `bench/switch_cost.c`) cost "
+                f"{sw:.2f} µs (median of {len(switches)}, taken before the n=4 launches).\n" if sw else "\n"))
+    o.append("| target | value | goal | verdict |")
+    o.append("|---|---:|---:|---|")
+    o.extend(t_rows)
     o.append("")
 
 if sentinel:
