@@ -103,10 +103,25 @@ void wf_copy(void *dst, const void *src, size_t n) {
 
 wf_copy_fn wf_copy_nt(void) { return has_avx2() ? copy_nt_avx2 : copy_nt_sse2; }
 
+int wf_copy_variants(const char **names, wf_copy_fn *fns, int max) {
+  static const char *const nm[] = {"copy_sse2", "copy_nt_sse2", "copy_avx2", "copy_nt_avx2"};
+  const wf_copy_fn fn[] = {copy_sse2, copy_nt_sse2, copy_avx2, copy_nt_avx2};
+  int k = 0;
+  for (int i = 0; i < (has_avx2() ? 4 : 2) && k < max; i++, k++) {
+    names[k] = nm[i];
+    fns[k] = fn[i];
+  }
+  return k;
+}
+
 #else
 
 void wf_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 wf_copy_fn wf_copy_nt(void) { return NULL; }
+int wf_copy_variants(const char **names, wf_copy_fn *fns, int max) {
+  (void)names, (void)fns, (void)max;
+  return 0;
+}
 
 #endif
 

@@ -21,6 +21,10 @@ typedef void (*wf_copy_fn)(void *dst, const void *src, size_t n);
 
 void wf_copy(void *dst, const void *src, size_t n);
 wf_copy_fn wf_copy_nt(void);
+/* Every vector copy this CPU can run, whichever wf_copy and wf_copy_nt
+ * pick (for tests: an AVX2 machine still checks the SSE2 loops); returns
+ * how many of max were filled. */
+int wf_copy_variants(const char **names, wf_copy_fn *fns, int max);
 void wf_zero(void *p, size_t n);
 
 #endif

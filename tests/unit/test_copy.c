@@ -1,6 +1,7 @@
 /* test_copy.c - the data-path copies (util/copy.c) against a byte loop:
  * wf_copy, the streaming copy wf_copy_nt (where the CPU has one) and
- * wf_zero, for every length up to a few cache lines and lengths around the
+ * wf_zero, and every vector loop behind them (wf_copy_variants: SSE2 on an
+ * AVX2 machine too), for every length up to a few cache lines and lengths around the
  * vector loop's thresholds, at every source and destination offset within
  * a 64-byte line; guard bytes on both sides must stay untouched. */
 #include <stdint.h>
@@ -60,6 +61,15 @@ int main(void) {
   CHECK(nt != NULL, "x86-64 has SSE2: wf_copy_nt must not be NULL");
 #endif
   if (nt) check_fn("wf_copy_nt", nt);
+  /* the loops behind them, each directly: the ones this CPU does not pick
+   * (SSE2 on an AVX2 machine) too */
+  const char *names[8];
+  wf_copy_fn fns[8];
+  int nv = wf_copy_variants(names, fns, 8);
+#if defined(__x86_64__)
+  CHECK(nv >= 2, "x86-64: at least the two SSE2 copies (got %d)", nv);
+#endif
+  for (int i = 0; i < nv; i++) check_fn(names[i], fns[i]);
   for (size_t n = 0; n < 600; n += 3) {
     memset(dst, 0xEE, sizeof dst);
     wf_zero(dst + GUARD + n % 64, n);
