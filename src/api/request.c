@@ -141,7 +141,7 @@ weft_status weft_wait(weft_request *r, double timeout_seconds) {
   } else {
     /* The engine fails every operation by its deadline (plus the time to
      * notice a silent peer); waiting past that would be a bug, not a hang. */
-    wf_request_arm(r); /* armed already on every path that gets here: this only guards */
+    wf_request_arm(r); /* armed on the paths that wait: this guards the rest (a fast round settled elsewhere) */
     deadline = r->deadline + (int64_t)((w->hb_timeout + 5.0) * 1e9);
   }
   pthread_mutex_lock(&w->mu);

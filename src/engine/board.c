@@ -433,6 +433,18 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
   set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
 }
 
+/* Every member arrived at generation gen - 1 (record locked): its round is
+ * DONE, or FREE (diverted after every member arrived). Then every member
+ * has read generation gen - 2, an unclaimed inline round (wf_board_claim):
+ * each arrived at gen - 1 after its gen - 2 completed. Not so when gen - 1
+ * ended in an error on some rank without every member (a coordinator
+ * timeout or stall shutdown): a member may still read gen - 2. */
+static int all_came_next(record *r, uint32_t gen) {
+  round *p = rnd(r, gen - 1);
+  uint32_t st = atomic_load_explicit(&p->state, memory_order_relaxed);
+  return atomic_load_explicit(&p->gen, memory_order_relaxed) == gen - 1 && (st == R_DONE || st == R_FREE);
+}
+
 /* Bytes one member's input may have in round o. */
 static size_t capacity(const wf_board *b, const round *o) {
   return o->data == D_REMOTE ? SIZE_MAX
@@ -521,7 +533,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
   if (st == R_DONE && og != gen && (o->data == D_INLINE || o->data == D_REMOTE) &&
-      (!o->claims || atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived))
+      (o->claims ? atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived : all_came_next(r, gen)))
     st = R_FREE; /* an inline or remote round every member has read: left as it was, reused now */
   if (st == R_FREE) {
     open_round(b, r, o, gen, desc, deadline);
@@ -739,18 +751,21 @@ uint64_t wf_board_slices_done(const wf_board *b, wf_board_ticket t, int gsize, u
 
 typedef struct slices_arg {
   int gsize;
-  uint64_t have;
+  uint64_t have, mine; /* mine: the slices the caller may take */
 } slices_arg;
 
-/* A slice outside have is folded, or one is free. */
+/* A slice outside have is folded, or one the caller may take is free. */
 static int slices_moved(const wf_board *b, wf_board_ticket t, const void *arg) {
   const slices_arg *a = arg;
   uint64_t busy, done = wf_board_slices_done(b, t, a->gsize, &busy, NULL);
-  return (done & ~a->have) != 0 || (done | busy) != wf_board_all(a->gsize);
+  return (done & ~a->have) != 0 || (~(done | busy) & a->mine) != 0;
 }
 
-void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, uint64_t have, int64_t until) {
-  slices_arg a = {gsize, have};
+void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, int grank, uint64_t have, int64_t until) {
+  /* a WF_SPLIT_OWN round's slices are their owners' alone: another's free
+   * slice is no reason to stop waiting (it would spin) */
+  uint64_t mine = wf_board_split_kind(b, t) == WF_SPLIT_OWN ? 1ull << grank : wf_board_all(gsize);
+  slices_arg a = {gsize, have, mine};
   wait_for(b, t, slices_moved, &a, until);
 }
 

@@ -23,12 +23,15 @@
  * the ranks' counts stay aligned and generation g means the same operation
  * on every rank. Two rounds suffice: a rank submits generation g+1 only
  * after its generation g completed, so g-1's round is free before anyone
- * arrives at g+1 (checked: a mismatch turns the board off).
+ * arrives at g+1 (checked: by the claims, or for unclaimed inline rounds by
+ * every member's arrival at g; a round found still in use turns the board
+ * off).
  *
  * A round is OPEN while eligible arrivals with equal descriptions gather;
  * DONE when every member arrived (each then reads all inputs, folds them
- * itself, or its slices of a split round, and claims; the last claim frees
- * the round); DIVERTED as soon as
+ * itself, or its slices of a split round, and claims, but for a named
+ * inline round: see wf_board_claim; the last claim frees the round);
+ * DIVERTED as soon as
  * any arrival is not eligible or differs, or a waiter gives up: then every
  * arrival of that generation, earlier and later, takes the coordinator path,
  * which validates and reports exactly as without the board. Once turned off
@@ -126,10 +129,12 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
 /* Claims a DONE round after reading it; the last member's claim frees it.
  * An inline round of a record that serves one name needs no claim (it
  * returns at once): a member arrives at generation g+1 only after its
- * generation g completed (the in-flight set), and g+2 opens only after
- * every member arrived at g+1, so every member has read g by then. An
- * ordered record (desc.ordered) gives no such order: its rounds are
- * claimed, and an unclaimed one found at g+2 turns the board off.
+ * generation g completed (the in-flight set), so once every member arrived
+ * at g+1 every member has read g. Generation g+2 reuses g's round only
+ * then (g+1's round DONE, or freed after every member arrived); else (g+1
+ * ended in an error on the coordinator path without some member) the board
+ * turns off. An ordered record (desc.ordered) gives no such order: its
+ * rounds are claimed, and an unclaimed one found at g+2 turns the board off.
  * deadline bounds the record lock that the last pooled claim takes: an
  * absolute time (wf_now_ns), or WF_BOARD_WITHIN(s), s seconds from when the
  * lock turns out to be held (an inline round's claim takes no lock: no
@@ -183,9 +188,10 @@ void wf_board_slice_done(wf_board *b, wf_board_ticket t, int s);
  * taken but not finished; *taker (may be NULL) gets the group rank that took
  * the lowest such slice, or -1. */
 uint64_t wf_board_slices_done(const wf_board *b, wf_board_ticket t, int gsize, uint64_t *busy, int *taker);
-/* Waits until a slice outside have is folded, or one is free to take, or
- * until (wf_now_ns) passes, like wf_board_wait. */
-void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, uint64_t have, int64_t until);
+/* Waits until a slice outside have is folded, or one that group rank grank
+ * may take is free (in a WF_SPLIT_OWN round only its own), or until
+ * (wf_now_ns) passes, like wf_board_wait. */
+void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, int grank, uint64_t have, int64_t until);
 /* Member k's part of t's slot, to write a folded slice into. */
 void *wf_board_part_mut(const wf_board *b, wf_board_ticket t, int k);
 

@@ -391,7 +391,7 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
         uint64_t have = atomic_load(&r->split_have);
         if (v < 0 || have == wf_board_all(r->fast_n)) /* the engine's scan is at it (finishing, if it has all) */
           sched_yield();
-        else wf_board_wait_slices(w->board, r->fast_t, r->fast_n, have, deadline);
+        else wf_board_wait_slices(w->board, r->fast_t, r->fast_n, r->fast_rank, have, deadline);
       }
       break;
     }

@@ -1,8 +1,9 @@
 /* fast_coll.c - what each collective puts on the one-host board and how a
  * rank computes its result from a DONE round (fast.c runs the protocol).
  *
- * Every member's input sits in the round's slot, so each rank reads what it
- * needs straight from there: allreduce and reducescatter fold the
+ * Every member's input sits in the round's slot (but a WF_SPLIT_OWN round's
+ * own slices, folded by their owners from their own inputs), so each rank
+ * reads what it needs straight from there: allreduce and reducescatter fold the
  * (prescaled) inputs in group-rank order, ((x0 op x1) op x2) ..., then apply
  * average/postscale, exactly as exec.c with the `direct` algorithms does
  * (same bits); allgather, alltoall and broadcast copy blocks out. Outputs
@@ -14,8 +15,9 @@
  * whole by each rank up to WEFT_FAST_ALLREDUCE_BYTES (256 KiB, which pays
  * only while inputs are small: measured 3.7 vs 45 us at 16 KiB, 43 vs 78 at
  * 256 KiB on 2 ranks), split (board.h; each slice folded once) from
- * WEFT_FAST_SPLIT_BYTES on 3+ ranks and beyond that on 2, up to the large
- * slots' size like the others; allgather,
+ * WEFT_FAST_SPLIT_BYTES on 3+ ranks or with own folds (WF_SPLIT_OWN), and
+ * beyond WEFT_FAST_ALLREDUCE_BYTES on 2, up to the large slots' size like
+ * the others; allgather,
  * alltoall and reducescatter need a first dimension, alltoall an even
  * split. Members whose descriptions differ (an allgather with another
  * first dimension, uneven splits on one rank) divert the round, and the

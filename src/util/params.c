@@ -63,7 +63,7 @@ static const wf_param g_params[] = {
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
      "largest fast-path allreduce that every rank folds whole (at least WEFT_FAST_BYTES); larger ones, up to WEFT_FAST_LARGE_BYTES, are split (WEFT_FAST_SPLIT_BYTES)"},
     {"WEFT_FAST_SPLIT_BYTES", NULL, WF_PARAM_INT, "16384",
-     "fast-path allreduce inputs from this size on (on 3 or more ranks, or where each rank folds its own slice: WEFT_FAST_SPLIT_OWN; else above WEFT_FAST_ALLREDUCE_BYTES) are folded slice by slice, each slice once by whichever rank takes it, then copied out by every rank; 0: never (then WEFT_FAST_ALLREDUCE_BYTES is the largest)"},
+     "fast-path allreduce inputs from this size on (on 3 or more ranks, or where each rank folds its own slice: WEFT_FAST_SPLIT_OWN; else above WEFT_FAST_ALLREDUCE_BYTES) are folded slice by slice, each slice once (by its owner, or whichever rank takes it: WEFT_FAST_SPLIT_OWN), then copied out by every rank; 0: never (then WEFT_FAST_ALLREDUCE_BYTES is the largest)"},
     {"WEFT_FAST_SPLIT_OWN", NULL, WF_PARAM_INT, "1",
      "1: where the host's cores suffice, each rank folds its own slice of a split fast-path allreduce, from its own input (a quarter less copying; a rank stopped after arriving holds the others up until it runs again or is declared lost); 0: any rank folds any slice (the others fold a stopped rank's)"},
     {"WEFT_FAST_CMA_BYTES", NULL, WF_PARAM_INT, "0",

@@ -232,16 +232,20 @@ static void test_stress(void) {
   free(g_mem);
 }
 
-/* An ordered record (unnamed barriers share records in call order): a
- * member may come to generation g+2 before another read g, so its rounds
- * are claimed, and an unclaimed one found at g+2 turns the board off
- * instead of overwriting inputs still to be read. */
-static void test_unclaimed(void) {
+/* Generation g+2 must not reopen g's round while a member may still read
+ * g. An ordered record (unnamed barriers share records in call order): a
+ * member may come to g+2 before another read g, so its rounds are claimed,
+ * and an unclaimed one turns the board off. A named record's inline rounds
+ * are not claimed; g+2 may reuse g's only if every member arrived at g+1,
+ * which here (g+1 diverted with rank 1 missing: on the coordinator path it
+ * may end in an error without rank 1, a timeout or a stall shutdown) it
+ * did not: the board goes off too, rank 1's g stays readable. */
+static void test_unclaimed(int ordered) {
   wf_board *b[2];
   void *mem = open_boards(2, 0, b);
   CHECK(b[0] && b[1], "unclaimed: board");
   wf_board_desc d = desc1(WF_COLL_ALLREDUCE, WEFT_DTYPE_INT64, 1);
-  d.ordered = 1;
+  d.ordered = (uint8_t)ordered;
   wf_board_ticket t0[2], t;
   int how[2];
   for (int k = 0; b[0] && b[1] && k < 2; k++) {
@@ -253,7 +257,8 @@ static void test_unclaimed(void) {
     uint64_t v = word(9, 0, 0);
     CHECK(*(const uint64_t *)wf_board_part(b[0], t0[0], 1) == word(9, 0, 1), "unclaimed: rank 0 reads generation 0");
     wf_board_claim(b[0], t0[0], 0, wf_deadline_after(10.0)); /* rank 1 has not read it yet */
-    CHECK(wf_board_claimed(b[0], t0[0]) == 1, "unclaimed: rank 0's claim of an ordered round not counted");
+    CHECK(wf_board_claimed(b[0], t0[0]) == (ordered ? 1u : 0u), "unclaimed: rank 0's claim counted %llu (ordered %d)",
+          (unsigned long long)wf_board_claimed(b[0], t0[0]), ordered);
     v = word(9, 1, 0);
     wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_WAIT, "unclaimed: generation 1 not open");
@@ -448,7 +453,7 @@ static void *split_wait_main(void *p) {
   /* waits (each wait is bounded) while slice 2 is taken and 0, 1 are done
    * (have = 0b011) */
   while (!(wf_board_slices_done(sw->b, sw->t, 3, NULL, NULL) >> 2 & 1) && wf_now_ns() < end)
-    wf_board_wait_slices(sw->b, sw->t, 3, 3, end);
+    wf_board_wait_slices(sw->b, sw->t, 3, 0, 3, end);
   atomic_store(&sw->woke, (wf_board_slices_done(sw->b, sw->t, 3, NULL, NULL) >> 2 & 1) ? 1 : -1);
   return NULL;
 }
@@ -555,6 +560,15 @@ static void test_split_own(void) {
     CHECK(bad < 0, "split own: member %d's part at %d is %d (own slice [%zu, %zu) must stay out)", k, bad,
           bad < 0 ? 0 : p[bad], lo, hi);
   }
+  /* member 0 folded its slice; member 1's is free but only member 1 may
+   * take it: member 0's wait for it sleeps until its deadline instead of
+   * returning at once (a waiter spinning on it would take the owner's core) */
+  CHECK(wf_board_slice_take(b[0], t[0], 0, 0), "split own: member 0 cannot take its slice");
+  wf_board_slice_done(b[0], t[0], 0);
+  int64_t t0 = wf_now_ns();
+  wf_board_wait_slices(b[0], t[0], M, 0, 1, t0 + 15 * 1000000LL); /* one sleep: at most 20 ms (SLEEP_NS) */
+  CHECK(wf_now_ns() - t0 >= 12 * 1000000LL, "split own: waiting for member 1's slice returned after %lld us",
+        (long long)((wf_now_ns() - t0) / 1000));
   for (int k = 0; k < M; k++) wf_board_claim(b[k], t[k], k, WF_BOARD_WITHIN(10.0));
 out:
   for (int k = 0; k < M; k++) wf_board_close(b[k]);
@@ -591,7 +605,8 @@ static void test_hash(void) {
 int main(void) {
   test_hash();
   test_geometry();
-  test_unclaimed();
+  test_unclaimed(1);
+  test_unclaimed(0);
   test_named_inline();
   test_split_own();
   test_remote();
