@@ -305,6 +305,17 @@ static void set_state(round *o, uint32_t st) {
   wake(o);
 }
 
+/* set_state for an arrival, which holds its record's lock: a release store
+ * only; the caller calls wake(o) after it unlocks. The unlock's exchange
+ * orders the store before wake's look at the sleepers on x86 (a locked
+ * instruction) and AArch64 (a release store before a seq_cst load), not by
+ * the letter of C11: a wake-up lost there would cost a waiter one bounded
+ * sleep (SLEEP_NS), never a hang. One full barrier per arrival instead of
+ * two (profiled: the two exchanges were 40% of the arrival's cycles):
+ * 2 ranks, 8 B allreduce 0.487 -> 0.435 us (medians of 14 interleaved
+ * pairs). */
+static void set_state_quiet(round *o, uint32_t st) { atomic_store_explicit(&o->state, st, memory_order_release); }
+
 #ifdef WF_TSAN
 /* The first byte of data slot d (pooled or large): the slot's name for TSan. */
 static const uint8_t *slot_base(const wf_board *b, int32_t d) {
@@ -430,7 +441,7 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
       atomic_store_explicit(slice_word_of(b, r, gen, k), 0, memory_order_relaxed);
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
-  set_state(o, o->data != D_NONE ? R_OPEN : R_DIVERTED);
+  set_state_quiet(o, o->data != D_NONE ? R_OPEN : R_DIVERTED); /* the caller wakes: an arrival */
 }
 
 /* Every member arrived at generation gen - 1 (record locked): its round is
@@ -557,6 +568,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       int32_t d = o->data; /* stays: writers > 0 holds the slot */
       o->writers++;
       unlock(&r->lock);
+      wake(o); /* it may have opened the round (set_state_quiet) */
       put(b, *t, desc, grank, gsize, part, part_len, own_block);
       SLOT_RELEASE(b, d);
       return copied(b, r, o, gsize, deadline, how);
@@ -569,13 +581,14 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
     }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {
-      set_state(o, R_DONE);
+      set_state_quiet(o, R_DONE);
       *how = WF_BOARD_DONE;
     }
   } else if (all) {
     free_round(b, o); /* diverted and everyone has seen it: the next but one generation may use it */
   }
   unlock(&r->lock);
+  wake(o); /* after set_state_quiet: the unlock's exchange ordered the state before this look */
   return WEFT_OK;
 }
 
