@@ -352,7 +352,11 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   } else {
     r->fast_t0 = INT64_MAX / 2; /* completed below: an engine scan meanwhile must not give up on it */
   }
-  atomic_store(&r->fast, F_PENDING);
+  /* release: publishes the ticket and times to the engine's scan and to
+   * fail_all (their CASes order the rest); not seq_cst, whose exchange
+   * would wait for this arrival's stores to the board to drain (2 ranks,
+   * 8 B allreduce 0.458 -> 0.441 us, medians of 14 interleaved pairs) */
+  atomic_store_explicit(&r->fast, F_PENDING, memory_order_release);
   if (how == WF_BOARD_DONE) {
     settle(w, r, WF_BOARD_DONE);
   } else {
