@@ -18,6 +18,7 @@
 #         RES_DIR      raw results (default: a new directory under $TMPDIR, kept)
 #         NS, OPS      override the world sizes / the ops (space-separated)
 #         RUN_TIMEOUT  seconds per launch (default 300)
+#         REPORT_ONLY  1: measure nothing, write the report from RES_DIR's raw results
 #         PASSES       run the whole interleaved sequence this many times (default 1);
 #                      every cell is then each library's best pass (highest busbw),
 #                      so a disturbed stretch of the shared machine hits no one library
@@ -59,6 +60,10 @@ mkdir -p "$BIN"
 RES=${RES_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/weft-compare-results.XXXXXX")}
 mkdir -p "$RES"
 
+FAILED=()
+if [ "${REPORT_ONLY:-0}" = 1 ]; then # the report again, from the raw results of an earlier run
+  [ -n "${RES_DIR:-}" ] && [ -f "$RES/env.txt" ] || die "REPORT_ONLY=1 needs RES_DIR, the raw results of a run"
+else
 # ---------------------------------------------------------------- build the peers
 # A peer whose toolchain or library is missing is skipped, and the report says so.
 log "building peer harnesses in $BIN"
@@ -200,6 +205,7 @@ for pass in $(seq "$PASSES"); do
 done
 printf '%s\n' "${FAILED[@]}" >"$RES/failed.txt"
 log "measured in $((SECONDS - T0)) s; raw results in $RES"
+fi # REPORT_ONLY
 
 # ---------------------------------------------------------------- report
 "$PY" - "$RES" >"$OUT" <<'PYEOF' || die "report generation failed"
@@ -370,7 +376,8 @@ for op in OPS:
             why = f"n=4 took {w4[1]:.1f} µs, {w4[1] / sw:.1f} context switches of {sw:.2f} µs"
             if cap < 0.5:  # the bound alone explains the miss
                 why += f"; even at one switch per core per op the ratio could reach {cap:.2f} at most"
-        target(f"n=4 ÷ n=2 busbw, {op} {size_name(b)}", f"{r:.2f}", "≥ 0.5", r >= 0.5, why)
+        target(f"n=4 ÷ n=2 busbw, {op} {size_name(b)}", f"{r:.3f}" if abs(r - 0.5) < 0.005 else f"{r:.2f}", "≥ 0.5",
+               r >= 0.5, why)
 for n in (2, 4):
     for op in OPS[1:4]:
         for b in sorted(data.get((n, op), {})):
