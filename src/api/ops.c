@@ -377,16 +377,8 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
     else if (rc < 0) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
     if (rc) break;
   }
-  if (st != WEFT_OK) {
+  if (st != WEFT_OK)
     for (int i = 0; i < put; i++) wf_strmap_del_val_h(&w->inflight, kids[i]->key, kids[i]->key_hash, kids[i]);
-  } else {
-    for (int i = 0; i < n; i++) { /* one lock: the engine sees all of them in the same drain */
-      kids[i]->next = NULL;
-      if (w->q_tail) w->q_tail->next = kids[i];
-      else w->q_head = kids[i];
-      w->q_tail = kids[i];
-    }
-  }
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
     for (int i = 0; i < n; i++) {
@@ -397,7 +389,19 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
     free(parent);
     return st;
   }
-  for (int i = 0; i < n; i++) wf_fast_visit(w, kids[i]); /* keeps the one-host board's counts in step */
+  /* each child visits the one-host board (keeping its counts in step)
+   * before the engine can see it, as every submission does: a generation
+   * may complete on another rank only after this rank's visit (board.h,
+   * unclaimed inline rounds) */
+  for (int i = 0; i < n; i++) wf_fast_visit(w, kids[i]);
+  pthread_mutex_lock(&w->mu);
+  for (int i = 0; i < n; i++) { /* one lock: the engine sees all of them in the same drain */
+    kids[i]->next = NULL;
+    if (w->q_tail) w->q_tail->next = kids[i];
+    else w->q_head = kids[i];
+    w->q_tail = kids[i];
+  }
+  pthread_mutex_unlock(&w->mu);
   wf_engine_wake(w);
   *req = parent;
   return WEFT_OK;

@@ -130,7 +130,10 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k);
  * An inline round of a record that serves one name needs no claim (it
  * returns at once): a member arrives at generation g+1 only after its
  * generation g completed (the in-flight set), so once every member arrived
- * at g+1 every member has read g. Generation g+2 reuses g's round only
+ * at g+1 every member has read g. (Every submission visits the board before
+ * the engine can see it, grouped ops' children too: no generation completes
+ * through the coordinator before every member's visit, but for an error
+ * that does not wait for every member.) Generation g+2 reuses g's round only
  * then (g+1's round DONE, or freed after every member arrived); else (g+1
  * ended in an error on the coordinator path without some member) the board
  * turns off. An ordered record (desc.ordered) gives no such order: its
