@@ -311,12 +311,18 @@ if len(passes) > 1:
              "(highest busbw), the same rule for every library; *memcpy* is the median of the sentinels before "
              "weft's launches.\n")
 
+def cell(n, op, b, lib):
+    return data.get((n, op), {}).get(b, {}).get(lib)
+
+def best_peer(n, op, b):
+    c = data.get((n, op), {}).get(b, {})
+    return max(((v[0], l) for l, v in c.items() if l != "weft"), default=None)
+
 OPS = ["allreduce", "allgather", "broadcast", "alltoall", "reducescatter"]
 for (n, op) in sorted(data, key=lambda k: (k[0], OPS.index(k[1]) if k[1] in OPS else len(OPS), k[1])):
     rows = data[(n, op)]
     libs = [l for l in ORDER if any(l in c for c in rows.values())]
     libs += sorted({l for c in rows.values() for l in c} - set(libs))
-    peers = [l for l in libs if l != "weft"]
     o.append(f"## {op}, n = {n}\n")
     head = ["size"] + [NAMES.get(l, l) for l in libs] + ["weft ÷ best peer", "memcpy GB/s", "weft ÷ memcpy"]
     o.append("| " + " | ".join(head) + " |")
@@ -327,7 +333,7 @@ for (n, op) in sorted(data, key=lambda k: (k[0], OPS.index(k[1]) if k[1] in OPS 
         cells = [size_name(b)]
         for l in libs:
             cells.append(f"{fmt_bw(c[l][0])} / {fmt_t(c[l][1])}" if l in c else "—")
-        best = max(((c[l][0], l) for l in peers if l in c), default=None)
+        best = best_peer(n, op, b)
         if "weft" in c and best and best[0] > 0:
             cells.append(f"{c['weft'][0] / best[0]:.2f} ({NAMES.get(best[1], best[1])})")
         else:
@@ -338,13 +344,6 @@ for (n, op) in sorted(data, key=lambda k: (k[0], OPS.index(k[1]) if k[1] in OPS 
     o.append("")
 
 # ---------------------------------------------------------------- issue 3's targets
-def cell(n, op, b, lib):
-    return data.get((n, op), {}).get(b, {}).get(lib)
-
-def best_peer(n, op, b):
-    c = data.get((n, op), {}).get(b, {})
-    return max(((v[0], l) for l, v in c.items() if l != "weft"), default=None)
-
 t_rows = []
 def target(what, value, goal, ok, why=""):
     t_rows.append(f"| {what} | {value} | {goal} | {'met' if ok else '**missed**'}{' — ' + why if why else ''} |")

@@ -136,11 +136,7 @@ static weft_status submit(weft_request *r, weft_request **out) {
   } else if (fast) {
     if (r->msg.coll != WF_COLL_JOIN) wf_fast_list_locked(w, r); /* the engine's scan sees it */
   } else {
-    /* the engine's queue, under the same lock (wf_engine_submit's work) */
-    r->next = NULL;
-    if (w->q_tail) w->q_tail->next = r;
-    else w->q_head = r;
-    w->q_tail = r;
+    wf_engine_queue_locked(w, r); /* under the same lock (wf_engine_submit's work) */
   }
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
@@ -395,12 +391,7 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
    * unclaimed inline rounds) */
   for (int i = 0; i < n; i++) wf_fast_visit(w, kids[i]);
   pthread_mutex_lock(&w->mu);
-  for (int i = 0; i < n; i++) { /* one lock: the engine sees all of them in the same drain */
-    kids[i]->next = NULL;
-    if (w->q_tail) w->q_tail->next = kids[i];
-    else w->q_head = kids[i];
-    w->q_tail = kids[i];
-  }
+  for (int i = 0; i < n; i++) wf_engine_queue_locked(w, kids[i]); /* one lock: the engine sees them in one drain */
   pthread_mutex_unlock(&w->mu);
   wf_engine_wake(w);
   *req = parent;

@@ -214,6 +214,10 @@ static inline void prefetch_w(const void *p) {
 #endif
 }
 
+/* An absolute deadline (wf_now_ns) from an absolute or a relative one
+ * (WF_BOARD_WITHIN: from now). */
+static int64_t absolute(int64_t deadline) { return deadline > 0 ? deadline : wf_now_ns() - deadline; }
+
 /* Drepper's mutex (futexes are tricky, #3), with a bounded spin first and
  * a deadline (absolute, or relative from here: WF_BOARD_WITHIN). */
 static weft_status lock(const wf_board *b, _Atomic uint32_t *l, int64_t deadline) {
@@ -229,7 +233,7 @@ static weft_status lock(const wf_board *b, _Atomic uint32_t *l, int64_t deadline
     for (int k = 0; k < 64 && atomic_load_explicit(l, memory_order_relaxed); k++) cpu_relax();
   }
   uint32_t c = atomic_exchange_explicit(l, 2, memory_order_acquire);
-  if (c != 0 && deadline <= 0) deadline = wf_now_ns() - deadline; /* WF_BOARD_WITHIN */
+  if (c != 0) deadline = absolute(deadline); /* WF_BOARD_WITHIN: from now, when it turns out to be held */
   while (c != 0) {
     int64_t left = deadline - wf_now_ns();
     if (left <= 0) return wf_err(WEFT_ERR_TIMEOUT, "the one-host negotiation board stayed locked (a local rank died?)");
@@ -493,19 +497,12 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   return WEFT_OK;
 }
 
-/* Copies member grank's input into its part of t's slot, around the bytes
- * no other member reads: its own block (own_block > 0), or its own slice of
- * a WF_SPLIT_OWN round. */
-static void put(const wf_board *b, wf_board_ticket t, const wf_board_desc *desc, int grank, int gsize, const void *part,
-                size_t len, size_t own_block) {
+/* Copies member grank's input into its part of t's slot, around bytes
+ * [skip.off, skip.off + skip.len), which no other member reads. */
+static void put(const wf_board *b, wf_board_ticket t, int grank, const void *part, size_t len, wf_board_span skip) {
   uint8_t *dst = (uint8_t *)wf_board_part(b, t, grank);
-  size_t lo = own_block * (size_t)grank, hi = lo + own_block;
-  if (desc->split == WF_SPLIT_OWN) {
-    size_t es = weft_dtype_size((weft_dtype)desc->dtype);
-    wf_board_slice(len / es, gsize, grank, &lo, &hi);
-    lo *= es;
-    hi *= es;
-  } else if (!own_block || hi > len) {
+  size_t lo = skip.off, hi = skip.off + skip.len;
+  if (!skip.len || hi > len) {
     wf_copy(dst, part, len);
     return;
   }
@@ -514,14 +511,14 @@ static void put(const wf_board *b, wf_board_ticket t, const wf_board_desc *desc,
 }
 
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
-                            const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                            const wf_board_desc *desc, const void *part, size_t part_len, wf_board_span skip,
                             int64_t deadline, int *how, wf_board_ticket *t) {
-  return wf_board_arrive_h(b, group, name, wf_board_hash(group, name), grank, gsize, desc, part, part_len, own_block,
+  return wf_board_arrive_h(b, group, name, wf_board_hash(group, name), grank, gsize, desc, part, part_len, skip,
                            deadline, how, t);
 }
 
 weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uint64_t hash, int grank, int gsize,
-                              const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                              const wf_board_desc *desc, const void *part, size_t part_len, wf_board_span skip,
                               int64_t deadline, int *how, wf_board_ticket *t) {
   *how = WF_BOARD_SLOW;
   if (gsize < 1 || gsize > WF_BOARD_MAX_MEMBERS || gsize > b->nlocal || grank < 0 || grank >= gsize) return WEFT_OK;
@@ -552,7 +549,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
   } else if (og != gen || (o->arrived >> grank & 1)) {
     unlock(&r->lock);
     /* generations out of step: a bug or a rank that skipped; never guess */
-    wf_board_off(b, deadline > 0 ? deadline : wf_now_ns() - deadline);
+    wf_board_off(b, deadline);
     return WEFT_OK;
   } else if (st == R_OPEN && (!desc || !same_desc(desc, &r->desc[gen & 1]) || part_len > capacity(b, o))) {
     divert(b, o);
@@ -569,7 +566,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       o->writers++;
       unlock(&r->lock);
       wake(o); /* it may have opened the round (set_state_quiet) */
-      put(b, *t, desc, grank, gsize, part, part_len, own_block);
+      put(b, *t, grank, part, part_len, skip);
       SLOT_RELEASE(b, d);
       return copied(b, r, o, gsize, deadline, how);
     }
@@ -577,7 +574,7 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       remote_cell c = {(uint64_t)getpid(), (uint64_t)(uintptr_t)part, (uint64_t)part_len};
       memcpy(cell(b, *t, grank), &c, sizeof c);
     } else if (part_len) {
-      put(b, *t, desc, grank, gsize, part, part_len, own_block);
+      put(b, *t, grank, part, part_len, skip);
     }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
     if (all && !o->writers) {
@@ -678,6 +675,7 @@ int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
 
 void wf_board_off(wf_board *b, int64_t deadline) {
   if (atomic_exchange(&b->h->off, 1)) return; /* already off (or being turned off) */
+  deadline = absolute(deadline); /* one budget for the whole sweep */
   /* every arrival checks off under its record's lock: after this sweep
    * locked a record, none can join one of its rounds */
   for (uint32_t i = 0; i < NREC; i++) {

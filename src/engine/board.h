@@ -65,6 +65,11 @@ typedef struct wf_board_desc {
   int64_t shape[WEFT_MAX_DIMS];
 } wf_board_desc;
 
+/* Bytes [off, off + len) of a member's input. */
+typedef struct wf_board_span {
+  size_t off, len;
+} wf_board_span;
+
 /* Where a rank's arrival went: record, round and generation. */
 typedef struct wf_board_ticket {
   uint32_t rec, gen;
@@ -100,21 +105,21 @@ size_t wf_board_large_bytes(const wf_board *b);
 
 /* Arrives for (group, name) as group rank grank of gsize. desc NULL: not
  * eligible (divert). part: this rank's input (part_len bytes, at most
- * wf_board_large_bytes), copied in, except bytes [grank * own_block,
- * (grank + 1) * own_block) when own_block > 0: an alltoall's own block,
- * which no other member reads (0: all of it). Bounded by deadline (ns, wf_now_ns,
+ * wf_board_large_bytes), copied in, except the bytes skip spans, which no
+ * other member reads (an alltoall's own block, a WF_SPLIT_OWN round's own
+ * slice; len 0: all of it). Bounded by deadline (ns, wf_now_ns,
  * or WF_BOARD_WITHIN(s): s seconds for each lock from when it turns out to be
  * held): WEFT_ERR_TIMEOUT if a lock cannot be had (a peer died holding it).
  * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */
 weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int grank, int gsize,
-                            const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                            const wf_board_desc *desc, const void *part, size_t part_len, wf_board_span skip,
                             int64_t deadline, int *how, wf_board_ticket *t);
 
 /* The same with hash = wf_board_hash(group, name), computed by the caller:
  * wf_str_hash of "<group>/<name>", the in-flight key's (weft_request's
  * key_hash). */
 weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uint64_t hash, int grank, int gsize,
-                              const wf_board_desc *desc, const void *part, size_t part_len, size_t own_block,
+                              const wf_board_desc *desc, const void *part, size_t part_len, wf_board_span skip,
                               int64_t deadline, int *how, wf_board_ticket *t);
 uint64_t wf_board_hash(uint32_t group, const char *name);
 
@@ -208,7 +213,8 @@ int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline);
 int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until);
 
 /* Turns the board off for good (every rank sees it): diverts every open
- * round. Best effort if the lock cannot be had by deadline. */
+ * round. Best effort if the lock cannot be had by deadline (absolute, or
+ * WF_BOARD_WITHIN: for the whole sweep). */
 void wf_board_off(wf_board *b, int64_t deadline);
 int wf_board_is_off(const wf_board *b);
 /* 1 if the host's ranks outnumber its cores (waiters yield at once). */

@@ -131,13 +131,17 @@ void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const c
   wf_request_complete_many(w, &r, 1);
 }
 
-void wf_engine_submit(weft_world *w, weft_request *r) {
-  wf_request_arm(r);
-  pthread_mutex_lock(&w->mu);
+void wf_engine_queue_locked(weft_world *w, weft_request *r) {
   r->next = NULL;
   if (w->q_tail) w->q_tail->next = r;
   else w->q_head = r;
   w->q_tail = r;
+}
+
+void wf_engine_submit(weft_world *w, weft_request *r) {
+  wf_request_arm(r);
+  pthread_mutex_lock(&w->mu);
+  wf_engine_queue_locked(w, r);
   pthread_mutex_unlock(&w->mu);
   wf_engine_wake(w);
 }

@@ -95,7 +95,7 @@ struct weft_request {
   uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
   wf_board_ticket fast_t;
   int64_t fast_t0;           /* when it arrived */
-  int fast_split;            /* its round is split (board.h): F_SPLIT after DONE */
+  int fast_split;            /* its round's split kind (WF_SPLIT_*, board.h; not NONE: F_SPLIT after DONE) */
   _Atomic int split_busy;    /* a thread is in its split pass (fast.c) */
   _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
   _Atomic int64_t split_t0;  /* when its split round was seen DONE */
@@ -236,6 +236,9 @@ void wf_engine_stop(weft_world *w);
 /* Submission (any thread). Takes the engine's reference; fails fast if the
  * world has failed. The name must already be registered in w->inflight. */
 void wf_engine_submit(weft_world *w, weft_request *r);
+/* wf_engine_submit's queueing, for a caller that holds w->mu (and wakes the
+ * engine after unlocking); r must be armed (wf_request_arm). */
+void wf_engine_queue_locked(weft_world *w, weft_request *r);
 /* Wakes the engine thread (any thread). */
 void wf_engine_wake(weft_world *w);
 

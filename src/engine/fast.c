@@ -121,7 +121,8 @@ void wf_fast_visit(weft_world *w, weft_request *r) {
   int how;
   wf_board_ticket t;
   char nb[32];
-  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0, 0, lock_within(w),
+  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0,
+                  (wf_board_span){0, 0}, lock_within(w),
                   &how, &t);
   leave(w);
 }
@@ -327,15 +328,14 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   void *tmp;
   int ok = wf_fast_input(w, r, &d, &part, &bytes, &tmp);
   int how = WF_BOARD_SLOW;
-  r->fast_split = ok && d.split;
+  r->fast_split = ok ? d.split : WF_SPLIT_NONE;
   r->fast_n = g->size;
   r->fast_rank = g->rank;
   char nb[32];
-  /* an alltoall's own block stays out of the slot: only this rank reads it */
-  size_t own = ok && d.coll == WF_COLL_ALLTOALL && !d.remote ? bytes / (size_t)g->size : 0;
+  wf_board_span skip = ok ? wf_fast_unshared(r, &d, bytes) : (wf_board_span){0, 0};
   const char *name = board_name(r, nb, sizeof nb);
   uint64_t h = name == r->msg.name ? r->key_hash : wf_board_hash(g->id, name);
-  weft_status st = wf_board_arrive_h(w->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, own,
+  weft_status st = wf_board_arrive_h(w->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, skip,
                                      lock_within(w), &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {

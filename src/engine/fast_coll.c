@@ -198,6 +198,20 @@ static weft_status alloc_result(weft_request *r, size_t bytes) {
   return wf_err(WEFT_ERR_NO_MEMORY, "'%s': the output allocator returned NULL (%zu bytes)", r->msg.name, bytes);
 }
 
+wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, size_t bytes) {
+  int n = r->group->size, me = r->group->rank;
+  if (d->coll == WF_COLL_ALLTOALL && !d->remote) { /* even splits (wf_fast_input) */
+    size_t blk = bytes / (size_t)n;
+    return (wf_board_span){blk * (size_t)me, blk};
+  }
+  if (d->split == WF_SPLIT_OWN) { /* folded by this rank from its own input (wf_fast_split_pass) */
+    size_t es = weft_dtype_size((weft_dtype)d->dtype), lo, hi;
+    wf_board_slice(bytes / es, n, me, &lo, &hi);
+    return (wf_board_span){lo * es, (hi - lo) * es};
+  }
+  return (wf_board_span){0, 0};
+}
+
 /* Member k's input at element off: its part of the slot, or (own: a
  * WF_SPLIT_OWN round's own slice, never copied in) its own input. */
 static const char *input_at(weft_world *w, weft_request *r, int k, size_t off, int own) {
@@ -218,7 +232,7 @@ static void fold(weft_world *w, weft_request *r, void *dst, size_t off, size_t c
 
 int wf_fast_split_pass(weft_world *w, weft_request *r) {
   const wf_request_msg *m = &r->msg;
-  int n = r->fast_n, me = r->fast_rank, own = wf_board_split_kind(w->board, r->fast_t) == WF_SPLIT_OWN;
+  int n = r->fast_n, me = r->fast_rank, own = r->fast_split == WF_SPLIT_OWN; /* the round's: descriptions agree */
   size_t count = elems(m), es = weft_dtype_size((weft_dtype)m->dtype), lo, hi;
   /* folded a chunk at a time here (in cache), then written over slice s of
    * member s's input, which only this fold reads, and into this rank's

@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #include "engine/board.h"
+#include "engine/engine.h"
+#include "engine/fast.h"
 #include "unit_check.h"
 #include "util/strmap.h"
 #include "util/time.h"
@@ -88,6 +90,16 @@ typedef struct arg {
   int name, rank;
 } arg;
 
+static const wf_board_span COPY_ALL = {0, 0}; /* the whole input goes into the slot */
+
+/* What the fast path keeps out of the slot for group rank k of m
+ * (wf_fast_unshared, as wf_fast_submit asks it). */
+static wf_board_span unshared(const wf_board_desc *d, int k, int m, size_t bytes) {
+  weft_group g = {.size = m, .rank = k};
+  weft_request r = {.group = &g};
+  return wf_fast_unshared(&r, d, bytes);
+}
+
 static uint64_t word(int name, int gen, int rank) { return (uint64_t)name << 40 | (uint64_t)gen << 8 | (uint64_t)rank; }
 
 /* A 1-D description: coll of n elements of t (op sum, no root, no scales). */
@@ -132,7 +144,7 @@ static void *rank_main(void *p) {
     for (size_t i = 0; i < LEN / 8; i++) buf[i] = word(a->name, g, a->rank);
     int how = WF_BOARD_SLOW, eligible = rand_r(&seed) % 40 != 0;
     wf_board_ticket t;
-    weft_status st = wf_board_arrive(b, 1, nm, a->rank, N, eligible ? &d : NULL, buf, LEN, 0, wf_deadline_after(10.0),
+    weft_status st = wf_board_arrive(b, 1, nm, a->rank, N, eligible ? &d : NULL, buf, LEN, COPY_ALL, wf_deadline_after(10.0),
                                      &how, &t);
     CHECK(st == WEFT_OK, "name %d gen %d rank %d: arrive status %d", a->name, g, a->rank, (int)st);
     int s = how;
@@ -191,7 +203,7 @@ static void *last_main(void *p) {
   for (int k = 0; b && buf && k < 4; k++) {
     char nm[32];
     snprintf(nm, sizeof nm, "last%d", k);
-    wf_board_arrive(b, 1, nm, a->rank, N, &d, buf, LEN, 0, wf_deadline_after(10.0), &how[k], &t[k]);
+    wf_board_arrive(b, 1, nm, a->rank, N, &d, buf, LEN, COPY_ALL, wf_deadline_after(10.0), &how[k], &t[k]);
     CHECK(how[k] != WF_BOARD_SLOW, "rank %d: round %d found no large slot (leaked?)", a->rank, k);
   }
   for (int k = 0; b && buf && k < 4; k++) {
@@ -250,7 +262,7 @@ static void test_unclaimed(int ordered) {
   int how[2];
   for (int k = 0; b[0] && b[1] && k < 2; k++) {
     uint64_t v = word(9, 0, k);
-    wf_board_arrive(b[k], 1, "x", k, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[k], &t0[k]);
+    wf_board_arrive(b[k], 1, "x", k, 2, &d, &v, 8, COPY_ALL, wf_deadline_after(10.0), &how[k], &t0[k]);
   }
   if (b[0] && b[1]) {
     CHECK(how[1] == WF_BOARD_DONE, "unclaimed: generation 0 not done");
@@ -260,11 +272,11 @@ static void test_unclaimed(int ordered) {
     CHECK(wf_board_claimed(b[0], t0[0]) == (ordered ? 1u : 0u), "unclaimed: rank 0's claim counted %llu (ordered %d)",
           (unsigned long long)wf_board_claimed(b[0], t0[0]), ordered);
     v = word(9, 1, 0);
-    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
+    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, COPY_ALL, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_WAIT, "unclaimed: generation 1 not open");
     CHECK(wf_board_divert(b[0], t, wf_deadline_after(10.0)) == WF_BOARD_SLOW, "unclaimed: generation 1 not diverted");
     v = word(9, 2, 0);
-    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, 0, wf_deadline_after(10.0), &how[0], &t);
+    wf_board_arrive(b[0], 1, "x", 0, 2, &d, &v, 8, COPY_ALL, wf_deadline_after(10.0), &how[0], &t);
     CHECK(how[0] == WF_BOARD_SLOW && wf_board_is_off(b[0]),
           "unclaimed: generation 2 reopened the round rank 1 had not read");
     CHECK(wf_board_state(b[1], t0[1]) == WF_BOARD_DONE, "unclaimed: rank 1's generation 0 is no longer DONE");
@@ -291,7 +303,7 @@ static void test_named_inline(void) {
     int how[2];
     for (int k = 0; k < 2; k++) {
       uint64_t v = word(4, gen, k);
-      wf_board_arrive(b[k], 1, "y", k, 2, &d, &v, 8, 0, WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
+      wf_board_arrive(b[k], 1, "y", k, 2, &d, &v, 8, COPY_ALL, WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
     }
     CHECK(how[0] == WF_BOARD_WAIT && how[1] == WF_BOARD_DONE, "named inline: generation %d not done (%d, %d)", gen,
           how[0], how[1]);
@@ -330,7 +342,7 @@ static void test_remote(void) {
     int how[2];
     for (int k = 0; k < 2; k++) {
       in[k][0] = gen * 10 + k;
-      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], 0, wf_deadline_after(10.0), &how[k], &t[k]);
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], COPY_ALL, wf_deadline_after(10.0), &how[k], &t[k]);
     }
     CHECK(how[0] == WF_BOARD_WAIT && how[1] == WF_BOARD_DONE, "remote: generation %d: how %d %d", gen, how[0],
           how[1]);
@@ -359,7 +371,7 @@ static void test_remote(void) {
     wf_board_ticket t[2];
     int how[2];
     for (int k = 0; k < 2; k++)
-      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], 0, wf_deadline_after(10.0), &how[k], &t[k]);
+      wf_board_arrive(b[k], 1, "ag", k, 2, &d, in[k], sizeof in[k], COPY_ALL, wf_deadline_after(10.0), &how[k], &t[k]);
     if (how[1] == WF_BOARD_DONE) {
       wf_board_claim(b[0], t[0], 0, wf_deadline_after(10.0));
       wf_board_abandon(b[0], t[0]);
@@ -374,8 +386,8 @@ static void test_remote(void) {
     wf_board_ticket t[2];
     int how[2];
     d.shape[0] = 16;
-    wf_board_arrive(b[0], 1, "ag2", 0, 2, &d, in[0], 64, 0, wf_deadline_after(10.0), &how[0], &t[0]);
-    wf_board_arrive(b[1], 1, "ag2", 1, 2, &e, in[1], 64, 0, wf_deadline_after(10.0), &how[1], &t[1]);
+    wf_board_arrive(b[0], 1, "ag2", 0, 2, &d, in[0], 64, COPY_ALL, wf_deadline_after(10.0), &how[0], &t[0]);
+    wf_board_arrive(b[1], 1, "ag2", 1, 2, &e, in[1], 64, COPY_ALL, wf_deadline_after(10.0), &how[1], &t[1]);
     CHECK(how[1] == WF_BOARD_SLOW && wf_board_state(b[0], t[0]) == WF_BOARD_SLOW,
           "remote: differing descriptions did not divert (how %d)", how[1]);
   }
@@ -386,7 +398,7 @@ out:
   free(mem);
 }
 
-/* An alltoall's own block stays out of the slot (own_block): 3 members, in
+/* An alltoall's own block stays out of the slot (wf_fast_unshared): 3 members, in
  * a pooled slot (rows of 4 bytes x 3 x 8) and a large one (x 3 x 4096).
  * Every other block is copied in; the own block's bytes keep what an
  * earlier round left there. */
@@ -400,7 +412,7 @@ static void test_own_block(void) {
   const size_t rows[2] = {3 * 8, 3 * 4096};
   for (int sz = 0; sz < 2; sz++)
     for (int gen = 0; gen < 2; gen++) { /* gen 0 fills every block; gen 1 skips the own ones */
-      size_t n = rows[sz], blk = n / M * 4;
+      size_t n = rows[sz];
       wf_board_desc d = desc1(WF_COLL_ALLTOALL, WEFT_DTYPE_INT32, (int64_t)n);
       wf_board_ticket t[M];
       int how[M];
@@ -408,7 +420,8 @@ static void test_own_block(void) {
       snprintf(nm, sizeof nm, "a2a%d", sz);
       for (int k = 0; k < M; k++) {
         for (size_t i = 0; i < n; i++) in[k][i] = (int32_t)(gen * 1000000 + k * 100000 + (int)i);
-        wf_board_arrive(b[k], 1, nm, k, M, &d, in[k], n * 4, gen ? blk : 0, wf_deadline_after(10.0), &how[k], &t[k]);
+        wf_board_arrive(b[k], 1, nm, k, M, &d, in[k], n * 4, gen ? unshared(&d, k, M, n * 4) : COPY_ALL,
+                        wf_deadline_after(10.0), &how[k], &t[k]);
       }
       CHECK(how[M - 1] == WF_BOARD_DONE, "own block: size %d gen %d not done (%d)", sz, gen, how[M - 1]);
       if (how[M - 1] != WF_BOARD_DONE) goto out;
@@ -471,7 +484,7 @@ static void test_split(void) {
     int how[M];
     for (int k = 0; k < M; k++) {
       for (int i = 0; i < COUNT; i++) g_split_in[k][i] = (int32_t)(gen * 100000 + k * 1000 + i);
-      wf_board_arrive(b[k], 1, "sum", k, M, &d, g_split_in[k], sizeof g_split_in[k], 0, wf_deadline_after(10.0),
+      wf_board_arrive(b[k], 1, "sum", k, M, &d, g_split_in[k], sizeof g_split_in[k], COPY_ALL, wf_deadline_after(10.0),
                       &how[k], &t[k]);
     }
     CHECK(how[M - 1] == WF_BOARD_DONE, "split: generation %d not done (%d)", gen, how[M - 1]);
@@ -529,7 +542,7 @@ out:
 }
 
 /* WF_SPLIT_OWN rounds: each member folds its own slice from its own input,
- * so its arrival copies in all but that slice (the board computes it with
+ * so its arrival copies in all but that slice (wf_fast_unshared, by
  * wf_board_slice: uneven slices of an odd count here); the slot's bytes
  * there stay as they were (zero: a fresh board). */
 static void test_split_own(void) {
@@ -545,7 +558,8 @@ static void test_split_own(void) {
   int how[M];
   for (int k = 0; k < M; k++) {
     for (int i = 0; i < COUNT; i++) in[k][i] = k * 100000 + i + 1;
-    wf_board_arrive(b[k], 1, "own", k, M, &d, in[k], sizeof in[k], 0, WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
+    wf_board_arrive(b[k], 1, "own", k, M, &d, in[k], sizeof in[k], unshared(&d, k, M, sizeof in[k]),
+                    WF_BOARD_WITHIN(10.0), &how[k], &t[k]);
   }
   CHECK(how[M - 1] == WF_BOARD_DONE, "split own: not done (%d)", how[M - 1]);
   if (how[M - 1] != WF_BOARD_DONE) goto out;
@@ -593,9 +607,9 @@ static void test_hash(void) {
   int how0, how1;
   wf_board_ticket t0, t1;
   int64_t dl = wf_deadline_after(5);
-  CHECK(wf_board_arrive_h(b[0], 3, "h", wf_str_hash("3/h"), 0, 2, &d, x, sizeof x, 0, dl, &how0, &t0) == WEFT_OK,
+  CHECK(wf_board_arrive_h(b[0], 3, "h", wf_str_hash("3/h"), 0, 2, &d, x, sizeof x, COPY_ALL, dl, &how0, &t0) == WEFT_OK,
         "arrive_h failed");
-  CHECK(wf_board_arrive(b[1], 3, "h", 1, 2, &d, y, sizeof y, 0, dl, &how1, &t1) == WEFT_OK, "arrive failed");
+  CHECK(wf_board_arrive(b[1], 3, "h", 1, 2, &d, y, sizeof y, COPY_ALL, dl, &how1, &t1) == WEFT_OK, "arrive failed");
   CHECK(how0 == WF_BOARD_WAIT && how1 == WF_BOARD_DONE && t0.rec == t1.rec,
         "an arrival with its hash and one without did not meet (how %d %d, records %u %u)", how0, how1, t0.rec, t1.rec);
   for (int k = 0; k < 2; k++) wf_board_close(b[k]);
