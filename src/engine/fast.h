@@ -73,8 +73,8 @@ void wf_fast_off(weft_world *w);
  * buffer to free after the arrival); 0 if r is not eligible. */
 int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp);
 /* The bytes of r's input (bytes long, described by d) that only this rank
- * reads, kept out of the slot: an alltoall's own block, a WF_SPLIT_OWN
- * round's own slice (len 0: none). */
+ * reads, kept out of the slot: an alltoall's own block, a reducescatter's
+ * own rows (not prescaled), a WF_SPLIT_OWN round's own slice (len 0: none). */
 wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, size_t bytes);
 /* fast_coll.c: r's result from its DONE round (before the claim). */
 weft_status wf_fast_result(weft_world *w, weft_request *r);

@@ -204,6 +204,13 @@ wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, si
     size_t blk = bytes / (size_t)n;
     return (wf_board_span){blk * (size_t)me, blk};
   }
+  if (d->coll == WF_COLL_REDUCESCATTER && d->prescale == 1.0 && d->ndim >= 1 && d->shape[0] > 0) {
+    /* its own rows, folded from its own input (wf_fast_result); a
+     * prescaled input goes in scaled, and only the slot has that copy */
+    size_t dim0 = (size_t)d->shape[0], row = bytes / dim0, first = 0;
+    for (int i = 0; i < me; i++) first += wf_rs_rows(dim0, n, i);
+    return (wf_board_span){first * row, wf_rs_rows(dim0, n, me) * row};
+  }
   if (d->split == WF_SPLIT_OWN) { /* folded by this rank from its own input (wf_fast_split_pass) */
     size_t es = weft_dtype_size((weft_dtype)d->dtype), lo, hi;
     wf_board_slice(bytes / es, n, me, &lo, &hi);
@@ -325,7 +332,8 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
       } else {
         WF_CHECK(alloc_result(r, rows * row * es));
       }
-      if (rows && row) fold(w, r, r->result, first * row, rows * row, 0);
+      /* its own rows from its own input, as wf_fast_unshared kept them out */
+      if (rows && row) fold(w, r, r->result, first * row, rows * row, m->prescale == 1.0);
       wf_set_result_shape(r, (int64_t)rows);
       return WEFT_OK;
     }

@@ -446,6 +446,39 @@ out:
   free(mem);
 }
 
+/* A reducescatter's own rows stay out of the slot (wf_fast_unshared): each
+ * member folds them from its own input. 7 rows of 3 float64 over 3 members
+ * (rows 3, 2, 2: the first dim0 % n members get one more), and over 1..5
+ * members the spans tile the input in member order. A prescaled input goes
+ * in scaled and only the slot has that copy: nothing is kept out. */
+static void test_rs_own_rows(void) {
+  wf_board_desc d = desc1(WF_COLL_REDUCESCATTER, WEFT_DTYPE_FLOAT64, 7);
+  d.ndim = 2;
+  d.shape[1] = 3;
+  const size_t row = 3 * 8, bytes = 7 * row;
+  const size_t want_off[3] = {0, 3 * row, 5 * row}, want_len[3] = {3 * row, 2 * row, 2 * row};
+  for (int k = 0; k < 3; k++) {
+    wf_board_span sp = unshared(&d, k, 3, bytes);
+    CHECK(sp.off == want_off[k] && sp.len == want_len[k], "rs own rows: member %d span [%zu, +%zu), expected [%zu, +%zu)",
+          k, sp.off, sp.len, want_off[k], want_len[k]);
+  }
+  for (int m = 1; m <= 5; m++) {
+    size_t next = 0;
+    for (int k = 0; k < m; k++) {
+      wf_board_span sp = unshared(&d, k, m, bytes);
+      CHECK(sp.off == next && sp.len % row == 0, "rs own rows: %d members, member %d starts at %zu, expected %zu", m, k,
+            sp.off, next);
+      next = sp.off + sp.len;
+    }
+    CHECK(next == bytes, "rs own rows: %d members' spans end at %zu, expected %zu", m, next, bytes);
+  }
+  d.prescale = 0.5;
+  CHECK(unshared(&d, 1, 3, bytes).len == 0, "rs own rows: a prescaled input kept rows out of the slot");
+  d.prescale = 1.0;
+  d.shape[0] = 0;
+  CHECK(unshared(&d, 0, 3, 0).len == 0, "rs own rows: an empty input kept bytes out");
+}
+
 /* Split rounds: 3 members of an int32 sum of 3000 elements in a large slot.
  * Member 2 arrives and does nothing more (a rank descheduled or stopped):
  * members 0 and 1 take and fold every slice between them, each slice once,
@@ -625,6 +658,7 @@ int main(void) {
   test_split_own();
   test_remote();
   test_own_block();
+  test_rs_own_rows();
   test_split();
   test_stress();
   return unit_result("test_board");
