@@ -69,6 +69,7 @@ else
 log "building peer harnesses in $BIN"
 gcc -O3 -march=native -Wall -pthread -o "$BIN/membw" "$PEERS/membw.c" || die "cannot build membw"
 gcc -O2 -Wall -o "$BIN/switch_cost" "$HERE/switch_cost.c" || die "cannot build switch_cost"
+gcc -O2 -Wall -o "$BIN/barrier_floor" "$HERE/barrier_floor.c" || die "cannot build barrier_floor"
 PEER_LIBS=()
 note() { echo "$*" >>"$RES/peers.txt"; }
 : >"$RES/peers.txt"
@@ -170,7 +171,8 @@ run_peer() {
 }
 
 # bench NAME CMD...: a memcpy sentinel, then CMD; both into NAME.txt
-# (and, before every n=4 launch, the cost of a context switch: switch_cost.c)
+# (and, before every n=4 launch, the cost of a context switch: switch_cost.c;
+# before weft's, a bare n-rank loop: the least an op can take here, barrier_floor.c)
 FAILED=()
 bench() {
   local name=$1 t0=$SECONDS rc
@@ -178,6 +180,7 @@ bench() {
   log "$name"
   "$BIN/membw" sentinel >"$RES/$name.txt" 2>/dev/null
   case $name in n[3-9]*) "$BIN/switch_cost" >>"$RES/$name.txt" 2>/dev/null ;; esac
+  case $name in n[2-9]_*_weft*) "$BIN/barrier_floor" "${name:1:1}" >>"$RES/$name.txt" 2>/dev/null ;; esac
   "$@" >>"$RES/$name.txt" 2>"$RES/$name.err"
   rc=$?
   if [ $rc -ne 0 ]; then
@@ -240,6 +243,7 @@ def fmt_bw(b):
 data = {}      # (n, op) -> {bytes -> {lib -> (busbw, time_us)}}: the best pass
 sentinels = {} # (n, op, lib-file) -> [GB/s, one per pass]
 switches = []  # us per context switch (switch_cost.c), before the n=4 launches
+floors = {}    # n -> [us per op of a bare n-rank sum (barrier_floor.c)], before weft's n=4 launches
 banners = []
 passes = set()
 
@@ -260,6 +264,8 @@ for f in sorted(glob.glob(os.path.join(res, "n*_*_*.txt"))):
             sentinels.setdefault((n, op, who), []).append(float(kv(line)["value"]))
         elif line.startswith("SWITCH "):
             switches.append(float(kv(line)["us"]))
+        elif line.startswith("FLOOR "):
+            floors.setdefault(int(kv(line)["n"]), []).append(float(kv(line)["us"]))
         elif line.startswith("RES "):
             r = kv(line)
             cell = data.setdefault((n, op), {}).setdefault(int(r["bytes"]), {})
@@ -361,20 +367,33 @@ if w and m:
     target("8 B allreduce time, weft ÷ MPI_Allreduce (Open MPI)", f"{w[1] / m[1]:.2f} ({w[1]:.2f} vs {m[1]:.2f} µs)",
            "≤ 2", w[1] / m[1] <= 2.0)
 sw = statistics.median(switches) if switches else None
+fl = statistics.median(floors[4]) if floors.get(4) else None
 for op in OPS:
     for b in sorted(data.get((4, op), {})):
         w4, w2 = cell(4, op, b, "weft"), cell(2, op, b, "weft")
         if not (w4 and w2 and w2[0] > 0):
             continue
         r = w4[0] / w2[0]
-        why = ""
+        why = []
         if r < 0.5 and sw and w4[1] < 40 * sw:  # small ops: context switches dominate
+            why.append(f"n=4 took {w4[1]:.1f} µs, {w4[1] / sw:.1f} context switches of {sw:.2f} µs")
             # every one of 4 ranks on 2 cores must run between an op's first
             # submission and its last completion: at least one switch per core
             cap = factor(op, 4) / factor(op, 2) * w2[1] / sw
-            why = f"n=4 took {w4[1]:.1f} µs, {w4[1] / sw:.1f} context switches of {sw:.2f} µs"
             if cap < 0.5:  # the bound alone explains the miss
-                why += f"; even at one switch per core per op the ratio could reach {cap:.2f} at most"
+                why.append(f"even at one switch per core per op the ratio could reach {cap:.2f} at most")
+            if fl:  # an n=4 op as fast as the bare loop, against weft's own n=2
+                cap = factor(op, 4) / factor(op, 2) * w2[1] / fl
+                if cap < 0.5:
+                    why.append(f"an n=4 op as fast as the bare loop ({fl:.2f} µs) would still give {cap:.2f}")
+        if r < 0.5 and op == "broadcast" and b >= 64 << 10:
+            why.append("copies bound it: n=4 copies the data 4 times on 2 cores (root in, 3 out), n=2 twice, "
+                       "one per core at once, so 0.5 at most")
+        if r < 0.5 and op == "alltoall" and b >= 64 << 10:
+            why.append("copies bound it: a rank copies (n-1)/n of its data in and out, so each core copies 3 times "
+                       "n=2's bytes (two ranks of 3/4 against one of 1/2), against busbw's factor of 1.5: "
+                       "0.5 at most, less the switches")
+        why = "; ".join(why)
         target(f"n=4 ÷ n=2 busbw, {op} {size_name(b)}", f"{r:.3f}" if abs(r - 0.5) < 0.005 else f"{r:.2f}", "≥ 0.5",
                r >= 0.5, why)
 for n in (2, 4):
@@ -388,7 +407,12 @@ if t_rows:
     o.append("## Targets (issue 3)\n")
     o.append("Every target of the issue this run can check, from the tables above. "
              + (f"A context switch (two processes taking turns on one CPU, `bench/switch_cost.c`) cost "
-                f"{sw:.2f} µs (median of {len(switches)}, taken before the n=4 launches).\n" if sw else "\n"))
+                f"{sw:.2f} µs (median of {len(switches)}, taken before the n=4 launches). " if sw else "")
+             + (f"The bare loop (`bench/barrier_floor.c`: 4 processes and no library, each adds one 8-byte value "
+                f"through shared memory and waits for the others, the whole of a collective that waits for every "
+                f"rank and moves nothing else) took {fl:.2f} µs per op (median of {len(floors[4])}, before weft's n=4 launches)"
+                + (f"; with 2 processes {statistics.median(floors[2]):.2f} µs" if floors.get(2) else "")
+                + "." if fl else "") + "\n")
     o.append("| target | value | goal | verdict |")
     o.append("|---|---:|---:|---|")
     o.extend(t_rows)
