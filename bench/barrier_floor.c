@@ -1,0 +1,156 @@
+/* barrier_floor.c - the least time any one-host collective that waits for
+ * every rank can take per operation on this machine: n processes (not
+ * pinned, as weftrun starts ranks) sum one 8-byte value each through shared
+ * memory, over and over, with nothing else: no names, no validation, no
+ * library. A rank writes its value into its cell (one per generation parity:
+ * nobody can be two generations ahead), arrives on a shared counter; the
+ * last arrival starts the next generation; the others wait for it, then
+ * every rank sums every cell and checks the sum. Every collective of weft
+ * checks that all ranks agree before any completes, so no rank finishes an
+ * operation before every rank has reached it: an operation costs at least
+ * what this loop costs, whatever the algorithm.
+ *
+ * Waiting is tried up to three ways, and the fastest counts: poll with a
+ * pause (only when the ranks do not outnumber the CPUs: else a poller holds
+ * the CPU its waited-for rank needs for a whole time slice, milliseconds),
+ * poll yielding the CPU each time, and sleep on a futex at once.
+ *
+ * usage: barrier_floor NRANKS [ms per way]
+ * prints "FLOOR n=<n> us=<best per op> [poll=<us>] yield=<us> futex=<us>"
+ */
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 16
+#define LINE 128
+
+typedef struct {
+  _Alignas(LINE) _Atomic uint32_t arrived;
+  _Alignas(LINE) _Atomic uint32_t gen; /* futex word */
+  _Atomic uint32_t sleepers;
+  _Alignas(LINE) struct {
+    _Alignas(LINE) double v[2];
+  } cell[MAX_RANKS];
+  _Atomic int bad; /* a wrong sum seen */
+} shared;
+
+enum { POLL, YIELD, FUTEX, NWAYS };
+static const char *const way_name[NWAYS] = {"poll", "yield", "futex"};
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void pause_cpu(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* One rank: ops operations; the time of the whole loop. */
+static double run_rank(shared *s, int n, int me, long ops, int way) {
+  double t0 = now_s();
+  for (long i = 0; i < ops; i++) {
+    uint32_t g = atomic_load_explicit(&s->gen, memory_order_acquire);
+    s->cell[me].v[g & 1] = (double)(me + 1) * (double)(i + 1);
+    if (atomic_fetch_add_explicit(&s->arrived, 1, memory_order_acq_rel) == (uint32_t)n - 1) {
+      atomic_store_explicit(&s->arrived, 0, memory_order_relaxed);
+      atomic_store_explicit(&s->gen, g + 1, memory_order_seq_cst);
+      if (atomic_load_explicit(&s->sleepers, memory_order_seq_cst))
+        syscall(SYS_futex, (uint32_t *)&s->gen, FUTEX_WAKE, n, NULL, NULL, 0);
+    } else {
+      while (atomic_load_explicit(&s->gen, memory_order_acquire) == g) {
+        if (way == POLL) {
+          pause_cpu();
+        } else if (way == YIELD) {
+          sched_yield();
+        } else {
+          atomic_fetch_add_explicit(&s->sleepers, 1, memory_order_seq_cst);
+          if (atomic_load_explicit(&s->gen, memory_order_seq_cst) == g)
+            syscall(SYS_futex, (uint32_t *)&s->gen, FUTEX_WAIT, g, NULL, NULL, 0);
+          atomic_fetch_sub_explicit(&s->sleepers, 1, memory_order_relaxed);
+        }
+      }
+    }
+    double sum = 0, want = (double)(i + 1) * (double)n * (double)(n + 1) / 2.0;
+    for (int r = 0; r < n; r++) sum += s->cell[r].v[g & 1];
+    if (sum != want) atomic_store(&s->bad, 1);
+  }
+  return now_s() - t0;
+}
+
+/* n ranks running for about ms milliseconds; the slowest rank's time per op. */
+static double measure(shared *s, int n, int way, double ms) {
+  /* calibrate on one short run, then a timed run */
+  long ops = 200;
+  for (int pass = 0; pass < 2; pass++) {
+    atomic_store(&s->arrived, 0);
+    atomic_store(&s->sleepers, 0);
+    double *t = mmap(NULL, sizeof(double) * MAX_RANKS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (t == MAP_FAILED) return -1;
+    for (int r = 0; r < n; r++) {
+      pid_t p = fork();
+      if (p < 0) return -1;
+      if (p == 0) {
+        t[r] = run_rank(s, n, r, ops, way);
+        _exit(0);
+      }
+    }
+    for (int r = 0; r < n; r++) wait(NULL);
+    double worst = 0;
+    for (int r = 0; r < n; r++)
+      if (t[r] > worst) worst = t[r];
+    munmap(t, sizeof(double) * MAX_RANKS);
+    double per = worst / (double)ops;
+    if (pass == 1) return per;
+    ops = (long)(ms * 1e-3 / per);
+    if (ops < 20000) ops = 20000;
+  }
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 4;
+  double ms = argc > 2 ? atof(argv[2]) : 200;
+  if (n < 2 || n > MAX_RANKS) {
+    fprintf(stderr, "barrier_floor: NRANKS must be 2..%d\n", MAX_RANKS);
+    return 2;
+  }
+  shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (s == MAP_FAILED) {
+    perror("barrier_floor: mmap");
+    return 1;
+  }
+  double us[NWAYS] = {0}, best = 0;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int first = cpus > 0 && n > cpus ? YIELD : POLL;
+  for (int w = first; w < NWAYS; w++) {
+    double per = measure(s, n, w, ms);
+    if (per < 0) {
+      perror("barrier_floor: fork");
+      return 1;
+    }
+    us[w] = per * 1e6;
+    if (w == first || us[w] < best) best = us[w];
+  }
+  if (atomic_load(&s->bad)) {
+    fprintf(stderr, "barrier_floor: a rank summed the wrong values\n");
+    return 1;
+  }
+  printf("FLOOR n=%d us=%.3f", n, best);
+  for (int w = first; w < NWAYS; w++) printf(" %s=%.3f", way_name[w], us[w]);
+  printf("\n");
+  return 0;
+}
