@@ -1,14 +1,14 @@
-/* barrier_floor.c - the least time any one-host collective that waits for
- * every rank can take per operation on this machine: n processes (not
- * pinned, as weftrun starts ranks) sum one 8-byte value each through shared
- * memory, over and over, with nothing else: no names, no validation, no
+/* barrier_floor.c - what one operation of a one-host collective that waits
+ * for every rank costs on this machine when it does nothing else: n
+ * processes (not pinned, as weftrun starts ranks) sum one 8-byte value each
+ * through shared memory, over and over: no names, no validation, no
  * library. A rank writes its value into its cell (one per generation parity:
  * nobody can be two generations ahead), arrives on a shared counter; the
  * last arrival starts the next generation; the others wait for it, then
  * every rank sums every cell and checks the sum. Every collective of weft
  * checks that all ranks agree before any completes, so no rank finishes an
- * operation before every rank has reached it: an operation costs at least
- * what this loop costs, whatever the algorithm.
+ * operation before every rank has reached it. This loop is a practical
+ * floor, not a proven bound: it is the best of three simple ways to wait.
  *
  * Waiting is tried up to three ways, and the fastest counts: poll with a
  * pause (only when the ranks do not outnumber the CPUs: else a poller holds
@@ -16,7 +16,9 @@
  * poll yielding the CPU each time, and sleep on a futex at once.
  *
  * usage: barrier_floor NRANKS [ms per way]
- * prints "FLOOR n=<n> us=<best per op> [poll=<us>] yield=<us> futex=<us>"
+ * prints "FLOOR n=<n> us=<best per op> [poll=<us>] yield=<us> futex=<us>";
+ * a rank stuck for RANK_LIMIT_S seconds dies (SIGALRM), and one that dies
+ * takes the others with it: the tool always ends.
  */
 #define _GNU_SOURCE
 #include <linux/futex.h>
@@ -25,6 +27,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -32,6 +35,7 @@
 #include <unistd.h>
 
 #define MAX_RANKS 16
+#define RANK_LIMIT_S 20 /* a run takes well under a second */
 #define LINE 128
 
 typedef struct {
@@ -91,6 +95,42 @@ static double run_rank(shared *s, int n, int me, long ops, int way) {
   return now_s() - t0;
 }
 
+/* Runs n ranks for ops operations each, their times into t; 0, or -1 with a
+ * message if a rank could not start or did not finish (the others are
+ * killed: they would wait for it forever). */
+static int run_ranks(shared *s, int n, long ops, int way, double *t) {
+  pid_t pids[MAX_RANKS];
+  int forked = 0, ok = 1;
+  for (; forked < n; forked++) {
+    pid_t p = fork();
+    if (p < 0) {
+      perror("barrier_floor: fork");
+      ok = 0;
+      break;
+    }
+    if (p == 0) {
+      alarm(RANK_LIMIT_S);
+      t[forked] = run_rank(s, n, forked, ops, way);
+      _exit(0);
+    }
+    pids[forked] = p;
+  }
+  if (!ok) /* the ranks that started wait for the one that did not */
+    for (int k = 0; k < forked; k++) kill(pids[k], SIGKILL);
+  for (int left = forked; left > 0; left--) {
+    int st;
+    if (!ok) {
+      wait(NULL);
+      continue;
+    }
+    if (wait(&st) > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+    fprintf(stderr, "barrier_floor: a rank did not finish (%s way)\n", way_name[way]);
+    ok = 0;
+    for (int k = 0; k < forked; k++) kill(pids[k], SIGKILL); /* the others would wait for it */
+  }
+  return ok ? 0 : -1;
+}
+
 /* n ranks running for about ms milliseconds; the slowest rank's time per op. */
 static double measure(shared *s, int n, int way, double ms) {
   /* calibrate on one short run, then a timed run */
@@ -99,16 +139,14 @@ static double measure(shared *s, int n, int way, double ms) {
     atomic_store(&s->arrived, 0);
     atomic_store(&s->sleepers, 0);
     double *t = mmap(NULL, sizeof(double) * MAX_RANKS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (t == MAP_FAILED) return -1;
-    for (int r = 0; r < n; r++) {
-      pid_t p = fork();
-      if (p < 0) return -1;
-      if (p == 0) {
-        t[r] = run_rank(s, n, r, ops, way);
-        _exit(0);
-      }
+    if (t == MAP_FAILED) {
+      perror("barrier_floor: mmap");
+      return -1;
     }
-    for (int r = 0; r < n; r++) wait(NULL);
+    if (run_ranks(s, n, ops, way, t)) {
+      munmap(t, sizeof(double) * MAX_RANKS);
+      return -1;
+    }
     double worst = 0;
     for (int r = 0; r < n; r++)
       if (t[r] > worst) worst = t[r];
@@ -138,10 +176,7 @@ int main(int argc, char **argv) {
   int first = cpus > 0 && n > cpus ? YIELD : POLL;
   for (int w = first; w < NWAYS; w++) {
     double per = measure(s, n, w, ms);
-    if (per < 0) {
-      perror("barrier_floor: fork");
-      return 1;
-    }
+    if (per < 0) return 1; /* said why */
     us[w] = per * 1e6;
     if (w == first || us[w] < best) best = us[w];
   }

@@ -180,7 +180,7 @@ bench() {
   log "$name"
   "$BIN/membw" sentinel >"$RES/$name.txt" 2>/dev/null
   case $name in n[3-9]*) "$BIN/switch_cost" >>"$RES/$name.txt" 2>/dev/null ;; esac
-  case $name in n[2-9]_*_weft*) "$BIN/barrier_floor" "${name:1:1}" >>"$RES/$name.txt" 2>/dev/null ;; esac
+  case $name in n[2-9]_*_weft*) timeout 60 "$BIN/barrier_floor" "${name:1:1}" >>"$RES/$name.txt" 2>/dev/null ;; esac
   "$@" >>"$RES/$name.txt" 2>"$RES/$name.err"
   rc=$?
   if [ $rc -ne 0 ]; then
@@ -406,14 +406,19 @@ for n in (2, 4):
                        f"{w[0] / bp[0]:.2f}", "> 1", w[0] > bp[0])
 if t_rows:
     o.append("## Targets (issue 3)\n")
-    o.append("Every target of the issue this run can check, from the tables above. "
-             + (f"A context switch (two processes taking turns on one CPU, `bench/switch_cost.c`) cost "
-                f"{sw:.2f} µs (median of {len(switches)}, taken before the n=4 launches). " if sw else "")
-             + (f"The bare loop (`bench/barrier_floor.c`: 4 processes and no library, each adds one 8-byte value "
-                f"through shared memory and waits for the others, the whole of a collective that waits for every "
-                f"rank and moves nothing else) took {fl:.2f} µs per op (median of {len(floors[4])}, before weft's n=4 launches)"
-                + (f"; with 2 processes {statistics.median(floors[2]):.2f} µs" if floors.get(2) else "")
-                + "." if fl else "") + "\n")
+    intro = ["Every target of the issue this run can check, from the tables above."]
+    if sw:
+        intro.append(f"A context switch (two processes taking turns on one CPU, `bench/switch_cost.c`) cost {sw:.2f} µs "
+                     f"(median of {len(switches)}, taken before the n=4 launches).")
+    fl2 = statistics.median(floors[2]) if floors.get(2) else None
+    if fl or fl2:
+        intro.append("The bare loop (`bench/barrier_floor.c`: n processes and no library, each adds one 8-byte value "
+                     "through shared memory and waits for the others, the whole of a collective that waits for every "
+                     "rank and moves nothing else) took "
+                     + "; ".join(f"{v:.2f} µs per op with {k} processes (median of {len(floors[k])})"
+                                 for k, v in ((4, fl), (2, fl2)) if v)
+                     + ", measured before weft's launches.")
+    o.append(" ".join(intro) + "\n")
     o.append("| target | value | goal | verdict |")
     o.append("|---|---:|---:|---|")
     o.extend(t_rows)

@@ -106,8 +106,8 @@ size_t wf_board_large_bytes(const wf_board *b);
 /* Arrives for (group, name) as group rank grank of gsize. desc NULL: not
  * eligible (divert). part: this rank's input (part_len bytes, at most
  * wf_board_large_bytes), copied in, except the bytes skip spans, which no
- * other member reads (an alltoall's own block, a WF_SPLIT_OWN round's own
- * slice; len 0: all of it). Bounded by deadline (ns, wf_now_ns,
+ * other member reads (an alltoall's own block, a reducescatter's own rows, a
+ * WF_SPLIT_OWN round's own slice: wf_fast_unshared; len 0: all of it). Bounded by deadline (ns, wf_now_ns,
  * or WF_BOARD_WITHIN(s): s seconds for each lock from when it turns out to be
  * held): WEFT_ERR_TIMEOUT if a lock cannot be had (a peer died holding it).
  * *how gets WF_BOARD_SLOW/WAIT/DONE; *t the ticket for WAIT and DONE. */

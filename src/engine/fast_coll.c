@@ -1,8 +1,9 @@
 /* fast_coll.c - what each collective puts on the one-host board and how a
  * rank computes its result from a DONE round (fast.c runs the protocol).
  *
- * Every member's input sits in the round's slot (but a WF_SPLIT_OWN round's
- * own slices, folded by their owners from their own inputs), so each rank
+ * Every member's input sits in the round's slot (but for what only its owner
+ * reads: an alltoall's own block, a reducescatter's own rows, a WF_SPLIT_OWN
+ * round's own slice; see wf_fast_unshared), so each rank
  * reads what it needs straight from there: allreduce and reducescatter fold the
  * (prescaled) inputs in group-rank order, ((x0 op x1) op x2) ..., then apply
  * average/postscale, exactly as exec.c with the `direct` algorithms does
