@@ -58,7 +58,7 @@ static const wf_param g_params[] = {
      "1: small allreduce/broadcast/barrier of one-host groups negotiate and run in shared memory; 0: never on this rank"},
     {"WEFT_FAST_BYTES", NULL, WF_PARAM_INT, "8192",
      "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)"},
-    {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "1048576",
+    {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "2097152",
      "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)"},
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
      "largest fast-path allreduce that every rank folds whole (at least WEFT_FAST_BYTES); larger ones, up to WEFT_FAST_LARGE_BYTES, are split (WEFT_FAST_SPLIT_BYTES)"},

@@ -81,7 +81,7 @@ static void expect(long dmin, long dmax) {
 }
 static size_t g_ar_bytes = 262144;     /* WEFT_FAST_ALLREDUCE_BYTES */
 static size_t g_split_bytes = 16384;   /* WEFT_FAST_SPLIT_BYTES */
-static size_t g_large_bytes = 1 << 20; /* WEFT_FAST_LARGE_BYTES */
+static size_t g_large_bytes = 2 << 20; /* WEFT_FAST_LARGE_BYTES (clamped in main, as the library does) */
 static size_t maxc(weft_dtype t) { return g_fast_bytes / mp_esize(t); }
 /* 1 if an allreduce of count elements of t is small enough for the board:
  * split rounds (from WEFT_FAST_SPLIT_BYTES on 3+ ranks, beyond
@@ -969,6 +969,10 @@ int main(int argc, char **argv) {
     return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP, !strcmp(c, "stopsplit"));
   }
   mp_setup();
+  /* the library's clamp (wf_board_large_for): the 4 large slots of all local
+   * ranks share 32 MiB, so 5 ranks get less than the default 2 MiB */
+  size_t lcap = ((size_t)32 << 20) / 4 / (size_t)mp_size / 4096 * 4096;
+  if (g_large_bytes > lcap) g_large_bytes = lcap;
   if (!strcmp(c, "bits")) case_bits();
   else if (!strcmp(c, "mismatch")) case_mismatch();
   else if (!strcmp(c, "skew")) case_skew();
