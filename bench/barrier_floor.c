@@ -46,6 +46,7 @@ typedef struct {
     _Alignas(LINE) double v[2];
   } cell[MAX_RANKS];
   _Atomic int bad; /* a wrong sum seen */
+  double t[MAX_RANKS]; /* each rank's time for its loop */
 } shared;
 
 enum { POLL, YIELD, FUTEX, NWAYS };
@@ -95,10 +96,10 @@ static double run_rank(shared *s, int n, int me, long ops, int way) {
   return now_s() - t0;
 }
 
-/* Runs n ranks for ops operations each, their times into t; 0, or -1 with a
+/* Runs n ranks for ops operations each, their times into s->t; 0, or -1 with a
  * message if a rank could not start or did not finish (the others are
  * killed: they would wait for it forever). */
-static int run_ranks(shared *s, int n, long ops, int way, double *t) {
+static int run_ranks(shared *s, int n, long ops, int way) {
   pid_t pids[MAX_RANKS];
   int forked = 0, ok = 1;
   for (; forked < n; forked++) {
@@ -110,7 +111,7 @@ static int run_ranks(shared *s, int n, long ops, int way, double *t) {
     }
     if (p == 0) {
       alarm(RANK_LIMIT_S);
-      t[forked] = run_rank(s, n, forked, ops, way);
+      s->t[forked] = run_rank(s, n, forked, ops, way);
       _exit(0);
     }
     pids[forked] = p;
@@ -138,19 +139,10 @@ static double measure(shared *s, int n, int way, double ms) {
   for (int pass = 0; pass < 2; pass++) {
     atomic_store(&s->arrived, 0);
     atomic_store(&s->sleepers, 0);
-    double *t = mmap(NULL, sizeof(double) * MAX_RANKS, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (t == MAP_FAILED) {
-      perror("barrier_floor: mmap");
-      return -1;
-    }
-    if (run_ranks(s, n, ops, way, t)) {
-      munmap(t, sizeof(double) * MAX_RANKS);
-      return -1;
-    }
+    if (run_ranks(s, n, ops, way)) return -1;
     double worst = 0;
     for (int r = 0; r < n; r++)
-      if (t[r] > worst) worst = t[r];
-    munmap(t, sizeof(double) * MAX_RANKS);
+      if (s->t[r] > worst) worst = s->t[r];
     double per = worst / (double)ops;
     if (pass == 1) return per;
     ops = (long)(ms * 1e-3 / per);

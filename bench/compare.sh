@@ -172,7 +172,7 @@ run_peer() {
 
 # bench NAME CMD...: a memcpy sentinel, then CMD; both into NAME.txt
 # (and, before every n=4 launch, the cost of a context switch: switch_cost.c;
-# before weft's, a bare n-rank loop: the least an op can take here, barrier_floor.c)
+# before weft's, a bare n-rank loop: a practical floor per op, barrier_floor.c)
 FAILED=()
 bench() {
   local name=$1 t0=$SECONDS rc
@@ -243,7 +243,7 @@ def fmt_bw(b):
 data = {}      # (n, op) -> {bytes -> {lib -> (busbw, time_us)}}: the best pass
 sentinels = {} # (n, op, lib-file) -> [GB/s, one per pass]
 switches = []  # us per context switch (switch_cost.c), before the n=4 launches
-floors = {}    # n -> [us per op of a bare n-rank sum (barrier_floor.c)], before weft's n=4 launches
+floors = {}    # n -> [us per op of a bare n-rank sum (barrier_floor.c)], before weft's launches
 banners = []
 passes = set()
 
@@ -374,16 +374,18 @@ for op in OPS:
         if not (w4 and w2 and w2[0] > 0):
             continue
         r = w4[0] / w2[0]
+        def ratio_at(t4):  # the ratio were weft's n=4 op to take t4 us, against its own n=2
+            return factor(op, 4) / factor(op, 2) * w2[1] / t4
         why = []
         if r < 0.5 and sw and w4[1] < 40 * sw:  # small ops: context switches dominate
             why.append(f"n=4 took {w4[1]:.1f} µs, {w4[1] / sw:.1f} context switches of {sw:.2f} µs")
             # every one of 4 ranks on 2 cores must run between an op's first
             # submission and its last completion: at least one switch per core
-            cap = factor(op, 4) / factor(op, 2) * w2[1] / sw
+            cap = ratio_at(sw)
             if cap < 0.5:  # the bound alone explains the miss
                 why.append(f"even at one switch per core per op the ratio could reach {cap:.2f} at most")
-            if fl:  # an n=4 op as fast as the bare loop, against weft's own n=2
-                cap = factor(op, 4) / factor(op, 2) * w2[1] / fl
+            if fl:  # an n=4 op as fast as the bare loop
+                cap = ratio_at(fl)
                 if cap < 0.5:
                     why.append(f"an n=4 op as fast as the bare loop ({fl:.2f} µs) would still give {cap:.2f}")
         if r < 0.5 and op == "broadcast" and b >= 64 << 10:

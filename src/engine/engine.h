@@ -291,6 +291,8 @@ void wf_exec_peer_departed(weft_world *w, int peer);
  * request's with dim0 rows. */
 int64_t wf_elems(const int64_t *shape, int from, int ndim);
 size_t wf_rs_rows(size_t dim0, int n, int i);
+/* The first of rank i's rows: wf_rs_rows of ranks 0 .. i-1 together. */
+size_t wf_rs_first(size_t dim0, int n, int i);
 weft_status wf_alloc_result(weft_request *r, size_t bytes);
 void wf_set_result_shape(weft_request *r, int64_t dim0);
 /* Fails every group's executing collective (if any) with st/msg. */

@@ -199,18 +199,20 @@ static weft_status alloc_result(weft_request *r, size_t bytes) {
   return wf_err(WEFT_ERR_NO_MEMORY, "'%s': the output allocator returned NULL (%zu bytes)", r->msg.name, bytes);
 }
 
+/* A reducescatter's own rows stay out of the slot and are folded from the
+ * input (wf_fast_unshared, wf_fast_result), unless prescaled: only the slot
+ * holds the scaled copy. */
+static int rs_own_rows(double prescale) { return prescale == 1.0; }
+
 wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, size_t bytes) {
   int n = r->group->size, me = r->group->rank;
   if (d->coll == WF_COLL_ALLTOALL && !d->remote) { /* even splits (wf_fast_input) */
     size_t blk = bytes / (size_t)n;
     return (wf_board_span){blk * (size_t)me, blk};
   }
-  if (d->coll == WF_COLL_REDUCESCATTER && d->prescale == 1.0 && d->ndim >= 1 && d->shape[0] > 0) {
-    /* its own rows, folded from its own input (wf_fast_result); a
-     * prescaled input goes in scaled, and only the slot has that copy */
-    size_t dim0 = (size_t)d->shape[0], row = bytes / dim0, first = 0;
-    for (int i = 0; i < me; i++) first += wf_rs_rows(dim0, n, i);
-    return (wf_board_span){first * row, wf_rs_rows(dim0, n, me) * row};
+  if (d->coll == WF_COLL_REDUCESCATTER && rs_own_rows(d->prescale) && d->ndim >= 1 && d->shape[0] > 0) {
+    size_t dim0 = (size_t)d->shape[0], row = bytes / dim0; /* in bytes */
+    return (wf_board_span){wf_rs_first(dim0, n, me) * row, wf_rs_rows(dim0, n, me) * row};
   }
   if (d->split == WF_SPLIT_OWN) { /* folded by this rank from its own input (wf_fast_split_pass) */
     size_t es = weft_dtype_size((weft_dtype)d->dtype), lo, hi;
@@ -324,8 +326,7 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
       return still_valid(w, r);
     }
     case WF_COLL_REDUCESCATTER: {
-      size_t dim0 = (size_t)m->shape[0], row = dim0 ? count / dim0 : 0, first = 0;
-      for (int i = 0; i < me; i++) first += wf_rs_rows(dim0, n, i);
+      size_t dim0 = (size_t)m->shape[0], row = dim0 ? count / dim0 : 0, first = wf_rs_first(dim0, n, me);
       size_t rows = wf_rs_rows(dim0, n, me);
       if (r->out.data) {
         r->result = r->out.data;
@@ -333,8 +334,7 @@ weft_status wf_fast_result(weft_world *w, weft_request *r) {
       } else {
         WF_CHECK(alloc_result(r, rows * row * es));
       }
-      /* its own rows from its own input, as wf_fast_unshared kept them out */
-      if (rows && row) fold(w, r, r->result, first * row, rows * row, m->prescale == 1.0);
+      if (rows && row) fold(w, r, r->result, first * row, rows * row, rs_own_rows(m->prescale));
       wf_set_result_shape(r, (int64_t)rows);
       return WEFT_OK;
     }

@@ -96,8 +96,7 @@ weft_status wf_fuse_prepare_reducescatter(wf_gstate *gs, wf_coll_args *a) {
   for (int i = 0; i < n; i++)
     for (uint32_t t = 0; t < x->nfused; t++) {
       const wf_request_msg *q = &x->fused[t]->msg;
-      size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = 0;
-      for (int j = 0; j < i; j++) start += wf_rs_rows(dim0, n, j);
+      size_t row = (size_t)wf_elems(q->shape, 1, q->ndim), dim0 = (size_t)q->shape[0], start = wf_rs_first(dim0, n, i);
       size_t k = wf_rs_rows(dim0, n, i) * row;
       if (k) wf_scale_copy(a->dtype, in + off * es, (const char *)x->fused[t]->in.data + start * row * es, k, q->prescale);
       off += k;

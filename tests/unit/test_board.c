@@ -457,6 +457,16 @@ static void test_rs_own_rows(void) {
   d.shape[1] = 3;
   const size_t row = 3 * 8, bytes = 7 * row;
   const size_t want_off[3] = {0, 3 * row, 5 * row}, want_len[3] = {3 * row, 2 * row, 2 * row};
+  for (size_t dim0 = 0; dim0 < 20; dim0++) /* wf_rs_first: the rows of the ranks before */
+    for (int m = 1; m <= 6; m++) {
+      size_t sum = 0;
+      for (int k = 0; k < m; k++) {
+        CHECK(wf_rs_first(dim0, m, k) == sum, "rs own rows: %zu rows over %d, rank %d starts at %zu, expected %zu",
+              dim0, m, k, wf_rs_first(dim0, m, k), sum);
+        sum += wf_rs_rows(dim0, m, k);
+      }
+      CHECK(sum == dim0, "rs own rows: %zu rows over %d add up to %zu", dim0, m, sum);
+    }
   for (int k = 0; k < 3; k++) {
     wf_board_span sp = unshared(&d, k, 3, bytes);
     CHECK(sp.off == want_off[k] && sp.len == want_len[k], "rs own rows: member %d span [%zu, +%zu), expected [%zu, +%zu)",
