@@ -464,6 +464,16 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
   int n = snapshot(w, &a);
   for (int i = 0; i < n; i++) {
     weft_request *r = a[i];
+    /* a round every member completed before the failure (its waiter had
+     * not looked yet) completes as it would have: its inputs are in the
+     * shared slot and nobody else is needed. Not a split round (the others
+     * fold slices of it) nor a remote one (the inputs are the others'). */
+    if (w->board && atomic_load(&r->fast) == F_PENDING && !r->fast_split &&
+        wf_board_state(w->board, r->fast_t) == WF_BOARD_DONE && !wf_board_is_remote(w->board, r->fast_t) &&
+        settle(w, r, WF_BOARD_DONE)) {
+      wf_request_unref(r);
+      continue;
+    }
     int expect = F_PENDING;
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       /* its input goes back to the caller: an open round is diverted, and

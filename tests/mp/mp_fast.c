@@ -39,6 +39,11 @@
  *              2 s, K's input summed (they fold its slice); their next op
  *              fails naming rank K (WEFT_FAST_WAIT_SECONDS=5: the two may
  *              arrive far apart on a loaded machine)
+ *   killdone K  the others submit an allreduce and look away; rank K
+ *              arrives last, sees it complete and SIGKILLs itself; the
+ *              others look 500 ms later, after their engines failed the
+ *              world: the allreduce still completes, every input summed;
+ *              their next op fails naming rank K
  *   detached   a freed pending fast request, then its name again; a
  *              weft_test loop; callback requests (engine path) alongside
  *   threads T  T threads per rank with their own names, grouped allreduces
@@ -429,6 +434,10 @@ static int supervise(pid_t child, int rfd) {
   }
   if (WIFSIGNALED(ws)) {
     if (WTERMSIG(ws) == SIGKILL && n == 1 && note == 'K') return 0;
+    if (n == 1 && note == 'F') {
+      printf("FAIL: the rank to be killed saw its own collective fail first\n");
+      return 1;
+    }
     printf("FAIL: the weft rank died of signal %d unplanned\n", WTERMSIG(ws));
     return 1;
   }
@@ -494,10 +503,59 @@ static void split_stopped(int killer, const char *dead) {
   mp_case_end();
 }
 
-/* kill K / stop K (sig SIGKILL / SIGSTOP): see the top of the file;
- * stopsplit K (split): split_stopped. */
-static int case_lost(int killer, int sig, int split) {
-  const char *how = split ? "stopsplit" : sig == SIGKILL ? "kill" : "stop";
+/* killdone: a round every member completed needs nobody any more, so a
+ * failing world completes it as it would have (wf_fast_fail_all), even when
+ * the waiter first looks after the failure. The others may not divert while
+ * they wait for K (fast.sh: WEFT_FAST_WAIT_SECONDS=5), and K dies only once
+ * its own request completed, whoever arrived last. */
+static void done_then_killed(int killer, const char *dead) {
+  int32_t v[16];
+  for (int i = 0; i < 16; i++) v[i] = mp_rank * 100 + i;
+  int64_t shape[1] = {16};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_request *r = NULL;
+  if (mp_rank == killer) mp_sleep_ms(100); /* usually the last to arrive */
+  weft_status st = weft_allreduce(mp_group, "k.done", &t, &t, WEFT_OP_SUM, NULL, &r);
+  if (mp_rank == killer) {
+    if (st == WEFT_OK) st = weft_wait(r, 20.0);
+    char k = st == WEFT_OK ? 'K' : 'F';
+    if (write(g_pipe, &k, 1) != 1) perror("write");
+    raise(SIGKILL);
+    _exit(3);
+  }
+  mp_case("killdone: rank %d completes an allreduce and dies before this rank looks", killer);
+  if (st == WEFT_OK) {
+    mp_sleep_ms(500); /* this rank's engine sees the death meanwhile */
+    st = weft_wait(r, 20.0);
+  }
+  if (st != WEFT_OK) mp_fail("k.done: %s: %s", weft_status_string(st), r ? weft_request_error(r) : weft_last_error());
+  for (int i = 0; st == WEFT_OK && i < 16; i++) {
+    int32_t want = 100 * mp_size * (mp_size - 1) / 2 + mp_size * i;
+    if (v[i] != want) {
+      mp_fail("k.done[%d] = %d, expected %d", i, v[i], want);
+      break;
+    }
+  }
+  if (r) weft_request_free(r);
+  mp_case_end();
+  mp_case("killdone: the next op fails naming rank %d", killer);
+  r = NULL;
+  double t0 = mp_now();
+  st = weft_barrier(mp_group, "k.after", NULL, &r);
+  expect_death(st, st == WEFT_OK ? r : NULL, t0, dead, "k.after");
+  mp_case_end();
+}
+
+enum { LOST_ALLGATHER, LOST_SPLIT, LOST_DONE };
+
+/* kill K / stop K (sig SIGKILL / SIGSTOP, LOST_ALLGATHER): see the top of
+ * the file; stopsplit K (LOST_SPLIT): split_stopped; killdone K
+ * (LOST_DONE): done_then_killed. */
+static int case_lost(int killer, int sig, int mode) {
+  const char *how = mode == LOST_SPLIT  ? "stopsplit"
+                    : mode == LOST_DONE ? "killdone"
+                    : sig == SIGKILL    ? "kill"
+                                        : "stop";
   mp_setup();
   if (mp_size < 2) mp_fatal("%s needs 2 ranks or more", how);
   if (killer < 0 || killer >= mp_size) killer = mp_size - 1;
@@ -507,8 +565,12 @@ static int case_lost(int killer, int sig, int split) {
   ar_one(mp_group, mp_rank, mp_size, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, 16, 1, "k.warm");
   barrier_wait(mp_group, "k.sync");
   mp_case_end();
-  if (split) {
+  if (mode == LOST_SPLIT) {
     split_stopped(killer, dead);
+    goto teardown;
+  }
+  if (mode == LOST_DONE) {
+    done_then_killed(killer, dead);
     goto teardown;
   }
   /* A 1 MiB allgather (a remote round where the host's cores suffice: its
@@ -940,7 +1002,7 @@ static void case_names(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|stop K|stopsplit K|detached|threads T|groups|"
+    fprintf(stderr, "usage: mp_fast bits|colls|mismatch|skew|order|join|stall|stall-poll DIR|kill K|stop K|stopsplit K|killdone K|detached|threads T|groups|"
                     "names|many|hosts|finalize|deadline DIR\n");
     return 2;
   }
@@ -954,7 +1016,7 @@ int main(int argc, char **argv) {
   const char *lb = getenv("WEFT_FAST_LARGE_BYTES");
   if (lb && *lb) g_large_bytes = strtoull(lb, NULL, 0);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!strcmp(c, "kill") || !strcmp(c, "stop") || !strcmp(c, "stopsplit")) {
+  if (!strcmp(c, "kill") || !strcmp(c, "stop") || !strcmp(c, "stopsplit") || !strcmp(c, "killdone")) {
     int fds[2];
     if (pipe(fds) != 0) return 1;
     fflush(NULL);
@@ -966,7 +1028,8 @@ int main(int argc, char **argv) {
     }
     close(fds[0]);
     g_pipe = fds[1];
-    return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP, !strcmp(c, "stopsplit"));
+    return case_lost(arg ? atoi(arg) : -1, c[0] == 'k' ? SIGKILL : SIGSTOP,
+                     !strcmp(c, "stopsplit") ? LOST_SPLIT : !strcmp(c, "killdone") ? LOST_DONE : LOST_ALLGATHER);
   }
   mp_setup();
   /* the library's clamp (wf_board_large_for): the 4 large slots of all local
