@@ -29,8 +29,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# fail exits; in a subshell it would end only the subshell, so it also
+# leaves a mark that the end looks for
 fail() {
   echo "FAIL [cluster.$CASE]: $*" >&2
+  echo "$*" >>"$D/FAILED"
   local f
   for f in "$D"/err "$D"/out; do
     [ -s "$f" ] && { echo "--- $(basename "$f") (last 40 lines):" >&2; tail -40 "$f" >&2; }
@@ -167,4 +170,5 @@ partition)
   exit 2
   ;;
 esac
+[ -e "$D/FAILED" ] && { echo "FAIL [cluster.$CASE]: a check failed in a subshell: $(cat "$D/FAILED")" >&2; exit 1; }
 echo "PASS [cluster.$CASE]"

@@ -35,8 +35,11 @@ cleanup() {
 trap cleanup EXIT
 
 table() { sed -n "s/^MEASURE \[\([^]]*\)\] /TABLE $TEST who=\1 /p" "$D"/verdict.* 2>/dev/null; }
+# fail exits; in a subshell it would end only the subshell, so it also
+# leaves a mark that pass() looks for
 fail() {
   echo "FAIL [$TEST]: $*" >&2
+  echo "$*" >>"$D/FAILED"
   local f
   for f in "$D"/verdict.* "$D"/err "$D"/out "$D"/err.* "$D"/out.*; do
     [ -s "$f" ] && { echo "--- $(basename "$f") (last 30 lines):" >&2; tail -30 "$f" >&2; }
@@ -45,6 +48,7 @@ fail() {
   exit 1
 }
 pass() {
+  [ -e "$D/FAILED" ] && { echo "FAIL [$TEST]: a check failed in a subshell: $(cat "$D/FAILED")" >&2; exit 1; }
   table
   echo "PASS [$TEST]"
   exit 0

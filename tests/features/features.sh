@@ -49,14 +49,17 @@ set -u
 CASE=$1 NP=$2 WEFTRUN=$3 FEATBIN=$4 PYTHON=$5 WEFTINFO=$6 SRCDIR=$7
 CHECK="$SRCDIR/timeline_check.py"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/weft-features.XXXXXX") || exit 1
-FAILS=0
 
+# Failures are recorded in a file, not a shell variable: a check that runs
+# in a subshell ($(...), a pipeline, ( ... )) still fails the case.
 fail() {
   echo "FAIL: $*"
-  FAILS=$((FAILS + 1))
+  echo "$*" >>"$TMP/FAILURES"
 }
 
 finish() {
+  local FAILS=0
+  [ -e "$TMP/FAILURES" ] && FAILS=$(wc -l <"$TMP/FAILURES")
   if [ "$FAILS" -eq 0 ]; then
     rm -rf "$TMP"
     echo "PASS: $CASE"
@@ -272,17 +275,19 @@ cache-resend)
   ;;
 alias-fusion)
   N=40
-  # count the executed allreduce collectives of the probe on rank 0
+  # runs NAME [VAR=VALUE...]: the job, in this shell (its failures count),
+  # then the executed allreduce collectives of the probe on rank 0 in the
+  # variable NAME
   runs() {
     local name=$1
     shift
     run_job "$name" WEFT_LOG_SUBSYS=engine WEFT_CYCLE_TIME_US=100000 "$@" -- "$FEATBIN/feat_fusion" --probe $N >&2
-    stderr_of "$name" 0 | grep -c "run allreduce 'probe\."
+    printf -v "$name" '%s' "$(stderr_of "$name" 0 | grep -c "run allreduce 'probe\.")"
   }
-  off_weft=$(runs off_weft WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=0)
-  off_hvd=$(runs off_hvd HOROVOD_LOG_LEVEL=debug HOROVOD_FUSION_THRESHOLD=0)
-  on_default=$(runs on_default WEFT_LOG_LEVEL=debug)
-  on_weft_wins=$(runs on_weft_wins WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=134217728 HOROVOD_FUSION_THRESHOLD=0)
+  runs off_weft WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=0
+  runs off_hvd HOROVOD_LOG_LEVEL=debug HOROVOD_FUSION_THRESHOLD=0
+  runs on_default WEFT_LOG_LEVEL=debug
+  runs on_weft_wins WEFT_LOG_LEVEL=debug WEFT_FUSION_THRESHOLD=134217728 HOROVOD_FUSION_THRESHOLD=0
   echo "allreduce collectives for $N tensors: WEFT_FUSION_THRESHOLD=0: $off_weft, HOROVOD_FUSION_THRESHOLD=0:" \
     "$off_hvd, default: $on_default, WEFT_=128MiB + HOROVOD_=0: $on_weft_wins"
   [ "$off_weft" -eq $N ] || fail "WEFT_FUSION_THRESHOLD=0: $off_weft collectives for $N tensors"
@@ -294,21 +299,21 @@ alias-fusion)
   ;;
 fusion-pack)
   N=40
-  runs() {
+  runs() { # as in alias-fusion: the job in this shell, the count in the variable NAME
     local name=$1
     shift
     run_job "$name" WEFT_LOG_LEVEL=debug WEFT_LOG_SUBSYS=engine WEFT_CYCLE_TIME_US=100000 "$@" -- \
       "$FEATBIN/feat_fusion" --probe $N >&2
-    stderr_of "$name" 0 | grep -c "run allreduce 'probe\."
+    printf -v "$name" '%s' "$(stderr_of "$name" 0 | grep -c "run allreduce 'probe\.")"
   }
-  tcp_limited=$(runs tcp_limited WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=1000)
-  shm_limited=$(runs shm_limited WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000)
+  runs tcp_limited WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=1000
+  runs shm_limited WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000
   in_place=$(stderr_of shm_limited 0 | grep -c "fused allreduce of [0-9]* tensors in place")
   [ "$in_place" -ge 1 ] || fail "shm: no fused allreduce ran in place (segments)"
   [ "$(stderr_of tcp_limited 0 | grep -c "in place")" -eq 0 ] || fail "tcp: an allreduce claims to run in place"
-  forced=$(runs forced WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000 WEFT_ALGO_ALLREDUCE=direct)
+  runs forced WEFT_TRANSPORT=shm WEFT_FUSION_PACK_MAX_BYTES=1000 WEFT_ALGO_ALLREDUCE=direct
   [ "$forced" -eq $N ] || fail "shm with a forced packing algorithm: $forced collectives for $N tensors (packed?)"
-  tcp_off=$(runs tcp_off WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=0)
+  runs tcp_off WEFT_TRANSPORT=tcp WEFT_FUSION_PACK_MAX_BYTES=0
   echo "allreduce collectives for $N tensors of 4000 bytes: tcp with a 1000-byte pack limit: $tcp_limited," \
     "shm with it: $shm_limited, tcp without: $tcp_off"
   [ "$tcp_limited" -eq $N ] || fail "tcp, pack limit 1000: $tcp_limited collectives for $N tensors (packed?)"

@@ -11,8 +11,11 @@ RANK="$HERE/rank.sh"
 T=$(mktemp -d "${TMPDIR:-/tmp}/weftrun_test.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 
+# fail exits; in a subshell it would end only the subshell, so it also
+# leaves a mark that the end looks for
 fail() {
   echo "FAIL [$CASE]: $*" >&2
+  echo "$*" >>"$T/FAILED"
   for f in "$T"/out "$T"/err; do
     [ -s "$f" ] && { echo "--- $(basename "$f") (first 20 lines):" >&2; head -20 "$f" >&2; }
   done
@@ -595,4 +598,5 @@ case_link_channel() {
 }
 
 "case_$CASE" "$@" || fail "case returned $?"
+[ -e "$T/FAILED" ] && { echo "FAIL [$CASE]: a check failed in a subshell: $(cat "$T/FAILED")" >&2; exit 1; }
 echo "PASS [$CASE]"

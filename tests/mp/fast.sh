@@ -31,12 +31,15 @@
 set -u
 CASE=$1 NP=$2 WEFTRUN=$3 BIN=$4 ARG=${5:-}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/weft-fast.XXXXXX") || exit 1
-FAILS=0
+# Failures go to a file, not a shell variable: a check that runs in a
+# subshell ($(...), a pipeline) still fails the case.
 fail() {
   echo "FAIL: $*"
-  FAILS=$((FAILS + 1))
+  echo "$*" >>"$TMP/FAILURES"
 }
 finish() {
+  local FAILS=0
+  [ -e "$TMP/FAILURES" ] && FAILS=$(wc -l <"$TMP/FAILURES")
   if [ "$FAILS" -eq 0 ]; then
     rm -rf "$TMP"
     echo "PASS: fast $CASE np$NP"
