@@ -93,7 +93,7 @@ static void note_add(wf_coord *c, const entry *e) {
     c->add_ns[1] = c->add_ns[0];
     c->add_e[0] = e;
   }
-  c->add_ns[0] = wf_now_ns();
+  c->add_ns[0] = wf_cd_now(c);
 }
 
 /* e leaves the table: its requests no longer show a burst arriving (a lone
@@ -222,7 +222,7 @@ void wf_cd_push(wf_coord *c, ready *q) {
     wf_cd_ready_free(q);
     return;
   }
-  if (!c->nready) c->first_ready_ns = wf_now_ns();
+  if (!c->nready) c->first_ready_ns = wf_cd_now(c);
   if (q->fusable) c->nready_fusable++;
   c->ready[c->nready++] = *q;
 }
@@ -480,7 +480,7 @@ static entry *entry_for(wf_coord *c, const char *name, uint8_t coll, rblock *hit
     e->coll = coll;
     e->slot = UINT32_MAX;
     if (fusable_coll(coll)) c->npending_fusable++;
-    e->first_ns = wf_now_ns();
+    e->first_ns = wf_cd_now(c);
     e->deadline = e->first_ns + (int64_t)(c->timeout * 1e9);
     e->next_warn = c->stall_check > 0 ? e->first_ns + (int64_t)(c->stall_check * 1e9) : INT64_MAX;
     if (e->deadline < c->next_check) c->next_check = e->deadline;

@@ -56,6 +56,14 @@ int64_t wf_coord_next_deadline(const wf_coord *c);
 /* Number of tensors waiting for some rank. */
 size_t wf_coord_pending(const wf_coord *c);
 
+/* The coordinator's clock: every time it keeps (a request's arrival, the
+ * fusion hold, deadlines, grouped ops' idle time) is now(ctx), in the
+ * nanoseconds of wf_now_ns, which it is unless set (NULL). Set it before the
+ * first request. For tests, which then step time themselves instead of
+ * sleeping and hoping the machine kept up. */
+typedef int64_t (*wf_clock_fn)(void *ctx);
+void wf_coord_set_clock(wf_coord *c, wf_clock_fn now, void *ctx);
+
 /* The response cache (negotiate/cache.h): records rank's request as the
  * coordinator stored it under (id, epoch), like wf_coord_add; *name gets
  * the tensor's name (valid until the next wf_coord_take). Returns 0 if the

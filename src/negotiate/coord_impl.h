@@ -8,6 +8,7 @@
 #include "negotiate/coord.h"
 #include "negotiate/cache.h"
 #include "util/strmap.h"
+#include "util/time.h"
 
 #define FREE_MAX 4096 /* recycled entries and blocks kept */
 /* Fusion hold (no WEFT_CYCLE_TIME_US): ready fusable responses wait while
@@ -83,6 +84,8 @@ struct wf_coord {
   double stall_check, stall_shutdown;
   wf_stall_fn on_stall;
   void *stall_ctx;
+  wf_clock_fn now;    /* the clock of holds, deadlines and units (NULL: wf_now_ns) */
+  void *now_ctx;
   wf_strmap table;
   int64_t next_check; /* no entry's deadline or stall report is due before this */
   uint64_t next_seq;
@@ -112,6 +115,9 @@ struct wf_coord {
   rblock *free_blocks;
   int nfree_entries, nfree_blocks;
 };
+
+/* Now, by the coordinator's clock (wf_coord_set_clock). */
+static inline int64_t wf_cd_now(const wf_coord *c) { return c->now ? c->now(c->now_ctx) : wf_now_ns(); }
 
 /* the world rank of group rank r, for messages */
 static inline int WR(const wf_coord *c, int r) { return c->ranks ? c->ranks[r] : r; }

@@ -13,6 +13,11 @@
 /* ------------------------------------------------------------------ take */
 void wf_coord_set_unpacked_allreduce(wf_coord *c) { c->ar_unpacked = 1; }
 
+void wf_coord_set_clock(wf_coord *c, wf_clock_fn now, void *ctx) {
+  c->now = now;
+  c->now_ctx = ctx;
+}
+
 /* Can response j join the fused response that starts at i (and has j - i
  * tensors)? Allreduces and reducescatters: same dtype, op and scales;
  * allgathers: same dtype (their per-tensor, per-rank row counts must fit
@@ -87,7 +92,7 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   *out = NULL;
   if (!n) return 0;
   if (c->hold && fusion_threshold > 0 && c->nready_fusable > 0 && c->npending_fusable > 0) {
-    int64_t now = wf_now_ns(), until = c->add_e[0] ? c->add_ns[0] + HOLD_GAP_NS : 0;
+    int64_t now = wf_cd_now(c), until = c->add_e[0] ? c->add_ns[0] + HOLD_GAP_NS : 0;
     if (until > c->first_ready_ns + HOLD_MAX_NS) until = c->first_ready_ns + HOLD_MAX_NS;
     if (now < until) {
       c->hold_until = until;

@@ -112,7 +112,7 @@ int wf_cd_unit_take(wf_coord *c, ready *q, uint32_t n) {
     }
     u->n = n;
   }
-  u->touched_ns = wf_now_ns();
+  u->touched_ns = wf_cd_now(c);
   int64_t idle_at = u->touched_ns + (int64_t)(c->timeout * 1e9);
   if (idle_at < c->units_sweep_at) c->units_sweep_at = idle_at;
   if (q->resp.type == WF_RESP_OK) {

@@ -15,21 +15,35 @@
  *  - the stall report and the timeout name the ranks that have not
  *    submitted a tensor, not those that joined (they stand in for it);
  *    WEFT_STALL_CHECK_DISABLE turns off the stall shutdown too.
- * The hold is a time window: a check that needs the window open accepts a
- * response published because the machine was slow past it (sanitizers). */
+ * Time is the test's own (wf_coord_set_clock): it steps a clock the
+ * coordinator reads instead of sleeping, so every check of a time window
+ * runs, to the nanosecond, however slow or loaded the machine is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "negotiate/coord.h"
 #include "negotiate/coord_impl.h" /* units: how many the coordinator keeps */
 #include "unit_check.h"
-#include "util/time.h"
 
 
-#define GAP_NS 100000 /* HOLD_GAP_NS of coord_impl.h */
+#define GAP_NS HOLD_GAP_NS
 #define THRESHOLD ((uint64_t)128 << 20)
+
+/* The coordinators' clock: moves only when a test moves it. */
+static int64_t g_now = 1000000000;
+static int64_t test_clock(void *ctx) {
+  (void)ctx;
+  return g_now;
+}
+
+/* A coordinator of size ranks on the test's clock. */
+static wf_coord *make_on_clock(int size, double timeout) {
+  wf_coord *c = NULL;
+  CHECK(wf_coord_create(size, NULL, timeout, &c) == WEFT_OK && c, "wf_coord_create");
+  if (c) wf_coord_set_clock(c, test_clock, NULL);
+  return c;
+}
 
 /* rank's allreduce request for name (unit: its grouped op's size, or 0). */
 static void add_unit(wf_coord *c, int rank, const char *name, int64_t elems, uint32_t unit) {
@@ -65,22 +79,13 @@ static size_t take(wf_coord *c, char *names, size_t cap) {
   return n;
 }
 
-static wf_coord *make(void) {
-  wf_coord *c = NULL;
-  CHECK(wf_coord_create(2, NULL, 30.0, &c) == WEFT_OK && c, "wf_coord_create");
-  return c;
-}
-
-static void sleep_ns(long ns) {
-  struct timespec ts = {0, ns};
-  nanosleep(&ts, NULL);
-}
+static wf_coord *make(void) { return make_on_clock(2, 30.0); }
 
 static void test_lone(void) {
   wf_coord *c = make();
   char got[256];
   add(c, 0, "pending", 4); /* rank 1 never submits it here */
-  sleep_ns(2 * GAP_NS);    /* its request is old news */
+  g_now += 2 * GAP_NS;     /* its request is old news */
   add(c, 0, "x", 4);
   add(c, 1, "x", 4);
   size_t n = take(c, got, sizeof got);
@@ -92,8 +97,10 @@ static void test_lone(void) {
  * ready alone while b just got a request). Returns when b's request came. */
 static int64_t start_burst(wf_coord *c) {
   add(c, 0, "a", 4);
+  g_now += 10;
   add(c, 0, "b", 4);
-  int64_t t_b = wf_now_ns();
+  int64_t t_b = g_now;
+  g_now += 10;
   add(c, 1, "a", 4);
   return t_b;
 }
@@ -103,31 +110,59 @@ static void test_burst(void) {
   char got[256];
   int64_t t_b = start_burst(c);
   size_t n = take(c, got, sizeof got);
-  int64_t dt = wf_now_ns() - t_b;
-  CHECK(n == 0 || dt >= GAP_NS, "a burst's first tensor was not held: '%s' after %lld ns", got, (long long)dt);
-  if (n == 0) {
-    int64_t d = wf_coord_next_deadline(c);
-    CHECK(d <= t_b + GAP_NS + 1000000, "holding, but the next deadline is %lld ns away", (long long)(d - wf_now_ns()));
-    add(c, 1, "b", 4); /* the burst is complete: the hold ends at once */
-    n = take(c, got, sizeof got);
-    CHECK(n == 1 && !strcmp(got, "a+b"), "completed burst: %zu responses '%s' (expected one, a+b)", n, got);
-  }
+  CHECK(n == 0, "a burst's first tensor was not held: %zu responses '%s' %lld ns after b's request", n, got,
+        (long long)(g_now - t_b));
+  int64_t d = wf_coord_next_deadline(c);
+  CHECK(d == t_b + GAP_NS, "holding, but the next deadline is %lld ns after b's request, not %lld", (long long)(d - t_b),
+        (long long)GAP_NS);
+  g_now = t_b + GAP_NS - 1; /* the last nanosecond of the hold */
+  n = take(c, got, sizeof got);
+  CHECK(n == 0, "the hold ended 1 ns early: %zu responses '%s'", n, got);
+  add(c, 1, "b", 4); /* the burst is complete: the hold ends at once */
+  n = take(c, got, sizeof got);
+  CHECK(n == 1 && !strcmp(got, "a+b"), "completed burst: %zu responses '%s' (expected one, a+b)", n, got);
   wf_coord_destroy(c);
 }
 
 static void test_hold_ends(void) {
   wf_coord *c = make();
   char got[256];
-  start_burst(c);
+  int64_t t_b = start_burst(c);
   size_t n = take(c, got, sizeof got);
-  if (n == 0) {
-    int64_t end = wf_now_ns() + 2000000000LL;
-    while (n == 0 && wf_now_ns() < end) {
-      sleep_ns(GAP_NS / 4);
-      n = take(c, got, sizeof got);
-    }
-  }
+  CHECK(n == 0, "a burst's first tensor was not held: %zu responses '%s'", n, got);
+  g_now = t_b + GAP_NS - 1;
+  n = take(c, got, sizeof got);
+  CHECK(n == 0, "the hold ended 1 ns early: %zu responses '%s'", n, got);
+  g_now = t_b + GAP_NS;
+  n = take(c, got, sizeof got);
   CHECK(n == 1 && !strcmp(got, "a"), "the hold did not end without b: %zu responses '%s'", n, got);
+  wf_coord_destroy(c);
+}
+
+/* Requests that keep arriving (each for a new tensor that waits for rank 1)
+ * extend the hold, up to HOLD_MAX_NS after the first response became ready. */
+static void test_hold_max(void) {
+  wf_coord *c = make();
+  char got[256];
+  start_burst(c);
+  int64_t t_ready = g_now; /* a became ready at the last request of start_burst */
+  size_t n = 0;
+  for (int i = 0; g_now + GAP_NS / 2 < t_ready + HOLD_MAX_NS; i++) {
+    g_now += GAP_NS / 2;
+    char nm[16];
+    snprintf(nm, sizeof nm, "more.%d", i);
+    add(c, 0, nm, 4);
+    n = take(c, got, sizeof got);
+    CHECK(n == 0, "the hold ended %lld ns after a was ready while requests still arrived: '%s'",
+          (long long)(g_now - t_ready), got);
+    if (n) break;
+  }
+  g_now = t_ready + HOLD_MAX_NS - 1;
+  n = take(c, got, sizeof got);
+  CHECK(n == 0, "the hold ended 1 ns before HOLD_MAX_NS: '%s'", got);
+  g_now = t_ready + HOLD_MAX_NS;
+  n = take(c, got, sizeof got);
+  CHECK(n == 1 && !strcmp(got, "a"), "the hold did not end at HOLD_MAX_NS: %zu responses '%s'", n, got);
   wf_coord_destroy(c);
 }
 
@@ -217,7 +252,7 @@ static void test_units(void) {
    * tensors; w.2 times out); the next op of that name, agreed, still runs
    * whole (a review found it held forever: its tensors counted into the
    * leftover unit) */
-  CHECK(wf_coord_create(2, NULL, 0.05, &c) == WEFT_OK, "wf_coord_create");
+  c = make_on_clock(2, 0.05);
   add_unit(c, 0, "w.0", 4, 2);
   add_unit(c, 0, "w.1", 4, 2);
   for (int i = 0; i < 3; i++) {
@@ -226,8 +261,8 @@ static void test_units(void) {
     add_unit(c, 1, nm, 4, 3);
   }
   take_error(c, err, sizeof err);
-  sleep_ns(80000000);
-  wf_coord_check_timeouts(c, wf_now_ns()); /* w.2: rank 0 never sends it */
+  g_now += 80000000;
+  wf_coord_check_timeouts(c, g_now); /* w.2: rank 0 never sends it */
   take(c, got, sizeof got);
   for (int r = 0; r < 2; r++)
     for (int i = 0; i < 3; i++) {
@@ -244,8 +279,12 @@ static void test_units(void) {
   n = take(c, got, sizeof got);
   CHECK(n == 0, "x.0 published without x.1: '%s'", got);
   CHECK(wf_coord_next_deadline(c) != INT64_MAX, "no deadline while a unit holds a response");
-  sleep_ns(80000000);
-  wf_coord_check_timeouts(c, wf_now_ns());
+  g_now += 49000000; /* not yet idle for the timeout (0.05 s) */
+  wf_coord_check_timeouts(c, g_now);
+  n = take(c, got, sizeof got);
+  CHECK(n == 0, "a unit published after 49 ms idle, before the timeout: '%s'", got);
+  g_now += 31000000;
+  wf_coord_check_timeouts(c, g_now);
   n = take(c, got, sizeof got);
   CHECK(n == 1 && !strcmp(got, "x.0"), "a unit idle past the timeout: %zu responses '%s', expected x.0", n, got);
   CHECK(c->units.len == 0, "%zu units kept past the timeout", c->units.len);
@@ -263,8 +302,7 @@ static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
  * the timeout name rank 1 alone. */
 static void test_stall_joined(void) {
   setenv("WEFT_STALL_CHECK_SECONDS", "0.02", 1);
-  wf_coord *c = NULL;
-  CHECK(wf_coord_create(3, NULL, 0.2, &c) == WEFT_OK, "wf_coord_create");
+  wf_coord *c = make_on_clock(3, 0.2);
   wf_coord_set_stall_handler(c, on_stall, NULL);
   wf_request_msg j;
   memset(&j, 0, sizeof j);
@@ -274,12 +312,15 @@ static void test_stall_joined(void) {
   snprintf(j.name, sizeof j.name, "weft.join");
   wf_coord_add(c, 2, &j);
   add(c, 0, "t", 4);
-  sleep_ns(40000000);
+  g_now += 10000000; /* before the first report is due (0.02 s) */
   g_report[0] = '\0';
-  wf_coord_check_timeouts(c, wf_now_ns());
+  wf_coord_check_timeouts(c, g_now);
+  CHECK(!g_report[0], "a stall report 10 ms after the request, before the 20 ms check: '%s'", g_report);
+  g_now += 30000000;
+  wf_coord_check_timeouts(c, g_now);
   CHECK(strstr(g_report, "waiting for rank(s) 1 to submit"), "stall report with rank 2 joined: '%s'", g_report);
-  sleep_ns(200000000);
-  wf_coord_check_timeouts(c, wf_now_ns());
+  g_now += 200000000;
+  wf_coord_check_timeouts(c, g_now);
   char err[512];
   take_error(c, err, sizeof err);
   CHECK(strstr(err, "waiting for rank(s) 1 to submit"), "timeout with rank 2 joined: '%s'", err);
@@ -288,10 +329,10 @@ static void test_stall_joined(void) {
   /* disabled: no stall shutdown either (the timeout stays the operation's) */
   setenv("WEFT_STALL_CHECK_DISABLE", "1", 1);
   setenv("WEFT_STALL_SHUTDOWN_SECONDS", "0.01", 1);
-  CHECK(wf_coord_create(2, NULL, 30.0, &c) == WEFT_OK, "wf_coord_create");
+  c = make_on_clock(2, 30.0);
   add(c, 0, "s", 4);
-  sleep_ns(30000000);
-  wf_coord_check_timeouts(c, wf_now_ns());
+  g_now += 30000000;
+  wf_coord_check_timeouts(c, g_now);
   take_error(c, err, sizeof err);
   CHECK(!err[0], "WEFT_STALL_CHECK_DISABLE=1 with a stall shutdown: '%s'", err);
   wf_coord_destroy(c);
@@ -306,6 +347,7 @@ int main(void) {
   test_lone();
   test_burst();
   test_hold_ends();
+  test_hold_max();
   test_pack_max();
   test_units();
   test_stall_joined();
