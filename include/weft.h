@@ -323,6 +323,24 @@ WEFT_API weft_status weft_wait(weft_request *req, double timeout_seconds);
  * Owned by the request. */
 WEFT_API const char *weft_request_error(weft_request *req);
 
+/* The algorithm that ran a completed request: a static string (never NULL,
+ * never freed). For an operation negotiated through the coordinator, the
+ * registry's choice ("direct", "ring", "rd", "tree", "chain", "pairwise",
+ * "hier", "cma", "shm", ...): with WEFT_ALGO_<COLL>=name set, name itself,
+ * or the algorithm chosen instead when name declined (the library falls
+ * back with one warning, so this is how to tell). "board" for an operation
+ * completed on the one-host fast path (shared memory, no coordinator; see
+ * design.md 2b and WEFT_FAST). Fused tensors report the fused collective's
+ * algorithm. A request that failed after its algorithm was chosen still
+ * reports it. "" while the request is pending, for a join and a barrier
+ * that went through the coordinator (nothing to run; a barrier completed on
+ * the fast path is "board"), for a request that failed before an algorithm
+ * was chosen (mismatch, timeout in negotiation, ...), and for an invalid
+ * handle.
+ * Grouped ops (weft_grouped_*): the algorithm of its tensors when they all
+ * ran the same one, else "mixed". Non-blocking. */
+WEFT_API const char *weft_request_algorithm(const weft_request *req);
+
 /* The output tensor of a completed request: for allreduce/broadcast/
  * reducescatter the caller's tensor (or the library-owned reducescatter
  * output); for allgather/alltoall the gathered output. out->shape points

@@ -167,6 +167,21 @@ const char *weft_request_error(weft_request *r) {
   return r->error;
 }
 
+const char *weft_request_algorithm(const weft_request *r) {
+  weft_request *q = (weft_request *)r; /* live() and done() only read */
+  if (!live(q) || !done(q)) return "";
+  if (!q->kids) return q->algo ? q->algo : "";
+  /* a grouped op: its children completed before it (their algo fields
+   * were written before their completions, which came before its own) */
+  const char *first = NULL;
+  for (int i = 0; i < q->nkids; i++) {
+    const char *a = q->kids[i] && q->kids[i]->algo ? q->kids[i]->algo : "";
+    if (!first) first = a;
+    else if (strcmp(first, a)) return "mixed";
+  }
+  return first ? first : "";
+}
+
 weft_status weft_request_output(weft_request *r, weft_tensor *out) {
   if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_output: not a live request handle");
   if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_request_output: out is NULL");

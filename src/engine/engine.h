@@ -69,6 +69,7 @@ struct weft_request {
   /* result (written by the engine before state = DONE) */
   weft_status status;
   char *error;               /* malloc'd message or NULL */
+  const char *algo;          /* the algorithm that ran it (static name; NULL: none), weft_request_algorithm */
   void *result;              /* allgather/alltoall/reducescatter output data */
   int result_owned;          /* the request frees result */
   int phantom;               /* made by the engine for a joined rank's part: freed, never completed */

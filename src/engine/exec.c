@@ -46,6 +46,7 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
   wf_exec *x = &gs->exec;
   weft_request *one = x->req, **many = x->fused;
   uint32_t n = x->nfused;
+  const char *algo = x->algo; /* the registry's choice, static (NULL: none was built) */
   x->fused = NULL;
   exec_clear(gs);
   if (one && one->phantom) { /* a joined rank's part: nobody waits for it */
@@ -74,6 +75,7 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
                "discarded";
       }
       wf_tl_end(&w->tl, many[i]->msg.name, sti == WEFT_OK ? NULL : msgi ? msgi : weft_status_string(sti));
+      many[i]->algo = algo;
       many[i]->status = sti;
       if (sti != WEFT_OK && msgi) many[i]->error = strdup(msgi);
     }
@@ -81,6 +83,7 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
     free(many);
   } else if (one) {
     wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
+    one->algo = algo;
     wf_request_complete(w, one, st, msg);
   }
 }

@@ -210,6 +210,7 @@ static int drain(weft_world *w, weft_request *r) {
   r->fast_msg = NULL;
   atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&w->fast_remote, 1, memory_order_relaxed);
+  r->algo = WF_FAST_ALGO;
   wf_request_complete(w, r, s, why[0] ? why : msg);
   free(msg);
   return 1;
@@ -260,6 +261,7 @@ static int split(weft_world *w, weft_request *r) {
   atomic_store(&r->fast, F_CLAIMED);
   atomic_store(&r->split_busy, 0);
   atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+  r->algo = WF_FAST_ALGO;
   wf_request_complete(w, r, s, why[0] ? why : NULL);
   return 1;
 }
@@ -297,6 +299,7 @@ static int settle(weft_world *w, weft_request *r, int st) {
       return 1;
     }
     atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+    r->algo = WF_FAST_ALGO;
     wf_request_complete(w, r, s, s == WEFT_OK ? NULL : msg ? msg : wf_err_msg());
     free((void *)msg);
   } else {
@@ -486,6 +489,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
       wf_request_complete(w, r, st, msg); /* takes it off the list */
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */
+      r->algo = WF_FAST_ALGO; /* its round ran there */
       wf_request_complete(w, r, st, msg);
     } else if (expect == F_SPLIT) {
       /* a pass in another thread writes its output: wait for it to end */
@@ -494,6 +498,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
       if (held && atomic_load(&r->fast) == F_SPLIT) {
         wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0)); /* it reads no more */
         atomic_store(&r->fast, F_CLAIMED);
+        r->algo = WF_FAST_ALGO; /* its round ran there */
         wf_request_complete(w, r, st, msg);
       }
       if (held) atomic_store(&r->split_busy, 0);

@@ -38,6 +38,10 @@
 #include "engine/board.h"
 #include "engine/engine.h"
 
+/* The algorithm name of a request completed on the board
+ * (weft_request_algorithm). */
+#define WF_FAST_ALGO "board"
+
 /* The engine looks at pending fast requests this often. */
 #define WF_FAST_SCAN_NS 5000000
 

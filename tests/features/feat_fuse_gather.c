@@ -205,6 +205,12 @@ static void run_world(int world, const char *run, const char *threshold, int pro
       }
     weft_tensor x;
     if (weft_request_output_at(ga, 6, &x) != WEFT_ERR_INVALID_ARGUMENT) feat_fail("output_at(6) of 6 accepted");
+    /* grouped ops never take the fast path: an algorithm of the registry
+     * (every tensor's, or "mixed") */
+    for (int k = 0; k < 2; k++) {
+      const char *a = weft_request_algorithm(k ? gr : ga);
+      if (!a[0] || !strcmp(a, "board")) feat_fail("grouped op %d: weft_request_algorithm is '%s'", k, a);
+    }
     weft_request_free(ga);
     weft_request_free(gr);
     feat_case_end();

@@ -13,7 +13,14 @@
  *    place, and several tensors submitted at once (fused);
  *  - allgather (uneven rows, one rank with none), broadcast from every root,
  *    alltoall (per pair: nothing, a small block, a large block): every
- *    element against the sender's deterministic payload.
+ *    element against the sender's deterministic payload;
+ *  - with WEFT_ALGO_<COLL> set, that every operation of the collective ran
+ *    the forced algorithm (weft_request_algorithm): the bits alone would
+ *    not tell a forced cma from the fallback to direct. cma (one host,
+ *    cross-memory attach allowed) and shm (staging regions of the whole
+ *    world) take every case here: none may decline. The tests that force
+ *    run with WEFT_FAST=0, so that small operations reach the algorithm
+ *    instead of the one-host fast path.
  *
  * Usage (under weftrun -np N): mp_cma [--large COUNT] [--seed S] */
 #include "mp_harness.c"
@@ -130,7 +137,10 @@ static void run_allreduce(const red_case *rc, size_t n, int in_place) {
   snprintf(name, sizeof name, "ar.%d.%d.%zu.%d", (int)rc->dt, (int)rc->op, n, in_place);
   weft_request *req = NULL;
   mp_submitted(weft_allreduce(mp_group, name, &ti, &to, rc->op, NULL, &req), &req, name);
-  if (mp_wait_ok(req, name)) check_fold(rc->dt, rc->op, out, 0, n, name);
+  if (mp_wait_ok(req, name)) {
+    check_fold(rc->dt, rc->op, out, 0, n, name);
+    mp_check_algo(req, "ALLREDUCE", NULL, name);
+  }
   weft_request_free(req);
   if (out != in) free(out);
   free(in);
@@ -156,7 +166,10 @@ static void run_fused(void) {
     mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req[k]), &req[k], name);
   }
   for (int k = 0; k < 4; k++) {
-    if (mp_wait_ok(req[k], "fused")) check_fold(WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, buf[k], 0, ns[k], "fused");
+    if (mp_wait_ok(req[k], "fused")) {
+      check_fold(WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, buf[k], 0, ns[k], "fused");
+      mp_check_algo(req[k], "ALLREDUCE", NULL, "fused");
+    }
     weft_request_free(req[k]);
     free(buf[k]);
   }
@@ -183,6 +196,7 @@ static void run_reducescatter(const red_case *rc, size_t n) {
       mp_fail("%s: output is not %zu rows", name, rows);
     else
       check_fold(rc->dt, rc->op, out.data, first, rows, name);
+    mp_check_algo(req, "REDUCESCATTER", NULL, name);
   }
   weft_request_free(req);
   free(in);
@@ -216,6 +230,7 @@ static void run_allgather(size_t base) {
         at += rows[r] * inner;
       }
     }
+    mp_check_algo(req, "ALLGATHER", NULL, name);
   }
   weft_request_free(req);
   free(in);
@@ -234,7 +249,10 @@ static void run_broadcast(weft_dtype t, size_t n, int root) {
   snprintf(name, sizeof name, "bc.%d.%zu.%d", (int)t, n, root);
   weft_request *req = NULL;
   mp_submitted(weft_broadcast(mp_group, name, &ti, root, NULL, &req), &req, name);
-  if (mp_wait_ok(req, name)) mp_check_fill(t, buf, 0, n, root, 0, g_seed, name);
+  if (mp_wait_ok(req, name)) {
+    mp_check_fill(t, buf, 0, n, root, 0, g_seed, name);
+    mp_check_algo(req, "BROADCAST", NULL, name);
+  }
   weft_request_free(req);
   free(buf);
   mp_case_end();
@@ -281,6 +299,7 @@ static void run_alltoall(int variant) {
         at += n;
       }
     }
+    mp_check_algo(req, "ALLTOALL", NULL, name);
   }
   weft_request_free(req);
   free(in);

@@ -432,6 +432,41 @@ MP_FN int mp_same_everywhere(const char *name, uint64_t mine) {
   return ok;
 }
 
+/* ----------------------------------------------------------- algorithms */
+/* The algorithm WEFT_ALGO_<COLL> forces for coll ("ALLREDUCE", ...), or
+ * NULL when the choice is automatic. */
+MP_FN const char *mp_forced_algo(const char *coll) {
+  char var[64];
+  snprintf(var, sizeof var, "WEFT_ALGO_%s", coll);
+  const char *v = getenv(var);
+  return v && *v ? v : NULL;
+}
+
+/* req completed successfully: it ran the algorithm WEFT_ALGO_<coll> forces
+ * (weft_request_algorithm), so that a forced algorithm that declines, and
+ * the library's fallback to its automatic choice, fails the test instead of
+ * passing on the fallback's results. declines: NULL, or why the forced
+ * algorithm must decline this operation (then it must not have run: a
+ * decline is known and expected, never just tolerated). The one-host fast
+ * path ("board") never reaches the registry: tests that force an algorithm
+ * run with WEFT_FAST=0. Nothing is checked when nothing is forced. Returns
+ * 1 if right. */
+MP_FN int mp_check_algo(weft_request *req, const char *coll, const char *declines, const char *what) {
+  const char *forced = mp_forced_algo(coll), *ran = weft_request_algorithm(req);
+  if (!forced) return 1;
+  if (!ran || !*ran) return mp_fail("%s: weft_request_algorithm names no algorithm", what);
+  if (declines) {
+    if (!strcmp(ran, forced))
+      return mp_fail("%s: the forced WEFT_ALGO_%s=%s ran, but it should decline (%s)", what, coll, forced, declines);
+    return 1;
+  }
+  if (strcmp(ran, forced))
+    return mp_fail("%s: ran '%s', not the forced WEFT_ALGO_%s=%s (%s)", what, ran, coll, forced,
+                   !strcmp(ran, "board") ? "the one-host fast path took it: force algorithms with WEFT_FAST=0"
+                                         : "it declined and the library fell back");
+  return 1;
+}
+
 /* Case-insensitive substring test. */
 MP_FN int mp_contains(const char *hay, const char *needle) {
   if (!hay || !needle) return 0;

@@ -10,7 +10,13 @@
  *    none), broadcast from every root;
  *  - a burst of mixed collectives submitted at once and waited for together
  *    (fused allreduces, a staged collective right after another, so a rank
- *    reuses its staging slots while its peers may still read them).
+ *    reuses its staging slots while its peers may still read them);
+ *  - with WEFT_ALGO_<COLL> set, that every operation of the collective ran
+ *    the forced algorithm (weft_request_algorithm): a staged algorithm that
+ *    declined would fall back to direct, whose bits pass the same checks.
+ *    With the world's staging regions, shm takes every case here: none may
+ *    decline. The tests that force run with WEFT_FAST=0 (small operations
+ *    would take the one-host fast path instead).
  * With --digest FILE, rank 0 writes one line per case (name and a hash of
  * its result): shm_vs_direct.sh compares a run with the staged algorithms
  * against one with direct, bit for bit, average included.
@@ -122,6 +128,7 @@ static void run_allreduce(weft_dtype t, weft_reduce_op op, size_t n) {
   if (mp_wait_ok(req, name)) {
     check_fold(t, op, buf, 0, n, name);
     digest(name, buf, n * es);
+    mp_check_algo(req, "ALLREDUCE", NULL, name);
   }
   weft_request_free(req);
   free(buf);
@@ -149,6 +156,7 @@ static void run_reducescatter(weft_dtype t, weft_reduce_op op, size_t n) {
       check_fold(t, op, out.data, first, rows, name);
       if (mp_rank == 0) digest(name, out.data, rows * es);
     }
+    mp_check_algo(req, "REDUCESCATTER", NULL, name);
   }
   weft_request_free(req);
   free(in);
@@ -169,6 +177,7 @@ static weft_request *submit_allgather(weft_dtype t, size_t base, const char *nam
 
 static void check_allgather(weft_request *req, weft_dtype t, size_t base, const char *name) {
   if (!mp_wait_ok(req, name)) return;
+  mp_check_algo(req, "ALLGATHER", NULL, name);
   size_t total = 0;
   for (int r = 0; r < mp_size; r++) total += r == mp_size - 1 && mp_size > 1 ? 0 : base + 5 * (size_t)r;
   weft_tensor out;
@@ -240,11 +249,15 @@ static void run_burst(int round) {
               break;
             }
           }
+          mp_check_algo(req[k], "ALLREDUCE", NULL, name[k]);
         }
         break;
       case 2: check_allgather(req[k], WEFT_DTYPE_INT32, n[k] / 16, name[k]); break;
       default:
-        if (mp_wait_ok(req[k], name[k])) mp_check_fill(WEFT_DTYPE_FLOAT64, mem[k], 0, n[k], k % mp_size, 0, g_seed, name[k]);
+        if (mp_wait_ok(req[k], name[k])) {
+          mp_check_fill(WEFT_DTYPE_FLOAT64, mem[k], 0, n[k], k % mp_size, 0, g_seed, name[k]);
+          mp_check_algo(req[k], "BROADCAST", NULL, name[k]);
+        }
         break;
     }
     weft_request_free(req[k]);
@@ -351,7 +364,10 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "bc.%zu.%d", bc_n[k], root);
       mp_case("%s", name);
       weft_request *req = submit_broadcast(WEFT_DTYPE_INT16, bc_n[k], root, name, &buf);
-      if (mp_wait_ok(req, name)) mp_check_fill(WEFT_DTYPE_INT16, buf, 0, bc_n[k], root, 0, g_seed, name);
+      if (mp_wait_ok(req, name)) {
+        mp_check_fill(WEFT_DTYPE_INT16, buf, 0, bc_n[k], root, 0, g_seed, name);
+        mp_check_algo(req, "BROADCAST", NULL, name);
+      }
       weft_request_free(req);
       free(buf);
       mp_case_end();
