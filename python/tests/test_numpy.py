@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 import weft
+import weftref
 from conftest import ranks
 
 DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
 OPS = {weft.SUM: np.add.reduce, weft.MIN: np.minimum.reduce, weft.MAX: np.maximum.reduce,
        weft.PRODUCT: np.multiply.reduce}
+OP_NAMES = {weft.SUM: "sum", weft.MIN: "min", weft.MAX: "max", weft.PRODUCT: "product"}
 
 
 def contribution(r, n_elems, dtype):
@@ -38,36 +40,58 @@ def test_allreduce_dtype_op(dtype, op):
     r, n = ranks()
     count = 37
     got = weft.allreduce(contribution(r, count, dtype), op=op)
-    expect = OPS[op](np.stack([contribution(k, count, dtype) for k in range(n)]), axis=0)
+    expect = OPS[op](np.stack([contribution(k, count, dtype) for k in range(n)]), axis=0)  # exact: small values
     assert got.dtype == np.dtype(dtype) and got.shape == (count,)
-    if dtype == np.float16:
-        np.testing.assert_allclose(got.astype(np.float32), expect.astype(np.float32), rtol=1e-3)
-    else:
-        np.testing.assert_array_equal(got, expect)
+    np.testing.assert_array_equal(got, expect)
+    np.testing.assert_array_equal(got, weftref.allreduce([contribution(k, count, dtype) for k in range(n)],
+                                                         OP_NAMES[op]))
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 def test_allreduce_average(dtype):
     r, n = ranks()
     got = weft.allreduce(contribution(r, 10, dtype), op="average")
+    assert got.dtype == np.dtype(dtype)
     total = sum(contribution(k, 10, dtype).astype(np.int64) for k in range(n))
     if np.issubdtype(dtype, np.integer):
         np.testing.assert_array_equal(got, total // n)  # non-negative: truncation == floor
-    else:
-        np.testing.assert_allclose(got, total / n, rtol=1e-6)
+    else:  # the sum is exact; times 1/n in double, rounded once to the dtype
+        np.testing.assert_array_equal(got, (total.astype(np.float64) * (1.0 / n)).astype(dtype))
+
+
+def test_allreduce_float16_rounds_in_rank_order():
+    """float16 values that are not small integers: every fold step rounds, so
+    the result is weft's rank-order fold to the last bit (weftref), for
+    every op and with scales that round too."""
+    r, n = ranks()
+
+    def x_of(k):
+        return (np.random.default_rng(40 + k).standard_normal(257) * (k + 1)).astype(np.float16)
+    xs = [x_of(k) for k in range(n)]
+    for op in ("sum", "average", "min", "max", "product"):
+        for pre, post in ((1.0, 1.0), (3.0, 0.1)):
+            got = weft.allreduce(x_of(r), op=op, prescale=pre, postscale=post)
+            assert got.dtype == np.float16
+            np.testing.assert_array_equal(got, weftref.allreduce(xs, op, pre, post), err_msg="%s %s %s" % (op, pre,
+                                                                                                      post))
 
 
 def test_allreduce_scales_inplace_and_out():
     r, n = ranks()
-    x = np.full((3, 4), r + 1.0)
-    expect = 0.5 * 3.0 * sum(k + 1.0 for k in range(n))
-    np.testing.assert_allclose(weft.allreduce(x, prescale=3.0, postscale=0.5), expect)
-    assert np.all(x == r + 1.0)  # input untouched
+
+    def x_of(k):  # thirds: the scales and the sums round
+        return np.full((3, 4), (k + 1) / 3.0)
+    x = x_of(r)
+    xs = [x_of(k) for k in range(n)]
+    np.testing.assert_array_equal(weft.allreduce(x, prescale=3.0, postscale=0.1),
+                                  weftref.allreduce(xs, "sum", 3.0, 0.1))
+    assert np.all(x == x_of(r))  # input untouched
+    total = weftref.allreduce(xs, "sum")
     out = np.empty_like(x)
     assert weft.allreduce(x, out=out) is out
-    np.testing.assert_allclose(out, sum(k + 1.0 for k in range(n)))
+    np.testing.assert_array_equal(out, total)
     assert weft.allreduce_(x) is x
-    np.testing.assert_allclose(x, sum(k + 1.0 for k in range(n)))
+    np.testing.assert_array_equal(x, total)
     with pytest.raises(ValueError):
         weft.allreduce_(np.ones((4, 4))[:, 1])  # in place needs a contiguous array
 
@@ -76,8 +100,8 @@ def test_allreduce_large_and_scalar_and_empty():
     r, n = ranks()
     x = np.arange(1 << 20, dtype=np.float32) + r
     got = weft.allreduce(x)
-    expect = np.arange(1 << 20, dtype=np.float64) * n + n * (n - 1) / 2
-    np.testing.assert_allclose(got, expect, rtol=1e-6)
+    expect = np.arange(1 << 20, dtype=np.float64) * n + n * (n - 1) / 2  # below 2^24: exact in float32
+    np.testing.assert_array_equal(got, expect)
     s = weft.allreduce(np.float64(r), op="max")
     assert s.shape == () and s == n - 1
     e = weft.allreduce(np.zeros((0, 3), np.float32))
@@ -136,13 +160,17 @@ def test_reducescatter_uneven():
     rows = 2 * n + 1  # the first rank gets one extra row
     x = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) * (r + 1)
     got = weft.reducescatter(x)
-    total = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) * sum(k + 1 for k in range(n))
+    total = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) * sum(k + 1 for k in range(n))  # integers: exact
     counts = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
     start = sum(counts[:r])
-    np.testing.assert_allclose(got, total[start:start + counts[r]])
+    np.testing.assert_array_equal(got, total[start:start + counts[r]])
     got = weft.reducescatter(x, op="max", postscale=2.0)
-    np.testing.assert_allclose(got, 2 * n * np.arange(rows * 2, dtype=np.float64).reshape(rows, 2)[start:start +
-                                                                                                  counts[r]])
+    np.testing.assert_array_equal(got, 2 * n * np.arange(rows * 2, dtype=np.float64).reshape(rows, 2)[start:start +
+                                                                                                     counts[r]])
+    # thirds, average, scales: every step rounds
+    xs = [np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (k + 1) / 3 for k in range(n)]
+    got = weft.reducescatter(xs[r], op="average", prescale=3.0, postscale=0.1)
+    np.testing.assert_array_equal(got, weftref.reducescatter(xs, r, "average", 3.0, 0.1))
 
 
 def test_async_many_in_flight_out_of_order():
@@ -288,7 +316,8 @@ def test_grouped_reducescatter(op):
         start = sum(_rows(shapes[i][0], n, k) for k in range(r))
         expect = total[start:start + _rows(shapes[i][0], n, r)]
         assert g.dtype == np.dtype(dtypes[i]) and g.shape == expect.shape, (i, g.shape, expect.shape)
-        np.testing.assert_allclose(g.astype(np.float64), expect)
+        np.testing.assert_array_equal(g, expect)  # small integers: exact in every dtype
+        np.testing.assert_array_equal(g, weftref.reducescatter([inputs(k)[i] for k in range(n)], r, op, 2.0, 0.5))
     assert weft.grouped_reducescatter([]) == []
 
 

@@ -1,13 +1,23 @@
-"""DistributedOptimizer: training on sharded data across ranks must equal
-training one model on the whole batch (computed here, locally, as the
-reference), with and without grouping, gradient accumulation, fp16
-compression and unused parameters; plus its misuse checks."""
+"""DistributedOptimizer: training on sharded data across ranks must give
+exactly (bit for bit) the parameters of a reference computed here, locally:
+one model that, at every step, computes each rank's gradient on that rank's
+shard, combines them as Horovod defines it and weft computes it (compress,
+prescale 1/gradient_predivide_factor, rank-order fold, postscale
+gradient_predivide_factor/size, decompress: weftref.py), and applies the
+optimizer. With and without grouping, gradient accumulation, fp16
+compression, predivision and unused parameters; plus its misuse checks.
+Where a variant claims to change the arithmetic (fp16, predivide), the test
+also checks that its reference differs from the plain one, so a variant
+that is silently ignored fails. (Equality with one-process full-batch
+training on 1, 2 and 4 ranks: test_equivalence.py.)"""
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import ranks, require
+
+torch = require("torch")
 import weft.torch as hvd  # noqa: E402
-from conftest import ranks  # noqa: E402
+import weftref  # noqa: E402
 
 BATCH = 12  # divides by 1, 2, 3, 4
 
@@ -31,35 +41,68 @@ def loss_fn(model, x, y):
     return torch.nn.functional.cross_entropy(model(x), y)
 
 
-def train_reference(opt_factory, steps):
+def local_backward(model, x, y, k, n, passes):
+    """What rank k's backward leaves in p.grad: its shard's gradient, summed
+    over `passes` micro-batches (accumulated by autograd)."""
+    xs, ys = shard(x, k, n), shard(y, k, n)
+    step = len(xs) // passes
+    for i in range(passes):
+        loss_fn(model, xs[i * step:(i + 1) * step], ys[i * step:(i + 1) * step]).backward()
+
+
+def combine(grads, fp16=False, predivide=1.0):
+    """Horovod's DistributedOptimizer gradient for op=Average: every rank's
+    gradient (grads[k], rank order) compressed (fp16: cast to float16),
+    allreduced with prescale 1/predivide and postscale predivide (weft's
+    Average divides by size), decompressed (back to float32)."""
+    sent = [g.to(torch.float16) if fp16 else g for g in grads]
+    return weftref.allreduce_t(sent, "average", 1.0 / predivide, predivide).to(grads[0].dtype)
+
+
+def train_reference(opt_factory, steps, passes=1, fp16=False, predivide=1.0, n=None):
+    """The n ranks' training, simulated in this process (n: this job's size)."""
+    if n is None:
+        n = ranks()[1]
     model = make_model()
     opt = opt_factory(model.parameters())
+    params = list(model.parameters())
     for s in range(steps):
         x, y = data(s)
-        opt.zero_grad()
-        loss_fn(model, x, y).backward()
+        per_rank = []
+        for k in range(n):
+            opt.zero_grad()
+            local_backward(model, x, y, k, n, passes)
+            per_rank.append([p.grad.clone() for p in params])
+        for i, p in enumerate(params):
+            p.grad.copy_(combine([g[i] for g in per_rank], fp16, predivide))
         opt.step()
     return model
 
 
-def train_distributed(opt_factory, steps, **kwargs):
+def train_distributed(opt_factory, steps, passes=1, **kwargs):
     r, n = ranks()
     model = make_model(seed=r)  # different start: broadcast_parameters must fix it
     opt = opt_factory(model.parameters())
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **kwargs)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes,
+                                   **kwargs)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     for s in range(steps):
         x, y = data(s)
         opt.zero_grad()
-        loss_fn(model, shard(x, r, n), shard(y, r, n)).backward()
+        local_backward(model, x, y, r, n, passes)
         opt.step()
     return model, opt
 
 
-def assert_same(model, ref, atol):
+def assert_same(model, ref):
+    """Every parameter equal to the last bit."""
     for (name, a), b in zip(model.named_parameters(), ref.parameters()):
-        assert torch.allclose(a, b, atol=atol, rtol=0), (name, (a - b).abs().max().item())
+        assert torch.equal(a, b), (name, (a - b).abs().max().item())
+
+
+def differs(a, b):
+    return any(not torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
 
 
 def sgd(params):
@@ -71,23 +114,40 @@ def adam(params):
 
 
 @pytest.mark.parametrize("factory", [sgd, adam], ids=["sgd", "adam"])
-def test_equals_full_batch_training(factory):
+def test_equals_reference_training(factory):
     model, opt = train_distributed(factory, 3)
     assert isinstance(opt, type(factory(make_model().parameters())))  # still an SGD/Adam
-    assert_same(model, train_reference(factory, 3), atol=1e-5)
+    ref = train_reference(factory, 3)
+    assert_same(model, ref)
+    if ranks()[1] > 1:  # the gradients really were combined: one rank's alone trains another model
+        assert differs(ref, train_reference(factory, 3, n=1))
+
+
+PREDIVIDE = 3.0  # not a power of two: 1/3 rounds, so where it is applied shows in the bits
 
 
 @pytest.mark.parametrize("kwargs", [{"groups": 2}, {"num_groups": 3}, {"compression": hvd.Compression.fp16},
-                                    {"gradient_predivide_factor": 2.0}], ids=["groups2", "num_groups3", "fp16",
-                                                                              "predivide"])
-def test_variants_equal_full_batch(kwargs):
+                                    {"gradient_predivide_factor": PREDIVIDE},
+                                    {"gradient_predivide_factor": PREDIVIDE, "groups": 2},
+                                    {"gradient_predivide_factor": PREDIVIDE, "compression": hvd.Compression.fp16}],
+                         ids=["groups2", "num_groups3", "fp16", "predivide", "predivide_groups2", "predivide_fp16"])
+def test_variants_equal_reference(kwargs):
     if "num_groups" in kwargs:
         with pytest.warns(DeprecationWarning):
             model, _ = train_distributed(sgd, 3, **kwargs)
     else:
         model, _ = train_distributed(sgd, 3, **kwargs)
-    atol = 2e-3 if "compression" in kwargs else 1e-5
-    assert_same(model, train_reference(sgd, 3), atol=atol)
+    fp16 = kwargs.get("compression") is hvd.Compression.fp16
+    predivide = kwargs.get("gradient_predivide_factor", 1.0)
+    ref = train_reference(sgd, 3, fp16=fp16, predivide=predivide)
+    assert_same(model, ref)
+    # the variant's arithmetic shows in the bits: ignoring it would not pass
+    if fp16:
+        assert differs(ref, train_reference(sgd, 3, predivide=predivide))
+    if predivide != 1.0:
+        assert differs(ref, train_reference(sgd, 3, fp16=fp16))
+        # applied the other way round (prescale f, postscale 1/f)
+        assert differs(ref, train_reference(sgd, 3, fp16=fp16, predivide=1.0 / predivide))
 
 
 def test_explicit_groups_and_gradients_start_during_backward():
@@ -101,34 +161,16 @@ def test_explicit_groups_and_gradients_start_during_backward():
     if n > 1:  # the hooks have already submitted every allreduce
         assert len(opt._handles) == 4 and all(h[0] is not None for h in opt._handles.values())
     opt.step()
-    assert_same(model, train_reference(sgd, 1), atol=1e-5)
+    assert_same(model, train_reference(sgd, 1))
 
 
 def test_backward_passes_per_step():
     """Two micro-batches per rank per step: the gradient is the sum over
-    micro-batches, averaged over ranks."""
-    r, n = ranks()
-    model = make_model()
-    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=2)
-    ref = make_model()
-    ref_opt = sgd(ref.parameters())
-    for s in range(2):
-        x, y = data(s)
-        xs, ys = shard(x, r, n), shard(y, r, n)
-        half = len(xs) // 2
-        opt.zero_grad()
-        loss_fn(model, xs[:half], ys[:half]).backward()
-        loss_fn(model, xs[half:], ys[half:]).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        total = 0
-        for k in range(n):
-            xk, yk = shard(x, k, n), shard(y, k, n)
-            total = total + loss_fn(ref, xk[:half], yk[:half]) + loss_fn(ref, xk[half:], yk[half:])
-        (total / n).backward()
-        ref_opt.step()
-    assert_same(model, ref, atol=1e-5)
+    micro-batches (accumulated locally), averaged over ranks."""
+    model, _ = train_distributed(sgd, 2, passes=2)
+    ref = train_reference(sgd, 2, passes=2)
+    assert_same(model, ref)
+    assert differs(ref, train_reference(sgd, 2))  # the second micro-batch counts
 
 
 def test_unused_parameter_and_skip_synchronize():
@@ -145,11 +187,7 @@ def test_unused_parameter_and_skip_synchronize():
         opt.step()
     assert torch.equal(unused.detach(), torch.ones(2))
     assert torch.equal(unused.grad, torch.zeros(2))
-    ref = make_model()
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
-    loss_fn(ref, x, y).backward()
-    ref_opt.step()
-    assert_same(model, ref, atol=1e-5)
+    assert_same(model, train_reference(lambda params: torch.optim.SGD(params, lr=0.5), 1))
 
 
 def test_misuse():
