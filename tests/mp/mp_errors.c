@@ -12,6 +12,12 @@
  *    op/root/splits, inconsistent in/out) -> WEFT_ERR_INVALID_ARGUMENT with
  *    *req NULL and a message; NULL and foreign handles -> WEFT_ERR_MISUSE;
  *  - basic API facts (status strings, dtype sizes and names, version).
+ * On one rank nobody can disagree: the run checks what one rank can get
+ * wrong on its own, the 0-d tensors the coordinator rejects (status, message,
+ * the name reusable after) and one of them in flight between two valid
+ * allreduces, and the duplicate name, held in flight by an allgather whose
+ * output allocator waits until the duplicates were tried; the other
+ * mismatch cases need two ranks and are not run (nor reported).
  *
  * Usage (under weftrun -np N): mp_errors */
 #include "mp_harness.c"
@@ -208,8 +214,12 @@ static void followup_ok(const char *name) {
   weft_request_free(req);
 }
 
+/* The cases one rank alone gets: a 0-d tensor where a dim 0 is needed. */
+static int zero_d_case(int k) { return k == MM_0D_ALLGATHER || k == MM_0D_ALLTOALL || k == MM_0D_REDUCESCATTER; }
+
 static void test_mismatches(void) {
   for (int k = 0; k < MM_COUNT; k++) {
+    if (mp_size == 1 && !zero_d_case(k)) continue; /* needs a second rank to disagree */
     int odd_rank = k % mp_size, odd = mp_rank == odd_rank;
     /* The message names rank 0 and the first rank that differs from it. */
     int other = odd_rank == 0 ? 1 : 0;
@@ -225,7 +235,7 @@ static void test_mismatches(void) {
     st = mp_wait(req, name);
     const char *msg = weft_request_error(req);
     if (!msg) msg = "(no message)";
-    int zero_d = k == MM_0D_ALLGATHER || k == MM_0D_ALLTOALL || k == MM_0D_REDUCESCATTER;
+    int zero_d = zero_d_case(k);
     if (st != WEFT_ERR_MISMATCH) {
       mp_fail("status %s (\"%s\"), expected WEFT_ERR_MISMATCH", weft_status_string(st), msg);
     } else {
@@ -235,6 +245,8 @@ static void test_mismatches(void) {
       if (!mp_contains(msg, rank_a)) mp_fail("message \"%s\" does not name %s", msg, rank_a);
       if (!zero_d && !mp_contains(msg, rank_b)) mp_fail("message \"%s\" does not name %s", msg, rank_b);
     }
+    if (strcmp(weft_request_algorithm(req), ""))
+      mp_fail("a rejected collective names algorithm '%s'", weft_request_algorithm(req));
     /* Identical on every rank: status and message. */
     mp_same_everywhere(hname, mp_fnv(msg) ^ (uint64_t)(int64_t)st);
     weft_request_free(req);
@@ -242,15 +254,17 @@ static void test_mismatches(void) {
     mp_case_end();
   }
 
-  /* A mismatch in flight among valid collectives fails alone. */
-  mp_case("mismatch in flight between two valid allreduces");
+  /* A mismatch in flight among valid collectives fails alone (one rank: a
+   * 0-d allgather, which it gets wrong alone). */
+  int bad_kind = mp_size == 1 ? MM_0D_ALLGATHER : MM_DTYPE;
+  mp_case("mismatch (%s) in flight between two valid allreduces", mm_names[bad_kind]);
   int32_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
   int64_t s4[1] = {4};
   weft_tensor ta = {WEFT_DTYPE_INT32, 1, s4, a, WEFT_DEVICE_CPU}, tb = {WEFT_DTYPE_INT32, 1, s4, b, WEFT_DEVICE_CPU};
   weft_request *ra = NULL, *rm = NULL, *rb = NULL;
   char want[2][32];
   mp_submitted(weft_allreduce(mp_group, "batch.before", &ta, &ta, WEFT_OP_SUM, NULL, &ra), &ra, "batch.before");
-  mp_submitted(mm_submit(MM_DTYPE, mp_rank == mp_size - 1, "batch.bad", &rm, want), &rm, "batch.bad");
+  mp_submitted(mm_submit(bad_kind, mp_rank == mp_size - 1, "batch.bad", &rm, want), &rm, "batch.bad");
   mp_submitted(weft_allreduce(mp_group, "batch.after", &tb, &tb, WEFT_OP_MAX, NULL, &rb), &rb, "batch.after");
   weft_status st = mp_wait(rm, "batch.bad");
   if (st != WEFT_ERR_MISMATCH) mp_fail("batch.bad: %s, expected WEFT_ERR_MISMATCH", weft_status_string(st));
@@ -311,6 +325,61 @@ static void dup_round(const char *name, int checker_is_zero) {
   weft_status st = weft_allreduce(mp_group, name, &t3, &t3, WEFT_OP_MAX, NULL, &again);
   mp_submitted(st, &again, "the name again after completion");
   if (mp_wait_ok(again, name) && (w[0] != 1 || w[1] != mp_size - 1)) mp_fail("reused name: wrong result");
+  weft_request_free(again);
+  weft_request_free(req);
+  mp_case_end();
+}
+
+/* One rank: nothing holds a collective in flight but the engine itself. An
+ * allgather whose output allocator (engine thread) waits until this thread
+ * has tried the duplicates keeps its name in flight for exactly as long. */
+static atomic_int g_dups_tried;
+
+static void *held_alloc(size_t bytes, void *ctx) {
+  (void)ctx;
+  double end = mp_now() + 10.0; /* bounded: a failed check must not hang */
+  while (!atomic_load(&g_dups_tried) && mp_now() < end) mp_sleep_ms(1);
+  return malloc(bytes ? bytes : 1);
+}
+
+static void dup_round_held(const char *name) {
+  mp_case("duplicate in-flight name %s rejected (held in flight by its allocator)", name);
+  atomic_store(&g_dups_tried, 0);
+  int32_t v[2] = {7, 8}, w[2] = {0, 0};
+  int64_t shape[1] = {2};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU}, t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_op_options opt = WEFT_OP_OPTIONS_INIT;
+  opt.alloc = held_alloc;
+  weft_request *req = NULL;
+  mp_submitted(weft_allgather(mp_group, name, &t, &opt, &req), &req, name);
+  weft_request *dup = SENTINEL;
+  weft_status st = weft_allreduce(mp_group, name, &t2, &t2, WEFT_OP_SUM, NULL, &dup);
+  if (st != WEFT_ERR_INVALID_ARGUMENT || dup != NULL || !weft_last_error()[0])
+    mp_fail("second submission (allreduce): %s, expected WEFT_ERR_INVALID_ARGUMENT, *req NULL and a message",
+            weft_status_string(st));
+  if (st == WEFT_OK) weft_request_free(dup);
+  dup = SENTINEL;
+  st = weft_barrier(mp_group, name, NULL, &dup);
+  if (st != WEFT_ERR_INVALID_ARGUMENT || dup != NULL)
+    mp_fail("barrier with the in-flight name: %s, expected WEFT_ERR_INVALID_ARGUMENT", weft_status_string(st));
+  if (st == WEFT_OK) weft_request_free(dup);
+  if (weft_test(req) != WEFT_IN_PROGRESS) mp_fail("the held allgather completed before its allocator returned");
+  if (strcmp(weft_request_algorithm(req), "")) mp_fail("a pending request names an algorithm");
+  atomic_store(&g_dups_tried, 1);
+  if (mp_wait_ok(req, name)) {
+    if (!weft_request_algorithm(req)[0]) mp_fail("the completed allgather names no algorithm");
+    weft_tensor out;
+    if (weft_request_output(req, &out) != WEFT_OK || out.ndim != 1 || out.shape[0] != 2 ||
+        ((int32_t *)out.data)[0] != 7 || ((int32_t *)out.data)[1] != 8)
+      mp_fail("the held allgather's output is wrong");
+    else
+      free(out.data); /* from held_alloc: the caller's */
+  }
+  /* Complete (not yet freed): no longer in flight, so the name is free. */
+  weft_request *again = NULL;
+  w[0] = 1;
+  mp_submitted(weft_allreduce(mp_group, name, &t2, &t2, WEFT_OP_MAX, NULL, &again), &again, "the name again");
+  if (mp_wait_ok(again, name) && (w[0] != 1 || w[1] != 0)) mp_fail("reused name: wrong result");
   weft_request_free(again);
   weft_request_free(req);
   mp_case_end();
@@ -444,6 +513,10 @@ static void test_misuse(void) {
   if (weft_rank(NULL) != -1 || weft_size(NULL) != -1) mp_fail("weft_rank/size(NULL) is not -1");
   if (weft_barrier(NULL, "x", NULL, &r) != WEFT_ERR_MISUSE) mp_fail("weft_barrier(NULL group) is not WEFT_ERR_MISUSE");
   if (weft_async_error(mp_world) != WEFT_OK) mp_fail("weft_async_error after local misuse: not WEFT_OK");
+  if (!weft_request_algorithm(NULL) || strcmp(weft_request_algorithm(NULL), ""))
+    mp_fail("weft_request_algorithm(NULL) is not \"\"");
+  if (strcmp(weft_request_algorithm((weft_request *)foreign), ""))
+    mp_fail("weft_request_algorithm(foreign) is not \"\"");
   mp_case_end();
 
   /* The boundaries that are legal: a 255-byte name, NULL data with zero
@@ -456,7 +529,7 @@ static void test_misuse(void) {
   mp_submitted(weft_allreduce(mp_group, longname, &good, &good, WEFT_OP_SUM, NULL, &r1), &r1, "255-byte name");
   mp_submitted(weft_allreduce(mp_group, "empty.null", &empty, &empty, WEFT_OP_SUM, NULL, &r2), &r2, "NULL empty");
   mp_submitted(weft_allgather(mp_group, "empty.gather", &empty, NULL, &r3), &r3, "NULL empty allgather");
-  mp_wait_ok(r1, "255-byte name");
+  if (mp_wait_ok(r1, "255-byte name") && !weft_request_algorithm(r1)[0]) mp_fail("the allreduce names no algorithm");
   mp_wait_ok(r2, "NULL data with 0 elements");
   if (mp_wait_ok(r3, "NULL data allgather")) {
     weft_tensor out;
@@ -466,6 +539,13 @@ static void test_misuse(void) {
   weft_request_free(r1);
   weft_request_free(r2);
   weft_request_free(r3);
+  /* a barrier runs no algorithm: "" (on one host's fast path: "board") */
+  weft_request *rb = NULL;
+  mp_submitted(weft_barrier(mp_group, "algo.barrier", NULL, &rb), &rb, "algo.barrier");
+  if (mp_wait_ok(rb, "algo.barrier") && strcmp(weft_request_algorithm(rb), "") &&
+      (mp_size == 1 || strcmp(weft_request_algorithm(rb), "board")))
+    mp_fail("a barrier names algorithm '%s'", weft_request_algorithm(rb));
+  weft_request_free(rb);
   mp_case_end();
 }
 
@@ -503,10 +583,12 @@ int main(void) {
   mp_setup();
   test_basics();
   test_misuse();
+  test_mismatches(); /* one rank: the cases it can get wrong alone */
   if (mp_size >= 2) {
-    test_mismatches();
     dup_round("dup.others", 0);
     dup_round("dup.zero", 1);
+  } else {
+    dup_round_held("dup.held");
   }
   return mp_teardown();
 }
