@@ -202,9 +202,18 @@ WEFT_API weft_status weft_async_error(weft_world *world);
 typedef void (*weft_done_fn)(weft_request *req, weft_status status, void *user_data);
 
 /* Allocator for outputs whose size is known only after negotiation
- * (allgather, alltoall). Called on the engine thread with the output's byte
- * size (may be 0); returns memory for it, or NULL to fail the request with
- * WEFT_ERR_NO_MEMORY. The memory then belongs to the caller. */
+ * (allgather, alltoall; reducescatter without an output tensor). Called
+ * once per output with its byte size (may be 0); returns memory for it, or
+ * NULL to fail the request with WEFT_ERR_NO_MEMORY. (Where the others need
+ * this rank's part of the collective, which runs through the coordinator,
+ * the world fails too, naming the tensor; in shared memory only this
+ * request fails.) The memory then belongs to the caller.
+ * Thread: the engine thread, or, for an operation of a one-host group that
+ * completes in shared memory (design.md 2b), the thread that completes it:
+ * the submitting thread, a thread in weft_wait()/weft_test() on the request,
+ * or the engine thread. Never twice at once for one request; an allocator
+ * shared by requests that may complete concurrently must be thread-safe.
+ * Must not call weft functions on the request's world. */
 typedef void *(*weft_alloc_fn)(size_t bytes, void *alloc_ctx);
 
 /* Options common to every operation. Pass NULL for all defaults. */

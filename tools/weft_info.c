@@ -11,9 +11,15 @@
  * group at a few sizes (schedules are built, never run). The other ranks
  * print nothing.
  *
- * Optional features are compile-time: the build defines WEFT_WITH_MPI,
- * WEFT_WITH_CUDA or WEFT_WITH_SHM when it compiles them in, so this tool
- * reports what was really built rather than what the source tree contains. */
+ * Each parameter's scope says who must agree on it: "agreed" settings must
+ * be equal on every rank (weft_init refuses a job whose ranks differ),
+ * "rank" settings may differ, "launch" ones are set per process by the
+ * launcher.
+ *
+ * Optional features are compile-time: the build defines WEFT_HAVE_MPI when
+ * it compiles MPI in (CUDA is not built yet), so this tool reports what was
+ * really built rather than what the source tree contains. Shared memory is
+ * always built. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +39,10 @@
 #else
 #define HAVE_CUDA 0
 #endif
-#ifdef WEFT_WITH_SHM
-#define HAVE_SHM 1
-#else
-#define HAVE_SHM 0
-#endif
-
-/* Transports in the build, in the order weft probes them. */
+/* Transports in the build, in the order weft probes them: shared memory
+ * (always built) between ranks of one host, then TCP. */
 static const char *const k_transports[] = {
-#if HAVE_SHM
     "shm",
-#endif
     "tcp",
 #if HAVE_MPI
     "mpi",
@@ -124,6 +123,10 @@ static void print_json(int params_only) {
     json_str(v);
     printf(", \"set_by\": ");
     json_str(v ? from : NULL);
+    printf(", \"scope\": ");
+    json_str(wf_param_scope_name(p->scope));
+    printf(", \"accepts\": ");
+    json_str(p->accept);
     printf(", \"doc\": ");
     json_str(p->doc);
     printf("}");
@@ -142,12 +145,13 @@ static void print_text(int params_only) {
     for (size_t i = 0; i < N_TRANSPORTS; i++) printf(" %s", k_transports[i]);
     printf("\n\n");
   }
-  printf("parameters (environment; the alias is read when the name is unset):\n");
+  printf("parameters (environment; the alias is read when the name is unset). Scope: agreed = must be equal on\n"
+         "every rank (weft_init refuses a job whose ranks differ), rank = may differ, launch = set by the launcher:\n");
   for (const wf_param *p = wf_params_table(); p->name; p++) {
     const char *from, *v = current(p, &from);
     printf("  %s", p->name);
     if (p->alias) printf(" (alias %s)", p->alias);
-    printf("  %s, default \"%s\"", type_name(p->type), p->def);
+    printf("  %s, %s, default \"%s\"", wf_param_scope_name(p->scope), type_name(p->type), p->def);
     if (v) printf(", set to \"%s\"%s%s", v, from == p->alias ? " by " : "", from == p->alias ? from : "");
     printf("\n      %s\n", p->doc);
   }
@@ -156,23 +160,16 @@ static void print_text(int params_only) {
 
 /* ------------------------------------------------------------ --topology */
 /* The registry's choice for coll over total bytes of float32 on the world
- * group (forced names from WEFT_ALGO_<COLL> as the executor reads them);
- * "-" if nothing can run it. mem holds total bytes (never touched). */
+ * group (the world's settings: forced names from WEFT_ALGO_<COLL> and the
+ * thresholds, as the executor reads them); "-" if nothing can run it. mem
+ * holds total bytes (never touched). */
 static const char *pick(const wf_topo_view *v, wf_coll coll, size_t total, char *mem, size_t *arr) {
   int p = v->size, r = v->rank;
   size_t n = total / 4, *counts = arr, *displs = arr + p;
   wf_coll_args a = {.coll = coll, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4, .rank = r,
                     .size = p, .buf = mem, .count = n, .root = 0, .in = mem, .out = mem,
-                    .segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES"), .topo = &v->topo};
-  const char *forced = "";
-  switch (coll) {
-    case WF_COLL_ALLREDUCE: forced = wf_param_str("WEFT_ALGO_ALLREDUCE"); break;
-    case WF_COLL_ALLGATHER: forced = wf_param_str("WEFT_ALGO_ALLGATHER"); break;
-    case WF_COLL_BROADCAST: forced = wf_param_str("WEFT_ALGO_BROADCAST"); break;
-    case WF_COLL_ALLTOALL: forced = wf_param_str("WEFT_ALGO_ALLTOALL"); break;
-    case WF_COLL_REDUCESCATTER: forced = wf_param_str("WEFT_ALGO_REDUCESCATTER"); break;
-    default: break;
-  }
+                    .segment_bytes = (size_t)v->set.ring_segment_bytes, .topo = &v->topo, .set = &v->set};
+  const char *forced = (int)coll < WF_SET_ALGO_COLLS ? v->set.algo[coll] : "";
   /* total split evenly over the ranks (allgather, reducescatter), and each
    * rank's share over the ranks again (alltoall) */
   size_t share = n / (size_t)p, pair = share / (size_t)p, off = 0;
@@ -230,10 +227,10 @@ static int print_topology(void) {
       int shared = v.nhosts < v.size; /* some host has two ranks */
       printf("transports: within a host %s, across hosts %s (WEFT_TRANSPORT=%s)\n",
              shared ? v.local_transport : "- (one rank per host)", v.nhosts > 1 ? v.cross_transport : "- (one host)",
-             wf_param_str("WEFT_TRANSPORT"));
+             v.set.transport);
       printf("cross-memory attach (rank 0 to its host's ranks): %s\n", v.topo.cma ? "yes" : "no");
       printf("hierarchical algorithms: WEFT_HIERARCHICAL=%lld (-1: automatic, 0: never, 1: whenever on several hosts)\n",
-             (long long)wf_param_int("WEFT_HIERARCHICAL"));
+             (long long)v.set.hierarchical);
       printf("algorithms chosen for the world group (float32; WEFT_ALGO_<COLL> applies):\n");
       printf("  %-14s", "collective");
       for (int k = 0; k < 4; k++) printf(" %10s", size_names[k]);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "algo/sched.h"
+#include "util/settings.h"
 #include "wire/wire.h"
 
 /* Where a group's members live (filled by the engine per group; NULL in
@@ -69,6 +70,7 @@ typedef struct wf_coll_args {
 
   size_t segment_bytes; /* pipeline segment (WEFT_RING_SEGMENT_BYTES) */
   const wf_topo *topo;  /* NULL: unknown (treat as one host, no CMA) */
+  const wf_settings *set; /* the world's settings (thresholds); NULL: the defaults (wf_algo_set) */
 
   /* ALLREDUCE of fused tensors without packing them (nsegs > 0): the
    * count elements are the segments' concatenation, each segment in its
@@ -117,5 +119,12 @@ int wf_algo_takes_segments(const wf_coll_args *a, const char *forced);
 
 /* The table: all algorithms, NULL-terminated. */
 const wf_algo *const *wf_algo_table(void);
+
+/* The collective's algorithm of that name, or NULL. */
+const wf_algo *wf_algo_find(wf_coll c, const char *name);
+/* The collective's algorithm names, "a, b, c", in table order. */
+void wf_algo_names(wf_coll c, char *out, size_t outlen);
+/* a->set, or the defaults when the caller gave none. */
+const wf_settings *wf_algo_set(const wf_coll_args *a);
 
 #endif

@@ -14,7 +14,6 @@
 
 #include "algo/algo.h"
 #include "util/err.h"
-#include "util/params.h"
 
 static const double k_alpha = 20e-6; /* per message over TCP */
 static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
@@ -41,7 +40,7 @@ static double rd_cost(const wf_coll_args *a) {
   if (pof2 != a->size) steps += 2; /* fold in, fold out */
   double bytes = (double)a->count * (double)a->elem_size;
   double cost = steps * (k_alpha + bytes * k_beta);
-  int64_t small = wf_param_int("WEFT_SMALL_ALLREDUCE_BYTES");
+  int64_t small = wf_algo_set(a)->small_allreduce_bytes;
   if (small < 0 || bytes > (double)small) cost += k_off_range;
   return cost;
 }

@@ -9,7 +9,6 @@
 
 #include "algo/algo.h"
 #include "util/err.h"
-#include "util/params.h"
 
 /* alpha-beta model: a message over TCP costs ~20 us, bandwidth ~1 GB/s */
 static const double k_alpha = 20e-6;
@@ -49,7 +48,7 @@ static double ring_cost(const wf_coll_args *a) {
   size_t segb = a->segment_bytes ? a->segment_bytes : (blk ? blk : 1);
   double per_step = (double)nsegs(blk, segb) * k_alpha + (double)blk * k_beta;
   double cost = 2.0 * (double)(p - 1) * per_step;
-  int64_t small = wf_param_int("WEFT_SMALL_ALLREDUCE_BYTES");
+  int64_t small = wf_algo_set(a)->small_allreduce_bytes;
   if (small >= 0 && bytes <= (double)small) cost += k_off_range;
   return cost;
 }

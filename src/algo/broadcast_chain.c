@@ -9,7 +9,6 @@
 
 #include "algo/algo.h"
 #include "util/err.h"
-#include "util/params.h"
 
 static const double k_alpha = 20e-6; /* per message over TCP */
 static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
@@ -37,7 +36,7 @@ static double chain_cost(const wf_coll_args *a) {
     double segb = (double)(seg < a->count ? seg : a->count) * (double)a->elem_size;
     cost = (double)(S + (size_t)a->size - 2) * (k_alpha + segb * k_beta);
   }
-  int64_t small = wf_param_int("WEFT_SMALL_BROADCAST_BYTES");
+  int64_t small = wf_algo_set(a)->small_broadcast_bytes;
   if (small >= 0 && bytes <= (double)small) cost += k_off_range;
   return cost;
 }

@@ -18,7 +18,6 @@
 #include "algo/algo.h"
 #include "algo/hier.h"
 #include "util/err.h"
-#include "util/params.h"
 
 static const double k_alpha = 20e-6; /* per round */
 static const double k_beta = 1e-9;   /* seconds per byte across hosts */
@@ -40,7 +39,7 @@ static double model(const wf_coll_args *a) {
 static double bc_cost(const wf_coll_args *a) { return model(a) + (wf_hier_prefer(a) ? 0.0 : 1e9); }
 
 static int is_small(const wf_coll_args *a) {
-  int64_t small = wf_param_int("WEFT_SMALL_BROADCAST_BYTES");
+  int64_t small = wf_algo_set(a)->small_broadcast_bytes;
   return small >= 0 && a->count <= (uint64_t)small / a->elem_size;
 }
 

@@ -8,7 +8,6 @@
 
 #include "algo/algo.h"
 #include "util/err.h"
-#include "util/params.h"
 
 static const double k_alpha = 20e-6; /* per message over TCP */
 static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
@@ -25,7 +24,7 @@ static double tree_cost(const wf_coll_args *a) {
   for (int m = 1; m < a->size; m *= 2) rounds++;
   double bytes = (double)a->count * (double)a->elem_size;
   double cost = rounds * (k_alpha + bytes * k_beta);
-  int64_t small = wf_param_int("WEFT_SMALL_BROADCAST_BYTES");
+  int64_t small = wf_algo_set(a)->small_broadcast_bytes;
   if (small < 0 || bytes > (double)small) cost += k_off_range;
   return cost;
 }

@@ -6,7 +6,6 @@
 
 #include "algo/hier.h"
 #include "util/err.h"
-#include "util/params.h"
 
 int wf_hier_topo_ok(const wf_coll_args *a) {
   const wf_topo *t = a->topo;
@@ -28,9 +27,9 @@ int wf_hier_prefer(const wf_coll_args *a) {
   const wf_topo *t = a->topo;
   if (!t || t->nhosts < 2 || !wf_hier_topo_ok(a)) return 0;
   int64_t mode = -1;
-  if (a->coll == WF_COLL_ALLREDUCE) mode = wf_param_int("WEFT_HIERARCHICAL_ALLREDUCE");
-  if (a->coll == WF_COLL_ALLGATHER) mode = wf_param_int("WEFT_HIERARCHICAL_ALLGATHER");
-  if (mode != 0 && mode != 1) mode = wf_param_int("WEFT_HIERARCHICAL");
+  if (a->coll == WF_COLL_ALLREDUCE) mode = wf_algo_set(a)->hierarchical_allreduce;
+  if (a->coll == WF_COLL_ALLGATHER) mode = wf_algo_set(a)->hierarchical_allgather;
+  if (mode != 0 && mode != 1) mode = wf_algo_set(a)->hierarchical;
   if (mode == 0) return 0;
   if (mode == 1) return WF_HIER_CLAIM;
   /* automatic: worth it when some host holds more than one rank */

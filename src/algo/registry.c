@@ -17,11 +17,13 @@
  * when it is fused with others. ring and rd remain for WEFT_ALGO_<COLL>. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "algo/algo.h"
 #include "util/err.h"
 #include "util/log.h"
+#include "util/settings.h"
 
 extern const wf_algo wf_algo_allreduce_direct;
 extern const wf_algo wf_algo_allreduce_rd;
@@ -75,6 +77,20 @@ static const wf_algo *find(wf_coll c, const char *name) {
     if ((*it)->coll == c && !strcmp((*it)->name, name)) return *it;
   return NULL;
 }
+
+const wf_algo *wf_algo_find(wf_coll c, const char *name) { return name ? find(c, name) : NULL; }
+
+void wf_algo_names(wf_coll c, char *out, size_t outlen) {
+  size_t o = 0;
+  if (outlen) out[0] = '\0';
+  for (const wf_algo *const *it = g_table; *it; it++) {
+    if ((*it)->coll != c || o + 1 >= outlen) continue;
+    int w = snprintf(out + o, outlen - o, "%s%s", o ? ", " : "", (*it)->name);
+    if (w > 0) o = (size_t)w >= outlen - o ? outlen - 1 : o + (size_t)w;
+  }
+}
+
+const wf_settings *wf_algo_set(const wf_coll_args *a) { return a->set ? a->set : wf_settings_default(); }
 
 /* Local names: the collective's wire name lives in wire.c, which the
  * algorithms do not otherwise need. */

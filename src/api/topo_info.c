@@ -10,7 +10,7 @@
 
 #include "engine/engine.h"
 #include "util/err.h"
-#include "util/params.h"
+#include "util/settings.h"
 
 weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
   memset(v, 0, sizeof *v);
@@ -42,7 +42,8 @@ weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
   }
   if (n == 1) v->local_rank[0] = 0; /* a world of one has no rendezvous */
   v->topo = (wf_topo){t->nhosts, thost, tpid, t->cma, t->stage};
-  int mpi = !strcmp(wf_param_str("WEFT_TRANSPORT"), "mpi");
+  v->set = w->set;
+  int mpi = !strcmp(w->set.transport, "mpi");
   v->cross_transport = mpi ? "mpi" : "tcp";
   v->local_transport = w->shm ? "shm" : v->cross_transport;
   return WEFT_OK;

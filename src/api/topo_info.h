@@ -17,6 +17,7 @@ typedef struct wf_topo_view {
   const char *local_transport;    /* between ranks of one host: "shm", "tcp" or "mpi" */
   const char *cross_transport;    /* between hosts: "tcp" or "mpi" */
   wf_topo topo;                   /* the world group's, as its algorithms get it (own copies) */
+  wf_settings set;                /* the world's settings, resolved at init */
 } wf_topo_view;
 
 /* Fills *v (allocating its arrays) from a world that weft_init returned.

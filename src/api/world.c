@@ -19,6 +19,7 @@
 #include "util/err.h"
 #include "util/log.h"
 #include "util/params.h"
+#include "util/settings.h"
 
 /* weftrun hands rank 0 its rendezvous listener (WEFT_LISTEN_FD), so the port
  * it chose cannot be taken in between. Used once (a later weft_init binds
@@ -90,6 +91,21 @@ static void world_free(weft_world *w) {
   free(w);
 }
 
+/* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty). */
+static weft_status check_algorithms(const wf_settings *s, char *err, size_t errlen) {
+  for (int c = 0; c < WF_SET_ALGO_COLLS; c++) {
+    if (!s->algo[c][0] || wf_algo_find((wf_coll)c, s->algo[c])) continue;
+    char names[256] = "";
+    wf_algo_names((wf_coll)c, names, sizeof names);
+    static const char *const upper[WF_SET_ALGO_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL",
+                                                          "REDUCESCATTER"};
+    snprintf(err, errlen, "WEFT_ALGO_%s=%s: %s has no algorithm of that name (it has: %s)", upper[c], s->algo[c],
+             wf_coll_name((wf_coll)c), names);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  return WEFT_OK;
+}
+
 weft_status weft_init(const weft_config *cfg, weft_world **out) {
   wf_err_clear();
   wf_launcher_link_init(); /* WEFT_LAUNCHER_FD/TAG: read and unset once, before weft starts threads */
@@ -98,6 +114,12 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   if (cfg && cfg->struct_size < offsetof(weft_config, timeout_seconds) + sizeof(double))
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: cfg->struct_size %zu is too small (use WEFT_CONFIG_INIT)",
                   cfg->struct_size);
+  /* every setting, once: the engine, algorithms and transports read these */
+  wf_settings set;
+  char serr[512];
+  weft_status sst = wf_settings_resolve(&set, serr, sizeof serr);
+  if (sst == WEFT_OK) sst = check_algorithms(&set, serr, sizeof serr);
+  if (sst != WEFT_OK) return wf_err(sst, "weft_init: %s", serr);
   const char *rank_src = NULL, *size_src = NULL;
   int rank = cfg && cfg->rank >= 0 ? cfg->rank : env_int(RANK_VARS, -1, &rank_src);
   int size = cfg && cfg->size >= 0 ? cfg->size : env_int(SIZE_VARS, -1, &size_src);
@@ -115,7 +137,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
                   mpivar, rank, size, size < 0 ? " (size unknown)" : "");
   if (mpivar && size != 1) {
     int mrank = -1, msize = -1;
-    weft_status mst = wf_mpi_comm_open(wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"), &mpic, &mrank, &msize);
+    weft_status mst = wf_mpi_comm_open(set.init_timeout_seconds, &mpic, &mrank, &msize);
     if (mst != WEFT_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", wf_err_msg());
@@ -157,10 +179,11 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   wf_strmap_init(&w->inflight);
   wf_strmap_init(&w->group_counts);
   wf_tl_init(&w->tl, rank);
-  w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_TIMEOUT_SECONDS");
+  w->set = set;
+  w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : set.timeout_seconds;
   if (!(w->timeout_seconds > 0)) w->timeout_seconds = 300;
-  w->hb_interval = wf_param_double("WEFT_HEARTBEAT_INTERVAL");
-  w->hb_timeout = wf_param_double("WEFT_HEARTBEAT_TIMEOUT");
+  w->hb_interval = set.heartbeat_interval;
+  w->hb_timeout = set.heartbeat_timeout;
   if (!(w->hb_interval > 0)) w->hb_interval = 0.5;
   if (!(w->hb_timeout > w->hb_interval)) w->hb_timeout = 10 * w->hb_interval;
   wf_log_set_rank(rank);
@@ -208,8 +231,9 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .job_id = wf_param_str("WEFT_JOB_ID"),
         .hostname = *wf_param_str("WEFT_HOSTNAME") ? wf_param_str("WEFT_HOSTNAME") : NULL,
         .bind_addr = bind_addr, /* WEFT_BIND_ADDR or WEFT_IFACE's address (above) */
-        .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
-        .handshake_timeout = wf_param_double("WEFT_HANDSHAKE_TIMEOUT"),
+        .timeout_seconds = set.init_timeout_seconds,
+        .handshake_timeout = set.handshake_timeout,
+        .settings = &w->set,
     };
     if (!mpic && rank == 0) inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
     char mpi_addr[64];
@@ -254,10 +278,10 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   w->local_size = env_int(LSIZE_VARS, w->local_size, NULL);
   w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
   w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
-  const char *tl_path = wf_param_str("WEFT_TIMELINE");
+  const char *tl_path = set.timeline;
   if (!strcmp(tl_path, "DYNAMIC")) tl_path = ""; /* Horovod's: started later, through the API */
   if (*tl_path && (rank == 0 || strstr(tl_path, "%r")) &&
-      (st = wf_tl_start(&w->tl, tl_path, (int)wf_param_int("WEFT_TIMELINE_MARK_CYCLES"))) != WEFT_OK)
+      (st = wf_tl_start(&w->tl, tl_path, (int)set.timeline_mark_cycles)) != WEFT_OK)
     goto fail;
   if ((st = wf_engine_start(w, fds)) != WEFT_OK) goto fail;
   free(fds);

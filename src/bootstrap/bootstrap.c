@@ -46,7 +46,7 @@
 #include "util/time.h"
 
 #define MAX_PENDING 64       /* handshakes in flight on one listener */
-#define HELLO_BUF 1024       /* > the largest HELLO payload (591 bytes) */
+#define HELLO_BUF 4096       /* > the largest HELLO payload (3697 bytes) */
 #define PEER_ENTRY_MAX (2 + WF_HOST_MAX + 2 + WF_HOST_MAX + 5 * 4)
 #define BACKOFF_MIN_NS (10 * 1000000LL)
 #define BACKOFF_MAX_NS (200 * 1000000LL)
@@ -83,6 +83,8 @@ typedef struct boot {
   int *fds;
   wf_peer_info *peers;
   char (*boot_ids)[64];        /* rank 0: every rank's boot id */
+  char **set_text;             /* rank 0: every rank's agreed settings (HELLO), malloc'd */
+  uint8_t (*set_digest)[WF_SETTINGS_DIGEST]; /* rank 0: and their digests */
   int lfd;
   char listen_str[WF_ADDR_STR_MAX];
   pend pend[MAX_PENDING];
@@ -202,6 +204,11 @@ static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have)
   copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
   p->pid = h->pid;
   copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
+  if (b->set_text) {
+    b->set_text[r] = strdup(h->settings);
+    if (!b->set_text[r]) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
+    memcpy(b->set_digest[r], h->settings_digest, sizeof b->set_digest[r]);
+  }
   b->fds[r] = pd->fd;
   pd->fd = -1;
   (*have)++;
@@ -483,6 +490,24 @@ out:
   return st;
 }
 
+/* Every rank's agreed settings equal rank 0's (settings.h), or the job is
+ * refused naming each setting that differs and the first rank that has it
+ * different. */
+static weft_status check_settings(const boot *b) {
+  if (!b->set_text) return WEFT_OK;
+  for (int r = 1; r < b->size; r++) {
+    if (!memcmp(b->set_digest[r], b->set_digest[0], WF_SETTINGS_DIGEST)) continue;
+    char diff[1024];
+    if (!wf_settings_diff(b->set_text[0], 0, b->set_text[r], r, diff, sizeof diff))
+      snprintf(diff, sizeof diff, "the settings of rank 0 and rank %d differ beyond the %d bytes compared here "
+               "(long WEFT_ALGO_* values?)", r, WF_SETTINGS_TEXT_MAX);
+    return wf_err(WEFT_ERR_MISMATCH, "settings that must be the same on every rank differ: %s (pid %u on %s); set "
+                  "them alike on every rank (weft-info lists which settings must agree)", diff, b->peers[r].pid,
+                  b->peers[r].host);
+  }
+  return WEFT_OK;
+}
+
 static weft_status run_rank0(boot *b) {
   char err[256];
   weft_status st = WEFT_OK;
@@ -491,6 +516,15 @@ static weft_status run_rank0(boot *b) {
   copy_str(b->listen_str, sizeof b->listen_str, b->addr0_str);
   b->boot_ids = calloc((size_t)b->size, sizeof *b->boot_ids);
   if (!b->boot_ids) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
+  if (b->cfg->settings) {
+    b->set_text = calloc((size_t)b->size, sizeof *b->set_text);
+    b->set_digest = calloc((size_t)b->size, sizeof *b->set_digest);
+    if (!b->set_text || !b->set_digest) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
+    b->set_text[0] = malloc(WF_SETTINGS_TEXT_MAX + 1);
+    if (!b->set_text[0]) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
+    wf_settings_text(b->cfg->settings, b->set_text[0], WF_SETTINGS_TEXT_MAX + 1);
+    wf_settings_digest(b->cfg->settings, b->set_digest[0]);
+  }
   copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
   copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
   b->peers[0].pid = (uint32_t)getpid();
@@ -498,6 +532,7 @@ static weft_status run_rank0(boot *b) {
 
   WF_CHECK(serve(b, MODE_REGISTER, b->size - 1));
   close_fd(&b->lfd);
+  WF_CHECK(check_settings(b));
   WF_CHECK(compute_topology(b));
 
   wf_buf buf = {0};
@@ -601,6 +636,10 @@ static weft_status send_hello(boot *b) {
   copy_str(h.host, sizeof h.host, b->host);
   copy_str(h.boot_id, sizeof h.boot_id, b->boot_id);
   copy_str(h.listen_addr, sizeof h.listen_addr, b->listen_str);
+  if (b->cfg->settings) {
+    wf_settings_text(b->cfg->settings, h.settings, sizeof h.settings);
+    wf_settings_digest(b->cfg->settings, h.settings_digest);
+  }
   wf_buf buf = {0};
   char err[256];
   weft_status st = wf_encode_hello(&buf, h.rank, &h);
@@ -709,8 +748,9 @@ static weft_status boot_init(boot *b, const wf_boot_cfg *cfg) {
   b->size = cfg->size;
   b->lfd = b->abort_fd = -1;
   b->t0 = wf_now_ns();
-  b->timeout = cfg->timeout_seconds > 0 ? cfg->timeout_seconds : wf_param_double("WEFT_INIT_TIMEOUT_SECONDS");
-  b->hs_timeout = cfg->handshake_timeout > 0 ? cfg->handshake_timeout : wf_param_double("WEFT_HANDSHAKE_TIMEOUT");
+  const wf_settings *def = wf_settings_default();
+  b->timeout = cfg->timeout_seconds > 0 ? cfg->timeout_seconds : def->init_timeout_seconds;
+  b->hs_timeout = cfg->handshake_timeout > 0 ? cfg->handshake_timeout : def->handshake_timeout;
   if (!(b->timeout > 0)) b->timeout = 60;
   if (!(b->hs_timeout > 0)) b->hs_timeout = 5;
   b->deadline = wf_deadline_after(b->timeout);
@@ -792,6 +832,9 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
   free(b->fds);
   free(b->peers);
   free(b->boot_ids);
+  for (int i = 0; b->set_text && i < b->size; i++) free(b->set_text[i]);
+  free(b->set_text);
+  free(b->set_digest);
   free(b);
   return st;
 }

@@ -5,9 +5,10 @@
  * listener (on the address it uses to reach rank 0, or cfg->bind_addr),
  * connects to rank 0 (retrying until the deadline: rank 0 may start late),
  * authenticates (auth.h) and sends HELLO {rank, size, pid, host, boot id,
- * listen address}. Rank 0 checks each (world size agrees, rank in range, no
- * duplicate rank; otherwise the offender gets dropped and init fails with a
- * message naming the problem), computes local/cross ranks by (host, boot id),
+ * listen address, agreed settings}. Rank 0 checks each (world size agrees,
+ * rank in range, no duplicate rank; otherwise the offender gets dropped and
+ * init fails with a message naming the problem), once all registered checks
+ * that their agreed settings equal its own (settings.h), computes local/cross ranks by (host, boot id),
  * and sends PEERS to all. Then rank i connects to every rank 0 < j < i and
  * accepts from every j > i (each connection authenticated, the acceptor
  * learns the peer's rank from the handshake). The rank-0 connection is kept
@@ -21,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/settings.h"
 #include "weft.h"
 #include "wire/wire.h"
 
@@ -37,6 +39,11 @@ typedef struct wf_boot_cfg {
   int have_listen_fd;          /* rank 0: listen_fd is its rendezvous listener, */
   int listen_fd;               /* already listening at addr (wf_sock_listen); closed
                                   by wf_bootstrap (MPI bootstrap: port 0) */
+  const wf_settings *settings; /* this rank's settings: their agreed part goes in
+                                  the HELLO, and rank 0 refuses a job whose ranks
+                                  differ (WEFT_ERR_MISMATCH naming the setting, both
+                                  values and ranks; the others get it in an ABORT).
+                                  NULL: none sent, none checked (tests) */
 } wf_boot_cfg;
 
 typedef struct wf_boot_result {

@@ -23,7 +23,7 @@
 #include "engine/engine.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 #include "util/time.h"
 
 #define CMA_MAGIC 0x434d4131u /* "CMA1" */
@@ -74,10 +74,10 @@ weft_status wf_cma_agree(weft_world *w, const int *fds) {
       g_cookie = (uint64_t)wf_now_ns() | 1;
   cma_rec *got = calloc((size_t)w->size, sizeof *got);
   if (!got) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory agreeing on cross-memory attach");
-  int64_t dl = wf_deadline_after(wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"));
+  int64_t dl = wf_deadline_after(w->set.init_timeout_seconds);
   cma_rec mine = {CMA_MAGIC, 0, (uint64_t)(uintptr_t)&g_cookie, g_cookie};
   weft_status st = swap(w, fds, &mine, got, dl);
-  int ok = wf_param_int("WEFT_CMA") != 0 && strcmp(wf_param_str("WEFT_TRANSPORT"), "mpi") != 0;
+  int ok = w->set.cma != 0 && strcmp(w->set.transport, "mpi") != 0;
   for (int i = 0; st == WEFT_OK && ok && i < w->size; i++) {
     if (!local_peer(w, i)) continue;
     uint64_t v = 0;

@@ -184,7 +184,7 @@ void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame) {
  * coordinate: from the group's start, so it sees every response. */
 static void cache_attach(weft_world *w, weft_group *g) {
   wf_gstate *gs = wf_gs_find(w, g->id);
-  if (gs && !gs->coord && !gs->mcache) gs->mcache = wf_mcache_create();
+  if (gs && !gs->coord && !gs->mcache) gs->mcache = wf_mcache_create(wf_cache_capacity(&w->set));
 }
 
 static void cache_detach(wf_gstate *gs) {
@@ -552,10 +552,8 @@ static void on_mpi_error(void *ctx, int peer, weft_status st, const char *msg) {
 /* Shared memory for the ranks on this host (WEFT_TRANSPORT: auto, shm,
  * tcp). Uses the blocking bootstrap sockets, before TCP takes them. */
 static weft_status start_shm(weft_world *w, int *fds) {
-  const char *tp = wf_param_str("WEFT_TRANSPORT");
+  const char *tp = w->set.transport; /* auto, shm, tcp or mpi (checked by wf_settings_resolve) */
   if (!strcmp(tp, "tcp") || !strcmp(tp, "mpi") /* [mpi] all data over MPI */ || w->size == 1) return WEFT_OK;
-  if (*tp && strcmp(tp, "shm") && strcmp(tp, "auto"))
-    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=%s: use auto, shm, tcp or mpi", tp);
   int *local = malloc(sizeof(int) * (size_t)w->size), nlocal = 0;
   if (!local) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   for (int i = 0; i < w->size; i++) {
@@ -574,15 +572,15 @@ static weft_status start_shm(weft_world *w, int *fds) {
                       .nlocal = nlocal,
                       .fds = fds,
                       .job_id = wf_param_str("WEFT_JOB_ID"),
-                      .timeout_seconds = wf_param_double("WEFT_INIT_TIMEOUT_SECONDS"),
-                      .slot_bytes = (size_t)wf_param_int("WEFT_SHM_SLOT_BYTES"),
-                      .nslots = (size_t)wf_param_int("WEFT_SHM_SLOTS"),
-                      .board_bytes = wf_fast_board_bytes(nlocal),
-                      .board_param = wf_fast_large_bytes(nlocal),
-                      .stage_bytes = wf_stage_bytes(nlocal), /* shm staging algorithms (stage.c) */
-                      .copy_mode = !strcmp(wf_param_str("WEFT_SHM_COPY"), "memcpy") ? WF_SHM_COPY_MEMCPY
-                                   : !strcmp(wf_param_str("WEFT_SHM_COPY"), "nt")   ? WF_SHM_COPY_NT
-                                                                                    : WF_SHM_COPY_AUTO,
+                      .timeout_seconds = w->set.init_timeout_seconds,
+                      .slot_bytes = w->set.shm_slot_bytes > 0 ? (size_t)w->set.shm_slot_bytes : 0,
+                      .nslots = w->set.shm_slots > 0 ? (size_t)w->set.shm_slots : 0,
+                      .board_bytes = wf_fast_board_bytes(&w->set, nlocal),
+                      .board_param = wf_fast_large_bytes(&w->set, nlocal),
+                      .stage_bytes = wf_stage_bytes(&w->set, nlocal), /* shm staging algorithms (stage.c) */
+                      .copy_mode = !strcmp(w->set.shm_copy, "memcpy") ? WF_SHM_COPY_MEMCPY
+                                   : !strcmp(w->set.shm_copy, "nt")   ? WF_SHM_COPY_NT
+                                                                      : WF_SHM_COPY_AUTO,
                       .cb_ctx = w,
                       .on_error = on_shm_error};
     st = wf_shm_create(&cfg, &w->shm);
@@ -726,20 +724,24 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   WF_CHECK(start_shm(w, fds));
   wf_fast_start(w);
   WF_CHECK(wf_cma_agree(w, fds));
-  wf_tcp_callbacks cb = {.ctx = w, .on_ctrl = wf_engine_on_ctrl, .on_error = wf_engine_on_error};
+  wf_tcp_callbacks cb = {.ctx = w,
+                        .on_ctrl = wf_engine_on_ctrl,
+                        .on_error = wf_engine_on_error,
+                        .chunk_bytes = w->set.tcp_chunk_bytes,
+                        .max_message_bytes = w->set.max_message_bytes};
   WF_CHECK(wf_tcp_create(w->rank, w->size, fds, w->epfd, &cb, &w->tcp));
   wf_mux_init(&w->mux, wf_tcp_transport(w->tcp), w->shm);
-  WF_CHECK(wf_mux_start_mpi(&w->mux, w->rank, w->size, w, on_mpi_error)); /* [mpi] WEFT_TRANSPORT=mpi */
+  WF_CHECK(wf_mux_start_mpi(&w->mux, &w->set, w->rank, w->size, w, on_mpi_error)); /* [mpi] WEFT_TRANSPORT=mpi */
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
   w->world_gs = w->gs[0];
   WF_CHECK(wf_stage_attach(w)); /* shm staging algorithms for the world group (stage.c) */
   cache_attach(w, &w->world_group);
   w->next_hb_check = wf_now_ns();
-  int64_t thr = wf_param_int("WEFT_FUSION_THRESHOLD");
+  int64_t thr = w->set.fusion_threshold;
   w->fusion_threshold = thr > 0 ? (uint64_t)thr : 0;
-  w->cycle_ns = wf_param_int("WEFT_CYCLE_TIME_US") * 1000;
-  if (w->cycle_ns <= 0) w->cycle_ns = (int64_t)(wf_param_double("WEFT_CYCLE_TIME_MS") * 1e6);
+  w->cycle_ns = w->set.cycle_time_us * 1000;
+  if (w->cycle_ns <= 0) w->cycle_ns = (int64_t)(w->set.cycle_time_ms * 1e6);
   int rc = pthread_create(&w->thread, NULL, engine_main, w);
   if (rc) return wf_err(WEFT_ERR_SYSTEM, "pthread_create: %s", strerror(rc));
   w->thread_started = 1;

@@ -15,7 +15,7 @@
 #include "util/copy.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 #include "util/time.h"
 
 /* Local steps run at most this long before the engine looks around. */
@@ -136,7 +136,7 @@ size_t wf_rs_first(size_t dim0, int n, int i) {
   return (size_t)i * (dim0 / (size_t)n) + ((size_t)i < r ? (size_t)i : r);
 }
 
-static const char *forced_algo(wf_coll c);
+static const char *forced_algo(const weft_world *w, wf_coll c);
 
 /* Fills args for the response's collective; allocates outputs. */
 static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
@@ -144,6 +144,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   weft_request *r = x->req;
   const wf_request_msg *m = &r->msg;
   weft_group *g = r->group;
+  const weft_world *w = g->world;
   int n = g->size, me = g->rank;
   size_t es = weft_dtype_size(m->dtype);
   memset(a, 0, sizeof *a);
@@ -154,7 +155,8 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   a->rank = me;
   a->size = n;
   a->root = m->root;
-  a->segment_bytes = (size_t)wf_param_int("WEFT_RING_SEGMENT_BYTES");
+  a->segment_bytes = (size_t)w->set.ring_segment_bytes;
+  a->set = &w->set;
   a->topo = &gs->topo;
   size_t row = m->ndim ? (size_t)wf_elems(m->shape, 1, m->ndim) : 1;
   size_t total = (size_t)wf_elems(m->shape, 0, m->ndim);
@@ -163,7 +165,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   size_t *counts = x->arrays, *displs = counts + n, *sc = displs + n, *sd = sc + n, *rc = sd + n, *rd = rc + n;
   switch (m->coll) {
     case WF_COLL_ALLREDUCE:
-      if (x->nfused > 1) return wf_fuse_prepare_allreduce(gs, a, forced_algo(WF_COLL_ALLREDUCE));
+      if (x->nfused > 1) return wf_fuse_prepare_allreduce(gs, a, forced_algo(w, WF_COLL_ALLREDUCE));
       a->buf = r->out.data;
       a->count = total;
       wf_scale_copy(m->dtype, r->out.data, r->in.data, total, m->prescale); /* in place when in == out */
@@ -276,15 +278,9 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   return WEFT_OK;
 }
 
-static const char *forced_algo(wf_coll c) {
-  switch (c) {
-    case WF_COLL_ALLREDUCE: return wf_param_str("WEFT_ALGO_ALLREDUCE");
-    case WF_COLL_ALLGATHER: return wf_param_str("WEFT_ALGO_ALLGATHER");
-    case WF_COLL_BROADCAST: return wf_param_str("WEFT_ALGO_BROADCAST");
-    case WF_COLL_ALLTOALL: return wf_param_str("WEFT_ALGO_ALLTOALL");
-    case WF_COLL_REDUCESCATTER: return wf_param_str("WEFT_ALGO_REDUCESCATTER");
-    default: return "";
-  }
+/* WEFT_ALGO_<COLL> ("" automatic). */
+static const char *forced_algo(const weft_world *w, wf_coll c) {
+  return (int)c >= 0 && (int)c < WF_SET_ALGO_COLLS ? w->set.algo[c] : "";
 }
 
 /* Applies average (1/n) and postscale to count elements at buf. */
@@ -470,7 +466,7 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   }
   wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
   if (st == WEFT_OK && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
-    st = wf_algo_build(&a, forced_algo(r->msg.coll), &x->sched, &x->algo);
+    st = wf_algo_build(&a, forced_algo(w, r->msg.coll), &x->sched, &x->algo);
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
   }
   if (st == WEFT_OK) st = wf_sched_finish(&x->sched);

@@ -12,7 +12,7 @@
 #include "transport/shm.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 #include "util/time.h"
 
 #define STOP_WAIT_NS 2000000000
@@ -25,34 +25,32 @@ enum { F_NONE = 0, F_PENDING = 1, F_CLAIMED = 2, F_DRAIN = 3, F_SPLIT = 4 };
  * DONE) to its waiter. */
 #define SPLIT_SCAN_NS 1000000
 
-static size_t large_param(void) {
-  int64_t b = wf_param_int("WEFT_FAST_LARGE_BYTES");
+static size_t large_param(const wf_settings *s) {
+  int64_t b = s->fast_large_bytes;
   return b > 0 && (uint64_t)b <= WF_BOARD_MAX_LARGE ? (size_t)b : 0;
 }
 
-size_t wf_fast_board_bytes(int nlocal) {
-  int64_t b = wf_param_int("WEFT_FAST_BYTES");
-  return b > 0 ? wf_board_bytes(nlocal, (size_t)b, large_param()) : 0;
+size_t wf_fast_board_bytes(const wf_settings *s, int nlocal) {
+  int64_t b = s->fast_bytes;
+  return b > 0 ? wf_board_bytes(nlocal, (size_t)b, large_param(s)) : 0;
 }
 
-size_t wf_fast_large_bytes(int nlocal) {
-  int64_t b = wf_param_int("WEFT_FAST_BYTES");
-  return b > 0 ? wf_board_large_for(nlocal, (size_t)b, large_param()) : 0;
+size_t wf_fast_large_bytes(const wf_settings *s, int nlocal) {
+  int64_t b = s->fast_bytes;
+  return b > 0 ? wf_board_large_for(nlocal, (size_t)b, large_param(s)) : 0;
 }
 
 void wf_fast_start(weft_world *w) {
   size_t n = 0;
   uint64_t large = 0;
   void *mem = w->shm ? wf_shm_board(w->shm, &n, &large) : NULL;
-  w->fast_on = wf_param_int("WEFT_FAST") != 0;
-  int64_t ar = wf_param_int("WEFT_FAST_ALLREDUCE_BYTES");
-  w->fast_ar_bytes = ar > 0 ? (size_t)ar : 0;
-  int64_t cb = wf_param_int("WEFT_FAST_CMA_BYTES");
-  w->fast_cma_bytes = cb > 0 ? (size_t)cb : 0;
-  int64_t sb = wf_param_int("WEFT_FAST_SPLIT_BYTES");
-  w->fast_split_bytes = sb > 0 ? (size_t)sb : 0;
-  w->fast_split_own = wf_param_int("WEFT_FAST_SPLIT_OWN") != 0;
-  w->fast_wait_ns = (int64_t)(wf_param_double("WEFT_FAST_WAIT_SECONDS") * 1e9);
+  const wf_settings *s = &w->set;
+  w->fast_on = s->fast != 0;
+  w->fast_ar_bytes = s->fast_allreduce_bytes > 0 ? (size_t)s->fast_allreduce_bytes : 0;
+  w->fast_cma_bytes = s->fast_cma_bytes > 0 ? (size_t)s->fast_cma_bytes : 0;
+  w->fast_split_bytes = s->fast_split_bytes > 0 ? (size_t)s->fast_split_bytes : 0;
+  w->fast_split_own = s->fast_split_own != 0;
+  w->fast_wait_ns = (int64_t)(s->fast_wait_seconds * 1e9);
   w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the
    * operation's deadline, so that the coordinator's timeout still applies */

@@ -53,8 +53,8 @@ void wf_fast_stop(weft_world *w);
 /* Bytes of board the segment's creator reserves (0: none), and the large
  * slots' input size that board has (from WEFT_FAST_LARGE_BYTES; the segment
  * carries the creator's to every local rank). */
-size_t wf_fast_board_bytes(int nlocal);
-size_t wf_fast_large_bytes(int nlocal);
+size_t wf_fast_board_bytes(const wf_settings *s, int nlocal);
+size_t wf_fast_large_bytes(const wf_settings *s, int nlocal);
 
 /* 1 if r must go through wf_fast_submit (its group is on this host and the
  * board is on, or it is a join): cheap, no lock. */

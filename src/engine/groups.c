@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 
 int wf_group_index(const weft_group *g, int r) {
   for (int i = 0; i < g->size; i++)
@@ -76,7 +76,7 @@ weft_status wf_gs_add(weft_world *w, weft_group *g) {
   }
   wf_strmap_init(&gs->table);
   if (gs->coord_rank == w->rank) {
-    if (wf_coord_create(g->size, g->ranks, w->timeout_seconds, &gs->coord)) {
+    if (wf_coord_create_with(g->size, g->ranks, w->timeout_seconds, &w->set, &gs->coord)) {
       free(gs->topo_arrays);
       free(gs);
       return wf_err(WEFT_ERR_NO_MEMORY, "out of memory creating the coordinator of group %u", g->id);

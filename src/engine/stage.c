@@ -12,12 +12,12 @@
 #include "algo/shm_stage.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 
 #define STAGE_TOTAL_MAX ((int64_t)256 << 20)
 
-size_t wf_stage_bytes(int nlocal) {
-  int64_t b = wf_param_int("WEFT_SHM_STAGE_BYTES");
+size_t wf_stage_bytes(const wf_settings *s, int nlocal) {
+  int64_t b = s->shm_stage_bytes;
   if (b <= 0 || nlocal < 2) return 0;
   if (b > STAGE_TOTAL_MAX / nlocal) b = STAGE_TOTAL_MAX / nlocal;
   return (size_t)b;
@@ -47,8 +47,8 @@ weft_status wf_stage_attach(weft_world *w) {
    * run them in place (fuse.c): staging, unless another algorithm is forced */
   wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
                     .rank = w->world_gs->group->rank, .size = w->world_gs->group->size, .count = (size_t)1 << 20,
-                    .topo = &w->world_gs->topo};
-  if (w->world_gs->coord && wf_algo_takes_segments(&a, wf_param_str("WEFT_ALGO_ALLREDUCE")))
+                    .topo = &w->world_gs->topo, .set = &w->set};
+  if (w->world_gs->coord && wf_algo_takes_segments(&a, w->set.algo[WF_COLL_ALLREDUCE]))
     wf_coord_set_unpacked_allreduce(w->world_gs->coord);
   wf_shm_set_poll(w->shm, wf_stage_ready, g);
   WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB", n, bytes >> 10);

@@ -7,7 +7,7 @@
 /* Bytes of each local rank's staging region for a segment of nlocal ranks
  * (WEFT_SHM_STAGE_BYTES, shrunk so that all regions stay within 256 MiB;
  * 0: none). Only the segment creator's value counts. */
-size_t wf_stage_bytes(int nlocal);
+size_t wf_stage_bytes(const wf_settings *s, int nlocal);
 /* After the shared-memory transport and the world group's state exist: if
  * every rank of the world is local and the segment has staging regions,
  * gives the world group's topology its staging view (the only group that

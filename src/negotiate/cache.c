@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/params.h"
+#include "util/settings.h"
 
 #define NIL UINT32_MAX
 
@@ -30,8 +30,8 @@ struct wf_cache {
   void (*free_payload)(void *);
 };
 
-uint32_t wf_cache_capacity_param(void) {
-  int64_t v = wf_param_int("WEFT_CACHE_CAPACITY");
+uint32_t wf_cache_capacity(const wf_settings *s) {
+  int64_t v = (s ? s : wf_settings_default())->cache_capacity;
   if (v < 0) return 0;
   return v > WF_CACHE_MAX_IDS ? WF_CACHE_MAX_IDS : (uint32_t)v;
 }
@@ -196,8 +196,7 @@ void wf_req_free(void *p) {
 }
 
 /* ------------------------------------------------------------------ member side */
-wf_mcache *wf_mcache_create(void) {
-  uint32_t cap = wf_cache_capacity_param();
+wf_mcache *wf_mcache_create(uint32_t cap) {
   if (!cap) return NULL;
   wf_mcache *m = calloc(1, sizeof *m);
   if (!m) return NULL;

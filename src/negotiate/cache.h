@@ -34,13 +34,14 @@
 #define WF_CACHE_H
 #include <stdint.h>
 
+#include "util/settings.h"
 #include "util/strmap.h"
 #include "wire/wire.h"
 
 typedef struct wf_cache wf_cache;
 
-/* WEFT_CACHE_CAPACITY, clamped to 0..WF_CACHE_MAX_IDS. */
-uint32_t wf_cache_capacity_param(void);
+/* WEFT_CACHE_CAPACITY of s (NULL: the default), clamped to 0..WF_CACHE_MAX_IDS. */
+uint32_t wf_cache_capacity(const wf_settings *s);
 
 /* NULL when capacity is 0 (off) or out of memory. free_payload frees a
  * payload (NULL payloads are never passed to it). */
@@ -79,7 +80,7 @@ typedef struct wf_mcache {
 } wf_mcache;
 
 /* NULL when WEFT_CACHE_CAPACITY is 0 or out of memory. */
-wf_mcache *wf_mcache_create(void);
+wf_mcache *wf_mcache_create(uint32_t capacity);
 void wf_mcache_destroy(wf_mcache *m);
 /* q is about to be requested: 1 and *ref filled (and remembered) if the
  * cache holds exactly q's description, else 0 (send it in full). */

@@ -19,7 +19,7 @@
 
 #include "negotiate/coord_impl.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 #include "util/strmap.h"
 #include "util/time.h"
 
@@ -132,6 +132,12 @@ void wf_cd_entry_drop(wf_coord *c, entry *e) {
 }
 
 weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out) {
+  return wf_coord_create_with(size, ranks, timeout_seconds, NULL, out);
+}
+
+weft_status wf_coord_create_with(int size, const int *ranks, double timeout_seconds, const wf_settings *set,
+                                 wf_coord **out) {
+  if (!set) set = wf_settings_default();
   wf_coord *c = calloc(1, sizeof *c);
   if (!c) return WEFT_ERR_NO_MEMORY;
   c->size = size;
@@ -139,13 +145,13 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   c->timeout = timeout_seconds;
   /* WEFT_STALL_CHECK_DISABLE turns the whole inspector off, reports and
    * shutdown, as HOROVOD_STALL_CHECK_DISABLE does */
-  int stall_off = wf_param_int("WEFT_STALL_CHECK_DISABLE") != 0;
-  c->stall_check = stall_off ? 0 : wf_param_double("WEFT_STALL_CHECK_SECONDS");
-  c->stall_shutdown = stall_off ? 0 : wf_param_double("WEFT_STALL_SHUTDOWN_SECONDS");
+  int stall_off = set->stall_check_disable != 0;
+  c->stall_check = stall_off ? 0 : set->stall_check_seconds;
+  c->stall_shutdown = stall_off ? 0 : set->stall_shutdown_seconds;
   c->next_check = INT64_MAX;
   c->hold_until = INT64_MAX;
-  c->hold = wf_param_int("WEFT_CYCLE_TIME_US") <= 0 && wf_param_double("WEFT_CYCLE_TIME_MS") <= 0;
-  int64_t pm = wf_param_int("WEFT_FUSION_PACK_MAX_BYTES");
+  c->hold = set->cycle_time_us <= 0 && set->cycle_time_ms <= 0;
+  int64_t pm = set->fusion_pack_max_bytes;
   c->pack_max = pm > 0 ? (uint64_t)pm : 0;
   /* a stall shutdown shortens the negotiation deadline */
   if (c->stall_shutdown > 0 && c->stall_shutdown < c->timeout) c->timeout = c->stall_shutdown;
@@ -164,7 +170,7 @@ weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, 
   c->units_sweep_at = INT64_MAX;
   /* the coordinator keeps every member's request per entry: at most 64 MiB
    * of them (a smaller cache than the members' only costs RESENDs) */
-  uint32_t cap = wf_cache_capacity_param();
+  uint32_t cap = wf_cache_capacity(set);
   size_t fit = ((size_t)64 << 20) / ((size_t)size * sizeof(wf_request_msg));
   if (cap > fit) cap = fit > 0 ? (uint32_t)fit : 1;
   c->cache = wf_cache_create(cap, block_release);

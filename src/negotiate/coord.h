@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/settings.h"
 #include "weft.h"
 #include "wire/wire.h"
 
@@ -20,6 +21,10 @@ typedef void (*wf_stall_fn)(void *ctx, const char *report, const uint8_t *submit
  * (shortened by WEFT_STALL_SHUTDOWN_SECONDS when that is set); stall reports
  * every WEFT_STALL_CHECK_SECONDS while it waits. */
 weft_status wf_coord_create(int size, const int *ranks, double timeout_seconds, wf_coord **out);
+/* The same with the world's settings (stall inspector, hold, pack limit,
+ * cache capacity); NULL: the defaults, as wf_coord_create. */
+weft_status wf_coord_create_with(int size, const int *ranks, double timeout_seconds, const wf_settings *set,
+                                 wf_coord **out);
 void wf_coord_set_stall_handler(wf_coord *c, wf_stall_fn fn, void *ctx);
 /* The members reduce fused allreduces where the tensors lie (one host's
  * staging): no copies, so WEFT_FUSION_PACK_MAX_BYTES no longer applies to

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "util/err.h"
-#include "util/params.h"
 #include "util/time.h"
 
 static wf_transport *route(wf_mux *m, int peer) {
@@ -55,9 +54,9 @@ void wf_mux_init(wf_mux *m, wf_transport *tcp, wf_shm *shm) {
   m->shm = shm;
 }
 
-weft_status wf_mux_start_mpi(wf_mux *m, int rank, int size, void *ctx,
+weft_status wf_mux_start_mpi(wf_mux *m, const wf_settings *s, int rank, int size, void *ctx,
                              void (*on_error)(void *ctx, int peer, weft_status st, const char *msg)) {
-  if (strcmp(wf_param_str("WEFT_TRANSPORT"), "mpi") || size == 1) return WEFT_OK;
+  if (strcmp(s->transport, "mpi") || size == 1) return WEFT_OK;
   if (!wf_mpi_built())
     return wf_err(WEFT_ERR_NOT_SUPPORTED, "WEFT_TRANSPORT=mpi: weft was built without MPI (rebuild with "
                                           "-DWEFT_WITH_MPI=ON; Debian: libopenmpi-dev)");
@@ -66,7 +65,7 @@ weft_status wf_mux_start_mpi(wf_mux *m, int rank, int size, void *ctx,
                   "WEFT_TRANSPORT=mpi needs a job started by an MPI launcher (mpirun, srun) without WEFT_ADDR, so "
                   "that weft bootstraps from MPI; this one was not (launched by weftrun, or WEFT_ADDR is set)");
   wf_mpi_tr_cfg cfg = {.rank = rank, .size = size, .cb_ctx = ctx, .on_error = on_error};
-  m->mpi_spin_ns = wf_param_int("WEFT_MPI_SPIN_US") * 1000;
+  m->mpi_spin_ns = s->mpi_spin_us * 1000;
   return wf_mpi_tr_create(m->mpi_comm, &cfg, &m->mpi);
 }
 

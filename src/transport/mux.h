@@ -8,6 +8,7 @@
 #include "transport/mpi.h"
 #include "transport/shm.h"
 #include "transport/tcp.h"
+#include "util/settings.h"
 
 typedef struct wf_mux {
   wf_transport base;
@@ -26,7 +27,7 @@ void wf_mux_init(wf_mux *m, wf_transport *tcp, wf_shm *shm);
 /* WEFT_TRANSPORT=mpi: creates the MPI transport on mpi_comm (errors: weft
  * built without MPI, not started by an MPI launcher, no
  * MPI_THREAD_MULTIPLE). Otherwise does nothing. on_error as in mpi.h. */
-weft_status wf_mux_start_mpi(wf_mux *m, int rank, int size, void *ctx,
+weft_status wf_mux_start_mpi(wf_mux *m, const wf_settings *s, int rank, int size, void *ctx,
                              void (*on_error)(void *ctx, int peer, weft_status st, const char *msg));
 
 /* The engine's poll hook: how long it may block in epoll (ms as it

@@ -112,7 +112,12 @@ static void seg_name(const char *job_id, char *name, size_t cap) {
 static weft_status msg_put(int fd, uint32_t kind, weft_status st, uint64_t size, const char *text, int64_t deadline,
                            char *err, size_t errlen) {
   setup_msg m = {.magic = MSG_MAGIC, .kind = kind, .status = st, .size = size};
-  if (text) snprintf(m.text, sizeof m.text, "%s", text);
+  /* A bounded copy, not snprintf: text is never NULL (callers pass ""), and
+   * testing it here would let GCC 13 thread a "NULL" path into the callers'
+   * later snprintf(err, ...) calls (-Wformat-truncation: null destination). */
+  size_t k = strnlen(text, sizeof m.text - 1);
+  memcpy(m.text, text, k);
+  m.text[k] = '\0';
   return wf_sock_write_all(fd, &m, sizeof m, deadline, NULL, err, errlen);
 }
 
@@ -249,7 +254,7 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, weft_status local, wf_sh
   if (st == WEFT_OK) st = seg_make(name, cfg, l, map, &created, err, errlen);
   for (int i = 1; i < n; i++) {
     if (!state[i]) continue;
-    weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_READY, st, l->size, st ? err : NULL, dl, e, sizeof e);
+    weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_READY, st, l->size, st ? err : "", dl, e, sizeof e);
     if (r != WEFT_OK) {
       state[i] = 0;
       if (st == WEFT_OK) st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
@@ -276,7 +281,7 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, weft_status local, wf_sh
   }
   for (int i = 1; i < n; i++)
     if (state[i] == 3) {
-      weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_VERDICT, st, 0, st ? err : NULL, dl, e, sizeof e);
+      weft_status r = msg_put(cfg->fds[cfg->local_ranks[i]], MSG_VERDICT, st, 0, st ? err : "", dl, e, sizeof e);
       if (r != WEFT_OK && st == WEFT_OK)
         st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
     }
@@ -314,7 +319,7 @@ static weft_status setup_peer(const wf_shm_cfg *cfg, weft_status local, wf_shm_l
   weft_status mine = local;
   if (mine != WEFT_OK) snprintf(why, sizeof why, "%s", err);
   else mine = seg_attach(name, m.size, cfg, l, map, why, sizeof why);
-  st = msg_put(fd, MSG_ACK, mine, 0, mine ? why : NULL, dl, e, sizeof e);
+  st = msg_put(fd, MSG_ACK, mine, 0, mine ? why : "", dl, e, sizeof e);
   if (st == WEFT_OK) st = msg_get(fd, MSG_VERDICT, &m, dl, e, sizeof e);
   if (st != WEFT_OK) {
     shm_unlink(name); /* the creator may have died before unlinking */

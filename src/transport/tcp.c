@@ -16,7 +16,7 @@
 
 #include "util/err.h"
 #include "util/log.h"
-#include "util/params.h"
+#include "util/settings.h"
 #include "util/time.h"
 
 #define RBUF_SIZE (64 * 1024)
@@ -218,9 +218,10 @@ weft_status wf_tcp_create(int rank, int size, int *fds, int epfd, const wf_tcp_c
   t->size = size;
   t->epfd = epfd;
   t->cb = *cb;
-  int64_t chunk = wf_param_int("WEFT_TCP_CHUNK_BYTES");
+  const wf_settings *def = wf_settings_default();
+  int64_t chunk = cb->chunk_bytes ? cb->chunk_bytes : def->tcp_chunk_bytes;
   t->chunk = chunk < 4096 ? 4096 : (size_t)chunk;
-  int64_t maxc = wf_param_int("WEFT_MAX_MESSAGE_BYTES");
+  int64_t maxc = cb->max_message_bytes ? cb->max_message_bytes : def->max_message_bytes;
   t->max_ctrl = maxc < 65536 ? 65536 : (uint64_t)maxc;
   int64_t now = wf_now_ns();
   for (int p = 0; p < size; p++) {

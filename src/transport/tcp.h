@@ -25,6 +25,9 @@ typedef struct wf_tcp_callbacks {
    * WEFT_ERR_PEER_LOST or WEFT_ERR_PROTOCOL; msg describes it. Called once
    * per peer; the socket is closed afterwards. */
   void (*on_error)(void *ctx, int peer, weft_status st, const char *msg);
+  /* WEFT_TCP_CHUNK_BYTES and WEFT_MAX_MESSAGE_BYTES (agreed settings); 0:
+   * the defaults. */
+  int64_t chunk_bytes, max_message_bytes;
 } wf_tcp_callbacks;
 
 /* Takes ownership of fds (size entries, fds[rank] == -1) and registers them

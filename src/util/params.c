@@ -2,108 +2,202 @@
 #include "util/params.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/log.h"
+#include "util/settings.h"
+
+/* F(field): where a setting resolves to; NOF: a LAUNCH knob (no field). */
+#define F(field) offsetof(wf_settings, field)
+#define NOF WF_PARAM_NO_FIELD
 
 static const wf_param g_params[] = {
-    {"WEFT_RANK", "HOROVOD_RANK", WF_PARAM_INT, "-1", "this process's rank (set by weftrun)"},
-    {"WEFT_SIZE", "HOROVOD_SIZE", WF_PARAM_INT, "-1", "number of ranks in the job (set by weftrun)"},
-    {"WEFT_LOCAL_RANK", "HOROVOD_LOCAL_RANK", WF_PARAM_INT, "-1", "rank among this host's ranks (-1: computed)"},
-    {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", WF_PARAM_INT, "-1", "ranks on this host (-1: computed)"},
-    {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", WF_PARAM_INT, "-1", "index of this host (-1: computed)"},
-    {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", WF_PARAM_INT, "-1", "number of hosts (-1: computed)"},
-    {"WEFT_ADDR", NULL, WF_PARAM_STRING, "", "host:port of rank 0's rendezvous store"},
-    {"WEFT_SECRET", NULL, WF_PARAM_STRING, "", "job secret for the authenticated handshake (weftrun sets it)"},
-    {"WEFT_SECRET_FILE", NULL, WF_PARAM_STRING, "", "file holding the job secret"},
-    {"WEFT_JOB_ID", NULL, WF_PARAM_STRING, "", "job identifier mixed into the handshake (weftrun sets it)"},
-    {"WEFT_HOSTNAME", "HOROVOD_HOSTNAME", WF_PARAM_STRING, "", "host name reported to peers (default: gethostname)"},
-    {"WEFT_LISTEN_FD", NULL, WF_PARAM_STRING, "", "set by weftrun for rank 0: an inherited socket already listening on WEFT_ADDR's port"},
-    {"WEFT_BIND_ADDR", NULL, WF_PARAM_STRING, "", "address data listeners bind to (default: the one used to reach rank 0)"},
-    {"WEFT_LAUNCHER_FD", NULL, WF_PARAM_STRING, "", "set by weftrun: descriptor on which a failing rank names the rank that caused its failure"},
-    {"WEFT_LAUNCHER_TAG", NULL, WF_PARAM_STRING, "", "set by weftrun: the job's tag on that descriptor's lines"},
-    {"WEFT_IFACE", NULL, WF_PARAM_STRING, "", "network interface whose IPv4 address ranks bind and advertise (weftrun --network-interface); WEFT_BIND_ADDR wins"},
-    {"WEFT_TIMEOUT_SECONDS", NULL, WF_PARAM_DOUBLE, "300", "deadline of one operation, negotiation and data"},
-    {"WEFT_INIT_TIMEOUT_SECONDS", "HOROVOD_START_TIMEOUT", WF_PARAM_DOUBLE, "60", "deadline of weft_init's rendezvous"},
-    {"WEFT_HEARTBEAT_INTERVAL", NULL, WF_PARAM_DOUBLE, "0.5", "seconds between heartbeats on an idle connection"},
-    {"WEFT_HEARTBEAT_TIMEOUT", NULL, WF_PARAM_DOUBLE, "10", "a peer silent this many seconds is declared unresponsive"},
-    {"WEFT_HANDSHAKE_TIMEOUT", NULL, WF_PARAM_DOUBLE, "5", "deadline for a connection's authentication handshake"},
-    {"WEFT_MAX_MESSAGE_BYTES", NULL, WF_PARAM_INT, "67108864", "cap on a control message a peer may send"},
-    {"WEFT_TCP_CHUNK_BYTES", NULL, WF_PARAM_INT, "1048576", "data frame size on TCP (large sends are pipelined in these)"},
+    {"WEFT_RANK", "HOROVOD_RANK", WF_PARAM_INT, "-1", "this process's rank (set by weftrun)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_SIZE", "HOROVOD_SIZE", WF_PARAM_INT, "-1", "number of ranks in the job (set by weftrun)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_LOCAL_RANK", "HOROVOD_LOCAL_RANK", WF_PARAM_INT, "-1", "rank among this host's ranks (-1: computed)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", WF_PARAM_INT, "-1", "ranks on this host (-1: computed)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", WF_PARAM_INT, "-1", "index of this host (-1: computed)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", WF_PARAM_INT, "-1", "number of hosts (-1: computed)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_ADDR", NULL, WF_PARAM_STRING, "", "host:port of rank 0's rendezvous store",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_SECRET", NULL, WF_PARAM_STRING, "", "job secret for the authenticated handshake (weftrun sets it)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_SECRET_FILE", NULL, WF_PARAM_STRING, "", "file holding the job secret",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_JOB_ID", NULL, WF_PARAM_STRING, "", "job identifier mixed into the handshake (weftrun sets it)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_HOSTNAME", "HOROVOD_HOSTNAME", WF_PARAM_STRING, "", "host name reported to peers (default: gethostname)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_LISTEN_FD", NULL, WF_PARAM_STRING, "", "set by weftrun for rank 0: an inherited socket already listening on WEFT_ADDR's port",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_BIND_ADDR", NULL, WF_PARAM_STRING, "", "address data listeners bind to (default: the one used to reach rank 0)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_LAUNCHER_FD", NULL, WF_PARAM_STRING, "", "set by weftrun: descriptor on which a failing rank names the rank that caused its failure",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_LAUNCHER_TAG", NULL, WF_PARAM_STRING, "", "set by weftrun: the job's tag on that descriptor's lines",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_IFACE", NULL, WF_PARAM_STRING, "", "network interface whose IPv4 address ranks bind and advertise (weftrun --network-interface); WEFT_BIND_ADDR wins",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_TIMEOUT_SECONDS", NULL, WF_PARAM_DOUBLE, "300", "deadline of one operation, negotiation and data",
+     WF_SCOPE_RANK, F(timeout_seconds), NULL},
+    {"WEFT_INIT_TIMEOUT_SECONDS", "HOROVOD_START_TIMEOUT", WF_PARAM_DOUBLE, "60", "deadline of weft_init's rendezvous",
+     WF_SCOPE_RANK, F(init_timeout_seconds), NULL},
+    {"WEFT_HEARTBEAT_INTERVAL", NULL, WF_PARAM_DOUBLE, "0.5", "seconds between heartbeats on an idle connection",
+     WF_SCOPE_AGREED, F(heartbeat_interval), NULL},
+    {"WEFT_HEARTBEAT_TIMEOUT", NULL, WF_PARAM_DOUBLE, "10", "a peer silent this many seconds is declared unresponsive",
+     WF_SCOPE_AGREED, F(heartbeat_timeout), NULL},
+    {"WEFT_HANDSHAKE_TIMEOUT", NULL, WF_PARAM_DOUBLE, "5", "deadline for a connection's authentication handshake",
+     WF_SCOPE_RANK, F(handshake_timeout), NULL},
+    {"WEFT_MAX_MESSAGE_BYTES", NULL, WF_PARAM_INT, "67108864", "cap on a control message a peer may send",
+     WF_SCOPE_AGREED, F(max_message_bytes), NULL},
+    {"WEFT_TCP_CHUNK_BYTES", NULL, WF_PARAM_INT, "1048576", "data frame size on TCP (large sends are pipelined in these)",
+     WF_SCOPE_AGREED, F(tcp_chunk_bytes), NULL},
     {"WEFT_TRANSPORT", NULL, WF_PARAM_STRING, "auto",
      "auto: shared memory between ranks on one host, TCP across hosts; shm or tcp forces one; mpi: all data over "
-     "MPI point-to-point (a job started by mpirun/srun, weft built with MPI)"},
+     "MPI point-to-point (a job started by mpirun/srun, weft built with MPI)",
+     WF_SCOPE_AGREED, F(transport), "auto|shm|tcp|mpi"},
     {"WEFT_MPI_SPIN_US", NULL, WF_PARAM_INT, "200",
      "WEFT_TRANSPORT=mpi: the engine polls MPI without sleeping this long (plus 1 ns per pending byte) after a "
-     "transfer was posted or completed, then every 1 ms"},
-    {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair (0: 64 KiB)"},
-    {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair (0: 16)"},
+     "transfer was posted or completed, then every 1 ms",
+     WF_SCOPE_RANK, F(mpi_spin_us), NULL},
+    {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair (0: 64 KiB)",
+     WF_SCOPE_AGREED, F(shm_slot_bytes), NULL},
+    {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair (0: 16)",
+     WF_SCOPE_AGREED, F(shm_slots), NULL},
     {"WEFT_SHM_STAGE_BYTES", NULL, WF_PARAM_INT, "4194304",
      "staging region per local rank for the shm algorithms (every rank on one host; the host's first rank decides; "
-     "at most 256 MiB for all; 0: none)"},
+     "at most 256 MiB for all; 0: none)",
+     WF_SCOPE_AGREED, F(shm_stage_bytes), NULL},
     {"WEFT_SHM_COPY", NULL, WF_PARAM_STRING, "auto",
-     "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt"},
-    {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "", "force an allreduce algorithm (direct, ring, rd)"},
-    {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "", "force an allgather algorithm (ring)"},
-    {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "", "force a broadcast algorithm (tree, chain)"},
-    {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "", "force an alltoall algorithm (pairwise)"},
-    {"WEFT_ALGO_REDUCESCATTER", NULL, WF_PARAM_STRING, "", "force a reducescatter algorithm (direct, ring)"},
-    {"WEFT_HIERARCHICAL", NULL, WF_PARAM_INT, "-1", "the hier allreduce/allgather/broadcast (also WEFT_ALGO_<COLL>=hier): -1 when a group spans hosts and some host has several of its ranks, 1 whenever it spans hosts, 0 never"},
+     "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt",
+     WF_SCOPE_RANK, F(shm_copy), "auto|memcpy|nt"},
+    {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "",
+     "force the allreduce algorithm: direct, rd, ring, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "arguments gives way to the automatic choice, with a warning)",
+     WF_SCOPE_AGREED, F(algo[0]), NULL},
+    {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "",
+     "force the allgather algorithm: ring, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "arguments gives way to the automatic choice, with a warning)",
+     WF_SCOPE_AGREED, F(algo[1]), NULL},
+    {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "",
+     "force the broadcast algorithm: tree, chain, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "arguments gives way to the automatic choice, with a warning)",
+     WF_SCOPE_AGREED, F(algo[2]), NULL},
+    {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "",
+     "force the alltoall algorithm: pairwise, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "arguments gives way to the automatic choice, with a warning)",
+     WF_SCOPE_AGREED, F(algo[3]), NULL},
+    {"WEFT_ALGO_REDUCESCATTER", NULL, WF_PARAM_STRING, "",
+     "force the reducescatter algorithm: direct, ring, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "arguments gives way to the automatic choice, with a warning)",
+     WF_SCOPE_AGREED, F(algo[4]), NULL},
+    {"WEFT_HIERARCHICAL", NULL, WF_PARAM_INT, "-1", "the hier allreduce/allgather/broadcast (also WEFT_ALGO_<COLL>=hier): -1 when a group spans hosts and some host has several of its ranks, 1 whenever it spans hosts, 0 never",
+     WF_SCOPE_AGREED, F(hierarchical), "-1|0|1"},
     {"WEFT_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", WF_PARAM_INT, "-1",
-     "the hier allreduce only: 1 whenever a group spans hosts, 0 never, -1 as WEFT_HIERARCHICAL"},
+     "the hier allreduce only: 1 whenever a group spans hosts, 0 never, -1 as WEFT_HIERARCHICAL",
+     WF_SCOPE_AGREED, F(hierarchical_allreduce), "-1|0|1"},
     {"WEFT_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", WF_PARAM_INT, "-1",
-     "the hier allgather only: 1 whenever a group spans hosts, 0 never, -1 as WEFT_HIERARCHICAL"},
+     "the hier allgather only: 1 whenever a group spans hosts, 0 never, -1 as WEFT_HIERARCHICAL",
+     WF_SCOPE_AGREED, F(hierarchical_allgather), "-1|0|1"},
     {"WEFT_FAST", NULL, WF_PARAM_INT, "1",
-     "1: small allreduce/broadcast/barrier of one-host groups negotiate and run in shared memory; 0: never on this rank"},
+     "1: small allreduce/broadcast/barrier of one-host groups negotiate and run in shared memory; 0: never on this rank",
+     WF_SCOPE_AGREED, F(fast), "0|1"},
     {"WEFT_FAST_BYTES", NULL, WF_PARAM_INT, "8192",
-     "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)"},
+     "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)",
+     WF_SCOPE_AGREED, F(fast_bytes), NULL},
     {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "2097152",
-     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)"},
+     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)",
+     WF_SCOPE_AGREED, F(fast_large_bytes), NULL},
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
-     "largest fast-path allreduce that every rank folds whole (at least WEFT_FAST_BYTES); larger ones, up to WEFT_FAST_LARGE_BYTES, are split (WEFT_FAST_SPLIT_BYTES)"},
+     "largest fast-path allreduce that every rank folds whole (at least WEFT_FAST_BYTES); larger ones, up to WEFT_FAST_LARGE_BYTES, are split (WEFT_FAST_SPLIT_BYTES)",
+     WF_SCOPE_AGREED, F(fast_allreduce_bytes), NULL},
     {"WEFT_FAST_SPLIT_BYTES", NULL, WF_PARAM_INT, "16384",
-     "fast-path allreduce inputs from this size on (on 3 or more ranks, or where each rank folds its own slice: WEFT_FAST_SPLIT_OWN; else above WEFT_FAST_ALLREDUCE_BYTES) are folded slice by slice, each slice once (by its owner, or whichever rank takes it: WEFT_FAST_SPLIT_OWN), then copied out by every rank; 0: never (then WEFT_FAST_ALLREDUCE_BYTES is the largest)"},
+     "fast-path allreduce inputs from this size on (on 3 or more ranks, or where each rank folds its own slice: WEFT_FAST_SPLIT_OWN; else above WEFT_FAST_ALLREDUCE_BYTES) are folded slice by slice, each slice once (by its owner, or whichever rank takes it: WEFT_FAST_SPLIT_OWN), then copied out by every rank; 0: never (then WEFT_FAST_ALLREDUCE_BYTES is the largest)",
+     WF_SCOPE_AGREED, F(fast_split_bytes), NULL},
     {"WEFT_FAST_SPLIT_OWN", NULL, WF_PARAM_INT, "1",
-     "1: where the host's cores suffice, each rank folds its own slice of a split fast-path allreduce, from its own input (a quarter less copying; a rank stopped after arriving holds the others up until it runs again or is declared lost); 0: any rank folds any slice (the others fold a stopped rank's)"},
+     "1: where the host's cores suffice, each rank folds its own slice of a split fast-path allreduce, from its own input (a quarter less copying; a rank stopped after arriving holds the others up until it runs again or is declared lost); 0: any rank folds any slice (the others fold a stopped rank's)",
+     WF_SCOPE_AGREED, F(fast_split_own), "0|1"},
     {"WEFT_FAST_CMA_BYTES", NULL, WF_PARAM_INT, "0",
-     "fast-path allgather/alltoall inputs from this size on stay in place and are read across processes (one copy instead of two, but a cross-process read runs at a third of memcpy's speed here: off by default; needs WEFT_CMA, not with more ranks than cores); 0: never"},
+     "fast-path allgather/alltoall inputs from this size on stay in place and are read across processes (one copy instead of two, but a cross-process read runs at a third of memcpy's speed here: off by default; needs WEFT_CMA, not with more ranks than cores); 0: never",
+     WF_SCOPE_AGREED, F(fast_cma_bytes), NULL},
     {"WEFT_FAST_WAIT_SECONDS", NULL, WF_PARAM_DOUBLE, "0.2",
-     "a fast-path op not submitted by every local rank within this long (at most a quarter of WEFT_TIMEOUT_SECONDS) is negotiated by the coordinator"},
-    {"WEFT_CMA", NULL, WF_PARAM_INT, "1", "1: ranks on one host may read each other's buffers directly (process_vm_readv); 0: never"},
-    {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms"},
-    {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "with WEFT_ALGO_ALLREDUCE unset, no effect (direct runs at every size); ranks ring vs rd only when one of them is chosen by cost"},
-    {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree"},
+     "a fast-path op not submitted by every local rank within this long (at most a quarter of WEFT_TIMEOUT_SECONDS) is negotiated by the coordinator",
+     WF_SCOPE_RANK, F(fast_wait_seconds), NULL},
+    {"WEFT_CMA", NULL, WF_PARAM_INT, "1", "1: ranks on one host may read each other's buffers directly (process_vm_readv); 0: never",
+     WF_SCOPE_AGREED, F(cma), "0|1"},
+    {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms",
+     WF_SCOPE_AGREED, F(ring_segment_bytes), NULL},
+    {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "with WEFT_ALGO_ALLREDUCE unset, no effect (direct runs at every size); ranks ring vs rd only when one of them is chosen by cost",
+     WF_SCOPE_AGREED, F(small_allreduce_bytes), NULL},
+    {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree",
+     WF_SCOPE_AGREED, F(small_broadcast_bytes), NULL},
     {"WEFT_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", WF_PARAM_INT, "134217728",
-     "ready allreduces of the same dtype/op/scales are fused into one up to this many bytes (0: off)"},
+     "ready allreduces of the same dtype/op/scales are fused into one up to this many bytes (0: off)",
+     WF_SCOPE_AGREED, F(fusion_threshold), NULL},
     {"WEFT_FUSION_PACK_MAX_BYTES", NULL, WF_PARAM_INT, "1048576",
-     "a larger tensor runs alone where fusing means packing it (all but the world group's allreduces on one host, fused in place) (0: no limit)"},
-    {"WEFT_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", WF_PARAM_INT, "1024", "response cache entries per group: tensors negotiated before are requested by id (0: off; at most 65536)"},
+     "a larger tensor runs alone where fusing means packing it (all but the world group's allreduces on one host, fused in place) (0: no limit)",
+     WF_SCOPE_AGREED, F(fusion_pack_max_bytes), NULL},
+    {"WEFT_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", WF_PARAM_INT, "1024", "response cache entries per group: tensors negotiated before are requested by id (0: off; at most 65536)",
+     WF_SCOPE_RANK, F(cache_capacity), NULL},
     {"WEFT_CYCLE_TIME_US", NULL, WF_PARAM_INT, "0",
-     "the coordinator holds ready responses this long to fuse more (0: respond at once)"},
+     "the coordinator holds ready responses this long to fuse more (0: respond at once)",
+     WF_SCOPE_AGREED, F(cycle_time_us), NULL},
     {"WEFT_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", WF_PARAM_DOUBLE, "0",
-     "WEFT_CYCLE_TIME_US in milliseconds (Horovod's unit); used when WEFT_CYCLE_TIME_US is 0"},
-    {"WEFT_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", WF_PARAM_INT, "0", "1: no stall inspector (neither reports nor the stall shutdown)"},
+     "WEFT_CYCLE_TIME_US in milliseconds (Horovod's unit); used when WEFT_CYCLE_TIME_US is 0",
+     WF_SCOPE_AGREED, F(cycle_time_ms), NULL},
+    {"WEFT_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_DISABLE", WF_PARAM_INT, "0", "1: no stall inspector (neither reports nor the stall shutdown)",
+     WF_SCOPE_RANK, F(stall_check_disable), "0|1"},
     {"WEFT_STALL_CHECK_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", WF_PARAM_DOUBLE, "60",
-     "rank 0 (and every waiting rank) reports a tensor some ranks have not submitted after this long (0: off)"},
+     "rank 0 (and every waiting rank) reports a tensor some ranks have not submitted after this long (0: off)",
+     WF_SCOPE_RANK, F(stall_check_seconds), NULL},
     {"WEFT_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", WF_PARAM_DOUBLE, "0",
-     "a stalled tensor fails on every rank after this long (0: only WEFT_TIMEOUT_SECONDS)"},
+     "a stalled tensor fails on every rank after this long (0: only WEFT_TIMEOUT_SECONDS)",
+     WF_SCOPE_RANK, F(stall_shutdown_seconds), NULL},
     {"WEFT_TIMELINE", "HOROVOD_TIMELINE", WF_PARAM_STRING, "",
      "write a Chrome-trace timeline to this path (rank 0; \"%r\" in the path: every rank, %r = rank); DYNAMIC: none "
-     "until weft_timeline_start"},
+     "until weft_timeline_start",
+     WF_SCOPE_RANK, F(timeline), NULL},
     {"WEFT_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", WF_PARAM_INT, "0",
-     "1: mark every engine loop iteration in the timeline"},
-    {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn", "none|warn|info|debug|trace"},
-    {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "comma list: init,engine,coord,tcp,shm,algo,boot,api"},
-    {NULL, NULL, 0, NULL, NULL}};
+     "1: mark every engine loop iteration in the timeline",
+     WF_SCOPE_RANK, F(timeline_mark_cycles), "0|1"},
+    {"WEFT_LOG_LEVEL", "HOROVOD_LOG_LEVEL", WF_PARAM_STRING, "warn",
+     "none (also fatal, error: nothing), warn (also warning), info, debug, trace; case-insensitive",
+     WF_SCOPE_RANK, F(log_level), "none|fatal|error|warn|warning|info|debug|trace"},
+    {"WEFT_LOG_SUBSYS", NULL, WF_PARAM_STRING, "all", "all, or a comma list of init, engine, coord, tcp, shm, algo, boot, api",
+     WF_SCOPE_RANK, F(log_subsys), NULL},
+    {NULL, NULL, 0, NULL, NULL, 0, 0, NULL}};
+
+#undef F
+#undef NOF
 
 const wf_param *wf_params_table(void) { return g_params; }
 
-static const wf_param *find(const char *name) {
+const wf_param *wf_param_find(const char *name) {
   for (const wf_param *p = g_params; p->name; p++)
     if (!strcmp(p->name, name)) return p;
-  WF_WARN(WF_SUB_ALL, "internal: parameter %s is not in the table", name);
   return NULL;
+}
+
+const char *wf_param_scope_name(wf_param_scope s) {
+  return s == WF_SCOPE_AGREED ? "agreed" : s == WF_SCOPE_RANK ? "rank" : "launch";
+}
+
+/* A LAUNCH knob by name; anything else is an internal error (settings are
+ * resolved once, settings.h), reported but still answered. */
+static const wf_param *find(const char *name) {
+  const wf_param *p = wf_param_find(name);
+  if (!p) WF_WARN(WF_SUB_ALL, "internal: parameter %s is not in the table", name);
+  else if (p->scope != WF_SCOPE_LAUNCH)
+    WF_WARN(WF_SUB_ALL, "internal: %s is a setting, resolved once at init: read it from wf_settings", name);
+  return p;
 }
 
 static const char *raw(const wf_param *p) {

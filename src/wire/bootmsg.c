@@ -2,13 +2,15 @@
  *
  * Payload layouts (little-endian; str = u16 length + bytes, no NUL byte):
  *
- * HELLO (20..591 bytes):
+ * HELLO (54..3697 bytes):
  *   u32 rank             < size
  *   u32 size             1..WF_MAX_RANKS
  *   u32 pid
  *   str host             1..WF_HOST_MAX bytes
  *   str boot_id          0..63 bytes ("" when unknown)
  *   str listen_addr      1..WF_HOST_MAX bytes ("ip:port")
+ *   u8[32] settings_digest  SHA-256 of the agreed settings' full text
+ *   str settings         0..WF_SETTINGS_TEXT_MAX bytes: that text ("NAME=value\n" lines)
  *
  * PEERS:
  *   u32 size             1..WF_MAX_RANKS, then `size` entries in rank order:
@@ -56,6 +58,7 @@ static const char *hello_check(const wf_hello_msg *m, char *why, size_t whylen) 
   if (!str_ok(m->host, 1, WF_HOST_MAX, why, whylen)) return "host";
   if (!str_ok(m->boot_id, 0, BOOT_ID_MAX, why, whylen)) return "boot_id";
   if (!str_ok(m->listen_addr, 1, WF_HOST_MAX, why, whylen)) return "listen_addr";
+  if (!str_ok(m->settings, 0, WF_SETTINGS_TEXT_MAX, why, whylen)) return "settings";
   return NULL;
 }
 
@@ -93,6 +96,8 @@ weft_status wf_encode_hello(wf_buf *out, uint32_t src, const wf_hello_msg *m) {
   wf_buf_str(out, m->host, strlen(m->host));
   wf_buf_str(out, m->boot_id, strlen(m->boot_id));
   wf_buf_str(out, m->listen_addr, strlen(m->listen_addr));
+  wf_buf_put(out, m->settings_digest, sizeof m->settings_digest);
+  wf_buf_str(out, m->settings, strlen(m->settings));
   return wf_frame_end(out, start, src, WF_MSG_HELLO);
 }
 
@@ -108,6 +113,9 @@ weft_status wf_decode_hello(const uint8_t *p, size_t n, wf_hello_msg *m, char *e
   WF_CHECK_GOTO(wf_rd_str(&r, "host", 1, WF_HOST_MAX, m->host), st, fail);
   WF_CHECK_GOTO(wf_rd_str(&r, "boot_id", 0, BOOT_ID_MAX, m->boot_id), st, fail);
   WF_CHECK_GOTO(wf_rd_str(&r, "listen_addr", 1, WF_HOST_MAX, m->listen_addr), st, fail);
+  for (size_t i = 0; i < sizeof m->settings_digest; i++)
+    WF_CHECK_GOTO(wf_rd_u8(&r, "settings_digest", &m->settings_digest[i]), st, fail);
+  WF_CHECK_GOTO(wf_rd_str(&r, "settings", 0, WF_SETTINGS_TEXT_MAX, m->settings), st, fail);
   WF_CHECK_GOTO(wf_rd_end(&r), st, fail);
   const char *bad = hello_check(m, why, sizeof why);
   if (bad) {

@@ -23,6 +23,8 @@
 #define WF_NAME_MAX 255          /* bytes in a tensor name */
 #define WF_ERRMSG_MAX 4096       /* bytes in an error message */
 #define WF_HOST_MAX 255          /* bytes in a host name / address */
+#define WF_SETTINGS_TEXT_MAX 3072 /* bytes of the agreed settings' text in a HELLO */
+#define WF_SETTINGS_DIGEST 32    /* bytes of its digest (SHA-256) */
 #define WF_MAX_RANKS 65536       /* ranks in a job */
 #define WF_UNIT_MAX 65536        /* tensors in a grouped op */
 #define WF_DATA_SUBHDR_SIZE 16   /* u64 seq, u32 index, u32 reserved */
@@ -90,6 +92,8 @@ typedef struct wf_hello_msg {
   char host[WF_HOST_MAX + 1];     /* host name (NUL-terminated) */
   char boot_id[64];               /* /proc/sys/kernel/random/boot_id or "" */
   char listen_addr[WF_HOST_MAX + 1]; /* "ip:port" where this rank accepts peers */
+  uint8_t settings_digest[WF_SETTINGS_DIGEST]; /* SHA-256 of the agreed settings' canonical text (util/settings.h) */
+  char settings[WF_SETTINGS_TEXT_MAX + 1];      /* that text, cut at a line end to fit ("" allowed) */
 } wf_hello_msg;
 
 /* ---- PEERS (bootstrap): one entry per rank, in rank order. */

@@ -206,21 +206,36 @@ for e in expect:
 for p in params.values():
     if p["type"] not in ("int", "double", "string", "bool") or not p["doc"]:
         bad.append("%s: type %r, doc %r" % (p["name"], p["type"], p["doc"]))
+    if p.get("scope") not in ("agreed", "rank", "launch"):
+        bad.append("%s: scope %r" % (p["name"], p.get("scope")))
+for name, scope in (("WEFT_FUSION_THRESHOLD", "agreed"), ("WEFT_ALGO_ALLREDUCE", "agreed"), ("WEFT_TRANSPORT", "agreed"),
+                    ("WEFT_CMA", "agreed"), ("WEFT_FAST", "agreed"), ("WEFT_LOG_LEVEL", "rank"),
+                    ("WEFT_TIMELINE", "rank"), ("WEFT_RANK", "launch"), ("WEFT_SECRET", "launch")):
+    if params[name]["scope"] != scope:
+        bad.append("%s: scope %r, expected %r" % (name, params[name]["scope"], scope))
+if params["WEFT_TRANSPORT"]["accepts"] != "auto|shm|tcp|mpi":
+    bad.append("WEFT_TRANSPORT accepts %r" % params["WEFT_TRANSPORT"]["accepts"])
 s = {p["name"]: p for p in json.load(open(info_set))["params"]}
 for name, value, by in (("WEFT_FUSION_THRESHOLD", "0", "HOROVOD_FUSION_THRESHOLD"),
                         ("WEFT_STALL_CHECK_SECONDS", "5", "HOROVOD_STALL_CHECK_TIME_SECONDS"),
                         ("WEFT_CYCLE_TIME_US", "250", "WEFT_CYCLE_TIME_US")):
     if s[name]["value"] != value or s[name]["set_by"] != by:
         bad.append("%s: value %r set by %r, expected %r by %r" % (name, s[name]["value"], s[name]["set_by"], value, by))
-# every variable the library reads by name is in the table
+# every variable the library reads by name is in the table; by name
+# (wf_param_*) it reads only launch parameters: settings are resolved once
+# at init (util/settings.h) and read from the world's struct
 known = set(params) | set(p["alias"] for p in params.values() if p["alias"])
-pat = re.compile(r'(?:getenv|wf_param_[a-z]+)\("([A-Z0-9_]+)"\)')
-for root, _, files in os.walk(src):
-    for f in files:
-        if f.endswith((".c", ".h")):
-            for name in pat.findall(open(os.path.join(root, f), errors="replace").read()):
-                if name not in known:
-                    bad.append("%s reads %s, which is not in the parameter table" % (f, name))
+pat = re.compile(r'(getenv|wf_param_[a-z]+)\("([A-Z0-9_]+)"\)')
+for top in (src, os.path.join(src, "..", "tools")):
+    for root, _, files in os.walk(top):
+        for f in files:
+            if f.endswith((".c", ".h")):
+                for how, name in pat.findall(open(os.path.join(root, f), errors="replace").read()):
+                    if name not in known and not name.startswith("WEFTRUN_"):
+                        bad.append("%s reads %s, which is not in the parameter table" % (f, name))
+                    elif how.startswith("wf_param_") and name in params and params[name]["scope"] != "launch":
+                        bad.append("%s reads the %s setting %s by name (%s): use the world's wf_settings" %
+                                   (f, params[name]["scope"], name, how))
 for b in bad:
     print("FAIL: " + b)
 sys.exit(1 if bad else 0)

@@ -181,6 +181,8 @@ static void build_hello(fz_in *in, wf_buf *b) {
   fz_take_name(in, m.host, WF_HOST_MAX);
   if (fz_take(in, 1) % 4) fz_take_name(in, m.boot_id, sizeof m.boot_id - 1);
   fz_take_name(in, m.listen_addr, WF_HOST_MAX);
+  for (size_t i = 0; i < sizeof m.settings_digest; i++) m.settings_digest[i] = (uint8_t)fz_take(in, 1);
+  if (fz_take(in, 1) % 2) fz_take_name(in, m.settings, WF_SETTINGS_TEXT_MAX);
   if (wf_encode_hello(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid HELLO was rejected");
 }
 
@@ -330,7 +332,7 @@ typedef struct fz_type {
 
 /* In wf_msg_type order, from 1. A new message type: add its row here. */
 static const fz_type k_types[] = {
-    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 591},
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX},
     {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
     {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
     {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},

@@ -351,12 +351,12 @@ static void test_registry(void) {
                     .rank = 1, .size = 4, .buf = buf, .segment_bytes = 1 << 20};
   /* automatic: direct (canonical order) at every size and world size,
    * whatever WEFT_SMALL_ALLREDUCE_BYTES says (it once split rd from ring) */
-  unsetenv("WEFT_SMALL_BROADCAST_BYTES");
-  const char *thresholds[] = {NULL, "1024", "1000000000"};
+  wf_settings set = *wf_settings_default();
+  a.set = &set;
+  const int64_t thresholds[] = {set.small_allreduce_bytes, 1024, 1000000000};
   int sizes[] = {1, 2, 3, 4, 5, 8};
   for (int t = 0; t < 3; t++) {
-    if (thresholds[t]) setenv("WEFT_SMALL_ALLREDUCE_BYTES", thresholds[t], 1);
-    else unsetenv("WEFT_SMALL_ALLREDUCE_BYTES");
+    set.small_allreduce_bytes = thresholds[t];
     for (int k = 0; k < 6; k++) {
       a.size = sizes[k];
       a.rank = a.size - 1;
@@ -366,7 +366,7 @@ static void test_registry(void) {
       CHECK(PICKS(&a, big, NULL, "direct"), "p=%d 64 MiB + 4: not direct", a.size);
     }
   }
-  unsetenv("WEFT_SMALL_ALLREDUCE_BYTES");
+  a.set = NULL; /* the defaults */
   a.size = 4;
   a.rank = 1;
   /* forced names, unknown names, declines: a forced name that cannot run

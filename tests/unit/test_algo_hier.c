@@ -242,7 +242,8 @@ static void check_broadcast(const layout_t *L, int root, size_t es, size_t count
   int p = L->p;
   snprintf(g_ctx, sizeof g_ctx, "broadcast hier p=%d %s root=%d es=%zu count=%zu seg=%zu %s", p, L->name, root, es,
            count, seg, small ? "tree" : "chain");
-  setenv("WEFT_SMALL_BROADCAST_BYTES", small ? "1000000000" : "-1", 1);
+  wf_settings set = *wf_settings_default();
+  set.small_broadcast_bytes = small ? 1000000000 : -1;
   simrank R[MAXP];
   void *buf[MAXP];
   size_t bytes = count * es;
@@ -254,7 +255,7 @@ static void check_broadcast(const layout_t *L, int root, size_t es, size_t count
     buf[i] = gb_alloc(bytes, (unsigned char)(0x10 + i));
     if (i == root) memcpy(buf[i], src, bytes);
     wf_coll_args a = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_UINT8, .elem_size = es, .rank = i, .size = p,
-                      .buf = buf[i], .count = count, .root = root, .segment_bytes = seg, .topo = &t};
+                      .buf = buf[i], .count = count, .root = root, .segment_bytes = seg, .topo = &t, .set = &set};
     build(R, i, &a, "hier");
     add_region(&R[i], buf[i], bytes, 1);
   }
@@ -269,7 +270,6 @@ static void check_broadcast(const layout_t *L, int root, size_t es, size_t count
   }
   gb_free(src);
   free_scheds(R, p);
-  unsetenv("WEFT_SMALL_BROADCAST_BYTES");
 }
 
 /* ------------------------------------------------------------ choice */
@@ -282,36 +282,35 @@ static void test_choice(void) {
           tbad = {3, bad, NULL, 0, NULL};
   const char *modes[] = {NULL, "-1", "0", "1"};
   for (int mi = 0; mi < 4; mi++) {
-    if (modes[mi]) setenv("WEFT_HIERARCHICAL", modes[mi], 1);
-    else unsetenv("WEFT_HIERARCHICAL");
     int mode = modes[mi] ? atoi(modes[mi]) : -1;
+    wf_settings set = *wf_settings_default();
+    set.hierarchical = mode;
     const wf_topo *topos[] = {&t2, &t4, &t1, &tbad, NULL};
     for (int ti = 0; ti < 5; ti++) {
       const wf_topo *t = topos[ti];
       int claim = t && t != &tbad && t->nhosts > 1 && (mode == 1 || (mode == -1 && t->nhosts < 4));
       wf_coll_args ar = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM,
                          .elem_size = 4, .rank = 1, .size = 4, .buf = buf, .count = 8,
-                         .segment_bytes = 1 << 20, .topo = t};
+                         .segment_bytes = 1 << 20, .topo = t, .set = &set};
       const char *c = chosen_algo(&ar);
       CHECK(!strcmp(c, claim ? "hier" : "direct"), "allreduce mode %s topo %d: chose %s", modes[mi] ? modes[mi] : "unset",
             ti, c);
       ar.count = (size_t)1 << 24; /* any size (never touched): a tensor's bits must not depend on it */
       CHECK(!strcmp(chosen_algo(&ar), claim ? "hier" : "direct"), "allreduce: choice depends on the size");
       wf_coll_args ag = {.coll = WF_COLL_ALLGATHER, .dtype = WEFT_DTYPE_FLOAT32, .elem_size = 4, .rank = 2,
-                         .size = 4, .in = buf + 4, .out = buf, .counts = counts, .displs = displs, .topo = t};
+                         .size = 4, .in = buf + 4, .out = buf, .counts = counts, .displs = displs, .topo = t, .set = &set};
       c = chosen_algo(&ag);
       CHECK(!strcmp(c, claim ? "hier" : "ring"), "allgather mode %d topo %d: chose %s", mode, ti, c);
       wf_coll_args bc = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_FLOAT32, .elem_size = 4, .rank = 3, .size = 4,
-                         .buf = buf, .count = 8, .root = 1, .segment_bytes = 1 << 20, .topo = t};
+                         .buf = buf, .count = 8, .root = 1, .segment_bytes = 1 << 20, .topo = t, .set = &set};
       c = chosen_algo(&bc);
       CHECK(!strcmp(c, claim ? "hier" : "tree"), "broadcast mode %d topo %d: chose %s", mode, ti, c);
       wf_coll_args rs = {.coll = WF_COLL_REDUCESCATTER, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM,
                          .elem_size = 4, .rank = 0, .size = 4, .in = buf, .out = buf + 32, .counts = counts,
-                         .displs = displs, .segment_bytes = 1 << 20, .topo = t};
+                         .displs = displs, .segment_bytes = 1 << 20, .topo = t, .set = &set};
       CHECK(!strcmp(chosen_algo(&rs), "direct"), "reducescatter is not hierarchical");
     }
   }
-  unsetenv("WEFT_HIERARCHICAL");
   /* forced: hier runs on one host too (then it is direct's order), and
    * with no topology at all; an inconsistent topology is declined */
   layout_t L1 = {.p = 3, .H = 1, .host_of = {0, 0, 0}, .name = "hosts[000]"};

@@ -37,10 +37,15 @@ static int64_t test_clock(void *ctx) {
   return g_now;
 }
 
+/* The settings the coordinators below are made with (the world's, in weft):
+ * the defaults, changed by a test and put back (reset_settings). */
+static wf_settings g_set;
+static void reset_settings(void) { g_set = *wf_settings_default(); }
+
 /* A coordinator of size ranks on the test's clock. */
 static wf_coord *make_on_clock(int size, double timeout) {
   wf_coord *c = NULL;
-  CHECK(wf_coord_create(size, NULL, timeout, &c) == WEFT_OK && c, "wf_coord_create");
+  CHECK(wf_coord_create_with(size, NULL, timeout, &g_set, &c) == WEFT_OK && c, "wf_coord_create");
   if (c) wf_coord_set_clock(c, test_clock, NULL);
   return c;
 }
@@ -187,12 +192,12 @@ static void test_pack_max(void) {
   n = two_large(c, got, sizeof got);
   CHECK(n == 1 && !strcmp(got, "l1+l2"), "2 MiB tensors fused in place: %zu responses '%s' (expected fused)", n, got);
   wf_coord_destroy(c);
-  setenv("WEFT_FUSION_PACK_MAX_BYTES", "0", 1); /* no limit */
+  g_set.fusion_pack_max_bytes = 0; /* no limit */
   c = make();
   n = two_large(c, got, sizeof got);
   CHECK(n == 1 && !strcmp(got, "l1+l2"), "WEFT_FUSION_PACK_MAX_BYTES=0: %zu responses '%s' (expected fused)", n, got);
   wf_coord_destroy(c);
-  unsetenv("WEFT_FUSION_PACK_MAX_BYTES");
+  reset_settings();
 }
 
 /* The error response's message (empty if none or not an error). */
@@ -301,7 +306,7 @@ static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
 /* 3 ranks; rank 2 joined, rank 0 submitted "t", rank 1 not: the report and
  * the timeout name rank 1 alone. */
 static void test_stall_joined(void) {
-  setenv("WEFT_STALL_CHECK_SECONDS", "0.02", 1);
+  g_set.stall_check_seconds = 0.02;
   wf_coord *c = make_on_clock(3, 0.2);
   wf_coord_set_stall_handler(c, on_stall, NULL);
   wf_request_msg j;
@@ -325,10 +330,10 @@ static void test_stall_joined(void) {
   take_error(c, err, sizeof err);
   CHECK(strstr(err, "waiting for rank(s) 1 to submit"), "timeout with rank 2 joined: '%s'", err);
   wf_coord_destroy(c);
-  unsetenv("WEFT_STALL_CHECK_SECONDS");
+  reset_settings();
   /* disabled: no stall shutdown either (the timeout stays the operation's) */
-  setenv("WEFT_STALL_CHECK_DISABLE", "1", 1);
-  setenv("WEFT_STALL_SHUTDOWN_SECONDS", "0.01", 1);
+  g_set.stall_check_disable = 1;
+  g_set.stall_shutdown_seconds = 0.01;
   c = make_on_clock(2, 30.0);
   add(c, 0, "s", 4);
   g_now += 30000000;
@@ -336,14 +341,11 @@ static void test_stall_joined(void) {
   take_error(c, err, sizeof err);
   CHECK(!err[0], "WEFT_STALL_CHECK_DISABLE=1 with a stall shutdown: '%s'", err);
   wf_coord_destroy(c);
-  unsetenv("WEFT_STALL_CHECK_DISABLE");
-  unsetenv("WEFT_STALL_SHUTDOWN_SECONDS");
+  reset_settings();
 }
 
 int main(void) {
-  unsetenv("WEFT_CYCLE_TIME_US"); /* the hold is for the default, event-driven coordinator */
-  unsetenv("WEFT_CYCLE_TIME_MS");
-  unsetenv("WEFT_FUSION_PACK_MAX_BYTES");
+  reset_settings(); /* the defaults: the hold is for the default, event-driven coordinator */
   test_lone();
   test_burst();
   test_hold_ends();

@@ -183,16 +183,20 @@ static void test_hello(void) {
   fill_str(m.host, WF_HOST_MAX, 'a');
   strcpy(m.boot_id, "3f2b9c1e-8d7a-4b6c-9e5f-0a1b2c3d4e5f");
   strcpy(m.listen_addr, "192.168.100.200:65535");
+  for (int i = 0; i < WF_SETTINGS_DIGEST; i++) m.settings_digest[i] = (uint8_t)(0xa0 + i);
+  fill_str(m.settings, WF_SETTINGS_TEXT_MAX, 'S');
   wf_buf b = {0};
   CHECK(wf_encode_hello(&b, 7, &m) == WEFT_OK, "encode hello");
   size_t n;
   const uint8_t *p = frame_payload(&b, 0, WF_MSG_HELLO, 7, &n);
-  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21, "HELLO payload %zu bytes", n);
+  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21 + 32 + 2 + WF_SETTINGS_TEXT_MAX, "HELLO payload %zu bytes", n);
   wf_hello_msg d;
   CHECK(wf_decode_hello(p, n, &d, g_err, sizeof g_err) == WEFT_OK, "decode hello: %s", g_err);
   CHECK(d.rank == m.rank && d.size == m.size && d.pid == m.pid, "hello ints %u %u %u", d.rank, d.size, d.pid);
   CHECK(!strcmp(d.host, m.host) && !strcmp(d.boot_id, m.boot_id) && !strcmp(d.listen_addr, m.listen_addr),
         "hello strings");
+  CHECK(!memcmp(d.settings_digest, m.settings_digest, WF_SETTINGS_DIGEST) && !strcmp(d.settings, m.settings),
+        "hello settings");
   keep_sample(WF_MSG_HELLO, p, n);
   wf_buf_free(&b);
 
@@ -203,9 +207,14 @@ static void test_hello(void) {
   m.pid = 0x01020304;
   strcpy(m.host, "h");
   strcpy(m.listen_addr, "a:1");
+  m.settings_digest[0] = 0xee;
+  m.settings_digest[31] = 0x11;
+  strcpy(m.settings, "X=1\n");
   CHECK(wf_encode_hello(&b, 1, &m) == WEFT_OK, "encode small hello");
-  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 22, 0, 0, 0, 0, 0, 0, 0,
-                                 1, 0, 0, 0, 2, 0, 0, 0, 4, 3, 2, 1, 1, 0, 'h', 0, 0, 3, 0, 'a', ':', '1'};
+  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0, 0, 0,
+                                 1, 0, 0, 0, 2, 0, 0, 0, 4, 3, 2, 1, 1, 0, 'h', 0, 0, 3, 0, 'a', ':', '1',
+                                 0xee, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11, 4, 0, 'X', '=', '1', '\n'};
   CHECK(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0, "small HELLO bytes differ (len %zu)", b.len);
   CHECK(wf_decode_hello(b.data + 24, b.len - 24, &d, g_err, sizeof g_err) == WEFT_OK && d.boot_id[0] == 0,
         "empty boot_id: %s", g_err);
@@ -230,6 +239,10 @@ static void test_hello(void) {
   bad = m;
   memset(bad.boot_id, 'x', sizeof bad.boot_id);
   CHECK(wf_encode_hello(&b, 0, &bad) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "unterminated boot_id accepted");
+  bad = m;
+  memset(bad.settings, 'x', sizeof bad.settings);
+  CHECK(wf_encode_hello(&b, 0, &bad) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "unterminated settings accepted");
+  CHECK(strstr(weft_last_error(), "settings"), "message names settings: %s", weft_last_error());
   wf_buf_free(&b);
 }
 
@@ -577,7 +590,9 @@ static void test_headers(void) {
   CHECK(h.type == WF_MSG_REQUESTS && h.flags == 0x1234 && h.src == 77 && h.length == 1000, "header fields");
   CHECK(hdr(M, 1, WF_MSG_DATA, 0, 1u << 20, 100, 1u << 20, &h) == WEFT_OK && h.length == 1u << 20, "DATA at cap");
   CHECK(hdr(M, 1, WF_MSG_HEARTBEAT, 0, 0, 100, 100, &h) == WEFT_OK, "heartbeat");
-  CHECK(hdr(M, 1, WF_MSG_HELLO, 0, 591, 1000, 100, &h) == WEFT_OK, "largest HELLO");
+  CHECK(hdr(M, 1, WF_MSG_HELLO, 0, 3697, 4000, 100, &h) == WEFT_OK, "largest HELLO");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3698, 4000, 100, &h), &h, "HELLO", "HELLO over its largest size");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 53, 4000, 100, &h), &h, "HELLO", "HELLO under its smallest size");
   expect_bad_hdr(hdr(0x54464558, 1, 1, 0, 30, 1000, 1000, &h), &h, "magic", "bad magic");
   expect_bad_hdr(hdr(M, 2, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 2");
   expect_bad_hdr(hdr(M, 0, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 0");
@@ -591,7 +606,7 @@ static void test_headers(void) {
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 1ull << 40, 1ull << 50, 1u << 30, &h), &h, "DATA", "DATA 2^40");
   expect_bad_hdr(hdr(M, 1, WF_MSG_RESPONSES, 0, 1001, 1000, 1ull << 40, &h), &h, "exceeds", "ctrl over cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 101, 1000, 100, &h), &h, "exceeds", "DATA over cap");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 592, 1000, 1000, &h), &h, "HELLO", "HELLO over its own cap");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3698, 1u << 20, 1000, &h), &h, "HELLO", "HELLO over its own cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_ABORT, 0, 2 + WF_ERRMSG_MAX + 1, 1u << 20, 0, &h), &h, "ABORT", "ABORT over cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_HEARTBEAT, 0, 1, 1000, 1000, &h), &h, "HEARTBEAT", "heartbeat with payload");
   expect_bad_hdr(hdr(M, 1, WF_MSG_BYE, 0, 8, 1000, 1000, &h), &h, "BYE", "bye with payload");
@@ -836,6 +851,8 @@ static void test_bad_fields(void) {
   put_str(&b, "h", 1);
   put_str(&b, "", 0);
   put_str(&b, "a:1", 3);
+  for (int i = 0; i < WF_SETTINGS_DIGEST; i++) put(&b, (uint64_t)i, 1);
+  put_str(&b, "A=1\n", 4);
   expect_reject(WF_MSG_HELLO, &b, P, "rank", "3", "HELLO rank == size");
   b.d[0] = 0;
   CHECK(decode_any(WF_MSG_HELLO, b.d, b.n) == 2, "fixed HELLO rejected: %s", g_err);
