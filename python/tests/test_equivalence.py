@@ -66,12 +66,14 @@ def adam(params):
 def train_one_process(factory):
     model = make_model(0)
     opt = factory(model.parameters())
+    grads = []
     for s in range(STEPS):
         x, t = data(s)
         opt.zero_grad()
         loss_fn(model, x, t).backward()
         opt.step()
-    return model
+        grads.append(model.weight.grad.clone())
+    return model, grads
 
 
 def train_ranks(factory):
@@ -81,12 +83,25 @@ def train_ranks(factory):
     opt = hvd.DistributedOptimizer(factory(model.parameters()), named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
+    grads = []
     for s in range(STEPS):
         x, t = data(s)
         opt.zero_grad()
         loss_fn(model, x[r * per:(r + 1) * per], t[r * per:(r + 1) * per]).backward()
         opt.step()
-    return model
+        grads.append(model.weight.grad.clone())  # the gradient the step used (averaged over the ranks)
+    return model, grads
+
+
+def assert_same_training(factory):
+    """Every step's gradient and the final weights equal to the last bit (the
+    gradients too, since a step can round a gradient's last bits away)."""
+    model, grads = train_ranks(factory)
+    ref, ref_grads = train_one_process(factory)
+    assert not torch.equal(ref.weight, make_model(0).weight)  # it trained
+    for s, (g, h) in enumerate(zip(grads, ref_grads)):
+        assert torch.equal(g, h), ("gradient", s, (g - h).abs().max().item())
+    assert torch.equal(model.weight, ref.weight), (model.weight - ref.weight).abs().max().item()
 
 
 def test_rank_count_is_one_two_or_four():
@@ -115,14 +130,8 @@ def test_construction_is_exact():
 
 
 def test_same_bits_as_one_process_sgd_momentum():
-    model = train_ranks(sgd)
-    ref = train_one_process(sgd)
-    assert not torch.equal(ref.weight, make_model(0).weight)  # it trained
-    assert torch.equal(model.weight, ref.weight), (model.weight - ref.weight).abs().max().item()
+    assert_same_training(sgd)
 
 
 def test_same_bits_as_one_process_adam():
-    model = train_ranks(adam)
-    ref = train_one_process(adam)
-    assert not torch.equal(ref.weight, make_model(0).weight)
-    assert torch.equal(model.weight, ref.weight), (model.weight - ref.weight).abs().max().item()
+    assert_same_training(adam)

@@ -202,11 +202,12 @@ def test_gil_released_while_waiting():
             time.sleep(0.5)
         ticks[0] = 0
         start = time.monotonic()
-        weft.allreduce(np.ones(4))
+        got = weft.allreduce(np.ones(4))
         waited = time.monotonic() - start
     finally:
         stop.set()
         t.join()
+    np.testing.assert_array_equal(got, [n] * 4)
     if r != 0 and waited > 0.3:  # this rank really was blocked for a while
         assert ticks[0] > 1000, "only %d ticks in %.2f s: the GIL was held" % (ticks[0], waited)
 

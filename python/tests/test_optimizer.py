@@ -75,6 +75,7 @@ def train_reference(opt_factory, steps, passes=1, fp16=False, predivide=1.0, n=N
             per_rank.append([p.grad.clone() for p in params])
         for i, p in enumerate(params):
             p.grad.copy_(combine([g[i] for g in per_rank], fp16, predivide))
+        record_grads(model)
         opt.step()
     return model
 
@@ -92,17 +93,32 @@ def train_distributed(opt_factory, steps, passes=1, **kwargs):
         opt.zero_grad()
         local_backward(model, x, y, r, n, passes)
         opt.step()
+        record_grads(model)  # what the step used: synchronize() leaves it in p.grad
     return model, opt
 
 
+def record_grads(model):
+    """Keeps every step's gradients: compared as well as the parameters, since
+    an optimizer step can round a gradient's last bits away."""
+    if not hasattr(model, "grad_history"):
+        model.grad_history = []
+    model.grad_history.append([p.grad.clone() for p in model.parameters()])
+
+
 def assert_same(model, ref):
-    """Every parameter equal to the last bit."""
+    """Every step's gradients and the final parameters equal to the last bit."""
+    names = [name for name, _ in model.named_parameters()]
+    assert len(model.grad_history) == len(ref.grad_history)
+    for step, (grads, ref_grads) in enumerate(zip(model.grad_history, ref.grad_history)):
+        for name, a, b in zip(names, grads, ref_grads):
+            assert torch.equal(a, b), ("gradient", step, name, (a - b).abs().max().item())
     for (name, a), b in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(a, b), (name, (a - b).abs().max().item())
 
 
 def differs(a, b):
-    return any(not torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    """Whether two references differ (their gradients at some step)."""
+    return any(not torch.equal(p, q) for g, h in zip(a.grad_history, b.grad_history) for p, q in zip(g, h))
 
 
 def sgd(params):
@@ -161,6 +177,7 @@ def test_explicit_groups_and_gradients_start_during_backward():
     if n > 1:  # the hooks have already submitted every allreduce
         assert len(opt._handles) == 4 and all(h[0] is not None for h in opt._handles.values())
     opt.step()
+    record_grads(model)
     assert_same(model, train_reference(sgd, 1))
 
 
@@ -185,6 +202,7 @@ def test_unused_parameter_and_skip_synchronize():
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
     with opt.skip_synchronize():
         opt.step()
+    record_grads(model)
     assert torch.equal(unused.detach(), torch.ones(2))
     assert torch.equal(unused.grad, torch.zeros(2))
     assert_same(model, train_reference(lambda params: torch.optim.SGD(params, lr=0.5), 1))
