@@ -11,7 +11,8 @@
 #               within the bound, names the rank and its host, exits 137
 #   partition   host 2's link goes down mid-job (no RST): the job fails within
 #               the bound, naming the lost peer; nothing is left behind
-# Exit 0 = pass, 77 = skipped (no network namespaces here), else fail.
+# Exit 0 = pass, 77 = skipped (no network namespaces here; a failure instead
+# with WEFT_TESTS_NO_SKIP=1 or CI set), else fail.
 set -u
 CASE=$1
 WR=$2
@@ -40,6 +41,19 @@ fail() {
   done
   exit 1
 }
+# A case that cannot run here exits 77 (ctest: skipped), unless skipping is
+# forbidden: WEFT_TESTS_NO_SKIP=1, the default where CI is set (CI must run
+# what it claims to test: a missing capability fails there instead).
+no_skip() {
+  local v=${WEFT_TESTS_NO_SKIP:-}
+  [ -n "$v" ] || { [ -n "${CI:-}" ] && [ "${CI:-}" != false ] && v=1; }
+  [ -n "$v" ] && [ "$v" != 0 ]
+}
+skip() {
+  no_skip && fail "cannot run here ($*), and WEFT_TESTS_NO_SKIP=1 (or CI) forbids skipping"
+  echo "SKIP [cluster.$CASE]: $*"
+  exit 77
+}
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 less() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
@@ -49,10 +63,7 @@ up() {
   local out rc
   out=$(bash "$NETNS" up "$1" 2>"$D/err.netns")
   rc=$?
-  if [ $rc = 77 ]; then
-    echo "SKIP [cluster.$CASE]: $(cat "$D/err.netns")"
-    exit 77
-  fi
+  [ $rc = 77 ] && skip "$(cat "$D/err.netns")"
   [ $rc = 0 ] || fail "cannot build the test cluster: $(cat "$D/err.netns")"
   SUB=${out%% *}
   HOSTS=${out#* }

@@ -11,7 +11,8 @@
 # expected verdict exists without a FAIL line, checks what only it can see
 # (exit codes, leftover processes, log lines), and prints every MEASURE line
 # as "TABLE <test> ..." for the closing table. Exit 0 = pass, 77 = skipped
-# (ctest SKIP_RETURN_CODE), anything else = fail.
+# (ctest SKIP_RETURN_CODE; a failure instead with WEFT_TESTS_NO_SKIP=1 or CI
+# set), anything else = fail.
 #
 # The transport is WEFT_TRANSPORT (set per test by CMake; tcp if unset).
 set -u
@@ -46,6 +47,19 @@ fail() {
   done
   table
   exit 1
+}
+# A case that cannot run here exits 77 (ctest: skipped), unless skipping is
+# forbidden: WEFT_TESTS_NO_SKIP=1, the default where CI is set (CI must run
+# what it claims to test: a missing capability fails there instead).
+no_skip() {
+  local v=${WEFT_TESTS_NO_SKIP:-}
+  [ -n "$v" ] || { [ -n "${CI:-}" ] && [ "${CI:-}" != false ] && v=1; }
+  [ -n "$v" ] && [ "$v" != 0 ]
+}
+skip() {
+  no_skip && fail "cannot run here ($*), and WEFT_TESTS_NO_SKIP=1 (or CI) forbids skipping"
+  echo "SKIP [$TEST]: $*"
+  exit 77
 }
 pass() {
   [ -e "$D/FAILED" ] && { echo "FAIL [$TEST]: a check failed in a subshell: $(cat "$D/FAILED")" >&2; exit 1; }
@@ -231,16 +245,13 @@ case $CASE in
   pass ;;
 # ---------------------------------------------------------------- partition
 11.partition_netns)
-  command -v ip >/dev/null || { echo "SKIP [$TEST]: no ip(8)"; exit 77; }
+  command -v ip >/dev/null || skip "no ip(8)"
   A=wfa$$ B=wfb$$ VA=wfva$$ VB=wfvb$$
-  if ! ip netns add $A 2>"$D/err.netns"; then
-    echo "SKIP [$TEST]: cannot create network namespaces: $(cat "$D/err.netns")"
-    exit 77
-  fi
+  ip netns add $A 2>"$D/err.netns" || skip "cannot create network namespaces: $(cat "$D/err.netns")"
   CLEANUP+=("ip netns del $A")
   ip netns add $B || fail "ip netns add $B"
   CLEANUP+=("ip netns del $B")
-  ip link add $VA type veth peer name $VB || { echo "SKIP [$TEST]: cannot create a veth pair"; exit 77; }
+  ip link add $VA type veth peer name $VB || skip "cannot create a veth pair"
   ip link set $VA netns $A && ip link set $VB netns $B &&
     ip -n $A addr add 10.213.0.1/24 dev $VA && ip -n $B addr add 10.213.0.2/24 dev $VB &&
     ip -n $A link set $VA up && ip -n $B link set $VB up && ip -n $A link set lo up && ip -n $B link set lo up ||
@@ -273,8 +284,7 @@ case $CASE in
   opts=size=64k
   [ "$CASE" = 12.shm_readonly ] && opts=ro
   if ! command -v unshare >/dev/null || ! unshare -m true 2>"$D/err.ns"; then
-    echo "SKIP [$TEST]: cannot make a private mount namespace: $(cat "$D/err.ns" 2>/dev/null)"
-    exit 77
+    skip "cannot make a private mount namespace: $(cat "$D/err.ns" 2>/dev/null)"
   fi
   unshare -m bash -c '
     mount -t tmpfs -o "$1" tmpfs /dev/shm || exit 77
@@ -285,7 +295,7 @@ case $CASE in
     WEFT_TRANSPORT=shm timeout -k 5 60 "$2" -np 3 "$3" shm_unusable >"$4/out.shm" 2>"$4/err.shm"
     echo $? >"$4/rc.shm"
     ls -A /dev/shm >"$4/left.shm"' _ "$opts" "$WR" "$S" "$D"
-  [ $? = 77 ] && { echo "SKIP [$TEST]: cannot mount a tmpfs on /dev/shm"; exit 77; }
+  [ $? = 77 ] && skip "cannot mount a tmpfs on /dev/shm"
   [ "$(cat "$D/rc.auto")" = 0 ] || fail "auto: the job failed instead of falling back to TCP"
   verdicts 0.auto 1.auto 2.auto
   grep -q "WARN.*/dev/shm.*TCP" "$D/err.auto" || fail "auto: no warning naming /dev/shm and the TCP fallback"

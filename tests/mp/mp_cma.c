@@ -20,13 +20,57 @@
  *    cross-memory attach allowed) and shm (staging regions of the whole
  *    world) take every case here: none may decline. The tests that force
  *    run with WEFT_FAST=0, so that small operations reach the algorithm
- *    instead of the one-host fast path.
+ *    instead of the one-host fast path;
+ *  - with MP_CMA_EXPECT=auto (and nothing forced), that the automatic choice
+ *    took cma exactly from the measured thresholds on (predicted here as
+ *    the prefer() of src/algo/<coll>_cma.c claims: allreduce 2 MiB on 2
+ *    ranks, else 256 KiB; reducescatter 1 MiB / 256 KiB of input;
+ *    allgather 1 MiB of output; broadcast 64 KiB on 3+ ranks; alltoall
+ *    always) and nothing else took it: without this a cma that never
+ *    claimed passed on direct's bits. With
+ *    MP_CMA_EXPECT=none (WEFT_CMA=0, or a rank that cannot read the others),
+ *    that no operation ran cma. Fused tensors are not checked: what fused
+ *    (and so the size the choice saw) depends on timing.
  *
  * Usage (under weftrun -np N): mp_cma [--large COUNT] [--seed S] */
 #include "mp_harness.c"
 
 static size_t g_large = 1000003;
 static uint64_t g_seed = 11;
+
+/* ------------------------------------------------------ the choice */
+/* MP_CMA_EXPECT: 0 unset (no check of the automatic choice), 1 "auto" (cma
+ * from the thresholds on), 2 "none" (never cma). */
+static int g_expect;
+
+/* req (complete, OK) of collective coll: the forced algorithm if one is
+ * forced, else (MP_CMA_EXPECT) cma exactly when `claims` says the automatic
+ * choice takes it. */
+static void check_choice(weft_request *req, const char *coll, int claims, const char *what) {
+  if (mp_forced_algo(coll)) {
+    mp_check_algo(req, coll, NULL, what);
+    return;
+  }
+  if (!g_expect) return;
+  const char *ran = weft_request_algorithm(req);
+  int want = g_expect == 1 && claims;
+  if (!ran[0] || !strcmp(ran, "board"))
+    mp_fail("%s: ran '%s': the automatic choice is checked with WEFT_FAST=0", what, ran);
+  else if (want != !strcmp(ran, "cma"))
+    mp_fail("%s: ran '%s'; %s", what, ran,
+            want ? "cma claims this size" : g_expect == 2 ? "cma is off on this host" : "this size is below cma's claim");
+}
+
+/* The sizes from which the cma algorithms claim the automatic choice (as
+ * their prefer() does; elements of es bytes). */
+static int claims_allreduce(size_t n, size_t es) {
+  return mp_size >= 2 && n >= (mp_size == 2 ? (size_t)2 << 20 : (size_t)256 << 10) / es;
+}
+static int claims_reducescatter(size_t total, size_t es) {
+  return mp_size >= 2 && total >= (mp_size == 2 ? (size_t)1 << 20 : (size_t)256 << 10) / es;
+}
+static int claims_allgather(size_t total, size_t es) { return mp_size >= 2 && total >= ((size_t)1 << 20) / es; }
+static int claims_broadcast(size_t n, size_t es) { return mp_size > 2 && n >= ((size_t)64 << 10) / es; }
 
 /* ------------------------------------------------------------- reductions */
 /* Rank r's input element i: a float with a full mantissa in about
@@ -139,7 +183,7 @@ static void run_allreduce(const red_case *rc, size_t n, int in_place) {
   mp_submitted(weft_allreduce(mp_group, name, &ti, &to, rc->op, NULL, &req), &req, name);
   if (mp_wait_ok(req, name)) {
     check_fold(rc->dt, rc->op, out, 0, n, name);
-    mp_check_algo(req, "ALLREDUCE", NULL, name);
+    check_choice(req, "ALLREDUCE", claims_allreduce(n, es), name);
   }
   weft_request_free(req);
   if (out != in) free(out);
@@ -169,6 +213,7 @@ static void run_fused(void) {
     if (mp_wait_ok(req[k], "fused")) {
       check_fold(WEFT_DTYPE_FLOAT32, WEFT_OP_SUM, buf[k], 0, ns[k], "fused");
       mp_check_algo(req[k], "ALLREDUCE", NULL, "fused");
+      if (g_expect == 2) check_choice(req[k], "ALLREDUCE", 0, "fused"); /* whatever fused: never cma */
     }
     weft_request_free(req[k]);
     free(buf[k]);
@@ -196,7 +241,7 @@ static void run_reducescatter(const red_case *rc, size_t n) {
       mp_fail("%s: output is not %zu rows", name, rows);
     else
       check_fold(rc->dt, rc->op, out.data, first, rows, name);
-    mp_check_algo(req, "REDUCESCATTER", NULL, name);
+    check_choice(req, "REDUCESCATTER", claims_reducescatter(n, es), name);
   }
   weft_request_free(req);
   free(in);
@@ -230,7 +275,7 @@ static void run_allgather(size_t base) {
         at += rows[r] * inner;
       }
     }
-    mp_check_algo(req, "ALLGATHER", NULL, name);
+    check_choice(req, "ALLGATHER", claims_allgather(total * inner, 4), name);
   }
   weft_request_free(req);
   free(in);
@@ -251,7 +296,7 @@ static void run_broadcast(weft_dtype t, size_t n, int root) {
   mp_submitted(weft_broadcast(mp_group, name, &ti, root, NULL, &req), &req, name);
   if (mp_wait_ok(req, name)) {
     mp_check_fill(t, buf, 0, n, root, 0, g_seed, name);
-    mp_check_algo(req, "BROADCAST", NULL, name);
+    check_choice(req, "BROADCAST", claims_broadcast(n, es), name);
   }
   weft_request_free(req);
   free(buf);
@@ -299,7 +344,7 @@ static void run_alltoall(int variant) {
         at += n;
       }
     }
-    mp_check_algo(req, "ALLTOALL", NULL, name);
+    check_choice(req, "ALLTOALL", mp_size >= 2, name);
   }
   weft_request_free(req);
   free(in);
@@ -315,7 +360,10 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  const char *ex = getenv("MP_CMA_EXPECT");
+  g_expect = !ex || !*ex ? 0 : !strcmp(ex, "auto") ? 1 : !strcmp(ex, "none") ? 2 : -1;
   mp_setup();
+  if (g_expect < 0) mp_fatal("MP_CMA_EXPECT=%s: expected auto or none", ex);
   if (mp_size > 64) mp_fatal("at most 64 ranks");
   size_t c[9];
   for (size_t k = 0; k < sizeof k_reds / sizeof k_reds[0]; k++) {

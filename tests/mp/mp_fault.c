@@ -127,7 +127,13 @@ static int run_rank(void) {
     failed = 1;
   }
   if (completed) {
-    /* The allreduce beat the kill: the next collective cannot. */
+    /* The allreduce beat the kill: then it has the whole sum (every rank
+     * gave 1.0), and the next collective cannot complete. */
+    for (size_t i = 0; i < n; i++)
+      if (buf[i] != (float)mp_size) {
+        mp_fail("the allreduce completed, but element %zu is %g, not %d", i, buf[i], mp_size);
+        break;
+      }
     mp_say("INFO rank %d: the allreduce completed before the kill; checking the next collective", mp_rank);
     weft_request *next = NULL;
     st = weft_barrier(mp_group, "fault.next", NULL, &next);

@@ -11,8 +11,12 @@
  *    of the hosts in host order (hosts numbered by their lowest rank);
  *    --expect direct: the left fold of all ranks. Counts 1, 7, 1000 and
  *    --large; 4 tensors of one grouped allreduce (fused) likewise;
+ *    Every allreduce must also report that algorithm (weft_request_algorithm:
+ *    "hier" or "direct"), which the bits alone do not show for every case
+ *    (one element, max);
  *  - allgather with different rows per rank (some 0) and broadcast from
- *    every root (small: tree sizes, large: chain sizes) deliver exact data.
+ *    every root (small: tree sizes, large: chain sizes) deliver exact data,
+ *    and with WEFT_ALGO_<COLL> set ran that algorithm (no silent fallback).
  *
  * Usage: hier_hosts.sh HOSTS mp_hier --expect hier|direct [--large N] */
 #include "mp_harness.c"
@@ -137,6 +141,12 @@ static void check_same(const ar_kind *k, const void *got, const void *want, size
     }
 }
 
+/* req, an allreduce (or a grouped one), ran the expected algorithm. */
+static void check_algo(weft_request *req, const char *name) {
+  const char *want = g_expect_hier ? "hier" : "direct", *ran = weft_request_algorithm(req);
+  if (strcmp(ran, want)) mp_fail("%s: ran '%s', expected %s", name, ran, want);
+}
+
 static void test_allreduce(const ar_kind *k, size_t n, uint64_t seed) {
   mp_case("allreduce %s count=%zu", k->name, n);
   size_t bytes = n * mp_esize(k->dt);
@@ -152,6 +162,7 @@ static void test_allreduce(const ar_kind *k, size_t n, uint64_t seed) {
     void *ref = reference(k, n, seed);
     check_same(k, buf, ref, n, name);
     free(ref);
+    check_algo(req, name);
   }
   weft_request_free(req);
   free(buf);
@@ -177,12 +188,14 @@ static void test_fused(const ar_kind *k) {
   snprintf(name, sizeof name, "grouped.%s", k->name);
   weft_request *req = NULL;
   mp_submitted(weft_grouped_allreduce(mp_group, name, K, ts, ts, k->op, NULL, &req), &req, name);
-  if (mp_wait_ok(req, name))
+  if (mp_wait_ok(req, name)) {
     for (int j = 0; j < K; j++) {
       void *ref = reference(k, counts[j], 100 + (uint64_t)j);
       check_same(k, bufs[j], ref, counts[j], name);
       free(ref);
     }
+    check_algo(req, name);
+  }
   weft_request_free(req);
   for (int j = 0; j < K; j++) free(bufs[j]);
   mp_case_end();
@@ -218,6 +231,7 @@ static void test_allgather(int large) {
             break;
           }
     }
+    mp_check_algo(req, "ALLGATHER", NULL, name);
   }
   weft_request_free(req);
   free(in);
@@ -236,12 +250,14 @@ static void test_broadcast(size_t n) {
     snprintf(name, sizeof name, "bc.%zu.%d", n, root);
     weft_request *req = NULL;
     mp_submitted(weft_broadcast(mp_group, name, &t, root, NULL, &req), &req, name);
-    if (mp_wait_ok(req, name))
+    if (mp_wait_ok(req, name)) {
       for (size_t i = 0; i < n; i++)
         if (buf[i] != (uint32_t)mp_hash((uint64_t)root, i, (uint64_t)root)) {
           mp_fail("%s: element %zu is not the root's", name, i);
           break;
         }
+      mp_check_algo(req, "BROADCAST", NULL, name);
+    }
     weft_request_free(req);
   }
   free(buf);

@@ -4,8 +4,9 @@
  *  - allreduce of every dtype x op at counts that cross chunk and slot
  *    boundaries (small staging regions make many chunks), checked bit for
  *    bit against the left fold in rank order, ((x_0 op x_1) op x_2) ...,
- *    computed here in the dtype's arithmetic (average: the same result on
- *    every rank, within rounding of sum / n);
+ *    computed here in the dtype's arithmetic (average: that fold, then as
+ *    the library defines it: integers divided by n exactly, truncating;
+ *    floats times 1/n in double, rounded once to the type; bit for bit);
  *  - reducescatter (uneven blocks), allgather (uneven rows, a rank with
  *    none), broadcast from every root;
  *  - a burst of mixed collectives submitted at once and waited for together
@@ -84,26 +85,50 @@ static void expect(weft_dtype t, weft_reduce_op op, size_t i, unsigned char *out
   }
 }
 
-/* got[k] is element first + k of the tensor: the fold, bit for bit (average:
- * the fold / size within rounding). */
+/* v rounded to nearest even with `bits` significant bits (float16: 11,
+ * bfloat16: 8), from the double at once (one rounding, as the library's
+ * scaling; float16 subnormals in units of 2^-24). */
+static double round_bits(double v, int bits) {
+  if (v == 0 || !isfinite(v)) return v;
+  int e;
+  double m = frexp(fabs(v), &e);
+  if (bits == 11 && e < -13) return copysign(nearbyint(fabs(v) * 0x1p24) * 0x1p-24, v);
+  return copysign(ldexp(nearbyint(ldexp(m, bits)), e - bits), v);
+}
+
+/* The average from the fold `sum` (both one element of t): integers divided
+ * by the size exactly, truncating toward zero (the sum wrapped first);
+ * floats times 1/size in double, rounded once to t. */
+static void average_of(weft_dtype t, const unsigned char *sum, unsigned char *avg) {
+  if (!mp_is_float(t)) {
+    mp_set_i(t, avg, 0, mp_wrap(t, (uint64_t)(mp_get_i(t, sum, 0) / mp_size)));
+    return;
+  }
+  double v = mp_get_f(t, sum, 0) * (1.0 / mp_size);
+  if (t == WEFT_DTYPE_FLOAT16) v = round_bits(v, 11);
+  else if (t == WEFT_DTYPE_BFLOAT16) v = round_bits(v, 8);
+  mp_set_f(t, avg, 0, v); /* float32: the one rounding; 16-bit: exact already */
+}
+
+/* got[k] is element first + k of the tensor: the fold (average: of the
+ * fold), bit for bit. */
 static int check_fold(weft_dtype t, weft_reduce_op op, const void *got, size_t first, size_t n, const char *what) {
   size_t es = mp_esize(t);
   unsigned char want[8];
   for (size_t k = 0; k < n; k++) {
     expect(t, op, first + k, want);
-    const unsigned char *g = (const unsigned char *)got + k * es;
     if (op == WEFT_OP_AVERAGE) {
-      if (!mp_is_float(t)) continue; /* integer averages: the digests against direct */
-      double w = mp_get_f(t, want, 0) / mp_size, v = mp_get_f(t, g, 0);
-      if (fabs(v - w) <= 1e-2 * (fabs(w) + 1e-2)) continue;
-      return mp_fail("%s: element %zu is %g, the average is %g", what, first + k, v, w);
+      unsigned char sum[8];
+      memcpy(sum, want, es);
+      average_of(t, sum, want);
     }
+    const unsigned char *g = (const unsigned char *)got + k * es;
     if (memcmp(g, want, es)) {
       uint64_t gv = 0, wv = 0;
       memcpy(&gv, g, es);
       memcpy(&wv, want, es);
-      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold gives 0x%llx", what, first + k,
-                     (unsigned long long)gv, (unsigned long long)wv);
+      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold%s gives 0x%llx", what, first + k,
+                     (unsigned long long)gv, op == WEFT_OP_AVERAGE ? " / size" : "", (unsigned long long)wv);
     }
   }
   return 1;
@@ -306,6 +331,11 @@ static int run_leave(void) {
   else
     mp_say("INFO rank %d: %s after %.2f s: %s", mp_rank, weft_status_string(st), mp_now() - t0,
            st == WEFT_OK ? "completed" : weft_request_error(req));
+  for (size_t i = 0; st == WEFT_OK && i < n; i++) /* completed: rank 1's part was in, the whole sum */
+    if (buf[i] != (float)mp_size) {
+      mp_fail("completed, but element %zu is %g, not %d", i, buf[i], mp_size);
+      break;
+    }
   weft_request_free(req);
   mp_case_end();
   if (st != WEFT_IN_PROGRESS) free(buf); /* else the engine may still write into it: leaked, the test failed anyway */

@@ -2,7 +2,9 @@
 bootstraps from MPI. Checks the ranks against the MPI launcher's own
 variables, numpy collectives against references computed here from every
 rank's known input, shutdown and init again in the same process, and (when
-torch imports) weft.torch's allreduce. Exits non-zero on any failure.
+torch imports) weft.torch's allreduce. Exits non-zero on any failure; a
+torch that does not import is one where skipping is forbidden
+(WEFT_TESTS_NO_SKIP=1, the default where CI is set).
 
 Run: mpirun -np N python3 py_mpi_check.py (PYTHONPATH=<build>/python)."""
 
@@ -29,6 +31,13 @@ def check(cond, what):
         sys.exit(1)
 
 
+def no_skip():
+    v = os.environ.get("WEFT_TESTS_NO_SKIP", "")
+    if not v:
+        v = "1" if os.environ.get("CI", "") not in ("", "false") else "0"
+    return v != "0"
+
+
 def main():
     rank = launcher(["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"])
     size = launcher(["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"])
@@ -50,8 +59,9 @@ def main():
         check(not weft.is_initialized(), "cycle %d: still initialized after shutdown()" % cycle)
     try:
         import torch
-    except ImportError:
+    except ImportError as e:
         torch = None
+        check(not no_skip(), "torch does not import (%s), and WEFT_TESTS_NO_SKIP=1 (or CI) forbids skipping it" % e)
     if torch is not None:
         import weft.torch as hvd
         hvd.init()
