@@ -234,6 +234,15 @@ static size_t build(const fcase *fc, uint8_t *buf, size_t cap) {
 
 static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t child) {
   fx_open_verdict("fake");
+  /* the agreed settings a real rank of this job sends (same environment) */
+  wf_settings set;
+  char serr[256];
+  if (wf_settings_resolve(&set, serr, sizeof serr) != WEFT_OK) {
+    fx_fail("the fake rank's settings: %s", serr);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    return 1;
+  }
   wf_boot_cfg bc = {.rank = 1,
                     .size = 2,
                     .addr = addr,
@@ -242,7 +251,8 @@ static int fake_rank1(const fcase *fc, const char *addr, int rd, int wr, pid_t c
                     .job_id = getenv("WEFT_JOB_ID"),
                     .hostname = "fake-rank",
                     .timeout_seconds = 10,
-                    .handshake_timeout = 5};
+                    .handshake_timeout = 5,
+                    .settings = &set};
   wf_boot_result br;
   weft_status st = wf_bootstrap(&bc, &br);
   if (st != WEFT_OK) {

@@ -42,6 +42,7 @@
 #include "bootstrap/auth.h"
 #include "bootstrap/sockutil.h"
 #include "fault_common.h"
+#include "util/settings.h"
 #include "util/time.h"
 #include "weft.h"
 #include "wire/wire.h"
@@ -313,8 +314,14 @@ static int fake_bootstrap(int *fd0, int *fd1) {
     h.rank = 2, h.size = 3, h.pid = (uint32_t)getpid();
     snprintf(h.host, sizeof h.host, "fake-host");
     snprintf(h.listen_addr, sizeof h.listen_addr, "127.0.0.1:9");
+    /* the agreed settings as a real rank of this job sends them (the same
+     * environment), so that rank 0 answers the valid HELLO with PEERS */
+    wf_settings set;
+    if (wf_settings_resolve(&set, err, sizeof err) != WEFT_OK) return fx_fail("fake: settings: %s", err);
+    wf_settings_text(&set, h.settings, sizeof h.settings);
+    wf_settings_digest(&set, h.settings_digest);
     wf_buf b = {0};
-    uint8_t buf[2048];
+    uint8_t buf[8192];
     if (wf_encode_hello(&b, 2, &h) != WEFT_OK || b.len > sizeof buf) return fx_fail("fake: cannot encode HELLO");
     size_t n = b.len;
     memcpy(buf, b.data, n);
