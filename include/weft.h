@@ -234,9 +234,15 @@ typedef struct weft_op_options {
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and
  *    enqueues; *req receives a new request handle (never NULL on success);
- *  - takes a name unique among this rank's requests in flight in the group
- *    (1..255 bytes, copied); a name in flight is WEFT_ERR_INVALID_ARGUMENT;
- *    the same name on every rank denotes the same collective;
+ *  - takes a name unique among this rank's requests in use in the group
+ *    (1..255 bytes, copied); a name in use is WEFT_ERR_INVALID_ARGUMENT. A
+ *    name is in use from its submission until the caller has seen the
+ *    request complete: weft_wait() or weft_test() returned its final status,
+ *    its callback returned, or weft_request_free(); a request freed while
+ *    pending gives its name up when it completes. (Not when it merely
+ *    completes: one that completed at once on one rank would free the name
+ *    there sooner than elsewhere, and the ranks' checks would disagree.)
+ *    The same name on every rank denotes the same collective;
  *  - fails locally (WEFT_ERR_INVALID_ARGUMENT, nothing enqueued, *req NULL)
  *    on misuse, with weft_last_error() naming the problem;
  *  - completes with WEFT_ERR_MISMATCH on every rank when ranks disagree

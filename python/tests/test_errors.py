@@ -78,13 +78,36 @@ def test_duplicate_name_in_flight():
             time.sleep(0.3)
         first = weft.allreduce_async(np.ones(3), name=name)
         if r != late:
-            with pytest.raises(ValueError, match="already in flight"):
+            with pytest.raises(ValueError, match="already in use"):
                 weft.allreduce_async(np.ones(3), name=name)
             checked += 1
         np.testing.assert_array_equal(first.synchronize(), [n] * 3)
         # once complete, the name is free again
         np.testing.assert_array_equal(weft.allreduce(np.ones(3), name=name), [n] * 3)
     assert checked >= 1
+
+
+def test_name_in_use_until_synchronized():
+    """A name stays in use after its operation completed, until synchronize:
+    every rank rejects the duplicate alike (small tensors complete at once in
+    shared memory, on some ranks sooner than on others), and the ranks that
+    did not submit it are not disturbed."""
+    r, n = ranks()
+    first = weft.allreduce_async(np.ones(3), name="unseen")
+    time.sleep(0.3)  # complete everywhere by now; not looked at
+    with pytest.raises(ValueError, match="already in use"):
+        weft.allreduce_async(np.full(3, 2.0), name="unseen")
+    np.testing.assert_array_equal(first.synchronize(), [n] * 3)
+    # synchronized: free again, on every rank, and the job is in step
+    np.testing.assert_array_equal(weft.allreduce(np.full(3, 2.0), name="unseen"), [2 * n] * 3)
+    # one rank alone tries a name in use: only it gets the error
+    other = weft.allreduce_async(np.ones(2), name="unseen.one")
+    time.sleep(0.1)
+    if r == n - 1:
+        with pytest.raises(ValueError, match="already in use"):
+            weft.allreduce_async(np.ones(2), name="unseen.one")
+    np.testing.assert_array_equal(other.synchronize(), [n] * 2)
+    still_works()
 
 
 def test_error_is_raised_again_on_second_synchronize():

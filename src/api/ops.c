@@ -129,13 +129,15 @@ static weft_status submit(weft_request *r, weft_request **out) {
   } else if (w->stopping) {
     st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
   } else if ((rc = wf_strmap_insert_h(&w->inflight, r->key, r->key_hash, r, 1)) != 0) {
-    /* the key lives in r, which leaves the set before it is freed (completion) */
-    st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in flight on rank %d", wf_coll_name(r->msg.coll),
-                          r->msg.name, w->rank)
+    /* the key lives in r, which leaves the set before it is freed (seen complete, or detached and completed) */
+    st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in use on rank %d (submitted, and its request not yet "
+                          "waited on, tested complete or freed)", wf_coll_name(r->msg.coll), r->msg.name, w->rank)
                 : wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
   } else if (fast) {
+    atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
     if (r->msg.coll != WF_COLL_JOIN) wf_fast_list_locked(w, r); /* the engine's scan sees it */
   } else {
+    atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
     wf_engine_queue_locked(w, r); /* under the same lock (wf_engine_submit's work) */
   }
   pthread_mutex_unlock(&w->mu);
@@ -369,9 +371,11 @@ static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *p
   for (; st == WEFT_OK && put < n; put++) {
     int rc = wf_strmap_insert_h(&w->inflight, kids[put]->key, kids[put]->key_hash, kids[put], 1); /* key borrowed: see submit */
     if (rc > 0)
-      st = INVALID("%s: a tensor named '%s' is already in flight on rank %d", fn, kids[put]->msg.name, w->rank);
+      st = INVALID("%s: a tensor named '%s' is already in use on rank %d (submitted, and its request not yet waited "
+                   "on, tested complete or freed)", fn, kids[put]->msg.name, w->rank);
     else if (rc < 0) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
     if (rc) break;
+    atomic_store_explicit(&kids[put]->name_held, 1, memory_order_relaxed);
   }
   if (st != WEFT_OK)
     for (int i = 0; i < put; i++) wf_strmap_del_val_h(&w->inflight, kids[i]->key, kids[i]->key_hash, kids[i]);

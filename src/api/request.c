@@ -96,6 +96,35 @@ void wf_request_release(weft_request *r) {
   tl_ncache++;
 }
 
+/* ------------------------------------------------------------- names */
+void wf_request_names_locked(weft_world *w, weft_request *r) {
+  if (atomic_load_explicit(&r->name_held, memory_order_relaxed)) {
+    wf_strmap_del_val_h(&w->inflight, r->key, r->key_hash, r); /* the key's own pointer: no strcmp */
+    atomic_store_explicit(&r->name_held, 0, memory_order_relaxed);
+  }
+  for (int i = 0; i < r->nkids; i++)
+    if (r->kids[i]) wf_request_names_locked(w, r->kids[i]);
+}
+
+/* Does r (or a grouped op's child) still hold its name? Relaxed: name_held
+ * changes only under w->mu, and a stale 1 only costs the lock. Once nothing
+ * is held the world is not touched, so a handle seen complete may be tested
+ * and freed after weft_finalize (which gives every name up). */
+static int any_held(weft_request *r) {
+  if (atomic_load_explicit(&r->name_held, memory_order_relaxed)) return 1;
+  for (int i = 0; i < r->nkids; i++)
+    if (r->kids[i] && any_held(r->kids[i])) return 1;
+  return 0;
+}
+
+void wf_request_observed(weft_request *r) {
+  if (!any_held(r)) return;
+  weft_world *w = r->world;
+  pthread_mutex_lock(&w->mu);
+  wf_request_names_locked(w, r);
+  pthread_mutex_unlock(&w->mu);
+}
+
 /* ------------------------------------------------------------- handles */
 /* weft_wait polls this long before it sleeps on the condition variable. */
 #define WAIT_SPIN_NS (50 * 1000LL)
@@ -113,6 +142,7 @@ weft_status weft_test(weft_request *r) {
   if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_test: not a live request handle");
   if (!done(r)) wf_fast_progress(r, 0, 0); /* a one-host fast request completes in the caller */
   if (!done(r)) return WEFT_IN_PROGRESS;
+  wf_request_observed(r); /* the caller sees it complete: its name is free again */
   if (r->status != WEFT_OK) wf_err(r->status, "%s", r->error ? r->error : weft_status_string(r->status));
   return r->status;
 }
@@ -224,11 +254,21 @@ weft_status weft_request_free(weft_request *r) {
   if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_free: not a live request handle");
   /* The user's reference may be dropped once: a second free of a detached
    * (still pending) request must not steal the engine's reference. */
+  /* Under w->mu, which completion holds while it decides whether the name
+   * goes with a detached request: either this sees it done and frees the
+   * name, or the completion sees it detached and does. */
   uint32_t expect = WF_REQ_MAGIC;
-  if (!done(r)) {
-    if (!atomic_compare_exchange_strong(&r->magic, &expect, WF_REQ_FREED))
-      return wf_err(WEFT_ERR_MISUSE, "weft_request_free: not a live request handle");
+  int ok = 1;
+  if (done(r)) {
+    wf_request_observed(r);
+  } else { /* pending: the world is alive (finalize completes every request first) */
+    weft_world *w = r->world;
+    pthread_mutex_lock(&w->mu);
+    if (done(r)) wf_request_names_locked(w, r);
+    else ok = atomic_compare_exchange_strong(&r->magic, &expect, WF_REQ_FREED);
+    pthread_mutex_unlock(&w->mu);
   }
+  if (!ok) return wf_err(WEFT_ERR_MISUSE, "weft_request_free: not a live request handle");
   wf_request_unref(r);
   return WEFT_OK;
 }

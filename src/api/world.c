@@ -81,6 +81,14 @@ static void world_free(weft_world *w) {
   wf_engine_stop(w);
   wf_mux_release_mpi(&w->mux); /* [mpi] after the engine: the transport, then the communicator */
   wf_tl_destroy(&w->tl);
+  /* every request is complete now; those whose caller has not seen them
+   * yet give their names up, so that their handles no longer need the world */
+  pthread_mutex_lock(&w->mu);
+  for (size_t i = 0; i < w->inflight.cap; i++) {
+    wf_strmap_entry *e = &w->inflight.slots[i];
+    if (e->key && !e->tomb) atomic_store_explicit(&((weft_request *)e->val)->name_held, 0, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&w->mu);
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
   free(w->peers);

@@ -94,7 +94,10 @@ void wf_request_unref(weft_request *r) {
  * the parent, which completes with its last child carrying the first error. */
 static void complete_rest(weft_world *w, weft_request *r) {
   weft_status st = r->status;
-  if (r->callback) r->callback(r, st, r->user_data);
+  if (r->callback) {
+    r->callback(r, st, r->user_data);
+    wf_request_observed(r); /* the callback saw it complete */
+  }
   weft_request *parent = r->parent;
   if (parent && st != WEFT_OK && parent->child_status == WEFT_OK) {
     parent->child_status = st;
@@ -112,7 +115,8 @@ static void complete_rest(weft_world *w, weft_request *r) {
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < n; i++) {
-    wf_strmap_del_val_h(&w->inflight, rs[i]->key, rs[i]->key_hash, rs[i]); /* one lookup; the key's own pointer: no strcmp */
+    /* a detached request's name goes now: nobody will see it complete */
+    if (atomic_load_explicit(&rs[i]->magic, memory_order_relaxed) == WF_REQ_FREED) wf_request_names_locked(w, rs[i]);
     wf_fast_unlist_locked(w, rs[i]);
     /* release: the result fields become visible to a thread that reads
      * state == DONE with acquire (weft_test / weft_wait) */

@@ -65,6 +65,9 @@ struct weft_request {
   weft_alloc_fn alloc;
   void *alloc_ctx;
   int64_t deadline;          /* wf_now_ns() deadline of the whole operation; 0 until armed (wf_request_arm) */
+  _Atomic int name_held;     /* its key is in w->inflight: from submission until the caller has seen it
+                                complete (wf_request_observed) or, detached, until it completes; under w->mu,
+                                read without it only to skip the lock when 0 */
 
   /* result (written by the engine before state = DONE) */
   weft_status status;
@@ -253,13 +256,23 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) __attrib
  * hide their cause (the rank whose death made it leave). */
 void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Completes r (engine thread): records status and message, removes the name
- * from the in-flight set, publishes, runs the callback, drops the engine's
- * reference. */
+/* Completes r (engine thread): records status and message, publishes, runs
+ * the callback, drops the engine's reference. The name stays in the
+ * in-flight set until the caller has seen the completion (weft_test or
+ * weft_wait returned it, the callback returned, weft_request_free): a rank
+ * whose operation completed at once in shared memory cannot reuse the name
+ * before a rank whose did not, so every rank's duplicate check agrees. A
+ * detached request (freed while pending) gives its name up here. */
 void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg);
 /* Completes n requests (engine thread) whose status and error (malloc'd or
  * NULL) are set: published under one lock with one broadcast, then as above. */
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n);
+/* The caller has seen r complete (any thread; takes w->mu unless there is
+ * nothing to do): r's name, and a grouped op's children's, leave the
+ * in-flight set. Idempotent. */
+void wf_request_observed(weft_request *r);
+/* wf_request_observed's work, w->mu held. */
+void wf_request_names_locked(weft_world *w, weft_request *r);
 /* Drops one reference; frees at zero. */
 void wf_request_unref(weft_request *r);
 /* A zeroed request's memory (NULL: out of memory), and its return once the

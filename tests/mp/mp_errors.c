@@ -7,7 +7,9 @@
  *    successful collective reusing the name;
  *  - a mismatch in flight together with valid collectives;
  *  - a name already in flight is rejected at once with
- *    WEFT_ERR_INVALID_ARGUMENT, and reusable once complete;
+ *    WEFT_ERR_INVALID_ARGUMENT, and reusable once its completion was seen
+ *    (weft_wait, weft_test) or, freed while pending, once complete; a request
+ *    that completed but was not looked at keeps its name on every rank;
  *  - local misuse (NULL/empty/overlong name, NULL data, bad ndim/dims/dtype/
  *    op/root/splits, inconsistent in/out) -> WEFT_ERR_INVALID_ARGUMENT with
  *    *req NULL and a message; NULL and foreign handles -> WEFT_ERR_MISUSE;
@@ -330,6 +332,57 @@ static void dup_round(const char *name, int checker_is_zero) {
   mp_case_end();
 }
 
+/* A name is in use until the caller has seen its request complete, not
+ * merely until it completed: every rank submits `name` (small: on one host
+ * it completes at once in shared memory), gives it 300 ms to complete
+ * everywhere, and submits the name again without having looked: rejected on
+ * every rank alike. Seen complete (weft_wait, or weft_test polled until
+ * done), the name is free; so is the name of a request freed while pending
+ * (detached), once it completes. */
+static void dup_unobserved(const char *name) {
+  mp_case("name %s in use until its completion is seen", name);
+  int32_t v[2] = {mp_rank, 1}, w[2] = {0, 0};
+  int64_t shape[1] = {2};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU},
+              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_request *req = NULL, *dup = SENTINEL;
+  mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req), &req, name);
+  mp_sleep_ms(300); /* complete everywhere by now (it is not looked at) */
+  weft_status st = weft_allreduce(mp_group, name, &t2, &t2, WEFT_OP_SUM, NULL, &dup);
+  if (st != WEFT_ERR_INVALID_ARGUMENT || dup != NULL)
+    mp_fail("the name of a request not yet seen complete was taken again: %s", weft_status_string(st));
+  else if (!strstr(weft_last_error(), "in use"))
+    mp_fail("rejection message does not say the name is in use: %s", weft_last_error());
+  if (st == WEFT_OK) weft_request_free(dup);
+  if (mp_wait_ok(req, name)) {
+    int32_t sum = mp_size * (mp_size - 1) / 2;
+    if (v[0] != sum || v[1] != mp_size) mp_fail("result {%d, %d}, expected {%d, %d}", v[0], v[1], sum, mp_size);
+  }
+  /* seen by weft_wait: free again (the handle not yet freed) */
+  weft_request *again = NULL;
+  mp_submitted(weft_allreduce(mp_group, name, &t2, &t2, WEFT_OP_SUM, NULL, &again), &again, "after weft_wait");
+  /* seen by weft_test polling */
+  double end = mp_now() + 60;
+  while (again && weft_test(again) == WEFT_IN_PROGRESS && mp_now() < end) mp_sleep_ms(1);
+  if (again && weft_test(again) != WEFT_OK) mp_fail("allreduce after weft_wait: %s", weft_last_error());
+  weft_request *third = NULL;
+  mp_submitted(weft_barrier(mp_group, name, NULL, &third), &third, "after weft_test");
+  /* freed while pending (detached): the name goes when it completes */
+  if (third) weft_request_free(third);
+  /* nobody waits on it: it completes when the engine gets to it */
+  weft_request *fourth = NULL;
+  end = mp_now() + 30;
+  weft_status fst;
+  while ((fst = weft_barrier(mp_group, name, NULL, &fourth)) == WEFT_ERR_INVALID_ARGUMENT && mp_now() < end)
+    mp_sleep_ms(5);
+  mp_submitted(fst, &fourth, "after a detached request completed");
+  mp_wait_ok(fourth, name);
+  weft_request_free(fourth);
+  weft_request_free(again);
+  weft_request_free(req);
+  mp_case_end();
+}
+
 /* One rank: nothing holds a collective in flight but the engine itself. An
  * allgather whose output allocator (engine thread) waits until this thread
  * has tried the duplicates keeps its name in flight for exactly as long. */
@@ -590,5 +643,6 @@ int main(void) {
   } else {
     dup_round_held("dup.held");
   }
+  dup_unobserved("dup.unseen");
   return mp_teardown();
 }
