@@ -63,9 +63,24 @@ def adam(params):
     return torch.optim.Adam(params, lr=0.05)
 
 
+def horovod_initialise(model, opt):
+    """What broadcast_optimizer_state does to a fresh optimizer, written
+    out: Horovod's one step on zero gradients (Adam's step count starts at
+    1), then (weft) the parameters and gradients put back as they were."""
+    saved = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    with torch.no_grad():
+        for p, v in zip(model.parameters(), saved):
+            p.copy_(v)
+            p.grad = None
+
+
 def train_one_process(factory):
     model = make_model(0)
     opt = factory(model.parameters())
+    horovod_initialise(model, opt)
     grads = []
     for s in range(STEPS):
         x, t = data(s)

@@ -59,13 +59,30 @@ def combine(grads, fp16=False, predivide=1.0):
     return weftref.allreduce_t(sent, "average", 1.0 / predivide, predivide).to(grads[0].dtype)
 
 
+def horovod_initialise(params, opt):
+    """What broadcast_optimizer_state does to a fresh optimizer, written
+    out: Horovod's one step on zero gradients (Adam's step count starts at
+    1), then (weft) the parameters and gradients put back as they were."""
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    with torch.no_grad():
+        for p, v in zip(params, saved):
+            p.copy_(v)
+            p.grad = None
+
+
 def train_reference(opt_factory, steps, passes=1, fp16=False, predivide=1.0, n=None):
-    """The n ranks' training, simulated in this process (n: this job's size)."""
+    """The n ranks' training, simulated in this process (n: this job's size),
+    from an optimizer initialised as broadcast_optimizer_state does (for SGD
+    that changes no bit: a momentum buffer of zeros, then 0.9 * 0 + g = g)."""
     if n is None:
         n = ranks()[1]
     model = make_model()
     opt = opt_factory(model.parameters())
     params = list(model.parameters())
+    horovod_initialise(params, opt)
     for s in range(steps):
         x, y = data(s)
         per_rank = []

@@ -2,6 +2,7 @@
 and the Horovod-compatible torch API (weft.torch): joining and leaving the job,
 operation names, and the Request objects that async operations return."""
 
+import array
 import atexit
 import itertools
 import threading
@@ -42,7 +43,7 @@ def init(rank=None, size=None, addr=None, secret=None, timeout=None):
     WEFT_ADDR, ...; HOROVOD_* and Open MPI's variables are accepted too); a
     process started without them is a job of one. Calling init again while
     initialized does nothing. Returns True if this call joined."""
-    global _atexit_registered
+    global _atexit_registered, _placement
     joined = _weft.init(rank=-1 if rank is None else int(rank),
                         size=-1 if size is None else int(size),
                         addr=addr, secret=secret,
@@ -50,10 +51,38 @@ def init(rank=None, size=None, addr=None, secret=None, timeout=None):
     if joined:
         with _lock:
             _counters.clear()  # unnamed operations are counted per world
+        _placement = None
         if not _atexit_registered:
             atexit.register(_weft.shutdown)
             _atexit_registered = True
+        if _weft.cross_size() > 1:
+            _placement = _gather_placement()
     return joined
+
+
+# Every rank's (local_rank, local_size), gathered at init when the job spans
+# hosts (cross_size() > 1, which every rank sees alike); None on one host,
+# where it is (rank, size) for all. Horovod's placement (cross ranks by local
+# rank, is_homogeneous) is computed from it by weft.torch.
+_placement = None
+
+
+def _gather_placement():
+    mine = array.array("q", [_weft.local_rank(), _weft.local_size()])
+    h = _weft.allgather("weft.placement", mine, 0, None, None)
+    h.wait()
+    out = array.array("q")
+    out.frombytes(bytes(h.output))
+    return [(out[2 * k], out[2 * k + 1]) for k in range(len(out) // 2)]
+
+
+def placement():
+    """Every rank's (local_rank, local_size), in rank order (raises
+    WeftError when weft is not initialized)."""
+    n = _weft.size()
+    if _placement is None or len(_placement) != n:
+        return [(k, n) for k in range(n)]  # one host
+    return list(_placement)
 
 
 shutdown = _weft.shutdown

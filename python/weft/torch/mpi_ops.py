@@ -5,11 +5,14 @@ first, and in-place operations copy the result back. Every Request keeps the
 tensors it uses alive until the operation completes.
 
 The differentiable forms (allreduce, allgather, broadcast, alltoall,
-reducescatter and their grouped forms) have the gradients of the
-distributed computation: allreduce's is the allreduce of the gradient (same op
-and scales), allgather's this rank's slice of the summed gradient,
-broadcast's the summed gradient on the root (zero elsewhere), alltoall's the
-reverse alltoall, reducescatter's the allgather of the gradient (scaled)."""
+reducescatter and their grouped forms) have Horovod 0.28's gradients
+(horovod/torch/mpi_ops.py), conventions rather than always the derivative of
+the distributed computation: allreduce's is the allreduce of the gradient
+(same op and scales); allgather's this rank's rows of the gradient averaged
+over the process set; broadcast's that average on the root and zero
+elsewhere; reducescatter's the allgather of the gradient times the set's
+size (op Sum only), then times prescale, then times postscale; alltoall's the
+alltoall back with the received splits. Grouped forms alike, per tensor."""
 
 import warnings
 
@@ -38,8 +41,6 @@ size = _core.size
 rank = _core.rank
 local_size = _core.local_size
 local_rank = _core.local_rank
-cross_size = _core.cross_size
-cross_rank = _core.cross_rank
 shutdown = _core.shutdown
 is_initialized = _core.is_initialized
 
@@ -84,9 +85,32 @@ def rocm_built():
     return False
 
 
+def _cross_set():
+    """The world ranks with this rank's local rank, in rank order: Horovod's
+    cross communicator (one rank per host that has this local rank)."""
+    placement = _core.placement()
+    mine = placement[rank()][0]
+    return [k for k, (lr, _) in enumerate(placement) if lr == mine]
+
+
+def cross_rank():
+    """This rank's index among the ranks with its local rank (Horovod's
+    cross rank: on even hosts, this host's index). weft's numpy API
+    (weft.cross_rank) is this host's index instead."""
+    return _cross_set().index(rank())
+
+
+def cross_size():
+    """The number of ranks with this rank's local rank, i.e. of hosts that
+    run a rank with this local rank (Horovod's cross size; on even hosts,
+    the number of hosts; on uneven ones it differs between local ranks)."""
+    return len(_cross_set())
+
+
 def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return local_size() * cross_size() == size()
+    """True when every host runs the same number of ranks (the same answer
+    on every rank)."""
+    return len(set(ls for _, ls in _core.placement())) == 1
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -195,10 +219,18 @@ def _check_process_set(ps, fn):
 
 def init(comm=None, process_sets=None):
     """Joins the job (ranks and the rendezvous address come from weftrun's
-    environment) and registers the given process sets. comm (an MPI
+    environment) and registers the given process sets (ProcessSets or lists
+    of world ranks). process_sets="dynamic" (Horovod's dynamic process sets)
+    registers none: weft's process sets can always be added and removed
+    later with add_process_set/remove_process_set. comm (an MPI
     communicator or rank list) is not supported."""
     if comm is not None:
         raise NotImplementedError("init(comm=...): weft takes its ranks from the launcher's environment")
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError("init: process_sets must be a list of process sets or \"dynamic\", not %r"
+                             % (process_sets,))
+        process_sets = None
     if _core.init():
         for ps in _process_sets[1:]:  # groups of an earlier world are gone
             ps._group, ps.process_set_id = None, None
@@ -436,13 +468,16 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _allgather_async(tensor, name, process_set, "allgather_async")
 
 
-def _allgather_grad(grad, dim0, process_set):
-    """This rank's rows of the gradient summed over ranks."""
-    summed = _allreduce_async(grad, False, None, Sum, 1.0, 1.0, process_set, "allgather backward").synchronize()
-    dims = _allgather_async(torch.tensor([dim0], dtype=torch.int64), None, process_set,
-                            "allgather backward").synchronize()
-    offset = int(dims[:_resolve_set(process_set, "allgather backward")[1]].sum())
-    return summed.narrow(0, offset, dim0)
+def _allgather_grads(grads, dims, process_set):
+    """Horovod's allgather backward, for one or several tensors: each
+    gradient averaged over the process set (one grouped allreduce), narrowed
+    to this rank's rows (the offset: the rows of the set's ranks before it)."""
+    fn = "allgather backward"
+    _, set_rank, _ = _resolve_set(process_set, fn)
+    averaged = _grouped_allreduce_async(grads, False, None, Average, 1.0, 1.0, process_set, fn).synchronize()
+    all_dims = _allgather_async(torch.tensor([dims], dtype=torch.int64), None, process_set, fn).synchronize()
+    offsets = all_dims[:set_rank].sum(0).tolist()
+    return [a.narrow(0, int(o), d) for a, o, d in zip(averaged, offsets, dims)]
 
 
 class _AllgatherFn(torch.autograd.Function):
@@ -454,7 +489,7 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _allgather_grad(grad, ctx.dim0, ctx.process_set), None, None
+        return _allgather_grads([grad], [ctx.dim0], ctx.process_set)[0], None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -488,7 +523,7 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None) + tuple(_allgather_grad(g, d, ctx.process_set) for g, d in zip(grads, ctx.dims))
+        return (None, None) + tuple(_allgather_grads(list(grads), ctx.dims, ctx.process_set))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -535,11 +570,13 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        summed = _allreduce_async(grad, False, None, Sum, 1.0, 1.0, ctx.process_set,
-                                  "broadcast backward").synchronize()
+        # Horovod: the gradient averaged over the process set on the root
+        # (a world rank), zero elsewhere
+        averaged = _allreduce_async(grad, False, None, Average, 1.0, 1.0, ctx.process_set,
+                                    "broadcast backward").synchronize()
         if rank() != ctx.root_rank:
-            summed.zero_()
-        return summed, None, None, None
+            averaged.zero_()
+        return averaged, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -635,22 +672,32 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                                 "reducescatter_async")
 
 
-def _reducescatter_scale(op, prescale, postscale, process_set):
-    set_size = _resolve_set(process_set, "reducescatter backward")[2]
-    return prescale * postscale / (set_size if op == Average else 1)
+def _reducescatter_grad_scaled(grad, op, prescale, postscale, process_set):
+    """Horovod's reducescatter backward before its allgather: the gradient
+    times the set's size (op Sum only), then times prescale, then times
+    postscale, each a torch multiplication in the gradient's dtype, in that
+    order (the roundings are Horovod's)."""
+    if op == Sum:
+        grad = grad * _resolve_set(process_set, "reducescatter backward")[2]
+    if prescale != 1.0:
+        grad = grad * prescale
+    if postscale != 1.0:
+        grad = grad * postscale
+    return grad
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
-        ctx.scale = _reducescatter_scale(op, prescale, postscale, process_set)
-        ctx.process_set = process_set
+        ctx.args = (op, prescale, postscale, process_set)
         return _reducescatter_async(tensor, name, op, prescale, postscale, process_set, "reducescatter").synchronize()
 
     @staticmethod
     def backward(ctx, grad):
-        gathered = _allgather_async(grad, None, ctx.process_set, "reducescatter backward").synchronize()
-        return gathered * ctx.scale, None, None, None, None, None
+        op, prescale, postscale, process_set = ctx.args
+        scaled = _reducescatter_grad_scaled(grad, op, prescale, postscale, process_set)
+        gathered = _allgather_async(scaled, None, process_set, "reducescatter backward").synchronize()
+        return gathered, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
@@ -693,15 +740,16 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
-        ctx.scale = _reducescatter_scale(op, prescale, postscale, process_set)
-        ctx.process_set = process_set
+        ctx.args = (op, prescale, postscale, process_set)
         return tuple(grouped_reducescatter_async(tensors, name, op, process_set, prescale,
                                                  postscale).synchronize())
 
     @staticmethod
     def backward(ctx, *grads):
-        gathered = grouped_allgather_async(grads, None, ctx.process_set).synchronize()
-        return (None, None, None, None, None) + tuple(g * ctx.scale for g in gathered)
+        op, prescale, postscale, process_set = ctx.args
+        scaled = [_reducescatter_grad_scaled(g, op, prescale, postscale, process_set) for g in grads]
+        gathered = grouped_allgather_async(scaled, None, process_set).synchronize()
+        return (None, None, None, None, None) + tuple(gathered)
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,

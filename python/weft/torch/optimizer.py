@@ -14,8 +14,8 @@ import warnings
 import torch
 
 from .compression import Compression
-from .mpi_ops import (Average, _allreduce_async, _check_process_set, _grouped_allreduce_async, _resolve_op,
-                      global_process_set, size)
+from .mpi_ops import (Average, ProcessSet, _allreduce_async, _check_process_set, _grouped_allreduce_async,
+                      _resolve_op, global_process_set, size)
 
 
 class _DistributedOptimizer(object):
@@ -46,8 +46,11 @@ class _DistributedOptimizer(object):
             if unnamed:
                 raise ValueError("named_parameters was given but does not name every parameter of the optimizer "
                                  "(unnamed parameter positions: %s)" % unnamed)
-        else:
-            named = [("noname.%d" % i, p) for i, p in enumerate(params)]
+        else:  # Horovod's names: by parameter group and position in it
+            named = [("allreduce.noname.%d.%d" % (i, j), p) for i, group in enumerate(self.param_groups)
+                     for j, p in enumerate(group["params"])]
+        # as Horovod: parameter -> name (the allreduce of its gradient is 'allreduce.<name>')
+        self._parameter_names = dict((p, n) for n, p in sorted(named, key=lambda item: item[0]))
         by_id = dict((id(p), n) for n, p in named)
         self._params = params
         self._names = dict((p, by_id[id(p)]) for p in params)
@@ -77,8 +80,32 @@ class _DistributedOptimizer(object):
         self._synchronized = False
         self._should_synchronize = True
         self._hook_refs = []
-        if size() > 1:
+        # as Horovod: outside its process set the optimizer is the wrapped one
+        # (no hooks, synchronize() does nothing, step() uses the local gradients)
+        self._included = process_set.included()
+        if self._included and size() > 1:
             self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes):
+        """Backward passes accumulated locally before each allreduce, from now
+        on (every parameter's count starts again), as Horovod's."""
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's load_state_dict; as Horovod, it also
+        forgets gradients in flight and restarts the accumulation counts."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for gid in range(len(self._groups)):
+            self._group_ready[gid].clear()
+        for p in self._delay:
+            self._delay[p] = self.backward_passes_per_step
+        return self._weft_base.load_state_dict(self, *args, **kwargs)
 
     def _register_hooks(self):
         post_hook = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
@@ -144,7 +171,7 @@ class _DistributedOptimizer(object):
         """Waits for every gradient's allreduce (starting those whose hooks did
         not fire, e.g. unused parameters), leaving the averaged gradients in
         p.grad."""
-        if size() == 1:
+        if size() == 1 or not self._included:
             self._synchronized = True
             return
         for p in self._requires_update:  # same order on every rank
@@ -200,17 +227,27 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     the gradients over all ranks.
 
     named_parameters: model.named_parameters(), to name the allreduces
-      (otherwise parameters are numbered; ranks must build the optimizer alike).
-    backward_passes_per_step: backward passes accumulated locally per step().
+      (otherwise, as Horovod, parameter j of group i is named
+      'allreduce.noname.<i>.<j>': ranks must build the optimizer alike).
+      `_parameter_names` maps each parameter to its name.
+    backward_passes_per_step: backward passes accumulated locally per step()
+      (set_backward_passes_per_step() changes it later).
     op: Average (default) or Sum. Adasum is not implemented.
     gradient_predivide_factor: with Average, divide by it before the sum and
       multiply after (the result is still the average).
     num_groups / groups: allreduce parameters in groups (an int: that many
       groups of consecutive parameters; a list of parameter lists), each group
       started when all its gradients are ready.
+    process_set: the ranks that average their gradients; on a rank outside
+      it the optimizer is the wrapped one (no hooks, no allreduce).
+
+    A parameter whose gradient is None at step() (it took no part in this
+    rank's backward) is sent as zeros and gets the average, as in Horovod,
+    so every rank steps every parameter alike.
     """
     op = _resolve_op(op, None, "DistributedOptimizer")
-    _check_process_set(process_set, "DistributedOptimizer")
+    if not isinstance(process_set, ProcessSet) or process_set.included():  # outside: the wrapped optimizer's behaviour
+        _check_process_set(process_set, "DistributedOptimizer")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor only applies to op=Average")
     if backward_passes_per_step < 1:
