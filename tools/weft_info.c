@@ -56,6 +56,7 @@ static const char *type_name(wf_param_type t) {
   case WF_PARAM_DOUBLE: return "double";
   case WF_PARAM_STRING: return "string";
   case WF_PARAM_BOOL: return "bool";
+  case WF_PARAM_PATH: return "path";
   }
   return "?";
 }

@@ -161,7 +161,7 @@ static const wf_param g_params[] = {
     {"WEFT_STALL_SHUTDOWN_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", WF_PARAM_DOUBLE, "0",
      "a stalled tensor fails on every rank after this long (0: only WEFT_TIMEOUT_SECONDS)",
      WF_SCOPE_RANK, F(stall_shutdown_seconds), NULL},
-    {"WEFT_TIMELINE", "HOROVOD_TIMELINE", WF_PARAM_STRING, "",
+    {"WEFT_TIMELINE", "HOROVOD_TIMELINE", WF_PARAM_PATH, "",
      "write a Chrome-trace timeline to this path (rank 0; \"%r\" in the path: every rank, %r = rank); DYNAMIC: none "
      "until weft_timeline_start",
      WF_SCOPE_RANK, F(timeline), NULL},

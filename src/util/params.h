@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WF_PARAM_INT, WF_PARAM_DOUBLE, WF_PARAM_STRING, WF_PARAM_BOOL } wf_param_type;
+/* PATH: a string of up to WF_SET_PATH_MAX bytes (a file name); STRING: up to
+ * WF_SET_STR_MAX. */
+typedef enum { WF_PARAM_INT, WF_PARAM_DOUBLE, WF_PARAM_STRING, WF_PARAM_BOOL, WF_PARAM_PATH } wf_param_type;
 
 /* Who must agree on a parameter (settings.h says what each means). */
 typedef enum {

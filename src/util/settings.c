@@ -59,9 +59,10 @@ static weft_status set_one(wf_settings *s, const wf_param *p, const char *src, c
                            size_t errlen) {
   char acc[256];
   accept_list(p, acc, sizeof acc);
-  if (p->type == WF_PARAM_STRING) {
-    if (strlen(v) >= WF_SET_STR_MAX) {
-      snprintf(err, errlen, "%s is %zu bytes long; at most %d are allowed", src, strlen(v), WF_SET_STR_MAX - 1);
+  if (p->type == WF_PARAM_STRING || p->type == WF_PARAM_PATH) {
+    size_t room = p->type == WF_PARAM_PATH ? WF_SET_PATH_MAX : WF_SET_STR_MAX;
+    if (strlen(v) >= room) {
+      snprintf(err, errlen, "%s is %zu bytes long; at most %zu are allowed", src, strlen(v), room - 1);
       return WEFT_ERR_INVALID_ARGUMENT;
     }
     if (!accepted(p, v)) {
@@ -177,7 +178,7 @@ weft_status wf_settings_resolve(wf_settings *s, char *err, size_t errlen) {
 
 /* One setting's canonical value. */
 static void value_of(const wf_settings *s, const wf_param *p, char *out, size_t outlen) {
-  if (p->type == WF_PARAM_STRING) {
+  if (p->type == WF_PARAM_STRING || p->type == WF_PARAM_PATH) {
     const char *v = cfield(s, p);
     size_t i = 0;
     for (; v[i] && i + 1 < outlen; i++) out[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];

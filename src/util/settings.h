@@ -20,6 +20,7 @@
 #include "weft.h"
 
 #define WF_SET_STR_MAX 128      /* a string setting's room, NUL included */
+#define WF_SET_PATH_MAX 4096    /* a path setting's room (WF_PARAM_PATH), NUL included */
 #define WF_SET_DIGEST_BYTES 32  /* SHA-256 */
 #define WF_SET_ALGO_COLLS 5     /* WEFT_ALGO_<COLL>: wf_coll 0..4 (allreduce .. reducescatter) */
 
@@ -62,7 +63,7 @@ typedef struct wf_settings {
   int64_t stall_check_disable;           /* WEFT_STALL_CHECK_DISABLE */
   double stall_check_seconds;            /* WEFT_STALL_CHECK_SECONDS */
   double stall_shutdown_seconds;         /* WEFT_STALL_SHUTDOWN_SECONDS */
-  char timeline[WF_SET_STR_MAX];         /* WEFT_TIMELINE */
+  char timeline[WF_SET_PATH_MAX];        /* WEFT_TIMELINE */
   int64_t timeline_mark_cycles;          /* WEFT_TIMELINE_MARK_CYCLES */
   char log_level[WF_SET_STR_MAX];        /* WEFT_LOG_LEVEL (util/log.c reads it itself, before init) */
   char log_subsys[WF_SET_STR_MAX];       /* WEFT_LOG_SUBSYS (likewise) */

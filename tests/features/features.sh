@@ -204,7 +204,7 @@ for e in expect:
     if (p["alias"] or "-") != alias:
         bad.append("%s: alias %r, expected %r" % (name, p["alias"], alias))
 for p in params.values():
-    if p["type"] not in ("int", "double", "string", "bool") or not p["doc"]:
+    if p["type"] not in ("int", "double", "string", "bool", "path") or not p["doc"]:
         bad.append("%s: type %r, doc %r" % (p["name"], p["type"], p["doc"]))
     if p.get("scope") not in ("agreed", "rank", "launch"):
         bad.append("%s: scope %r" % (p["name"], p.get("scope")))

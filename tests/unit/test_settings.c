@@ -46,7 +46,10 @@ static int listed(const char *const *list, const char *name) {
 }
 
 static size_t field_size(const wf_param *p) {
-  return p->type == WF_PARAM_STRING ? WF_SET_STR_MAX : p->type == WF_PARAM_DOUBLE ? sizeof(double) : sizeof(int64_t);
+  return p->type == WF_PARAM_STRING ? WF_SET_STR_MAX
+         : p->type == WF_PARAM_PATH ? WF_SET_PATH_MAX
+         : p->type == WF_PARAM_DOUBLE ? sizeof(double)
+                                      : sizeof(int64_t);
 }
 
 static void unset_all(void) {
@@ -115,7 +118,8 @@ static void other_value(const wf_param *p, const char *v, char *out, size_t outl
       a = bar + 1;
     }
   }
-  if (p->type == WF_PARAM_STRING) snprintf(out, outlen, "%s", !strcmp(v, "ring") ? "direct" : "ring");
+  if (p->type == WF_PARAM_STRING || p->type == WF_PARAM_PATH)
+    snprintf(out, outlen, "%s", !strcmp(v, "ring") ? "direct" : "ring");
   else if (p->type == WF_PARAM_DOUBLE) snprintf(out, outlen, "%.17g", strtod(v, NULL) + 0.25);
   else snprintf(out, outlen, "%lld", strtoll(v, NULL, 10) + 4096);
 }
@@ -209,6 +213,12 @@ static void test_parse(void) {
   CHECK(wf_settings_resolve(&a, err, sizeof err) == WEFT_ERR_INVALID_ARGUMENT && strstr(err, "WEFT_ALGO_ALLREDUCE"),
         "a %zu-byte string accepted: %s", strlen(longv), err);
   unsetenv("WEFT_ALGO_ALLREDUCE");
+  static char longpath[1200]; /* a path may be longer than a string setting */
+  memset(longpath, 'p', sizeof longpath - 1);
+  longpath[0] = '/';
+  setenv("WEFT_TIMELINE", longpath, 1);
+  CHECK(wf_settings_resolve(&a, err, sizeof err) == WEFT_OK && strlen(a.timeline) == sizeof longpath - 1,
+        "a %zu-byte timeline path: %s", sizeof longpath - 1, err);
   setenv("WEFT_TIMELINE", "/tmp/a\nb", 1); /* control bytes never break the text's lines (per-rank anyway) */
   CHECK(wf_settings_resolve(&a, err, sizeof err) == WEFT_OK, "%s", err);
   unsetenv("WEFT_TIMELINE");
