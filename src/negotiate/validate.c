@@ -17,6 +17,18 @@ static void shape_str(const wf_request_msg *m, char *out, size_t n) {
   if (k < n) snprintf(out + k, n - k, "]");
 }
 
+/* Does m's shape hold more than INT64_MAX bytes (or elements), counting
+ * dimension by dimension (as the API does: a zero after a huge product does
+ * not make it fit)? No tensor does (the API refuses them), but a peer may
+ * claim one: the coordinator multiplies the dimensions (fusion's byte
+ * counts, allreduce's element counts). */
+static int too_large(const wf_request_msg *m) {
+  uint64_t bytes = weft_dtype_size((weft_dtype)m->dtype);
+  for (int d = 0; d < m->ndim; d++)
+    if (__builtin_mul_overflow(bytes, (uint64_t)m->shape[d], &bytes) || bytes > (uint64_t)INT64_MAX) return 1;
+  return 0;
+}
+
 static int needs_dims(uint8_t coll) {
   return coll == WF_COLL_ALLGATHER || coll == WF_COLL_ALLTOALL || coll == WF_COLL_REDUCESCATTER;
 }
@@ -37,6 +49,19 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
       snprintf(err, errlen, "tensor '%s': rank %d passed a 0-d (scalar) tensor to %s, which needs at least one dimension",
                name, W(r), wf_coll_name(b->coll));
       return WEFT_ERR_MISMATCH;
+    }
+    if (too_large(b)) {
+      /* ranks that joined stand in with another rank's request (the same
+       * pointer): then it is one of those ranks' */
+      char sb[256], who[160];
+      size_t k = 0;
+      int nwho = 0;
+      shape_str(b, sb, sizeof sb);
+      for (int q = 0; q < n && k < sizeof who; q++)
+        if (reqs[q] == b) k += (size_t)snprintf(who + k, sizeof who - k, nwho++ ? ", %d" : "%d", W(q));
+      snprintf(err, errlen, "tensor '%s': %s %s sent shape %s (%s) of more than 2^63 bytes, which no tensor has", name,
+               nwho > 1 ? "one of ranks" : "rank", who, sb, weft_dtype_name((weft_dtype)b->dtype));
+      return WEFT_ERR_PROTOCOL;
     }
   }
   for (int r = 1; r < n; r++) {
