@@ -55,8 +55,9 @@ def test_allreduce_average(dtype):
     total = sum(contribution(k, 10, dtype).astype(np.int64) for k in range(n))
     if np.issubdtype(dtype, np.integer):
         np.testing.assert_array_equal(got, total // n)  # non-negative: truncation == floor
-    else:  # the sum is exact; times 1/n in double, rounded once to the dtype
-        np.testing.assert_array_equal(got, (total.astype(np.float64) * (1.0 / n)).astype(dtype))
+    else:  # the sum is exact; times 1/n (divided in double) as Horovod scales: float32 by float32(1/n) in float32
+        f = np.float32(1.0 / n) if dtype == np.float32 else 1.0 / n
+        np.testing.assert_array_equal(got, total.astype(dtype) * f)
 
 
 def test_allreduce_float16_rounds_in_rank_order():

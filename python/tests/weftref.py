@@ -10,9 +10,13 @@ rounding, so the bits of a result are known in advance:
     after every step; float32/float64 in their own precision;
   - integers wrap; bool sum/max are "or", min/product "and";
   - a scale (prescale of every input, then after the fold postscale, times
-    1/n for an average) multiplies in double and rounds the double product
-    to the element type once; integer average is a truncating division of
-    the wrapped sum, integer scaling truncates toward zero.
+    1/n for an average, the factor postscale / n divided in double) is
+    Horovod 0.28's CPU ScaleBuffer: float32 multiplies by the factor rounded
+    to float32, in float32 (x * float32(f)); float16/bfloat16 likewise in
+    float32, the float32 product rounded to the 16-bit format; float64 in
+    double; integers in double, truncated toward zero (saturated where a C
+    conversion would be undefined); integer average is a truncating
+    division of the wrapped sum (exact, unlike Horovod's sum * (1.0 / n)).
 A change of any of these (another fold order, a lost scale, an input off
 by one unit in the last place) changes some bit and fails the comparison.
 
@@ -68,13 +72,20 @@ def _as_kind(a, kind):
 
 
 def scale(a, factor, kind):
-    """a * factor as weft scales (see the module's doc)."""
+    """a * factor as weft scales, Horovod's rule (see the module's doc):
+    float64 in double; float32, float16 and bfloat16 as one float32 product
+    a * float32(factor), rounded to the 16-bit formats; integers in double,
+    truncated and saturated."""
     if factor == 1.0:
         return a
     if kind == np.bool_:
         return (a != 0) & (factor != 0)
+    if kind == np.float64:
+        return a.astype(np.float64) * factor
     if kind in _FORMATS or np.issubdtype(np.dtype(kind), np.floating):
-        return round_to(a.astype(np.float64) * factor, kind)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = a.astype(np.float32) * np.float32(factor)  # float32 arithmetic, one rounding
+        return p if kind == np.float32 else round_to(p.astype(np.float64), kind)
     info = np.iinfo(kind)
     v = np.nan_to_num(np.trunc(a.astype(np.float64) * factor), nan=0.0)
     return np.clip(v, info.min, info.max).astype(kind)

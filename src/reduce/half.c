@@ -168,29 +168,16 @@ WF_F16C static void wf_f16c_prod(wf_u16u *d, const wf_u16u *a, const wf_u16u *b,
   wf_f16c_reduce_loop(WEFT_OP_PRODUCT, d, a, b, n);
 }
 
-/* 4 float32 -> times f in double -> float32 ready for the f16 rounding:
- * wf_f32_for_16bit (reduce_impl.h) on 4 lanes. */
-WF_F16C_INLINE __m128 wf_scale4(__m128 x, __m256d f) {
-  const __m256i low = _mm256_set1_epi64x((1ll << 39) - 1);
-  const __m256i bit39 = _mm256_set1_epi64x(1ll << 39);
-  __m256i u = _mm256_castpd_si256(_mm256_mul_pd(_mm256_cvtps_pd(x), f));
-  __m256i sticky = _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_and_si256(u, low), _mm256_setzero_si256()), bit39);
-  u = _mm256_or_si256(_mm256_andnot_si256(low, u), sticky);
-  return _mm256_cvtpd_ps(_mm256_castsi256_pd(u));
-}
-WF_F16C_INLINE __m256 wf_scale8(__m256 x, __m256d f) {
-  __m128 lo = wf_scale4(_mm256_castps256_ps128(x), f);
-  __m128 hi = wf_scale4(_mm256_extractf128_ps(x, 1), f);
-  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-}
-WF_F16C static void wf_f16c_scale(wf_u16u *d, const wf_u16u *s, size_t n, double factor) {
-  __m256d f = _mm256_set1_pd(factor);
+/* d = s * k: each float16 widened to float32 (exact), one float32 multiply,
+ * rounded back to float16 (nearest even): Horovod's F16C ScaleBuffer loop. */
+WF_F16C static void wf_f16c_scale(wf_u16u *d, const wf_u16u *s, size_t n, float factor) {
+  __m256 k = _mm256_set1_ps(factor);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) wf_store8(d + i, wf_scale8(wf_load8(s + i), f));
+  for (; i + 8 <= n; i += 8) wf_store8(d + i, _mm256_mul_ps(wf_load8(s + i), k));
   if (i < n) {
     uint16_t ts[8] = {0}, td[8];
     memcpy(ts, (const void *)(s + i), (n - i) * 2);
-    wf_store8(td, wf_scale8(wf_load8(ts), f));
+    wf_store8(td, _mm256_mul_ps(wf_load8(ts), k));
     memcpy((void *)(d + i), td, (n - i) * 2);
   }
 }
@@ -237,7 +224,7 @@ int wf_f16_reduce_hw(weft_reduce_op op, void *d, const void *a, const void *b, s
 #endif
 }
 
-int wf_f16_scale_hw(void *d, const void *s, size_t n, double factor) {
+int wf_f16_scale_hw(void *d, const void *s, size_t n, float factor) {
 #ifdef WF_HAVE_F16C_CODE
   if (!wf_half_hw_active()) return 0;
   wf_f16c_scale(d, s, n, factor);

@@ -21,17 +21,22 @@ void wf_reduce(weft_dtype t, weft_reduce_op op, void *dst, const void *src, size
 /* dst[i] = a[i] op b[i]. dst may equal a or b; no other overlap. */
 void wf_reduce3(weft_dtype t, weft_reduce_op op, void *dst, const void *a, const void *b, size_t count);
 
-/* buf[i] = buf[i] * factor, computed in double and converted back: integers
- * truncate toward zero (and saturate at the type's limits; NaN -> 0), bool
- * becomes (x != 0 && factor != 0). factor == 1.0 is a no-op. */
+/* buf[i] = buf[i] * factor, as Horovod 0.28's CPU ScaleBuffer: float32 as
+ * x * (float)factor in float32; float16/bfloat16 as (float)x * (float)factor
+ * in float32, rounded to 16 bits; float64 in double; integers in double,
+ * converted back truncating toward zero (saturating at the type's limits
+ * where a C conversion would be undefined; NaN -> 0). bool becomes
+ * (x != 0 && factor != 0). factor == 1.0 is a no-op. */
 void wf_scale(weft_dtype t, void *buf, size_t count, double factor);
 
 /* dst[i] = src[i] * factor (dst may equal src). factor == 1.0 is a copy. */
 void wf_scale_copy(weft_dtype t, void *dst, const void *src, size_t count, double factor);
 
-/* The last step of an allreduce or reducescatter: average (an exact
- * truncating division of the wrapped sum for integers, else a factor 1/n)
- * and postscale, in place. */
+/* The last step of an allreduce or reducescatter: average and postscale, in
+ * place. Floats: one wf_scale by postscale / n (divided in double, as
+ * Horovod). Integers: an exact truncating division of the wrapped sum by n,
+ * then wf_scale by postscale (Horovod multiplies by postscale / n instead,
+ * which can land below the exact quotient: 49 * (1.0 / 49) < 1). */
 void wf_post_scale(weft_dtype t, weft_reduce_op op, double postscale, void *buf, size_t count, int n);
 
 /* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN,

@@ -80,23 +80,6 @@ static inline uint16_t wf_f32_to_bf16_inl(float f) {
   return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
-/* A double rounded to float32 such that rounding that float to float16 or
- * bfloat16 (nearest even) gives the correctly rounded double. A plain
- * (float) cast first could create a false tie (1 + 2^-11 + 2^-40 would
- * become the f16 tie 1 + 2^-11 and go down). So: keep 13 fraction bits and
- * fold the rest into the last one ("round to odd", Boldo & Melquiond: exact
- * whenever 2 or more extra bits remain; f16 has 10, bf16 7). The float cast
- * is then exact wherever the 16-bit result is not simply 0 or inf. NaN
- * stays NaN. */
-static inline float wf_f32_for_16bit(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  const uint64_t low = (1ull << 39) - 1;
-  u = (u & ~low) | ((uint64_t)((u & low) != 0) << 39);
-  memcpy(&d, &u, sizeof d);
-  return (float)d;
-}
-
 /* Elements per block when float16 goes through float32 scratch (software
  * path). */
 #define WF_HALF_BLOCK 512
@@ -108,11 +91,12 @@ static inline float wf_f32_for_16bit(double d) {
 void wf_f16_to_f32_block(float *restrict dst, const wf_u16u *restrict src, size_t n);
 void wf_f32_to_f16_block(wf_u16u *restrict dst, const float *restrict src, size_t n);
 
-/* F16C float16 kernels, with reduce.c's float32 semantics. Return 0 (doing
+/* F16C float16 kernels, with reduce.c's float32 semantics (scale: times
+ * the float factor in float32, as scale.c's software path). Return 0 (doing
  * nothing) when F16C is not in use; the caller then takes the software
  * path. d may equal a, b or s; no other overlap. */
 int wf_f16_reduce_hw(weft_reduce_op op, void *d, const void *a, const void *b, size_t n);
-int wf_f16_scale_hw(void *d, const void *s, size_t n, double factor);
+int wf_f16_scale_hw(void *d, const void *s, size_t n, float factor);
 
 /* Test hook: allow (1, the default) or forbid (0) the F16C path, so a test
  * can run the software path on a machine that has F16C. Thread-safe. */

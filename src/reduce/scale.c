@@ -1,13 +1,18 @@
 /* scale.c - wf_scale / wf_scale_copy: multiply every element by a double
- * factor (prescale, and the division of WEFT_OP_AVERAGE).
+ * factor (prescale, postscale, and the 1/n of a float WEFT_OP_AVERAGE).
  *
- * The product is computed in double. Integers truncate toward zero and
- * saturate at the type's limits (NaN -> 0), so a huge or infinite factor
- * never reaches an out-of-range float->int conversion, which is undefined
- * behaviour in C. Floats round to nearest even; float16/bfloat16 pass
- * through float32 on the way back, in a way that keeps the rounding of the
- * double product correct (wf_f32_for_16bit). float16 uses the F16C kernel
- * of half.c when it can. Loops are blocked like reduce.c's for gcc -O2. */
+ * The arithmetic is Horovod 0.28's CPU ScaleBuffer (collective_operations.cc
+ * and .h), so scaled results are bit-identical to Horovod's:
+ *  - float32: x * (float)f in float32 (the factor rounded to float first);
+ *  - float16, bfloat16: (float)x * (float)f in float32, that float product
+ *    rounded to 16 bits (nearest even), as Horovod's F16C and scalar float16
+ *    loops do (bfloat16 has no Horovod CPU kernel; it follows float16);
+ *  - float64: x * f in double;
+ *  - integers: x * f in double, converted back truncating toward zero like
+ *    a C cast. Out of range (and NaN), where the C conversion is undefined,
+ *    weft saturates at the type's limits (NaN -> 0) instead.
+ * float16 uses the F16C kernel of half.c when it can (same bits). Loops are
+ * blocked like reduce.c's for gcc -O2. */
 #include <string.h>
 
 #include "reduce/reduce.h"
@@ -57,52 +62,53 @@ static inline int64_t wf_sat_i64(double v) {
   if (v < -0x1p63) return INT64_MIN;
   return (int64_t)v;
 }
-static inline float wf_to_f32(double v) { return (float)v; }
+static inline float wf_to_f32(float v) { return v; }
 static inline double wf_to_f64(double v) { return v; }
-
-static inline double wf_bf16_to_f64(uint16_t h) { return wf_bf16_to_f32_inl(h); }
-static inline uint16_t wf_f64_to_bf16(double v) { return wf_f32_to_bf16_inl(wf_f32_for_16bit(v)); }
 #define WF_DBL(x) ((double)(x))
+#define WF_FLT(x) ((float)(x))
 
 /* ---------------------------------------------------------- the kernels */
 typedef void (*wf_scale_fn)(void *x, size_t n, double f);
 typedef void (*wf_scale_copy_fn)(void *restrict d, const void *restrict s, size_t n, double f);
 
-/* in place: x[i] = CONV(LOAD(x[i]) * f); copy: d[i] = CONV(LOAD(s[i]) * f).
- * LOAD widens an element to double. */
-#define WF_DEF_SCALE(inplace_name, copy_name, T, LOAD, CONV)                                        \
+/* in place: x[i] = CONV(LOAD(x[i]) * k); copy: d[i] = CONV(LOAD(s[i]) * k),
+ * with k = (FT)f. LOAD widens an element to FT (double for integers and
+ * float64, float for float32 and bfloat16), so the product is an FT one. */
+#define WF_DEF_SCALE(inplace_name, copy_name, T, FT, LOAD, CONV)                                    \
   WF_CLONES static void inplace_name(void *xv, size_t n, double f) {                                \
     T *x = xv;                                                                                      \
+    const FT k = (FT)f;                                                                             \
     size_t i = 0;                                                                                   \
     for (; i + WF_BLK <= n; i += WF_BLK)                                                            \
-      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV(LOAD(x[j]) * f);                          \
-    for (; i < n; i++) x[i] = CONV(LOAD(x[i]) * f);                                                 \
+      for (size_t j = i; j < i + WF_BLK; j++) x[j] = CONV(LOAD(x[j]) * k);                          \
+    for (; i < n; i++) x[i] = CONV(LOAD(x[i]) * k);                                                 \
   }                                                                                                 \
   WF_CLONES static void copy_name(void *restrict dv, const void *restrict sv, size_t n, double f) { \
     T *restrict d = dv;                                                                             \
     const T *restrict s = sv;                                                                       \
+    const FT k = (FT)f;                                                                             \
     size_t i = 0;                                                                                   \
     for (; i + WF_BLK <= n; i += WF_BLK)                                                            \
-      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV(LOAD(s[j]) * f);                          \
-    for (; i < n; i++) d[i] = CONV(LOAD(s[i]) * f);                                                 \
+      for (size_t j = i; j < i + WF_BLK; j++) d[j] = CONV(LOAD(s[j]) * k);                          \
+    for (; i < n; i++) d[i] = CONV(LOAD(s[i]) * k);                                                 \
   }
 
-WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, WF_DBL, wf_sat_u8)
-WF_DEF_SCALE(wf_scale_i8, wf_scale_copy_i8, wf_i8u, WF_DBL, wf_sat_i8)
-WF_DEF_SCALE(wf_scale_u16, wf_scale_copy_u16, wf_u16u, WF_DBL, wf_sat_u16)
-WF_DEF_SCALE(wf_scale_i16, wf_scale_copy_i16, wf_i16u, WF_DBL, wf_sat_i16)
-WF_DEF_SCALE(wf_scale_i32, wf_scale_copy_i32, wf_i32u, WF_DBL, wf_sat_i32)
-WF_DEF_SCALE(wf_scale_i64, wf_scale_copy_i64, wf_i64u, WF_DBL, wf_sat_i64)
-WF_DEF_SCALE(wf_scale_f32, wf_scale_copy_f32, wf_f32u, WF_DBL, wf_to_f32)
-WF_DEF_SCALE(wf_scale_f64, wf_scale_copy_f64, wf_f64u, WF_DBL, wf_to_f64)
-WF_DEF_SCALE(wf_scale_bf16, wf_scale_copy_bf16, wf_u16u, wf_bf16_to_f64, wf_f64_to_bf16)
+WF_DEF_SCALE(wf_scale_u8, wf_scale_copy_u8, wf_u8u, double, WF_DBL, wf_sat_u8)
+WF_DEF_SCALE(wf_scale_i8, wf_scale_copy_i8, wf_i8u, double, WF_DBL, wf_sat_i8)
+WF_DEF_SCALE(wf_scale_u16, wf_scale_copy_u16, wf_u16u, double, WF_DBL, wf_sat_u16)
+WF_DEF_SCALE(wf_scale_i16, wf_scale_copy_i16, wf_i16u, double, WF_DBL, wf_sat_i16)
+WF_DEF_SCALE(wf_scale_i32, wf_scale_copy_i32, wf_i32u, double, WF_DBL, wf_sat_i32)
+WF_DEF_SCALE(wf_scale_i64, wf_scale_copy_i64, wf_i64u, double, WF_DBL, wf_sat_i64)
+WF_DEF_SCALE(wf_scale_f32, wf_scale_copy_f32, wf_f32u, float, WF_FLT, wf_to_f32)
+WF_DEF_SCALE(wf_scale_f64, wf_scale_copy_f64, wf_f64u, double, WF_DBL, wf_to_f64)
+WF_DEF_SCALE(wf_scale_bf16, wf_scale_copy_bf16, wf_u16u, float, wf_bf16_to_f32_inl, wf_f32_to_bf16_inl)
 
 /* float32 scratch of a float16 block (software path), in place */
-WF_CLONES static void wf_scale_f32_for_16bit(float *x, size_t n, double f) {
+WF_CLONES static void wf_scale_f32_block(float *x, size_t n, float k) {
   size_t i = 0;
   for (; i + WF_BLK <= n; i += WF_BLK)
-    for (size_t j = i; j < i + WF_BLK; j++) x[j] = wf_f32_for_16bit((double)x[j] * f);
-  for (; i < n; i++) x[i] = wf_f32_for_16bit((double)x[i] * f);
+    for (size_t j = i; j < i + WF_BLK; j++) x[j] *= k;
+  for (; i < n; i++) x[i] *= k;
 }
 
 /* bool: x becomes (x != 0 && f != 0); f is the same for every element. */
@@ -142,17 +148,18 @@ static const struct {
 };
 
 /* float16: the F16C kernel, else convert a block, scale it in float32
- * scratch, convert back. The whole block is read before it is written, so
+ * scratch by (float)f, convert back. The whole block is read before it is written, so
  * dst may equal src. */
 static void wf_scale_f16(void *dst, const void *src, size_t n, double f) {
-  if (wf_f16_scale_hw(dst, src, n, f)) return;
+  const float k = (float)f;
+  if (wf_f16_scale_hw(dst, src, n, k)) return;
   float tmp[WF_HALF_BLOCK];
   wf_u16u *d = dst;
   const wf_u16u *s = src;
   for (size_t i = 0; i < n; i += WF_HALF_BLOCK) {
     size_t m = n - i < WF_HALF_BLOCK ? n - i : WF_HALF_BLOCK;
     wf_f16_to_f32_block(tmp, s + i, m);
-    wf_scale_f32_for_16bit(tmp, m, f);
+    wf_scale_f32_block(tmp, m, k);
     wf_f32_to_f16_block(d + i, tmp, m);
   }
 }

@@ -98,6 +98,14 @@ static double round_to(weft_dtype t, double v) {
   return feat_get(t, tmp, 0);
 }
 
+/* x * f as the library scales (Horovod's rule): float64 in double; float32
+ * and the 16-bit floats one float32 product x * (float)f, rounded to t. */
+static double scaled(weft_dtype t, double x, double f) {
+  if (t == WEFT_DTYPE_FLOAT64) return x * f;
+  volatile float p = (float)x * (float)f; /* no excess precision */
+  return round_to(t, p);
+}
+
 static double unit_roundoff(weft_dtype t) {
   switch (t) {
     case WEFT_DTYPE_FLOAT16: return 0x1p-11;
@@ -139,7 +147,7 @@ static int check_reference(int i, const char *run) {
     for (int r = 0; r < feat_size; r++) {
       unsigned char raw[8];
       input_value(r, i, j, raw, 0);
-      double x = round_to(c->dt, feat_get(c->dt, raw, 0) * c->pre);
+      double x = scaled(c->dt, feat_get(c->dt, raw, 0), c->pre);
       if (r == 0) acc = x;
       else if (c->op == WEFT_OP_MIN) acc = x < acc ? x : acc;
       else if (c->op == WEFT_OP_MAX) acc = x > acc ? x : acc;
@@ -149,7 +157,7 @@ static int check_reference(int i, const char *run) {
     }
     double f = c->post;
     if (c->op == WEFT_OP_AVERAGE) f /= feat_size;
-    double expect = round_to(c->dt, round_to(c->dt, acc) * f);
+    double expect = scaled(c->dt, round_to(c->dt, acc), f);
     double got = feat_get(c->dt, t->out, (size_t)j);
     double tol = 0;
     if (!g_integer && (c->op == WEFT_OP_SUM || c->op == WEFT_OP_AVERAGE))

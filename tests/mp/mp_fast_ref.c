@@ -1,8 +1,10 @@
 /* mp_fast_ref.c - the reference results of mp_fast.c (included by it, like
  * mp_harness.c): every rank's allreduce input as a function of (group rank,
  * index, seed), and the exact result the library must produce, computed
- * here element by element as reduce.h specifies it: prescale (a double
- * product, rounded to nearest even or truncated and saturated), a left fold
+ * here element by element as reduce.h specifies it: prescale (Horovod's
+ * rule: float32, float16 and bfloat16 times the factor rounded to float32,
+ * in float32, then rounded to nearest even; float64 in double; integers a
+ * double product truncated and saturated), a left fold
  * in group-rank order ((x0 op x1) op x2 ..., 16-bit floats in float32,
  * rounded back at each step, integers wrapping), then the average (integers:
  * a truncating division in the type) and postscale. Plus the submit / wait /
@@ -35,8 +37,8 @@ static double round_bits(double v, int bits) {
   return copysign(ldexp(nearbyint(ldexp(m, bits)), e - bits), v);
 }
 
-/* Stores v into element i, rounded as the library's scaling does (double
- * product, then nearest even; integers truncate and saturate). */
+/* Stores v into element i, rounded as the library's scaling does (nearest
+ * even; integers truncate and saturate). */
 static void store_round(weft_dtype t, void *buf, size_t i, double v) {
   switch (t) {
     case WEFT_DTYPE_FLOAT64:
@@ -62,9 +64,16 @@ static void store_round(weft_dtype t, void *buf, size_t i, double v) {
   mp_set_i(t, buf, i, x);
 }
 
+/* x * f as Horovod's CPU ScaleBuffer: float64 in double; float32 and the
+ * 16-bit floats as one float32 product (float)x * (float)f (volatile: no
+ * excess precision), rounded to the element type; integers in double. */
 static void scale_elem(weft_dtype t, void *buf, size_t i, double f) {
   if (t == WEFT_DTYPE_BOOL) mp_set_i(t, buf, i, mp_get_i(t, buf, i) != 0 && f != 0);
-  else if (mp_is_float(t)) store_round(t, buf, i, mp_get_f(t, buf, i) * f);
+  else if (t == WEFT_DTYPE_FLOAT64) store_round(t, buf, i, mp_get_f(t, buf, i) * f);
+  else if (mp_is_float(t)) {
+    volatile float p = (float)mp_get_f(t, buf, i) * (float)f;
+    store_round(t, buf, i, (double)p);
+  }
   else store_round(t, buf, i, (double)mp_get_i(t, buf, i) * f);
 }
 

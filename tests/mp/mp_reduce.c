@@ -7,12 +7,15 @@
  * Usage (under weftrun -np N): mp_reduce [--large COUNT] [--seed S]
  *
  * Values are chosen so that the reference is exact: small integers for float
- * sums/min/max, products of +-1/+-2 (powers of two), scales of 0.5 and 2.
- * Only AVERAGE on floats (a division by the group size, rounded in the
- * type) is compared with a tolerance of about two units in the last place.
- * Integer AVERAGE is the wrapped sum times 1/size in double, truncated toward
- * zero; bool reduces as logic (sum/max: or, min/product: and) and has no
- * average (rejected at submission with WEFT_ERR_INVALID_ARGUMENT). */
+ * sums/min/max, products of +-1/+-2 (powers of two), scales of 0.5 and 2
+ * (exact under any rounding rule: the exact scaling rules, Horovod's, are
+ * checked bit for bit by unit.test_reduce and mp.fast_bits). Only AVERAGE
+ * on floats (a division by the group size, rounded in the type) is compared
+ * with a tolerance of about two units in the last place. Integer AVERAGE is
+ * the wrapped sum divided by the size exactly, truncating toward zero (not
+ * Horovod's sum * (1.0 / size), which can land below the quotient); bool
+ * reduces as logic (sum/max: or, min/product: and) and has no average
+ * (rejected at submission with WEFT_ERR_INVALID_ARGUMENT). */
 #include "mp_harness.c"
 
 enum { COLL_ALLREDUCE, COLL_REDUCESCATTER };
@@ -130,7 +133,8 @@ static int64_t combine_int(weft_dtype t, weft_reduce_op op, int64_t a, int64_t b
 static int64_t expect_int(const spec *s, size_t i) {
   int64_t acc = input_int(s, 0, i);
   for (int r = 1; r < mp_size; r++) acc = combine_int(s->dt, s->op, acc, input_int(s, r, i));
-  if (s->op == WEFT_OP_AVERAGE) acc = (int64_t)trunc((double)acc * (1.0 / (double)mp_size));
+  if (s->op == WEFT_OP_AVERAGE) /* exact truncating division in the type */
+    acc = mp_is_unsigned(s->dt) ? (int64_t)((uint64_t)acc / (uint64_t)mp_size) : acc / mp_size;
   return acc;
 }
 

@@ -6,7 +6,9 @@
  *    bit against the left fold in rank order, ((x_0 op x_1) op x_2) ...,
  *    computed here in the dtype's arithmetic (average: that fold, then as
  *    the library defines it: integers divided by n exactly, truncating;
- *    floats times 1/n in double, rounded once to the type; bit for bit);
+ *    floats times 1/n as the library scales, Horovod's rule: float64 in
+ *    double, float32 and 16-bit floats times (float)(1/n) in float32,
+ *    rounded to the type; bit for bit);
  *  - reducescatter (uneven blocks), allgather (uneven rows, a rank with
  *    none), broadcast from every root;
  *  - a burst of mixed collectives submitted at once and waited for together
@@ -88,8 +90,8 @@ static void expect(weft_dtype t, weft_reduce_op op, size_t i, unsigned char *out
 }
 
 /* v rounded to nearest even with `bits` significant bits (float16: 11,
- * bfloat16: 8), from the double at once (one rounding, as the library's
- * scaling; float16 subnormals in units of 2^-24). */
+ * bfloat16: 8), from the double at once (float16 subnormals in units of
+ * 2^-24). */
 static double round_bits(double v, int bits) {
   if (v == 0 || !isfinite(v)) return v;
   int e;
@@ -100,16 +102,23 @@ static double round_bits(double v, int bits) {
 
 /* The average from the fold `sum` (both one element of t): integers divided
  * by the size exactly, truncating toward zero (the sum wrapped first);
- * floats times 1/size in double, rounded once to t. */
+ * floats times 1/size as Horovod scales: float64 in double, float32 and the
+ * 16-bit floats one float32 product sum * (float)(1/size), rounded to t. */
 static void average_of(weft_dtype t, const unsigned char *sum, unsigned char *avg) {
   if (!mp_is_float(t)) {
     mp_set_i(t, avg, 0, mp_wrap(t, (uint64_t)(mp_get_i(t, sum, 0) / mp_size)));
     return;
   }
-  double v = mp_get_f(t, sum, 0) * (1.0 / mp_size);
+  double v;
+  if (t == WEFT_DTYPE_FLOAT64) {
+    v = mp_get_f(t, sum, 0) * (1.0 / mp_size);
+  } else {
+    volatile float p = (float)mp_get_f(t, sum, 0) * (float)(1.0 / mp_size); /* no excess precision */
+    v = p;
+  }
   if (t == WEFT_DTYPE_FLOAT16) v = round_bits(v, 11);
   else if (t == WEFT_DTYPE_BFLOAT16) v = round_bits(v, 8);
-  mp_set_f(t, avg, 0, v); /* float32: the one rounding; 16-bit: exact already */
+  mp_set_f(t, avg, 0, v); /* float32 and float64: exact already */
 }
 
 /* got[k] is element first + k of the tensor: the fold (average: of the
