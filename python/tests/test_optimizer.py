@@ -232,8 +232,8 @@ def test_misuse():
         hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=[("a", p) for p in model.parameters()])
     with pytest.raises(ValueError, match="name every"):
         hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=list(model.named_parameters())[:1])
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.DistributedOptimizer(sgd(model.parameters()), op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):  # Adasum is for allreduce (test_hvd_adasum.py)
+        hvd.reducescatter(torch.ones(2 * n), op=hvd.Adasum)
     opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
     x, y = data(0)
     loss_fn(model, shard(x, r, n), shard(y, r, n)).backward()

@@ -11,8 +11,7 @@ tensors, errors that carry the real cause (which tensor, which ranks, which
 values) on every rank, and a pure-C extension that never needs rebuilding for
 a new torch. Process sets (add_process_set), join and timelines map to weft's
 groups, join and timeline. Not available (NotImplementedError or absent):
-Adasum, sparse_allreduce_async (sparse gradients are densified), elastic
-training, GPU tensors.
+elastic training, GPU tensors.
 """
 
 from .compression import Compression
@@ -26,7 +25,7 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, Product, 
                       grouped_reducescatter_async, init, is_homogeneous, is_initialized, join, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll, rank,
                       reducescatter, reducescatter_async, remove_process_set, rocm_built, shutdown, size,
-                      start_timeline, stop_timeline, synchronize)
+                      sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 from .._core import WeftError
@@ -42,5 +41,6 @@ __all__ = [
     "grouped_allreduce_async", "grouped_allreduce_async_", "grouped_reducescatter", "grouped_reducescatter_async",
     "init", "is_homogeneous", "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter", "reducescatter_async",
-    "remove_process_set", "rocm_built", "shutdown", "size", "start_timeline", "stop_timeline", "synchronize",
+    "remove_process_set", "rocm_built", "shutdown", "size", "sparse_allreduce_async", "start_timeline",
+    "stop_timeline", "synchronize",
 ]

@@ -20,6 +20,7 @@ import torch
 
 from .. import _core, _weft
 from .._core import GroupRequest, Request, WeftError, op_name, reducescatter_rows
+from . import adasum as _adasum
 from .compression import Compression
 
 HorovodInternalError = WeftError
@@ -266,7 +267,7 @@ def _from_buffer(buf, dtype, shape):
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
-def _resolve_op(op, average, fn):
+def _resolve_op(op, average, fn, allow_adasum=True):
     if average is not None:
         if op is not None:
             raise ValueError("%s: the op parameter supersedes average; give only one of them" % fn)
@@ -276,7 +277,9 @@ def _resolve_op(op, average, fn):
     elif op is None:
         op = Average
     if op == Adasum:
-        raise NotImplementedError("%s: op=Adasum is not implemented by weft; use Average or Sum" % fn)
+        if not allow_adasum:
+            raise NotImplementedError("%s: op=Adasum is for allreduce (and its grouped forms) only" % fn)
+        return op
     if op not in _WEFT_OPS:
         raise ValueError("%s: unknown reduction op %r" % (fn, op))
     return op
@@ -320,6 +323,9 @@ def _weft_name(prefix, name, group):
 
 
 def _allreduce_async(tensor, inplace, name, op, prescale, postscale, process_set, fn, prefix="allreduce"):
+    if op == Adasum:
+        return _adasum_async([tensor], inplace, _weft_name(prefix, name, _resolve_set(process_set, fn)[0]), False,
+                             prescale, postscale, process_set, fn, single=True)
     code = _code(tensor, fn)
     group, _, _ = _resolve_set(process_set, fn)
     wname = _weft_name(prefix, name, group)
@@ -388,6 +394,8 @@ def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, pr
     tensors = list(tensors)
     if not tensors:
         return GroupRequest([])
+    if op == Adasum:
+        return _adasum_async(tensors, inplace, name, True, prescale, postscale, process_set, fn)
     group, _, _ = _resolve_set(process_set, fn)
     codes = [_code(t, fn) for t in tensors]
     srcs = [t if t.is_contiguous() else t.contiguous() for t in tensors]
@@ -450,6 +458,88 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
     op = _resolve_op(op, average, "grouped_allreduce_")
     return _grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor, process_set,
                                     "grouped_allreduce_").synchronize()
+
+
+def _adasum_async(tensors, inplace, name, grouped, prescale, postscale, process_set, fn, single=False):
+    """op=Adasum (see adasum.py): every member's tensors gathered (one
+    grouped allgather, flattened, times prescale first), then folded locally
+    in the fixed recursive-halving order, times postscale; identical bits on
+    every rank."""
+    for t in tensors:
+        _code(t, fn)
+    _, _, set_size = _resolve_set(process_set, fn)
+    _adasum.check(tensors, set_size, fn)
+    flat = []
+    for t in tensors:
+        f = t.detach().reshape(1, -1)
+        flat.append(f * prescale if prescale != 1.0 else f)
+    if single:
+        gathered = _allgather_async(flat[0], name, process_set, fn, prefix=None)
+    else:
+        gathered = grouped_allgather_async(flat, "adasum.%s" % name if name is not None else None, process_set)
+
+    def finish(outs):
+        outs = [outs] if single else outs
+        results = []
+        for t, g in zip(tensors, outs):
+            r = _adasum.combine(g, t.shape, t.dtype)
+            if postscale != 1.0:
+                r = r * postscale
+            if inplace:
+                with torch.no_grad():
+                    t.copy_(r)
+                r = t
+            results.append(r)
+        return results[0] if single else results
+    return GroupRequest([gathered], combine=lambda outs: finish(outs[0]))
+
+
+# ---------------------------------------------------------------- sparse
+class _SparseHandle(object):
+    """sparse_allreduce_async's handle: poll()/synchronize() as any handle,
+    and callable (Horovod's handle is a function returning the result)."""
+
+    def __init__(self, requests, finish):
+        self._requests = requests
+        self._finish = finish
+        self._result = None
+        self._done = False
+
+    def poll(self):
+        return all(r.poll() for r in self._requests)
+
+    def synchronize(self):
+        if not self._done:
+            outs = [r.synchronize() for r in self._requests]
+            self._result = self._finish(*outs)
+            self._done = True
+        return self._result
+
+    wait = __call__ = synchronize
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers this rank's indices (as
+    (nnz, ndim) rows, named '<name>.indices') and values ('<name>.values') as
+    they are (not coalesced) and returns a handle whose result
+    (synchronize(handle), or handle() as in Horovod) is the sparse tensor of
+    every member's entries in set order (duplicates not summed: coalesce()
+    sums them); for Average the values are divided by the set's size."""
+    fn = "sparse_allreduce_async"
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("%s: expected a sparse COO tensor" % fn)
+    op = _resolve_op(op, None, fn, False)
+    _, _, set_size = _resolve_set(process_set, fn)
+    t = tensor
+    indices_req = _allgather_async(t._indices().transpose(0, 1).contiguous(), "%s.indices" % name, process_set, fn)
+    values_req = _allgather_async(t._values(), "%s.values" % name, process_set, fn)
+
+    def finish(indices, values):
+        values = (values / set_size) if op == Average else values
+        if indices.dim() == 0 or values.dim() == 0:
+            return t.new().resize_as_(t)
+        return t.new(indices.transpose(0, 1), values, t.size())
+    return _SparseHandle([indices_req, values_req], finish)
 
 
 # ---------------------------------------------------------------- allgather
@@ -667,7 +757,7 @@ def _reducescatter_async(tensor, name, op, prescale, postscale, process_set, fn,
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Starts a reducescatter; synchronize() returns this rank's slice."""
-    op = _resolve_op(op, None, "reducescatter_async")
+    op = _resolve_op(op, None, "reducescatter_async", False)
     return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set,
                                 "reducescatter_async")
 
@@ -704,7 +794,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
                   prescale_factor=1.0, postscale_factor=1.0):
     """This rank's slice (dim 0; the first dim0 % size ranks get one extra
     row) of op over ranks of tensor (differentiable)."""
-    op = _resolve_op(op, None, "reducescatter")
+    op = _resolve_op(op, None, "reducescatter", False)
     compressed, ctx = compression.compress(tensor)
     out = _ReducescatterFn.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
@@ -715,7 +805,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """One weft request for all tensors (enqueued atomically, fused); tensor i
     is named '<name>.<i>'. synchronize() returns the list of this rank's slices."""
     fn = "grouped_reducescatter_async"
-    op = _resolve_op(op, None, fn)
+    op = _resolve_op(op, None, fn, False)
     tensors = list(tensors)
     if not tensors:
         return GroupRequest([])
@@ -755,7 +845,7 @@ class _GroupedReducescatterFn(torch.autograd.Function):
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor of a list (differentiable); returns a list."""
-    op = _resolve_op(op, None, "grouped_reducescatter")
+    op = _resolve_op(op, None, "grouped_reducescatter", False)
     compressed = [compression.compress(t) for t in tensors]
     outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, process_set,
                                          *[c for c, _ in compressed])

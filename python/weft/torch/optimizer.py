@@ -14,8 +14,8 @@ import warnings
 import torch
 
 from .compression import Compression
-from .mpi_ops import (Average, ProcessSet, _allreduce_async, _check_process_set, _grouped_allreduce_async,
-                      _resolve_op, global_process_set, size)
+from .mpi_ops import (Adasum, Average, ProcessSet, _allreduce_async, _check_process_set, _grouped_allreduce_async,
+                      _resolve_op, global_process_set, size, sparse_allreduce_async)
 
 
 class _DistributedOptimizer(object):
@@ -134,7 +134,7 @@ class _DistributedOptimizer(object):
                     ready.clear()
                     self._allreduce_group_async(gid)
                     return
-            self._handles[p] = (None, None, None)  # started later (group, accumulation, or synchronize)
+            self._handles[p] = (None, None, None, None)  # started later (group, accumulation, or synchronize)
         return hook
 
     def _scales(self):
@@ -144,28 +144,37 @@ class _DistributedOptimizer(object):
         return 1.0, 1.0
 
     def _grad_to_send(self, p):
+        """(tensor to allreduce, compression ctx, kind): kind "dense" for a
+        sparse gradient sent densified (sparse_as_dense, or in a group), made
+        sparse again after the allreduce, as Horovod."""
         if p.grad is None:  # a parameter that took no part in this backward
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
-            p.grad = p.grad.to_dense()  # weft reduces dense tensors
-        return self._compression.compress(p.grad)
+            sent, ctx = self._compression.compress(p.grad.to_dense())
+            return sent, ctx, "dense"
+        sent, ctx = self._compression.compress(p.grad)
+        return sent, ctx, None
 
     def _allreduce_grad_async(self, p):
-        sent, ctx = self._grad_to_send(p)
+        if p.grad is not None and p.grad.is_sparse and not self._sparse_as_dense:
+            # as Horovod: allgather of indices and values (no compression, no predivide)
+            return (sparse_allreduce_async(p.grad, self._names[p], self._op, self._process_set), None, None,
+                    "sparse")
+        sent, ctx, kind = self._grad_to_send(p)
         prescale, postscale = self._scales()
         request = _allreduce_async(sent, True, self._names[p], self._op, prescale, postscale,
                                    self._process_set, "DistributedOptimizer")
-        return request, ctx, sent
+        return request, ctx, sent, kind
 
     def _allreduce_group_async(self, gid):
         """One grouped (fused) allreduce for the whole group."""
         members = self._groups[gid]
         sent = [self._grad_to_send(q) for q in members]
         prescale, postscale = self._scales()
-        request = _grouped_allreduce_async([t for t, _ in sent], True, "DistributedOptimizer.group.%d" % gid,
+        request = _grouped_allreduce_async([t for t, _, _ in sent], True, "DistributedOptimizer.group.%d" % gid,
                                            self._op, prescale, postscale, self._process_set, "DistributedOptimizer")
-        for q, (t, ctx) in zip(members, sent):
-            self._handles[q] = (request, ctx, t)
+        for q, (t, ctx, kind) in zip(members, sent):
+            self._handles[q] = (request, ctx, t, kind)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hooks did
@@ -182,9 +191,13 @@ class _DistributedOptimizer(object):
             self._group_ready[gid].clear()
         try:
             for p in self._requires_update:
-                request, ctx, sent = self._handles[p]
-                request.synchronize()
-                if sent is not p.grad:
+                request, ctx, sent, kind = self._handles[p]
+                out = request.synchronize()
+                if kind is not None:  # a sparse gradient: sparse again, as Horovod
+                    aggregated = out if kind == "sparse" else self._compression.decompress(sent, ctx).to_sparse()
+                    with torch.no_grad():
+                        p.grad.zero_().add_(aggregated)
+                elif sent is not p.grad:
                     with torch.no_grad():
                         p.grad.copy_(self._compression.decompress(sent, ctx))
                 self._delay[p] = self.backward_passes_per_step
@@ -219,6 +232,95 @@ class _DistributedOptimizer(object):
         return self._weft_base.zero_grad(self, *args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(object):
+    """Horovod's delta optimizer for op=Adasum (horovod/torch/optimizer.py
+    _DistributedAdasumOptimizer): when a parameter's gradient is ready, the
+    wrapped optimizer steps that parameter alone (this rank's own optimizer
+    state); the change it made (stepped - start) is combined over the ranks
+    with Adasum; step() sets the parameter to start + the combined change.
+    Methods mixed in as _DistributedOptimizer's; `_weft_base` is the wrapped
+    class."""
+
+    def _weft_setup_adasum(self, backward_passes_per_step):
+        self.backward_passes_per_step = backward_passes_per_step
+        self._handles = {}
+        self._delay = dict((p, backward_passes_per_step) for p in self._params)
+        self._requires_update = [p for p in self._params if p.requires_grad]
+        self._starting_models = dict((p, torch.zeros_like(p, requires_grad=False)) for p in self._params)
+        self._hook_refs = []
+        for p in self._requires_update:
+            p.grad = torch.zeros_like(p)  # as Horovod
+        self._register_hooks()
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
+                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
+                                     "step(); raise backward_passes_per_step to accumulate gradients locally")
+            self._delay[p] -= 1
+            self._handles[p] = self._allreduce_grad_async(p) if self._delay[p] == 0 else (None, None, None)
+        return hook
+
+    def _allreduce_grad_async(self, p):
+        start = self._starting_models[p]
+        stashed = [group["params"] for group in self.param_groups]
+        for group in self.param_groups:  # step p alone
+            group["params"] = [p] if any(p is q for q in group["params"]) else []
+        try:
+            with torch.no_grad():
+                start.copy_(p)
+            self._weft_base.step(self)
+            with torch.no_grad():
+                p.sub_(start)  # p holds its delta until step()
+        finally:
+            for group, params in zip(self.param_groups, stashed):
+                group["params"] = params
+        sent, ctx = self._compression.compress(p.detach())
+        request = _allreduce_async(sent, False, self._names[p], Adasum, 1.0, 1.0, self._process_set,
+                                   "DistributedOptimizer")
+        return request, ctx, sent
+
+    def set_backward_passes_per_step(self, passes):
+        if passes < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = passes
+        for p in self._delay:
+            self._delay[p] = passes
+
+    def synchronize(self):
+        pass  # as Horovod: step() does the work
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for p in self._requires_update:  # same order on every rank
+            entry = self._handles.get(p)
+            if entry is None or entry[0] is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for p in self._requires_update:
+                request, ctx, _ = self._handles[p]
+                delta = self._compression.decompress(request.synchronize(), ctx)
+                start = self._starting_models[p]
+                with torch.no_grad():
+                    start.add_(delta)
+                    p.copy_(start)
+                self._delay[p] = self.backward_passes_per_step
+        finally:
+            self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                                 "optimizer.step() or optimizer.synchronize(): the gradients are still being "
+                                 "allreduced")
+        return self._weft_base.zero_grad(self, *args, **kwargs)
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                          groups=None, sparse_as_dense=False, process_set=global_process_set):
@@ -232,7 +334,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
       `_parameter_names` maps each parameter to its name.
     backward_passes_per_step: backward passes accumulated locally per step()
       (set_backward_passes_per_step() changes it later).
-    op: Average (default) or Sum. Adasum is not implemented.
+    op: Average (default), Sum, or Adasum (Horovod's delta optimizer: each
+      rank steps its own optimizer, the parameter changes are combined with
+      Adasum and added to the starting parameters; a power-of-two number of
+      ranks, the global process set).
+    sparse_as_dense: a sparse gradient is densified for the allreduce (and
+      made sparse again); otherwise it takes Horovod's sparse path
+      (sparse_allreduce_async: allgather of indices and values).
     gradient_predivide_factor: with Average, divide by it before the sum and
       multiply after (the result is still the average).
     num_groups / groups: allreduce parameters in groups (an int: that many
@@ -265,6 +373,32 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     base.__init__(new, optimizer.param_groups)  # hyperparameters travel in the groups
     for p, state in optimizer.state.items():
         new.state[p] = state
+    if op == Adasum and size() > 1:
+        if process_set is not global_process_set and process_set.ranks != list(range(size())):
+            raise NotImplementedError("Adasum does not support non-global process sets yet (as Horovod).")
+        adasum = dict((k, v) for k, v in vars(_DistributedAdasumOptimizer).items() if not k.startswith("__"))
+        cls = type(base.__name__, (base,), dict(methods, **adasum))
+        new = cls.__new__(cls)
+        base.__init__(new, optimizer.param_groups)
+        for p, state in optimizer.state.items():
+            new.state[p] = state
+        # names and bookkeeping as the Average optimizer's, hooks registered below
+        new._weft_setup(named_parameters, compression, backward_passes_per_step, Average, 1.0, None,
+                        sparse_as_dense, _NoHooks())
+        new._op = Adasum
+        new._process_set = process_set
+        new._weft_setup_adasum(backward_passes_per_step)
+        return new
     new._weft_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
                     groups, sparse_as_dense, process_set)
     return new
+
+
+class _NoHooks(ProcessSet):
+    """A process set this rank is not in: _weft_setup registers no hooks."""
+
+    def __init__(self):
+        ProcessSet.__init__(self, [])
+
+    def included(self):
+        return False
