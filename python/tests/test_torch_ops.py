@@ -143,8 +143,11 @@ def test_ops_average_alias_scales_and_adasum():
     assert any(issubclass(i.category, DeprecationWarning) for i in w)
     with pytest.raises(ValueError):
         hvd.allreduce(x, average=True, op=hvd.Sum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        hvd.allreduce(x, op=hvd.Adasum)
+    if n & (n - 1):  # Adasum (test_hvd_adasum.py) needs a power-of-two rank count, as Horovod's
+        with pytest.raises(NotImplementedError, match="power"):
+            hvd.allreduce(x, op=hvd.Adasum)
+    else:
+        assert hvd.allreduce(x, op=hvd.Adasum).shape == x.shape
     got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.1)
     assert torch.equal(got, weftref.allreduce_t(xs, "sum", 3.0, 0.1)), got
     got = hvd.allreduce(x, op=hvd.Average, prescale_factor=3.0, postscale_factor=0.1)
