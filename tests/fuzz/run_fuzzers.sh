@@ -11,6 +11,7 @@
 # the replay); 0 replays only. TARGETs default to every target (fuzz_wire
 # fuzz_handshake fuzz_coord fuzz_relay). Environment:
 #   WEFT_FUZZ_BUILD_DIR  build directory (default: build-fuzz in the source tree)
+#   WEFT_WERROR          ON: warnings are errors (CI)
 #   CC                   the clang to use (default: clang)
 #   WEFT_FUZZ_MERGE_FROM --merge: directories of inputs to merge in (default:
 #                        BUILD/fuzz/<target>/corpus, what earlier runs found)
@@ -55,6 +56,7 @@ mkdir -p "$B"
 t_all=$SECONDS
 echo "=== building ${targets[*]} in $B with $cc"
 if ! CC=$cc cmake -S "$src" -B "$B" -DWEFT_BUILD_FUZZERS=ON -DWEFT_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DWEFT_WERROR="${WEFT_WERROR:-OFF}" \
   >"$B/configure.log" 2>&1; then
   cat "$B/configure.log" >&2
   echo "run_fuzzers.sh: cmake configure failed" >&2
