@@ -18,6 +18,15 @@ from .mpi_ops import (Adasum, Average, ProcessSet, _allreduce_async, _check_proc
                       _resolve_op, global_process_set, size, sparse_allreduce_async)
 
 
+def _count_backward_pass(opt, p):
+    """One more backward pass produced p's gradient (a hook of either
+    optimizer): counts it against backward_passes_per_step, as Horovod does."""
+    if p in opt._handles and opt._handles[p][0] is not None and opt._delay[p] <= 0:
+        raise AssertionError("gradients were computed more than backward_passes_per_step times before "
+                             "step(); raise backward_passes_per_step to accumulate gradients locally")
+    opt._delay[p] -= 1
+
+
 class _DistributedOptimizer(object):
     """Methods mixed into a subclass of the wrapped optimizer's class (see
     DistributedOptimizer); `_weft_base` is that original class."""
@@ -119,10 +128,7 @@ class _DistributedOptimizer(object):
 
     def _make_hook(self, p):
         def hook(*_):
-            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
-                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
-                                     "step(); raise backward_passes_per_step to accumulate gradients locally")
-            self._delay[p] -= 1
+            _count_backward_pass(self, p)
             if self._delay[p] == 0:
                 gid = self._group_of.get(p)
                 if gid is None:
@@ -254,10 +260,7 @@ class _DistributedAdasumOptimizer(object):
 
     def _make_hook(self, p):
         def hook(*_):
-            if p in self._handles and self._handles[p][0] is not None and self._delay[p] <= 0:
-                raise AssertionError("gradients were computed more than backward_passes_per_step times before "
-                                     "step(); raise backward_passes_per_step to accumulate gradients locally")
-            self._delay[p] -= 1
+            _count_backward_pass(self, p)
             self._handles[p] = self._allreduce_grad_async(p) if self._delay[p] == 0 else (None, None, None)
         return hook
 
