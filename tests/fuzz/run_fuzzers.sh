@@ -15,6 +15,8 @@
 #   CC                   the clang to use (default: clang)
 #   WEFT_FUZZ_MERGE_FROM --merge: directories of inputs to merge in (default:
 #                        BUILD/fuzz/<target>/corpus, what earlier runs found)
+#   WEFT_FUZZ_MERGE_MAX  --merge: at most this many inputs per target (400);
+#                        a larger set covering every feature is redone by edges
 # Each target first writes its seed corpus (valid encodings and scenarios,
 # made by the target itself with WEFT_FUZZ_SEEDS) to BUILD/fuzz/<target>/seeds.
 # Replay runs every input of tests/fuzz/corpus/<target> (the committed
@@ -24,8 +26,8 @@
 # kept in BUILD/fuzz/<target>/corpus (so a later run resumes). --merge
 # rewrites tests/fuzz/corpus/<target> as the smallest set of inputs that
 # covers what the committed corpus and the merged directories cover beyond
-# the seeds (libFuzzer -merge=1), keeping every regress-* input; review and
-# commit the result. Exit status: 0 when every target ran without a
+# the seeds (libFuzzer -set_cover_merge=1, clang 15 on; else -merge=1),
+# keeping every regress-* input; review and commit the result. Exit status: 0 when every target ran without a
 # finding; 1 otherwise, after printing each crashing input's path and how to
 # reproduce it; 2 on a usage error.
 set -u
@@ -102,18 +104,31 @@ for t in "${targets[@]}"; do
   ncommitted=$(ls "$committed" 2>/dev/null | wc -l)
 
   if [ $mode = merge ]; then
-    # what the seeds cover is the baseline: keep only inputs that add to it
+    # what the seeds cover is the baseline: keep only inputs that add to it;
+    # the smallest set libFuzzer finds (-set_cover_merge where it has it),
+    # by every feature, or by edges alone when that exceeds the cap
     from=(${WEFT_FUZZ_MERGE_FROM:-$out/corpus})
     work=$out/merge
-    rm -rf "$work" && mkdir -p "$work"
-    cp "$out"/seeds/* "$work"/
-    if ! "$bin" -merge=1 "${lim[@]}" -artifact_prefix="$out/" "$work" "${dirs[@]:1}" "${from[@]}" >"$out/merge.log" 2>&1; then
-      report "$t" "$out/merge.log" 1
-      failed+=("$t")
-      continue
-    fi
-    for s in "$out"/seeds/*; do rm -f "$work/$(basename "$s")"; done
+    how=-merge=1
+    "$bin" -help=1 2>&1 | grep -q set_cover_merge && how=-set_cover_merge=1
+    for counters in 1 0; do
+      rm -rf "$work" && mkdir -p "$work"
+      cp "$out"/seeds/* "$work"/
+      if ! "$bin" $how -use_counters=$counters "${lim[@]}" -artifact_prefix="$out/" "$work" "${dirs[@]:1}" "${from[@]}" \
+        >"$out/merge.log" 2>&1; then
+        report "$t" "$out/merge.log" 1
+        failed+=("$t")
+        continue 2
+      fi
+      for s in "$out"/seeds/*; do rm -f "$work/$(basename "$s")"; done
+      [ "$(ls "$work" | wc -l)" -le "${WEFT_FUZZ_MERGE_MAX:-400}" ] && break
+      echo "$t: $(ls "$work" | wc -l) inputs cover every feature, over ${WEFT_FUZZ_MERGE_MAX:-400}: merging by edges alone"
+    done
     mkdir -p "$committed"
+    for r in "$committed"/regress-*; do # kept under their own names
+      [ -f "$r" ] || continue
+      for w in "$work"/*; do cmp -s "$r" "$w" && rm -f "$w"; done
+    done
     find "$committed" -maxdepth 1 -type f ! -name 'regress-*' -delete
     cp "$work"/* "$committed"/ 2>/dev/null
     echo "$t: committed corpus $ncommitted -> $(ls "$committed" | wc -l) inputs," \
