@@ -15,7 +15,7 @@
 
 #include "algo/algo.h"
 #include "algo/sched.h"
-#include "engine/board.h"
+#include "negotiate/board.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
 #include "transport/mux.h"
@@ -193,7 +193,8 @@ struct weft_world {
   int epfd, evfd;
   _Atomic int wake_pending;  /* an eventfd write is outstanding */
   wf_tcp *tcp;
-  wf_shm *shm;               /* NULL: no local peers, or WEFT_TRANSPORT=tcp */
+  struct wf_host *host;      /* the host's shared segment (host/segment.h); NULL: no local peers, or WEFT_TRANSPORT=tcp */
+  wf_shm *shm;               /* the ring transport over it (NULL with it) */
   wf_mux mux;                /* data: shm for local peers, else tcp */
   wf_transport *tr;          /* &mux.base */
   wf_gstate **gs;            /* groups this rank is a member of; gs[0]: the world */

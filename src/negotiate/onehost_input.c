@@ -30,8 +30,8 @@
 #include <string.h>
 
 #include "algo/cma.h"
-#include "engine/board.h"
-#include "engine/fast.h"
+#include "negotiate/board.h"
+#include "negotiate/onehost.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
 #include "util/err.h"
