@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
-#include "api/topo_info.h"
+#include "engine/topo_info.h"
 #include "util/params.h"
 #include "weft.h"
 

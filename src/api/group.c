@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/submit.h"
 #include "util/err.h"
 
 static int cmp_int(const void *a, const void *b) {
@@ -78,36 +78,20 @@ weft_status weft_group_create(weft_world *w, const int *ranks, int n, weft_group
     free(g);
     return st;
   }
-  pthread_mutex_lock(&w->mu);
-  intptr_t count = (intptr_t)wf_strmap_get(&w->group_counts, key) + 1;
-  if (w->fail_status != WEFT_OK) {
-    st = wf_err(w->fail_status, "%s", w->fail_msg);
-  } else if (wf_strmap_put(&w->group_counts, key, (void *)count)) {
-    st = wf_err(WEFT_ERR_NO_MEMORY, "weft_group_create: out of memory");
-  } else {
-    g->id = group_id(key, count);
-    g->next = w->new_groups;
-    w->new_groups = g;
-  }
-  pthread_mutex_unlock(&w->mu);
+  st = wf_group_register(w, g, key, group_id);
   free(key);
   if (st != WEFT_OK) {
     free(sorted);
     free(g);
     return st;
   }
-  wf_engine_wake(w);
   /* every member must arrive: a rank that lists other members than we do
    * gets another id, so this barrier would never complete for it */
   st = group_barrier(g, "weft.group.create");
   if (st != WEFT_OK) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", wf_err_msg());
-    pthread_mutex_lock(&w->mu);
-    g->dead_next = w->dead_groups;
-    w->dead_groups = g;
-    pthread_mutex_unlock(&w->mu);
-    wf_engine_wake(w);
+    wf_group_unregister(w, g);
     return wf_err(st, "weft_group_create: %s", msg);
   }
   *out = g;
@@ -121,12 +105,7 @@ weft_status weft_group_destroy(weft_group *g) {
   weft_world *w = g->world;
   if (g == &w->world_group) return wf_err(WEFT_ERR_MISUSE, "weft_group_destroy: the world group cannot be destroyed");
   weft_status st = group_barrier(g, "weft.group.destroy");
-  pthread_mutex_lock(&w->mu);
-  g->magic = 0; /* the engine frees it */
-  g->dead_next = w->dead_groups;
-  w->dead_groups = g;
-  pthread_mutex_unlock(&w->mu);
-  wf_engine_wake(w);
+  wf_group_unregister(w, g);
   return st;
 }
 

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
-#include "negotiate/onehost.h"
+#include "engine/submit.h"
 #include "util/err.h"
 #include "util/strmap.h"
 #include "util/time.h"
@@ -65,93 +64,6 @@ static weft_status check_opts(const char *fn, const char *name, const weft_op_op
   return WEFT_OK;
 }
 
-static weft_request *new_request(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
-                                 const weft_op_options *o) {
-  weft_request *r = wf_request_new();
-  if (!r) return NULL;
-  atomic_init(&r->magic, WF_REQ_MAGIC);
-  atomic_init(&r->state, WF_REQ_QUEUED);
-  atomic_init(&r->refs, 2);
-  r->world = g->world;
-  r->group = g;
-  r->msg.group_id = g->id;
-  r->msg.coll = (uint8_t)coll;
-  r->msg.root = -1;
-  r->msg.device = WEFT_DEVICE_CPU;
-  r->msg.prescale = o ? o->prescale : 1.0;
-  r->msg.postscale = o ? o->postscale : 1.0;
-  r->msg.priority = o ? o->priority : 0;
-  /* no snprintf: this runs once per tensor (names are checked: 1..WF_NAME_MAX bytes) */
-  size_t len = strlen(name);
-  memcpy(r->msg.name, name, len);
-  r->msg.name[len] = '\0';
-  char digits[10];
-  int nd = 0;
-  uint32_t id = g->id;
-  do digits[nd++] = (char)('0' + id % 10); while ((id /= 10) && nd < 10);
-  char *k = r->key; /* "<group id>/<name>" */
-  while (nd) *k++ = digits[--nd];
-  *k++ = '/';
-  memcpy(k, r->msg.name, len + 1); /* at most 10 + 1 + 255 + 1 bytes: fits */
-  r->key_hash = wf_str_hash_n(r->key, (size_t)(k - r->key) + len); /* once: the in-flight set and the board */
-  if (in) {
-    r->in = *in;
-    r->msg.dtype = (uint8_t)in->dtype;
-    r->msg.ndim = (uint8_t)in->ndim;
-    for (int d = 0; d < in->ndim; d++) r->msg.shape[d] = r->in_shape[d] = in->shape[d];
-    r->in.shape = r->in_shape;
-    r->msg.device = in->device;
-  }
-  if (o) {
-    r->callback = o->callback;
-    r->user_data = o->user_data;
-    r->alloc = o->alloc;
-    r->alloc_ctx = o->alloc_ctx;
-  }
-  /* no deadline yet (wf_request_arm): a fast round that completes at
-   * arrival never needs one, and a clock read is 5% of an 8-byte
-   * allreduce's cycles (not CLOCK_MONOTONIC_COARSE, though a fifth of the
-   * cost: on this kind of VM it lags by 5 ms on average, up to 17, past its
-   * 4 ms resolution) */
-  return r;
-}
-
-/* Registers the name and enqueues, under one lock; on failure frees r. */
-static weft_status submit(weft_request *r, weft_request **out) {
-  weft_world *w = r->world;
-  int fast = wf_fast_wants(w, r); /* one-host fast path: register here, visit the board below */
-  if (!fast) wf_request_arm(r); /* before the engine can see it */
-  pthread_mutex_lock(&w->mu);
-  weft_status st = WEFT_OK;
-  int rc = 0;
-  if (w->fail_status != WEFT_OK) {
-    st = wf_err(w->fail_status, "%s", w->fail_msg);
-  } else if (w->stopping) {
-    st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  } else if ((rc = wf_strmap_insert_h(&w->inflight, r->key, r->key_hash, r, 1)) != 0) {
-    /* the key lives in r, which leaves the set before it is freed (seen complete, or detached and completed) */
-    st = rc > 0 ? INVALID("%s: a tensor named '%s' is already in use on rank %d (submitted, and its request not yet "
-                          "waited on, tested complete or freed)", wf_coll_name(r->msg.coll), r->msg.name, w->rank)
-                : wf_err(WEFT_ERR_NO_MEMORY, "out of memory registering '%s'", r->msg.name);
-  } else if (fast) {
-    atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
-    if (r->msg.coll != WF_COLL_JOIN) wf_fast_list_locked(w, r); /* the engine's scan sees it */
-  } else {
-    atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
-    wf_engine_queue_locked(w, r); /* under the same lock (wf_engine_submit's work) */
-  }
-  pthread_mutex_unlock(&w->mu);
-  if (st != WEFT_OK) {
-    free(r->msg.splits);
-    free(r);
-    return st;
-  }
-  *out = r;
-  if (!fast) wf_engine_wake(w);
-  else if (!wf_fast_submit(w, r)) wf_engine_submit(w, r);
-  return WEFT_OK;
-}
-
 #define BEGIN(fn)                                                              \
   wf_err_clear();                                                              \
   if (!req) return INVALID(fn ": req is NULL");                                \
@@ -181,7 +93,7 @@ static weft_status make_allreduce(weft_group *g, const char *name, const weft_te
     if (a < b + bytes && b < a + bytes)
       return INVALID("weft_allreduce('%s'): input and output overlap without being the same buffer", name);
   }
-  weft_request *r = new_request(g, WF_COLL_ALLREDUCE, name, in, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_ALLREDUCE, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->out = *out;
   r->out.shape = r->in_shape;
@@ -195,7 +107,7 @@ weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *i
   BEGIN("weft_allreduce");
   weft_request *r = NULL;
   WF_CHECK(make_allreduce(g, name, in, out, op, opt, &r));
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 /* Checks an allgather and builds its request (not yet submitted). */
@@ -205,7 +117,7 @@ static weft_status make_allgather(weft_group *g, const char *name, const weft_te
   WF_CHECK(check_name("weft_allgather", name));
   WF_CHECK(check_tensor("weft_allgather", name, "input", in, &n));
   WF_CHECK(check_opts("weft_allgather", name, opt));
-  weft_request *r = new_request(g, WF_COLL_ALLGATHER, name, in, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_ALLGATHER, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   *rp = r;
   return WEFT_OK;
@@ -216,7 +128,7 @@ weft_status weft_allgather(weft_group *g, const char *name, const weft_tensor *i
   BEGIN("weft_allgather");
   weft_request *r = NULL;
   WF_CHECK(make_allgather(g, name, in, opt, &r));
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 weft_status weft_broadcast(weft_group *g, const char *name, const weft_tensor *inout, int root,
@@ -228,10 +140,10 @@ weft_status weft_broadcast(weft_group *g, const char *name, const weft_tensor *i
   WF_CHECK(check_opts("weft_broadcast", name, opt));
   if (root < 0 || root >= g->size)
     return INVALID("weft_broadcast('%s'): root %d is not a rank of the group (size %d)", name, root, g->size);
-  weft_request *r = new_request(g, WF_COLL_BROADCAST, name, inout, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, inout, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->msg.root = root;
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in, const int64_t *splits,
@@ -257,7 +169,7 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
     return INVALID("weft_alltoall('%s'): without splits the first dimension (%lld) must divide by the group size %d",
                    name, (long long)dim0, size);
   }
-  weft_request *r = new_request(g, WF_COLL_ALLTOALL, name, in, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_ALLTOALL, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->msg.nsplits = (uint32_t)size;
   r->msg.splits = malloc(sizeof(int64_t) * (size_t)size);
@@ -266,7 +178,7 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
     return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   }
   for (int j = 0; j < size; j++) r->msg.splits[j] = splits ? splits[j] : (in->ndim ? dim0 / size : 0);
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 /* Checks a reducescatter and builds its request (not yet submitted). */
@@ -296,7 +208,7 @@ static weft_status make_reducescatter(weft_group *g, const char *name, const wef
       return INVALID("weft_reducescatter('%s'): the output overlaps the input (the input is read while the output is "
                      "written)", name);
   }
-  r = new_request(g, WF_COLL_REDUCESCATTER, name, in, opt);
+  r = wf_request_make(g, WF_COLL_REDUCESCATTER, name, in, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   if (out && out->data && in->ndim > 0) {
     r->out = *out;
@@ -313,7 +225,7 @@ weft_status weft_reducescatter(weft_group *g, const char *name, const weft_tenso
   BEGIN("weft_reducescatter");
   weft_request *r = NULL;
   WF_CHECK(make_reducescatter(g, name, in, out, op, opt, &r));
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt, weft_request **req) {
@@ -321,85 +233,25 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
   char auto_name[64];
   uint64_t nth = 0;
   if (!name) {
-    pthread_mutex_lock(&g->world->mu);
-    nth = g->barrier_count++;
+    nth = atomic_fetch_add_explicit(&g->barrier_count, 1, memory_order_relaxed);
     snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)nth); /* per group */
-    pthread_mutex_unlock(&g->world->mu);
     name = auto_name;
   }
   WF_CHECK(check_name("weft_barrier", name));
   WF_CHECK(check_opts("weft_barrier", name, opt));
-  weft_request *r = new_request(g, WF_COLL_BARRIER, name, NULL, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_BARRIER, name, NULL, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   if (name == auto_name) r->auto_barrier = nth + 1;
-  return submit(r, req);
+  return wf_submit(r, req);
 }
 
 weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_join");
   WF_CHECK(check_opts("weft_join", "weft.join", opt));
-  weft_request *r = new_request(g, WF_COLL_JOIN, "weft.join", NULL, opt);
+  weft_request *r = wf_request_make(g, WF_COLL_JOIN, "weft.join", NULL, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->last_joined = -1;
-  return submit(r, req);
-}
-
-/* Enqueues a grouped op: kids[0..n) (built and checked) under one lock,
- * so the engine sees them in one drain and they reach the coordinator in
- * one batch; parent completes with the last. The parent keeps a reference
- * on each child (weft_request_output_at). On failure frees everything. */
-static weft_status submit_grouped(const char *fn, weft_group *g, weft_request *parent, weft_request **kids, int n,
-                                  weft_request **req) {
-  weft_world *w = g->world;
-  weft_status st = WEFT_OK;
-  wf_request_arm(parent);
-  for (int i = 0; i < n; i++) {
-    kids[i]->deadline = parent->deadline; /* armed: the engine reads them */
-    kids[i]->parent = parent;
-    kids[i]->msg.unit = (uint32_t)n; /* the coordinator publishes the children together */
-    atomic_store_explicit(&kids[i]->refs, 2, memory_order_relaxed); /* the engine's and the parent's */
-  }
-  atomic_store_explicit(&parent->remaining, n, memory_order_relaxed);
-  /* before the children are queued: the engine may complete the parent (and
-   * run its callback, which may read outputs) before this returns */
-  parent->kids = kids;
-  parent->nkids = n;
-  pthread_mutex_lock(&w->mu);
-  if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
-  else if (w->stopping) st = wf_err(WEFT_ERR_SHUTDOWN, "the world is being finalized");
-  int put = 0;
-  for (; st == WEFT_OK && put < n; put++) {
-    int rc = wf_strmap_insert_h(&w->inflight, kids[put]->key, kids[put]->key_hash, kids[put], 1); /* key borrowed: see submit */
-    if (rc > 0)
-      st = INVALID("%s: a tensor named '%s' is already in use on rank %d (submitted, and its request not yet waited "
-                   "on, tested complete or freed)", fn, kids[put]->msg.name, w->rank);
-    else if (rc < 0) st = wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
-    if (rc) break;
-    atomic_store_explicit(&kids[put]->name_held, 1, memory_order_relaxed);
-  }
-  if (st != WEFT_OK)
-    for (int i = 0; i < put; i++) wf_strmap_del_val_h(&w->inflight, kids[i]->key, kids[i]->key_hash, kids[i]);
-  pthread_mutex_unlock(&w->mu);
-  if (st != WEFT_OK) {
-    for (int i = 0; i < n; i++) {
-      free(kids[i]->msg.splits);
-      free(kids[i]);
-    }
-    free(kids);
-    free(parent);
-    return st;
-  }
-  /* each child visits the one-host board (keeping its counts in step)
-   * before the engine can see it, as every submission does: a generation
-   * may complete on another rank only after this rank's visit (board.h,
-   * unclaimed inline rounds) */
-  for (int i = 0; i < n; i++) wf_fast_visit(w, kids[i]);
-  pthread_mutex_lock(&w->mu);
-  for (int i = 0; i < n; i++) wf_engine_queue_locked(w, kids[i]); /* one lock: the engine sees them in one drain */
-  pthread_mutex_unlock(&w->mu);
-  wf_engine_wake(w);
-  *req = parent;
-  return WEFT_OK;
+  return wf_submit(r, req);
 }
 
 /* Checks a grouped op's common arguments and allocates its parent and child
@@ -412,7 +264,7 @@ static weft_status begin_grouped(const char *fn, weft_group *g, wf_coll coll, co
   if (!ins) return INVALID("%s('%s'): the tensor array is NULL", fn, name);
   if (strlen(name) + 7 > WF_NAME_MAX) return INVALID("%s('%s'): name too long for a group", fn, name);
   WF_CHECK(check_opts(fn, name, opt));
-  *parent = new_request(g, coll, name, NULL, opt);
+  *parent = wf_request_make(g, coll, name, NULL, opt);
   *kids = calloc((size_t)n, sizeof **kids);
   if (!*parent || !*kids) {
     free(*parent);
@@ -460,7 +312,7 @@ weft_status weft_grouped_allreduce(weft_group *g, const char *name, int n, const
     weft_status st = make_allreduce(g, cname, &ins[i], &outs[i], op, &child_opt, &kids[i]);
     if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
   }
-  return submit_grouped("weft_grouped_allreduce", g, parent, kids, n, req);
+  return wf_submit_grouped("weft_grouped_allreduce", g, parent, kids, n, req);
 }
 
 weft_status weft_grouped_allgather(weft_group *g, const char *name, int n, const weft_tensor *ins,
@@ -475,7 +327,7 @@ weft_status weft_grouped_allgather(weft_group *g, const char *name, int n, const
     weft_status st = make_allgather(g, cname, &ins[i], &child_opt, &kids[i]);
     if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
   }
-  return submit_grouped("weft_grouped_allgather", g, parent, kids, n, req);
+  return wf_submit_grouped("weft_grouped_allgather", g, parent, kids, n, req);
 }
 
 weft_status weft_grouped_reducescatter(weft_group *g, const char *name, int n, const weft_tensor *ins,
@@ -491,7 +343,7 @@ weft_status weft_grouped_reducescatter(weft_group *g, const char *name, int n, c
     weft_status st = make_reducescatter(g, cname, &ins[i], outs ? &outs[i] : NULL, op, &child_opt, &kids[i]);
     if (st != WEFT_OK) return abandon_grouped(st, parent, kids, n);
   }
-  return submit_grouped("weft_grouped_reducescatter", g, parent, kids, n, req);
+  return wf_submit_grouped("weft_grouped_reducescatter", g, parent, kids, n, req);
 }
 
 weft_status weft_request_output_at(weft_request *req, int i, weft_tensor *out) {

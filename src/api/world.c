@@ -1,5 +1,6 @@
-/* world.c - weft_init / weft_finalize, the configuration (explicit fields,
- * then the environment, then defaults), ranks and sizes, abort. */
+/* world.c - weft_init / weft_finalize: the configuration (explicit fields,
+ * then the environment, then defaults), the rendezvous (bootstrap/), then
+ * the engine (engine/world.c); ranks and sizes, abort. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +16,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/mpi_boot.h"
 #include "bootstrap/iface.h"
-#include "engine/engine.h"
+#include "engine/submit.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/params.h"
@@ -75,29 +76,6 @@ static const char *const LSIZE_VARS[] = {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"
                                           "MPI_LOCALNRANKS", NULL};
 static const char *const CRANK_VARS[] = {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", NULL};
 static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", NULL};
-
-static void world_free(weft_world *w) {
-  if (!w) return;
-  wf_engine_stop(w);
-  wf_mux_release_mpi(&w->mux); /* [mpi] after the engine: the transport, then the communicator */
-  wf_tl_destroy(&w->tl);
-  /* every request is complete now; those whose caller has not seen them
-   * yet give their names up, so that their handles no longer need the world */
-  pthread_mutex_lock(&w->mu);
-  for (size_t i = 0; i < w->inflight.cap; i++) {
-    wf_strmap_entry *e = &w->inflight.slots[i];
-    if (e->key && !e->tomb) atomic_store_explicit(&((weft_request *)e->val)->name_held, 0, memory_order_relaxed);
-  }
-  pthread_mutex_unlock(&w->mu);
-  wf_strmap_free(&w->inflight);
-  wf_strmap_free(&w->group_counts);
-  free(w->peers);
-  free(w->world_group.ranks);
-  pthread_cond_destroy(&w->done_cv);
-  pthread_mutex_destroy(&w->mu);
-  w->magic = 0;
-  free(w);
-}
 
 /* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty). */
 static weft_status check_algorithms(const wf_settings *s, char *err, size_t errlen) {
@@ -172,46 +150,12 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
                   "weft_init: WEFT_ADDR is not set: launch with weftrun, or set WEFT_ADDR=host:port of rank 0's "
                   "rendezvous on every rank");
 
-  weft_world *w = calloc(1, sizeof *w);
-  if (!w) {
-    wf_mpi_comm_close(mpic);
-    return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
-  }
-  w->mux.mpi_comm = mpic; /* [mpi] freed by world_free */
-  w->magic = WF_WORLD_MAGIC;
-  w->rank = rank;
-  w->size = size;
-  w->epfd = w->evfd = -1;
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->done_cv, NULL);
-  wf_strmap_init(&w->inflight);
-  wf_strmap_init(&w->group_counts);
-  wf_tl_init(&w->tl, rank);
-  w->set = set;
-  w->timeout_seconds = cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : set.timeout_seconds;
-  if (!(w->timeout_seconds > 0)) w->timeout_seconds = 300;
-  w->hb_interval = set.heartbeat_interval;
-  w->hb_timeout = set.heartbeat_timeout;
-  if (!(w->hb_interval > 0)) w->hb_interval = 0.5;
-  if (!(w->hb_timeout > w->hb_interval)) w->hb_timeout = 10 * w->hb_interval;
-  wf_log_set_rank(rank);
-
-  weft_group *g = &w->world_group;
-  g->magic = WF_GROUP_MAGIC;
-  g->id = 0;
-  g->world = w;
-  g->size = size;
-  g->rank = rank;
-  g->ranks = malloc(sizeof(int) * (size_t)size);
+  weft_world *w = wf_world_new(rank, size, &set, cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : 0, mpic);
+  if (!w) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory"); /* mpic closed */
   int *fds = NULL;
   weft_status st = WEFT_OK;
   wf_boot_result br;
   memset(&br, 0, sizeof br);
-  if (!g->ranks) {
-    st = wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory");
-    goto fail;
-  }
-  for (int i = 0; i < size; i++) g->ranks[i] = i;
 
   if (size > 1) {
     /* launcher: WEFT_IFACE names the interface to bind and advertise, unless WEFT_BIND_ADDR is set */
@@ -307,7 +251,7 @@ fail:
   {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", wf_err_msg());
-    world_free(w);
+    wf_world_free(w);
     wf_err(st, "%s", msg);
   }
   return st;
@@ -317,7 +261,7 @@ static int valid(const weft_world *w) { return w && w->magic == WF_WORLD_MAGIC; 
 
 weft_status weft_finalize(weft_world *w) {
   if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_finalize: not a live world handle");
-  world_free(w);
+  wf_world_free(w);
   return WEFT_OK;
 }
 
@@ -332,17 +276,7 @@ weft_group *weft_world_group(weft_world *w) { return valid(w) ? &w->world_group 
 
 weft_status weft_abort(weft_world *w, const char *reason) {
   if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_abort: not a live world handle");
-  if (!reason) reason = "(no reason given)";
-  pthread_mutex_lock(&w->mu);
-  int first = w->fail_status == WEFT_OK;
-  if (first) {
-    w->fail_status = WEFT_ERR_ABORTED;
-    snprintf(w->fail_msg, sizeof w->fail_msg, "aborted: %s", reason);
-    snprintf(w->abort_reason, sizeof w->abort_reason, "%s", reason);
-    w->abort_send = 1;
-  }
-  pthread_mutex_unlock(&w->mu);
-  wf_engine_wake(w);
+  wf_world_abort(w, reason ? reason : "(no reason given)");
   return WEFT_OK;
 }
 
@@ -360,9 +294,5 @@ weft_status weft_timeline_stop(weft_world *w) {
 
 weft_status weft_async_error(weft_world *w) {
   if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_async_error: not a live world handle");
-  pthread_mutex_lock(&w->mu);
-  weft_status st = w->fail_status;
-  if (st != WEFT_OK) wf_err(st, "%s", w->fail_msg);
-  pthread_mutex_unlock(&w->mu);
-  return st;
+  return wf_world_status(w);
 }

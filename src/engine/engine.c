@@ -7,8 +7,7 @@
  * inbox.c. */
 #include "engine/engine.h"
 #include "negotiate/onehost.h"
-#include "host/segment.h"
-#include "host/stage.h"
+#include "engine/local.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -76,81 +75,6 @@ void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) {
   w->later_at = wf_now_ns() + LATER_GRACE_NS;
 }
 
-void wf_request_unref(weft_request *r) {
-  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
-  /* most are NULL: no call for them (this runs once per op) */
-  if (r->msg.splits) free(r->msg.splits);
-  if (r->error) free(r->error);
-  if (r->result_owned) free(r->result);
-  if (r->recv_splits) free(r->recv_splits);
-  if (r->child_error) free(r->child_error);
-  if (r->fast_msg) free(r->fast_msg);
-  for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
-  if (r->kids) free(r->kids);
-  atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
-  wf_request_release(r);
-}
-
-/* After publication: the callback, the engine's reference, and (grouped op)
- * the parent, which completes with its last child carrying the first error. */
-static void complete_rest(weft_world *w, weft_request *r) {
-  weft_status st = r->status;
-  if (r->callback) {
-    r->callback(r, st, r->user_data);
-    wf_request_observed(r); /* the callback saw it complete */
-  }
-  weft_request *parent = r->parent;
-  if (parent && st != WEFT_OK && parent->child_status == WEFT_OK) {
-    parent->child_status = st;
-    parent->child_error = r->error ? strdup(r->error) : NULL;
-  }
-  wf_request_unref(r);
-  if (parent && atomic_fetch_sub_explicit(&parent->remaining, 1, memory_order_acq_rel) == 1) {
-    char *m = parent->child_error;
-    parent->child_error = NULL;
-    wf_request_complete(w, parent, parent->child_status, m);
-    free(m);
-  }
-}
-
-void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
-  pthread_mutex_lock(&w->mu);
-  for (uint32_t i = 0; i < n; i++) {
-    /* a detached request's name goes now: nobody will see it complete */
-    if (atomic_load_explicit(&rs[i]->magic, memory_order_relaxed) == WF_REQ_FREED) wf_request_names_locked(w, rs[i]);
-    wf_fast_unlist_locked(w, rs[i]);
-    /* release: the result fields become visible to a thread that reads
-     * state == DONE with acquire (weft_test / weft_wait) */
-    atomic_store_explicit(&rs[i]->state, WF_REQ_DONE, memory_order_release);
-  }
-  /* one wake-up for the whole batch (none when nobody sleeps): a woken
-   * waiter does not contend with the engine for the lock request by request */
-  if (w->waiters) pthread_cond_broadcast(&w->done_cv);
-  pthread_mutex_unlock(&w->mu);
-  for (uint32_t i = 0; i < n; i++) complete_rest(w, rs[i]);
-}
-
-void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg) {
-  r->status = st;
-  if (st != WEFT_OK && msg) r->error = strdup(msg);
-  wf_request_complete_many(w, &r, 1);
-}
-
-void wf_engine_queue_locked(weft_world *w, weft_request *r) {
-  r->next = NULL;
-  if (w->q_tail) w->q_tail->next = r;
-  else w->q_head = r;
-  w->q_tail = r;
-}
-
-void wf_engine_submit(weft_world *w, weft_request *r) {
-  wf_request_arm(r);
-  pthread_mutex_lock(&w->mu);
-  wf_engine_queue_locked(w, r);
-  pthread_mutex_unlock(&w->mu);
-  wf_engine_wake(w);
-}
-
 const char *wf_phase_negotiate(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE",     "NEGOTIATE_ALLGATHER",
                                                 "NEGOTIATE_BROADCAST",     "NEGOTIATE_ALLTOALL",
@@ -162,12 +86,6 @@ const char *wf_phase_run(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER",
                                                 "BARRIER",   "JOIN"};
   return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "RUN";
-}
-
-uint64_t wf_request_bytes(const weft_request *r) {
-  uint64_t b = weft_dtype_size((weft_dtype)r->msg.dtype);
-  for (int d = 0; d < r->msg.ndim; d++) b *= (uint64_t)r->msg.shape[d];
-  return r->msg.coll == WF_COLL_BARRIER || r->msg.coll == WF_COLL_JOIN ? 0 : b;
 }
 
 void wf_engine_send_frame(weft_world *w, int peer, wf_buf *frame) {
@@ -525,10 +443,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
-  int64_t f = atomic_load(&w->fast_next);
-  /* a request listed since the last scan (seq_cst: against a caller that
-   * read fast_next to see whether to wake this thread, fast.c) */
-  if (atomic_load(&w->fast_kick) && f > now + WF_FAST_SCAN_NS) f = now + WF_FAST_SCAN_NS;
+  int64_t f = wf_fast_next_scan(w, now);
   if (f < d) d = f;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
@@ -541,68 +456,12 @@ static int exec_active(weft_world *w) {
   return 0;
 }
 
-static void on_shm_error(void *ctx, int peer, weft_status st, const char *msg) {
-  weft_world *w = ctx;
-  wf_world_fail(w, st, "%s (shared memory, rank %d on %s)", msg, peer, w->peers[peer].host);
-}
-
 /* [mpi] The MPI transport's errors are not filtered by departure: a receive
  * from a peer that said BYE but whose data never came is still a failure. */
 static void on_mpi_error(void *ctx, int peer, weft_status st, const char *msg) {
   weft_world *w = ctx;
   if (peer >= 0 && peer < w->size) wf_world_fail(w, st, "%s (MPI, rank %d on host %s)", msg, peer, w->peers[peer].host);
   else wf_world_fail(w, st, "%s (MPI)", msg);
-}
-
-/* Shared memory for the ranks on this host (WEFT_TRANSPORT: auto, shm,
- * tcp). Uses the blocking bootstrap sockets, before TCP takes them. */
-static weft_status start_shm(weft_world *w, int *fds) {
-  const char *tp = w->set.transport; /* auto, shm, tcp or mpi (checked by wf_settings_resolve) */
-  if (!strcmp(tp, "tcp") || !strcmp(tp, "mpi") /* [mpi] all data over MPI */ || w->size == 1) return WEFT_OK;
-  int *local = malloc(sizeof(int) * (size_t)w->size), nlocal = 0;
-  if (!local) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
-  for (int i = 0; i < w->size; i++) {
-    if (w->peers[i].cross_rank == w->peers[w->rank].cross_rank) local[nlocal++] = i;
-    else if (!strcmp(tp, "shm")) {
-      free(local);
-      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_TRANSPORT=shm, but rank %d is on another host (%s)", i,
-                    w->peers[i].host);
-    }
-  }
-  weft_status st = WEFT_OK;
-  if (nlocal > 1) {
-    wf_host_cfg hc = {.rank = w->rank,
-                      .size = w->size,
-                      .local_ranks = local,
-                      .nlocal = nlocal,
-                      .fds = fds,
-                      .job_id = wf_param_str("WEFT_JOB_ID"),
-                      .timeout_seconds = w->set.init_timeout_seconds,
-                      .slot_bytes = w->set.shm_slot_bytes > 0 ? (size_t)w->set.shm_slot_bytes : 0,
-                      .nslots = w->set.shm_slots > 0 ? (size_t)w->set.shm_slots : 0,
-                      .board_bytes = wf_fast_board_bytes(&w->set, nlocal),
-                      .board_param = wf_fast_large_bytes(&w->set, nlocal),
-                      .stage_bytes = wf_stage_bytes(&w->set, nlocal)};
-    st = wf_host_create(&hc, &w->host);
-    /* do without shared memory only when every local rank failed the same
-     * way and the sockets are clean: not after a timeout or a lost peer */
-    if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST && strcmp(tp, "shm")) {
-      WF_WARN(WF_SUB_SHM, "shared memory is not available (%s); using TCP between local ranks", wf_err_msg());
-      st = WEFT_OK;
-    }
-    if (w->host) {
-      wf_shm_cfg cfg = {.rank = w->rank,
-                        .size = w->size,
-                        .copy_mode = !strcmp(w->set.shm_copy, "memcpy") ? WF_SHM_COPY_MEMCPY
-                                     : !strcmp(w->set.shm_copy, "nt")   ? WF_SHM_COPY_NT
-                                                                        : WF_SHM_COPY_AUTO,
-                        .cb_ctx = w,
-                        .on_error = on_shm_error};
-      st = wf_shm_create(w->host, &cfg, &w->shm);
-    }
-  }
-  free(local);
-  return st;
 }
 
 static void *engine_main(void *arg) {
@@ -685,8 +544,7 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
-    if (atomic_load_explicit(&w->fast_next, memory_order_relaxed) <= now || atomic_exchange(&w->fast_kick, 0))
-      atomic_store(&w->fast_next, wf_fast_scan(w, now));
+    wf_fast_scan_due(w, now);
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;
       wf_world_fail(w, w->later_st, "%s", w->later_msg);
@@ -731,9 +589,9 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
     return wf_err(WEFT_ERR_SYSTEM, "epoll_ctl(eventfd): %s", strerror(errno));
   w->departed = calloc((size_t)w->size, sizeof *w->departed);
   if (!w->departed) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
-  WF_CHECK(start_shm(w, fds));
-  wf_fast_start(w);
-  WF_CHECK(wf_cma_agree(w, fds));
+  WF_CHECK(wf_local_attach(w, fds)); /* the host segment and the ring transport over it */
+  WF_CHECK(wf_fast_start(w));
+  WF_CHECK(wf_local_cma(w, fds));
   wf_tcp_callbacks cb = {.ctx = w,
                         .on_ctrl = wf_engine_on_ctrl,
                         .on_error = wf_engine_on_error,
@@ -812,12 +670,7 @@ void wf_engine_stop(weft_world *w) {
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
   wf_fast_stop(w);
-  free(w->fast);
-  w->fast = NULL;
-  wf_shm_destroy(w->shm);
-  w->shm = NULL;
-  wf_host_destroy(w->host);
-  w->host = NULL;
+  wf_local_detach(w);
   free(w->departed);
   w->departed = NULL;
   if (w->evfd >= 0) close(w->evfd);

@@ -15,8 +15,8 @@
 
 #include "algo/algo.h"
 #include "algo/board_coll.h"
+#include "engine/request.h"
 #include "algo/sched.h"
-#include "negotiate/board.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
 #include "transport/mux.h"
@@ -27,84 +27,8 @@
 #include "wire/wire.h"
 
 #define WF_WORLD_MAGIC 0x776f726cu   /* "worl" */
-#define WF_REQ_MAGIC 0x72657175u     /* "requ" */
-#define WF_REQ_FREED 0xdeadbeefu
-#define WF_GROUP_MAGIC 0x67727570u   /* "grup" */
 #define WF_MAX_ORPHANS 4096          /* requests held for groups not created here yet */
 #define WF_MAX_BATCH 4096            /* requests or responses in one frame (larger batches are split) */
-
-enum wf_req_state { WF_REQ_QUEUED = 0, WF_REQ_NEGOTIATING = 1, WF_REQ_RUNNING = 2, WF_REQ_DONE = 3 };
-
-struct weft_group {
-  uint32_t magic;
-  uint32_t id;        /* 0: the world group; else derived from the members (groups.c) */
-  weft_world *world;
-  int size, rank;     /* this rank's index in the group, -1 if not a member */
-  int *ranks;         /* group rank -> world rank, ascending */
-  uint64_t barrier_count; /* unnamed barriers so far (under world->mu) */
-  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (fast.c) */
-  struct weft_group *next; /* registration list (new_groups; reversed by the engine) */
-  struct weft_group *dead_next; /* removal list (dead_groups): its own link, as a group may be on both at once */
-};
-
-struct weft_request {
-  _Atomic uint32_t magic;
-  _Atomic int state;         /* wf_req_state; WF_REQ_DONE published with release */
-  _Atomic int refs;          /* user + engine */
-  weft_world *world;
-  weft_group *group;
-  struct weft_request *next; /* submission queue / engine lists */
-
-  /* what was asked (immutable after submission) */
-  wf_request_msg msg;        /* the wire description (name, coll, dtype, shape, ...) */
-  char key[WF_NAME_MAX + 16];/* "<group id>/<name>": the in-flight set's key */
-  weft_tensor in, out;       /* descriptors; shapes point into in_shape/out_shape */
-  uint64_t key_hash;         /* wf_str_hash(key), also the board's record hash (wf_board_hash) */
-  int64_t in_shape[WEFT_MAX_DIMS], out_shape[WEFT_MAX_DIMS];
-  weft_done_fn callback;
-  void *user_data;
-  weft_alloc_fn alloc;
-  void *alloc_ctx;
-  int64_t deadline;          /* wf_now_ns() deadline of the whole operation; 0 until armed (wf_request_arm) */
-  _Atomic int name_held;     /* its key is in w->inflight: from submission until the caller has seen it
-                                complete (wf_request_observed) or, detached, until it completes; under w->mu,
-                                read without it only to skip the lock when 0 */
-
-  /* result (written by the engine before state = DONE) */
-  weft_status status;
-  char *error;               /* malloc'd message or NULL */
-  const char *algo;          /* the algorithm that ran it (static name; NULL: none), weft_request_algorithm */
-  void *result;              /* allgather/alltoall/reducescatter output data */
-  int result_owned;          /* the request frees result */
-  int phantom;               /* made by the engine for a joined rank's part: freed, never completed */
-  struct weft_request *parent; /* grouped op: the request the user holds */
-  struct weft_request **kids;  /* grouped op (parent): its children, one reference each (weft_request_output_at) */
-  int nkids;
-  _Atomic int remaining;     /* grouped op (parent): children not yet complete */
-  weft_status child_status;  /* grouped op (parent): the first child's error */
-  char *child_error;
-  int last_joined;           /* join: the rank that joined last */
-  int alloc_failed;          /* the caller's allocator returned NULL: ran into a
-                                private buffer, then failed with NO_MEMORY */
-  int64_t result_shape[WEFT_MAX_DIMS];
-  int result_ndim;
-  int64_t *recv_splits;      /* alltoall: group size entries */
-  int nrecv_splits;
-
-  /* one-host fast path (fast.c) */
-  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (fast.c) */
-  int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
-  weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */
-  char *fast_msg;            /* its message (malloc'd) or NULL */
-  int fast_n, fast_rank;     /* group size and rank at submission */
-  uint64_t auto_barrier;     /* an unnamed barrier: 1 + its number in the group; else 0 */
-  wf_board_ticket fast_t;
-  int64_t fast_t0;           /* when it arrived */
-  int fast_split;            /* its round's split kind (WF_SPLIT_*, board.h; not NONE: F_SPLIT after DONE) */
-  _Atomic int split_busy;    /* a thread is in its split pass (fast.c) */
-  _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
-  _Atomic int64_t split_t0;  /* when its split round was seen DONE */
-};
 
 /* The collective a group is executing (one at a time per group, in the
  * group's response order; groups run concurrently so that two groups whose
@@ -216,22 +140,8 @@ struct weft_world {
   int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
 
-  /* one-host fast path (fast.c) */
-  struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */
-  int fast_on;               /* WEFT_FAST on this rank */
-  size_t fast_ar_bytes;      /* WEFT_FAST_ALLREDUCE_BYTES */
-  size_t fast_cma_bytes;     /* WEFT_FAST_CMA_BYTES (0: never) */
-  size_t fast_split_bytes;   /* WEFT_FAST_SPLIT_BYTES (0: never) */
-  int fast_split_own;        /* WEFT_FAST_SPLIT_OWN */
-  int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
-  int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */
-  _Atomic int board_users, board_closing; /* caller threads inside the board; finalize under way */
-  weft_request **fast;       /* pending fast requests (under mu) */
-  int nfast, fast_cap, fast_lost;
-  _Atomic int fast_kick;     /* a request was added: scan soon */
-  _Atomic uint64_t fast_done, fast_diverted; /* requests completed on the board / handed to the engine after arriving */
-  _Atomic uint64_t fast_remote;              /* of fast_done: remote rounds (read across processes) */
-  _Atomic int64_t fast_next; /* next scan (written by the engine thread; callers read it: fast.c) */
+  /* the one-host path's own state (negotiate/onehost.c; opaque here) */
+  struct wf_onehost *one;
 };
 
 /* Engine lifecycle (world.c calls these). */
@@ -258,41 +168,9 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) __attrib
  * hide their cause (the rank whose death made it leave). */
 void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Completes r (engine thread): records status and message, publishes, runs
- * the callback, drops the engine's reference. The name stays in the
- * in-flight set until the caller has seen the completion (weft_test or
- * weft_wait returned it, the callback returned, weft_request_free): a rank
- * whose operation completed at once in shared memory cannot reuse the name
- * before a rank whose did not, so every rank's duplicate check agrees. A
- * detached request (freed while pending) gives its name up here. */
-void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg);
-/* Completes n requests (engine thread) whose status and error (malloc'd or
- * NULL) are set: published under one lock with one broadcast, then as above. */
-void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n);
-/* The caller has seen r complete (any thread; takes w->mu unless there is
- * nothing to do): r's name, and a grouped op's children's, leave the
- * in-flight set. Idempotent. */
-void wf_request_observed(weft_request *r);
-/* wf_request_observed's work, w->mu held. */
-void wf_request_names_locked(weft_world *w, weft_request *r);
-/* Drops one reference; frees at zero. */
-void wf_request_unref(weft_request *r);
-/* A zeroed request's memory (NULL: out of memory), and its return once the
- * last reference is gone; kept per thread for the next one (request.c). */
-weft_request *wf_request_new(void);
-/* Sets r's deadline (now + the world's timeout) unless it has one. Every
- * path that may wait arms the request before anything reads the deadline:
- * the engine's queue (wf_engine_submit, the direct submissions), grouped
- * ops, and the fast path once a round does not complete at arrival. A fast
- * round that completes at arrival never reads the clock for it. */
-void wf_request_arm(weft_request *r);
-void wf_request_release(weft_request *r);
-
 /* Timeline phase names: "NEGOTIATE_ALLREDUCE" / "ALLREDUCE" ... */
 const char *wf_phase_negotiate(int coll);
 const char *wf_phase_run(int coll);
-/* Bytes of a request's input (for the timeline). */
-uint64_t wf_request_bytes(const weft_request *r);
 
 /* Executor (exec.c, engine thread). */
 /* Starts executing the next response if idle; progresses the current one. */
@@ -319,9 +197,6 @@ wf_gstate *wf_gs_find(weft_world *w, uint32_t id);
 /* Registers g with the engine: its state, and its coordinator if this rank
  * is g's first member. */
 weft_status wf_gs_add(weft_world *w, weft_group *g);
-/* Init, before the engine owns fds: same-host ranks agree on cross-memory
- * attach (sets w->cma_ok). */
-weft_status wf_cma_agree(weft_world *w, const int *fds);
 /* Forgets g's state and frees g. */
 void wf_gs_remove(weft_world *w, wf_gstate *gs);
 /* g's index of world rank r, or -1. Any thread. */

@@ -14,16 +14,16 @@
  * buffers, so writing all then reading all cannot deadlock. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/uio.h>
 
 #include "bootstrap/sockutil.h"
-#include "engine/engine.h"
+#include "host/cma_agree.h"
 #include "util/err.h"
 #include "util/log.h"
-#include "util/settings.h"
 #include "util/time.h"
 
 #define CMA_MAGIC 0x434d4131u /* "CMA1" */
@@ -35,13 +35,18 @@ typedef struct cma_rec {
 
 static uint64_t g_cookie;
 
-static int local_peer(const weft_world *w, int i) {
+typedef struct who {
+  int rank, size;
+  const wf_peer_info *peers;
+} who;
+
+static int local_peer(const who *w, int i) {
   return i != w->rank && w->peers[i].cross_rank == w->peers[w->rank].cross_rank;
 }
 
 /* Sends rec to every same-host peer, then reads one record of the same kind
  * from each into got[i]. */
-static weft_status swap(weft_world *w, const int *fds, const cma_rec *rec, cma_rec *got, int64_t dl) {
+static weft_status swap(const who *w, const int *fds, const cma_rec *rec, cma_rec *got, int64_t dl) {
   char err[256] = "";
   for (int i = 0; i < w->size; i++) {
     if (!local_peer(w, i)) continue;
@@ -64,8 +69,10 @@ static weft_status swap(weft_world *w, const int *fds, const cma_rec *rec, cma_r
   return WEFT_OK;
 }
 
-weft_status wf_cma_agree(weft_world *w, const int *fds) {
-  w->cma_ok = 0;
+weft_status wf_cma_agree(int rank, int size, const wf_peer_info *peers, const int *fds, int want,
+                         double timeout_seconds, int *agreed) {
+  *agreed = 0;
+  const who me = {rank, size, peers}, *w = &me;
   int nlocal = 0;
   for (int i = 0; i < w->size; i++) nlocal += local_peer(w, i);
   if (!nlocal) return WEFT_OK; /* nobody to read from: no CMA algorithm claims */
@@ -74,10 +81,10 @@ weft_status wf_cma_agree(weft_world *w, const int *fds) {
       g_cookie = (uint64_t)wf_now_ns() | 1;
   cma_rec *got = calloc((size_t)w->size, sizeof *got);
   if (!got) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory agreeing on cross-memory attach");
-  int64_t dl = wf_deadline_after(w->set.init_timeout_seconds);
+  int64_t dl = wf_deadline_after(timeout_seconds);
   cma_rec mine = {CMA_MAGIC, 0, (uint64_t)(uintptr_t)&g_cookie, g_cookie};
   weft_status st = swap(w, fds, &mine, got, dl);
-  int ok = w->set.cma != 0 && strcmp(w->set.transport, "mpi") != 0;
+  int ok = want;
   for (int i = 0; st == WEFT_OK && ok && i < w->size; i++) {
     if (!local_peer(w, i)) continue;
     uint64_t v = 0;
@@ -95,7 +102,7 @@ weft_status wf_cma_agree(weft_world *w, const int *fds) {
     if (local_peer(w, i) && !got[i].a) ok = 0;
   free(got);
   if (st != WEFT_OK) return st;
-  w->cma_ok = ok;
+  *agreed = ok;
   WF_INFO(WF_SUB_INIT, "cross-memory attach among this host's %d ranks: %s", nlocal + 1, ok ? "yes" : "no");
   return WEFT_OK;
 }

@@ -1,6 +1,7 @@
-/* fast.c - one-host small collectives through the negotiation board (see
- * fast.h for who does what, board.h for the protocol). */
-#include "negotiate/onehost.h"
+/* onehost.c - the one-host path's driver: collectives of one-host groups
+ * negotiated through the board (see onehost.h for who does what, board.h
+ * for the protocol). */
+#include "negotiate/onehost_impl.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -40,52 +41,76 @@ size_t wf_fast_large_bytes(const wf_settings *s, int nlocal) {
   return b > 0 ? wf_board_large_for(nlocal, (size_t)b, large_param(s)) : 0;
 }
 
-void wf_fast_start(weft_world *w) {
+weft_status wf_fast_start(weft_world *w) {
+  if (!(w->one = calloc(1, sizeof *w->one))) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
   size_t n = 0;
   uint64_t large = 0;
   void *mem = w->host ? wf_host_board(w->host, &n, &large) : NULL;
   const wf_settings *s = &w->set;
-  w->fast_on = s->fast != 0;
-  w->fast_ar_bytes = s->fast_allreduce_bytes > 0 ? (size_t)s->fast_allreduce_bytes : 0;
-  w->fast_cma_bytes = s->fast_cma_bytes > 0 ? (size_t)s->fast_cma_bytes : 0;
-  w->fast_split_bytes = s->fast_split_bytes > 0 ? (size_t)s->fast_split_bytes : 0;
-  w->fast_split_own = s->fast_split_own != 0;
-  w->fast_wait_ns = (int64_t)(s->fast_wait_seconds * 1e9);
-  w->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
+  w->one->fast_on = s->fast != 0;
+  w->one->fast_ar_bytes = s->fast_allreduce_bytes > 0 ? (size_t)s->fast_allreduce_bytes : 0;
+  w->one->fast_cma_bytes = s->fast_cma_bytes > 0 ? (size_t)s->fast_cma_bytes : 0;
+  w->one->fast_split_bytes = s->fast_split_bytes > 0 ? (size_t)s->fast_split_bytes : 0;
+  w->one->fast_split_own = s->fast_split_own != 0;
+  w->one->fast_wait_ns = (int64_t)(s->fast_wait_seconds * 1e9);
+  w->one->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */
   /* nothing diverts a round before it gives up: give up well before the
    * operation's deadline, so that the coordinator's timeout still applies */
-  if (w->fast_wait_ns > w->timeout_ns / 4) w->fast_wait_ns = w->timeout_ns / 4;
-  if (mem) w->board = wf_board_open(mem, n, wf_host_nlocal(w->host), (size_t)large);
-  if (w->board)
+  if (w->one->fast_wait_ns > w->one->timeout_ns / 4) w->one->fast_wait_ns = w->one->timeout_ns / 4;
+  if (mem) w->one->board = wf_board_open(mem, n, wf_host_nlocal(w->host), (size_t)large);
+  if (w->one->board)
     WF_DEBUG(WF_SUB_ENGINE, "one-host negotiation board: %zu bytes per allreduce input, %zu per other input, %s",
-             wf_board_part_bytes(w->board), wf_board_large_bytes(w->board),
-             w->fast_on ? "on" : "off on this rank (WEFT_FAST=0)");
+             wf_board_part_bytes(w->one->board), wf_board_large_bytes(w->one->board),
+             w->one->fast_on ? "on" : "off on this rank (WEFT_FAST=0)");
+  return WEFT_OK;
 }
 
-void wf_fast_stop(weft_world *w) {
-  if (!w->board) return;
+/* Closes the board (bounded wait for caller threads inside it). */
+static void close_board(weft_world *w) {
+  if (!w->one->board) return;
   /* tests read this line to see which path ops took */
   WF_INFO(WF_SUB_ENGINE,
           "one-host fast path: %llu completed in shared memory, %llu diverted to the coordinator, %llu read across "
           "processes%s",
-          (unsigned long long)atomic_load(&w->fast_done), (unsigned long long)atomic_load(&w->fast_diverted),
-          (unsigned long long)atomic_load(&w->fast_remote),
-          wf_board_is_off(w->board) ? "; the board is off (a join, or generations found out of step)" : "");
-  atomic_store(&w->board_closing, 1);
+          (unsigned long long)atomic_load(&w->one->fast_done), (unsigned long long)atomic_load(&w->one->fast_diverted),
+          (unsigned long long)atomic_load(&w->one->fast_remote),
+          wf_board_is_off(w->one->board) ? "; the board is off (a join, or generations found out of step)" : "");
+  atomic_store(&w->one->board_closing, 1);
   int64_t end = wf_now_ns() + STOP_WAIT_NS;
-  while (atomic_load(&w->board_users) > 0 && wf_now_ns() < end) sched_yield();
-  wf_board_close(w->board);
-  w->board = NULL;
+  while (atomic_load(&w->one->board_users) > 0 && wf_now_ns() < end) sched_yield();
+  wf_board_close(w->one->board);
+  w->one->board = NULL;
+}
+
+void wf_fast_stop(weft_world *w) {
+  if (!w->one) return;
+  close_board(w);
+  free(w->one->fast);
+  free(w->one);
+  w->one = NULL;
+}
+
+int64_t wf_fast_next_scan(weft_world *w, int64_t now) {
+  int64_t f = atomic_load(&w->one->fast_next);
+  /* a request listed since the last scan (seq_cst: against a caller that
+   * read fast_next to see whether to wake this thread) */
+  if (atomic_load(&w->one->fast_kick) && f > now + WF_FAST_SCAN_NS) f = now + WF_FAST_SCAN_NS;
+  return f;
+}
+
+void wf_fast_scan_due(weft_world *w, int64_t now) {
+  if (atomic_load_explicit(&w->one->fast_next, memory_order_relaxed) <= now || atomic_exchange(&w->one->fast_kick, 0))
+    atomic_store(&w->one->fast_next, wf_fast_scan(w, now));
 }
 
 /* Enter/leave the board from a caller thread: finalize waits for leavers. */
 static int enter(weft_world *w) {
-  atomic_fetch_add(&w->board_users, 1);
-  if (!atomic_load(&w->board_closing)) return 1;
-  atomic_fetch_sub(&w->board_users, 1);
+  atomic_fetch_add(&w->one->board_users, 1);
+  if (!atomic_load(&w->one->board_closing)) return 1;
+  atomic_fetch_sub(&w->one->board_users, 1);
   return 0;
 }
-static void leave(weft_world *w) { atomic_fetch_sub(&w->board_users, 1); }
+static void leave(weft_world *w) { atomic_fetch_sub(&w->one->board_users, 1); }
 
 /* 1 if every member of g is this rank or on this host through shm. */
 static int group_local(weft_world *w, weft_group *g) {
@@ -111,49 +136,49 @@ static const char *board_name(const weft_request *r, char *buf, size_t cap) {
 /* The board's lock deadline for a request's arrival and claim: the world's
  * timeout from when a lock turns out to be held (no clock read otherwise;
  * the request may have no deadline yet: wf_request_arm). */
-static int64_t lock_within(const weft_world *w) { return w->timeout_ns > 0 ? -w->timeout_ns : -1; }
+static int64_t lock_within(const weft_world *w) { return w->one->timeout_ns > 0 ? -w->one->timeout_ns : -1; }
 
 void wf_fast_visit(weft_world *w, weft_request *r) {
   weft_group *g = r->group;
-  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) return;
+  if (!w->one->board || wf_board_is_off(w->one->board) || !group_local(w, g) || !enter(w)) return;
   int how;
   wf_board_ticket t;
   char nb[32];
-  wf_board_arrive(w->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0,
+  wf_board_arrive(w->one->board, g->id, board_name(r, nb, sizeof nb), g->rank, g->size, NULL, NULL, 0,
                   (wf_board_span){0, 0}, lock_within(w),
                   &how, &t);
   leave(w);
 }
 
 void wf_fast_off(weft_world *w) {
-  if (!w->board || !enter(w)) return;
-  wf_board_off(w->board, wf_deadline_after(w->timeout_seconds));
+  if (!w->one->board || !enter(w)) return;
+  wf_board_off(w->one->board, wf_deadline_after(w->timeout_seconds));
   leave(w);
 }
 
 void wf_fast_list_locked(weft_world *w, weft_request *r) {
-  if (w->nfast == w->fast_cap) {
-    int cap = w->fast_cap ? 2 * w->fast_cap : 16;
-    weft_request **a = realloc(w->fast, sizeof *a * (size_t)cap);
+  if (w->one->nfast == w->one->fast_cap) {
+    int cap = w->one->fast_cap ? 2 * w->one->fast_cap : 16;
+    weft_request **a = realloc(w->one->fast, sizeof *a * (size_t)cap);
     if (a) {
-      w->fast = a;
-      w->fast_cap = cap;
+      w->one->fast = a;
+      w->one->fast_cap = cap;
     }
   }
-  if (w->nfast < w->fast_cap) {
-    w->fast[w->nfast++] = r;
+  if (w->one->nfast < w->one->fast_cap) {
+    w->one->fast[w->one->nfast++] = r;
     r->fast_listed = 1;
   } else {
-    w->fast_lost = 1; /* out of memory: the engine scan cannot see it; waiters still complete it */
+    w->one->fast_lost = 1; /* out of memory: the engine scan cannot see it; waiters still complete it */
   }
 }
 
 void wf_fast_unlist_locked(weft_world *w, weft_request *r) {
   if (!r->fast_listed) return;
   r->fast_listed = 0;
-  for (int i = 0; i < w->nfast; i++)
-    if (w->fast[i] == r) {
-      w->fast[i] = w->fast[--w->nfast];
+  for (int i = 0; i < w->one->nfast; i++)
+    if (w->one->fast[i] == r) {
+      w->one->fast[i] = w->one->fast[--w->one->nfast];
       break;
     }
 }
@@ -166,7 +191,7 @@ static void list_del(weft_world *w, weft_request *r) {
 
 /* The members (world ranks) of r's remote round that have not claimed it. */
 static void unclaimed(weft_world *w, weft_request *r, char *buf, size_t cap) {
-  uint64_t c = wf_board_claimed(w->board, r->fast_t);
+  uint64_t c = wf_board_claimed(w->one->board, r->fast_t);
   size_t at = 0;
   buf[0] = '\0';
   for (int k = 0; k < r->fast_n && at < cap; k++)
@@ -183,9 +208,9 @@ static void unclaimed(weft_world *w, weft_request *r, char *buf, size_t cap) {
  * than read a buffer its owner got back. 0: not yet. */
 static int drain(weft_world *w, weft_request *r) {
   if (atomic_load(&r->fast) != F_DRAIN) return 1; /* completed elsewhere (a failing world) */
-  int all = wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0), closing = 0;
+  int all = wf_board_wait_claims(w->one->board, r->fast_t, r->fast_n, 0), closing = 0;
   if (!all) {
-    closing = atomic_load(&w->board_closing) != 0;
+    closing = atomic_load(&w->one->board_closing) != 0;
     if (!closing && wf_now_ns() < r->deadline) return 0;
   }
   int expect = F_DRAIN;
@@ -194,10 +219,10 @@ static int drain(weft_world *w, weft_request *r) {
   char why[WF_NAME_MAX + 256], who[160];
   why[0] = '\0';
   if (!all) {
-    wf_board_abandon(w->board, r->fast_t);
+    wf_board_abandon(w->one->board, r->fast_t);
     /* a claim may have landed since the look: then nobody reads any more
      * (and the abandon is harmless: every reader looks before its claim) */
-    if (!wf_board_wait_claims(w->board, r->fast_t, r->fast_n, 0)) {
+    if (!wf_board_wait_claims(w->one->board, r->fast_t, r->fast_n, 0)) {
       unclaimed(w, r, who, sizeof who);
       s = closing ? WEFT_ERR_SHUTDOWN : WEFT_ERR_TIMEOUT;
       snprintf(why, sizeof why, "'%s': rank(s) %s did not finish reading this rank's input %s", r->msg.name, who,
@@ -206,8 +231,8 @@ static int drain(weft_world *w, weft_request *r) {
   }
   char *msg = r->fast_msg;
   r->fast_msg = NULL;
-  atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&w->fast_remote, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->one->fast_done, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->one->fast_remote, 1, memory_order_relaxed);
   r->algo = WF_FAST_ALGO;
   wf_request_complete(w, r, s, why[0] ? why : msg);
   free(msg);
@@ -228,7 +253,7 @@ static int split(weft_world *w, weft_request *r) {
     atomic_store(&r->split_busy, 0);
     return 1;
   }
-  int closing = atomic_load(&w->board_closing) != 0;
+  int closing = atomic_load(&w->one->board_closing) != 0;
   int all = !closing && wf_fast_split_pass(w, r);
   if (!all && !closing && wf_now_ns() < r->deadline) {
     atomic_store(&r->split_busy, 0);
@@ -240,7 +265,7 @@ static int split(weft_world *w, weft_request *r) {
   if (!all) {
     uint64_t busy;
     int taker;
-    wf_board_slices_done(w->board, r->fast_t, r->fast_n, &busy, &taker);
+    wf_board_slices_done(w->one->board, r->fast_t, r->fast_n, &busy, &taker);
     s = closing ? WEFT_ERR_SHUTDOWN : WEFT_ERR_TIMEOUT;
     if (taker >= 0 && taker < r->fast_n)
       snprintf(why, sizeof why, "'%s': rank %d took a slice of the sum and did not finish it %s", r->msg.name,
@@ -251,14 +276,14 @@ static int split(weft_world *w, weft_request *r) {
   }
   /* bounded apart from the op's deadline (which may have passed): a
    * failing world's fail_all waits for this pass to end */
-  weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
+  weft_status c = wf_board_claim(w->one->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
   if (s == WEFT_OK && c != WEFT_OK) {
     s = c;
     snprintf(why, sizeof why, "%s", wf_err_msg());
   }
   atomic_store(&r->fast, F_CLAIMED);
   atomic_store(&r->split_busy, 0);
-  atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->one->fast_done, 1, memory_order_relaxed);
   r->algo = WF_FAST_ALGO;
   wf_request_complete(w, r, s, why[0] ? why : NULL);
   return 1;
@@ -278,30 +303,30 @@ static int settle(weft_world *w, weft_request *r, int st) {
     if (!atomic_compare_exchange_strong(&r->fast, &expect, F_SPLIT)) return 1;
     /* its waiter, weft_test or the engine's scan goes on from here; the
      * engine scans when it next wakes (no wake-up: a core for the ranks) */
-    if (split(w, r) != 1) atomic_store(&w->fast_kick, 1);
+    if (split(w, r) != 1) atomic_store(&w->one->fast_kick, 1);
     return 1;
   }
   if (!atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) return 1;
   if (st == WF_BOARD_DONE) { /* the completion takes r off the list, under the lock it takes anyway */
-    int remote = wf_board_is_remote(w->board, r->fast_t); /* before the claim: a last claim may free the round */
+    int remote = wf_board_is_remote(w->one->board, r->fast_t); /* before the claim: a last claim may free the round */
     weft_status s = wf_fast_result(w, r);
     const char *msg = s == WEFT_OK ? NULL : strdup(wf_err_msg());
-    weft_status c = wf_board_claim(w->board, r->fast_t, r->fast_rank, lock_within(w));
+    weft_status c = wf_board_claim(w->one->board, r->fast_t, r->fast_rank, lock_within(w));
     if (s == WEFT_OK) s = c;
     if (remote) {
       if (s == WEFT_OK) wf_fast_own(w, r); /* the others' inputs are read: they may go on meanwhile */
       r->fast_status = s;
       r->fast_msg = s == WEFT_OK || msg ? (char *)msg : strdup(wf_err_msg());
       atomic_store(&r->fast, F_DRAIN);
-      if (!drain(w, r)) atomic_store(&w->fast_kick, 1); /* the engine's scan completes it if nobody waits */
+      if (!drain(w, r)) atomic_store(&w->one->fast_kick, 1); /* the engine's scan completes it if nobody waits */
       return 1;
     }
-    atomic_fetch_add_explicit(&w->fast_done, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->one->fast_done, 1, memory_order_relaxed);
     r->algo = WF_FAST_ALGO;
     wf_request_complete(w, r, s, s == WEFT_OK ? NULL : msg ? msg : wf_err_msg());
     free((void *)msg);
   } else {
-    atomic_fetch_add_explicit(&w->fast_diverted, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->one->fast_diverted, 1, memory_order_relaxed);
     list_del(w, r);
     wf_engine_submit(w, r);
   }
@@ -309,7 +334,7 @@ static int settle(weft_world *w, weft_request *r, int st) {
 }
 
 int wf_fast_wants(weft_world *w, weft_request *r) {
-  if (!w->board || wf_board_is_off(w->board)) return 0;
+  if (!w->one->board || wf_board_is_off(w->one->board)) return 0;
   return r->msg.coll == WF_COLL_JOIN || group_local(w, r->group);
 }
 
@@ -319,7 +344,7 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
     wf_fast_off(w);
     return 0;
   }
-  if (!w->board || wf_board_is_off(w->board) || !group_local(w, g) || !enter(w)) {
+  if (!w->one->board || wf_board_is_off(w->one->board) || !group_local(w, g) || !enter(w)) {
     list_del(w, r);
     return 0;
   }
@@ -336,7 +361,7 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   wf_board_span skip = ok ? wf_fast_unshared(r, &d, bytes) : (wf_board_span){0, 0};
   const char *name = board_name(r, nb, sizeof nb);
   uint64_t h = name == r->msg.name ? r->key_hash : wf_board_hash(g->id, name);
-  weft_status st = wf_board_arrive_h(w->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, skip,
+  weft_status st = wf_board_arrive_h(w->one->board, g->id, name, h, g->rank, g->size, ok ? &d : NULL, part, bytes, skip,
                                      lock_within(w), &how, &r->fast_t);
   free(tmp);
   if (st != WEFT_OK || how == WF_BOARD_SLOW) {
@@ -349,7 +374,7 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
    * the engine's scan) */
   if (how != WF_BOARD_DONE || r->fast_split || (ok && d.remote)) {
     wf_request_arm(r);
-    r->fast_t0 = r->deadline - w->timeout_ns; /* its submission time (near enough), without another clock read */
+    r->fast_t0 = r->deadline - w->one->timeout_ns; /* its submission time (near enough), without another clock read */
   } else {
     r->fast_t0 = INT64_MAX / 2; /* completed below: an engine scan meanwhile must not give up on it */
   }
@@ -369,8 +394,8 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
      * engine's store of its next scan and its read of the kick): in a loop
      * of them, a wake-up every 5 ms instead of one per op (2 ranks, 1 MiB
      * alltoall: 78 -> 71 us) */
-    atomic_store(&w->fast_kick, 1);
-    if (ok && d.remote && atomic_load(&w->fast_next) > wf_now_ns() + WF_FAST_SCAN_NS) wf_engine_wake(w);
+    atomic_store(&w->one->fast_kick, 1);
+    if (ok && d.remote && atomic_load(&w->one->fast_next) > wf_now_ns() + WF_FAST_SCAN_NS) wf_engine_wake(w);
   }
   leave(w);
   return 1;
@@ -384,11 +409,11 @@ int wf_fast_busy(weft_request *r) {
 void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
   weft_world *w = r->world;
   if (!wf_fast_busy(r) || !enter(w)) return;
-  int64_t give_up = r->fast_t0 + w->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
+  int64_t give_up = r->fast_t0 + w->one->fast_wait_ns, until = deadline < give_up ? deadline : give_up;
   for (;;) {
     if (atomic_load(&r->fast) == F_DRAIN) { /* the others are reading this rank's input */
       while (!drain(w, r) && wait && wf_now_ns() < deadline)
-        wf_board_wait_claims(w->board, r->fast_t, r->fast_n, deadline);
+        wf_board_wait_claims(w->one->board, r->fast_t, r->fast_n, deadline);
       break;
     }
     if (atomic_load(&r->fast) == F_SPLIT) { /* slices being folded */
@@ -396,20 +421,20 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
         uint64_t have = atomic_load(&r->split_have);
         if (v < 0 || have == wf_board_all(r->fast_n)) /* the engine's scan is at it (finishing, if it has all) */
           sched_yield();
-        else wf_board_wait_slices(w->board, r->fast_t, r->fast_n, r->fast_rank, have, deadline);
+        else wf_board_wait_slices(w->one->board, r->fast_t, r->fast_n, r->fast_rank, have, deadline);
       }
       break;
     }
     if (atomic_load(&r->fast) != F_PENDING) break;
-    if (settle(w, r, wf_board_state(w->board, r->fast_t))) {
+    if (settle(w, r, wf_board_state(w->one->board, r->fast_t))) {
       int f = atomic_load(&r->fast);
       if (wait && (f == F_DRAIN || f == F_SPLIT)) continue;
       break;
     }
     if (!wait) break;
-    if (!wf_board_wait(w->board, r->fast_t, until)) continue;
+    if (!wf_board_wait(w->one->board, r->fast_t, until)) continue;
     if (wf_now_ns() >= give_up && /* not every member came in time: the coordinator takes it from here */
-        settle(w, r, wf_board_divert(w->board, r->fast_t, deadline)) &&
+        settle(w, r, wf_board_divert(w->one->board, r->fast_t, deadline)) &&
         (atomic_load(&r->fast) == F_DRAIN || atomic_load(&r->fast) == F_SPLIT))
       continue; /* it completed meanwhile: a remote or split round */
     break;
@@ -420,11 +445,11 @@ void wf_fast_progress(weft_request *r, int64_t deadline, int wait) {
 /* Takes a reference on every pending fast request (under w->mu). */
 static int snapshot(weft_world *w, weft_request ***out) {
   pthread_mutex_lock(&w->mu);
-  int n = w->nfast;
+  int n = w->one->nfast;
   weft_request **a = n ? malloc(sizeof *a * (size_t)n) : NULL;
   if (!a) n = 0;
   for (int i = 0; i < n; i++) {
-    a[i] = w->fast[i];
+    a[i] = w->one->fast[i];
     atomic_fetch_add(&a[i]->refs, 1);
   }
   pthread_mutex_unlock(&w->mu);
@@ -433,7 +458,7 @@ static int snapshot(weft_world *w, weft_request ***out) {
 }
 
 int64_t wf_fast_scan(weft_world *w, int64_t now) {
-  if (!w->board) return INT64_MAX;
+  if (!w->one->board) return INT64_MAX;
   weft_request **a;
   int n = snapshot(w, &a);
   for (int i = 0; i < n; i++) {
@@ -443,11 +468,11 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
         (now - atomic_load_explicit(&r->split_t0, memory_order_relaxed) >= SPLIT_SCAN_NS || now >= r->deadline))
       split(w, r); /* nobody waits for it (or its waiter is slow): its slices are only its own to copy */
     if (atomic_load(&r->fast) == F_PENDING) {
-      int st = wf_board_state(w->board, r->fast_t);
-      if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->fast_wait_ns) {
+      int st = wf_board_state(w->one->board, r->fast_t);
+      if (st == WF_BOARD_WAIT && now - r->fast_t0 >= w->one->fast_wait_ns) {
         WF_DEBUG(WF_SUB_ENGINE, "'%s': not every local rank arrived within %g s; negotiating it through the coordinator",
-                 r->msg.name, w->fast_wait_ns / 1e9);
-        st = wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0));
+                 r->msg.name, w->one->fast_wait_ns / 1e9);
+        st = wf_board_divert(w->one->board, r->fast_t, wf_deadline_after(1.0));
       }
       settle(w, r, st);
     }
@@ -455,7 +480,7 @@ int64_t wf_fast_scan(weft_world *w, int64_t now) {
   }
   free(a);
   pthread_mutex_lock(&w->mu);
-  int left = w->nfast;
+  int left = w->one->nfast;
   pthread_mutex_unlock(&w->mu);
   return left ? now + WF_FAST_SCAN_NS : INT64_MAX;
 }
@@ -469,8 +494,8 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
      * not looked yet) completes as it would have: its inputs are in the
      * shared slot and nobody else is needed. Not a split round (the others
      * fold slices of it) nor a remote one (the inputs are the others'). */
-    if (w->board && atomic_load(&r->fast) == F_PENDING && !r->fast_split &&
-        wf_board_state(w->board, r->fast_t) == WF_BOARD_DONE && !wf_board_is_remote(w->board, r->fast_t) &&
+    if (w->one->board && atomic_load(&r->fast) == F_PENDING && !r->fast_split &&
+        wf_board_state(w->one->board, r->fast_t) == WF_BOARD_DONE && !wf_board_is_remote(w->one->board, r->fast_t) &&
         settle(w, r, WF_BOARD_DONE)) {
       wf_request_unref(r);
       continue;
@@ -479,14 +504,14 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
     if (atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
       /* its input goes back to the caller: an open round is diverted, and
        * the others must not read a remote one any more */
-      if (w->board && wf_board_divert(w->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE) {
-        if (wf_board_is_remote(w->board, r->fast_t)) wf_board_abandon(w->board, r->fast_t);
+      if (w->one->board && wf_board_divert(w->one->board, r->fast_t, wf_deadline_after(1.0)) == WF_BOARD_DONE) {
+        if (wf_board_is_remote(w->one->board, r->fast_t)) wf_board_abandon(w->one->board, r->fast_t);
         /* it reads no more: the last claim frees the round's slot */
-        wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
+        wf_board_claim(w->one->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0));
       }
       wf_request_complete(w, r, st, msg); /* takes it off the list */
     } else if (expect == F_DRAIN && atomic_compare_exchange_strong(&r->fast, &expect, F_CLAIMED)) {
-      wf_board_abandon(w->board, r->fast_t); /* its input goes back to the caller: late readers must fail */
+      wf_board_abandon(w->one->board, r->fast_t); /* its input goes back to the caller: late readers must fail */
       r->algo = WF_FAST_ALGO; /* its round ran there */
       wf_request_complete(w, r, st, msg);
     } else if (expect == F_SPLIT) {
@@ -494,7 +519,7 @@ void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg) {
       int held = 0;
       while (atomic_load(&r->fast) == F_SPLIT && !(held = !atomic_exchange(&r->split_busy, 1))) sched_yield();
       if (held && atomic_load(&r->fast) == F_SPLIT) {
-        wf_board_claim(w->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0)); /* it reads no more */
+        wf_board_claim(w->one->board, r->fast_t, r->fast_rank, WF_BOARD_WITHIN(1.0)); /* it reads no more */
         atomic_store(&r->fast, F_CLAIMED);
         r->algo = WF_FAST_ALGO; /* its round ran there */
         wf_request_complete(w, r, st, msg);

@@ -1,11 +1,11 @@
-/* fast.h - small collectives of one-host groups negotiated and run in shared
+/* onehost.h - collectives of one-host groups negotiated and run in shared
  * memory by the calling threads (board.h), without the coordinator's round
  * trip or a hand-off to the engine thread.
  *
  * Who does what:
  *   - submit (caller thread, ops.c): every named collective of a group whose
  *     members all share this host visits the board. An eligible one
- *     (fast_coll.c: any collective up to the board's sizes, no callback, not
+ *     (onehost_input.c: any collective up to the board's sizes, no callback, not
  *     part of a grouped op, timeline off, WEFT_FAST=1) copies its input in;
  *     if it was the last to arrive it completes at once.
  *     Otherwise, or when the round was diverted, it takes the engine path.
@@ -45,10 +45,12 @@
 /* The engine looks at pending fast requests this often. */
 #define WF_FAST_SCAN_NS 5000000
 
-/* Engine start, after the shared segment exists: opens the board. */
-void wf_fast_start(weft_world *w);
+/* Engine start, after the shared segment exists: the one-host state
+ * (w->one), and the board if the segment has one. WEFT_OK or NO_MEMORY. */
+weft_status wf_fast_start(weft_world *w);
 /* Engine stop, before the segment is unmapped: waits (bounded) until no
- * caller thread is inside the board. */
+ * caller thread is inside the board, then frees the one-host state.
+ * Idempotent. */
 void wf_fast_stop(weft_world *w);
 /* Bytes of board the segment's creator reserves (0: none), and the large
  * slots' input size that board has (from WEFT_FAST_LARGE_BYTES; the segment
@@ -73,21 +75,21 @@ void wf_fast_visit(weft_world *w, weft_request *r);
 /* A join: the board is off from now on, on every local rank. */
 void wf_fast_off(weft_world *w);
 
-/* fast_coll.c: fills d and this rank's input for the board (*tmp: a
+/* onehost_input.c: fills d and this rank's input for the board (*tmp: a
  * buffer to free after the arrival); 0 if r is not eligible. */
 int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void **part, size_t *len, void **tmp);
 /* The bytes of r's input (bytes long, described by d) that only this rank
  * reads, kept out of the slot: an alltoall's own block, a reducescatter's
  * own rows (not prescaled), a WF_SPLIT_OWN round's own slice (len 0: none). */
 wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, size_t bytes);
-/* fast_coll.c: r's result from its DONE round (before the claim). */
+/* onehost_input.c: r's result from its DONE round (before the claim). */
 weft_status wf_fast_result(weft_world *w, weft_request *r);
 /* A remote allgather's or alltoall's own block, which wf_fast_result left
  * for after the claim; nothing for other collectives. Only for a remote
  * round (as its ticket said before the claim), after a successful
  * wf_fast_result. */
 void wf_fast_own(weft_world *w, weft_request *r);
-/* fast_coll.c: one pass over r's DONE split round (the caller holds
+/* onehost_input.c: one pass over r's DONE split round (the caller holds
  * r->split_busy): folds every slice nobody took yet, its own first, then
  * copies every folded slice it does not have yet into its output. 1 when
  * it has every slice. Never waits. */
@@ -103,6 +105,10 @@ int wf_fast_busy(weft_request *r);
 /* Engine thread: scan pending fast requests; returns the time of the next
  * scan needed (INT64_MAX: none pending). */
 int64_t wf_fast_scan(weft_world *w, int64_t now);
+/* Engine thread: when the next scan is due (for the loop's wait), and the
+ * scan itself when it is due or a request was added since the last. */
+int64_t wf_fast_next_scan(weft_world *w, int64_t now);
+void wf_fast_scan_due(weft_world *w, int64_t now);
 /* Engine thread: fails every pending fast request. */
 void wf_fast_fail_all(weft_world *w, weft_status st, const char *msg);
 

@@ -34,7 +34,7 @@
 #include "algo/board_coll.h"
 #include "algo/cma.h"
 #include "negotiate/board.h"
-#include "negotiate/onehost.h"
+#include "negotiate/onehost_impl.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
 #include "util/err.h"
@@ -56,16 +56,16 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   *tmp = NULL;
   /* a cycle time asks the coordinator to hold ops to fuse and order them
    * by priority: that path it is */
-  if (!w->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
+  if (!w->one->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
     return 0;
   size_t bytes = m->coll == WF_COLL_BARRIER ? 0 : elems(m) * weft_dtype_size((weft_dtype)m->dtype);
-  size_t cap = wf_board_large_bytes(w->board);
+  size_t cap = wf_board_large_bytes(w->one->board);
   int split = 0;
   /* a split round's members fold their own slices from their own inputs
    * (WF_SPLIT_OWN, board.h) when asked (WEFT_FAST_SPLIT_OWN), the cores
    * suffice (a board property: the same on every rank) and the input is
    * not prescaled (a prescaled copy is what goes in) */
-  int own = w->fast_split_own && !wf_board_oversubscribed(w->board) && m->prescale == 1.0;
+  int own = w->one->fast_split_own && !wf_board_oversubscribed(w->one->board) && m->prescale == 1.0;
   switch (m->coll) {
     case WF_COLL_BARRIER:
       break;
@@ -82,9 +82,9 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
        * 7.3 vs 6.1, 256 KiB 31 vs 22). Whole folds beyond the pooled slots
        * only up to WEFT_FAST_ALLREDUCE_BYTES (a rank's choice: one over it
        * diverts). */
-      split = w->fast_split_bytes && bytes >= w->fast_split_bytes && (n >= 3 || own || bytes > w->fast_ar_bytes);
-      if (!split && cap > w->fast_ar_bytes) cap = w->fast_ar_bytes;
-      if (cap < wf_board_part_bytes(w->board)) cap = wf_board_part_bytes(w->board);
+      split = w->one->fast_split_bytes && bytes >= w->one->fast_split_bytes && (n >= 3 || own || bytes > w->one->fast_ar_bytes);
+      if (!split && cap > w->one->fast_ar_bytes) cap = w->one->fast_ar_bytes;
+      if (cap < wf_board_part_bytes(w->one->board)) cap = wf_board_part_bytes(w->one->board);
       /* fall through */
     case WF_COLL_REDUCESCATTER:
       if (m->coll == WF_COLL_REDUCESCATTER && m->ndim < 1) return 0;
@@ -135,8 +135,8 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
    * root waiting for its readers loses to copying in and leaving), nor when
    * the host's ranks outnumber its cores (members waiting for the others'
    * reads take the readers' cores). */
-  d->remote = w->cma_ok && w->fast_cma_bytes && bytes >= w->fast_cma_bytes && bytes > wf_board_part_bytes(w->board) &&
-              !wf_board_oversubscribed(w->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
+  d->remote = w->cma_ok && w->one->fast_cma_bytes && bytes >= w->one->fast_cma_bytes && bytes > wf_board_part_bytes(w->one->board) &&
+              !wf_board_oversubscribed(w->one->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
   /* own folds: 2 ranks, interleaved medians of 10, 1 MiB 97 -> 72 us,
    * 512 KiB 49 -> 38 (with the folder's direct write to its output) */
   d->split = !split ? WF_SPLIT_NONE : own ? WF_SPLIT_OWN : WF_SPLIT_ANY;
@@ -155,7 +155,7 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
 /* Remote rounds (wf_slot.read): member k's input by process_vm_readv. */
 static weft_status read_remote(void *ctx, int k, size_t off, void *dst, size_t len) {
   weft_request *r = ctx;
-  wf_board *b = r->world->board;
+  wf_board *b = r->world->one->board;
   int pid;
   uint64_t addr, have;
   wf_board_remote(b, r->fast_t, k, &pid, &addr, &have);
@@ -175,17 +175,17 @@ static weft_status read_remote(void *ctx, int k, size_t off, void *dst, size_t l
 /* r's DONE round as the board-slot algorithms see it (parts: n entries). */
 static wf_slot slot_of(weft_world *w, weft_request *r, const void **parts) {
   wf_slot s = {.n = r->fast_n, .me = r->fast_rank, .part = parts, .own = r->in.data,
-               .remote = wf_board_is_remote(w->board, r->fast_t), .read = read_remote, .ctx = r};
-  for (int k = 0; k < s.n && !s.remote; k++) parts[k] = wf_board_part(w->board, r->fast_t, k);
+               .remote = wf_board_is_remote(w->one->board, r->fast_t), .read = read_remote, .ctx = r};
+  for (int k = 0; k < s.n && !s.remote; k++) parts[k] = wf_board_part(w->one->board, r->fast_t, k);
   return s;
 }
 
 /* After a remote round's reads: a member that gave up waiting (its input
  * went back to its caller) may have changed what was read. */
 static weft_status still_valid(weft_world *w, weft_request *r) {
-  if (!wf_board_is_remote(w->board, r->fast_t)) return WEFT_OK;
+  if (!wf_board_is_remote(w->one->board, r->fast_t)) return WEFT_OK;
   atomic_thread_fence(memory_order_seq_cst); /* the reads above before the look */
-  if (!wf_board_abandoned(w->board, r->fast_t)) return WEFT_OK;
+  if (!wf_board_abandoned(w->one->board, r->fast_t)) return WEFT_OK;
   return wf_err(WEFT_ERR_TIMEOUT, "'%s': a member stopped waiting for this rank to read its input", r->msg.name);
 }
 
@@ -238,8 +238,8 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
   uint64_t have = atomic_load_explicit(&r->split_have, memory_order_relaxed);
   for (int i = 0; i < (own ? 1 : n); i++) {
     int s = (me + i) % n; /* its own slice first: the others start at theirs */
-    if (!wf_board_slice_take(w->board, r->fast_t, s, me)) continue;
-    char *dst = wf_board_part_mut(w->board, r->fast_t, s);
+    if (!wf_board_slice_take(w->one->board, r->fast_t, s, me)) continue;
+    char *dst = wf_board_part_mut(w->one->board, r->fast_t, s);
     wf_board_slice(count, n, s, &lo, &hi);
     for (size_t c = lo; c < hi; c += chunk) {
       size_t k = hi - c < chunk ? hi - c : chunk;
@@ -247,15 +247,15 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
       wf_copy(dst + c * es, tmp, k * es);
       wf_copy((char *)r->out.data + c * es, tmp, k * es);
     }
-    wf_board_slice_done(w->board, r->fast_t, s);
+    wf_board_slice_done(w->one->board, r->fast_t, s);
     have |= 1ull << s;
   }
-  uint64_t fresh = wf_board_slices_done(w->board, r->fast_t, n, NULL, NULL) & ~have;
+  uint64_t fresh = wf_board_slices_done(w->one->board, r->fast_t, n, NULL, NULL) & ~have;
   for (int s = 0; s < n; s++) {
     if (!(fresh >> s & 1)) continue;
     wf_board_slice(count, n, s, &lo, &hi);
     if (hi > lo)
-      wf_copy((char *)r->out.data + lo * es, (const char *)wf_board_part(w->board, r->fast_t, s) + lo * es,
+      wf_copy((char *)r->out.data + lo * es, (const char *)wf_board_part(w->one->board, r->fast_t, s) + lo * es,
               (hi - lo) * es);
   }
   have |= fresh;
@@ -268,7 +268,7 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
  * go on meanwhile. */
 static int own_later(weft_world *w, weft_request *r) {
   return (r->msg.coll == WF_COLL_ALLGATHER || r->msg.coll == WF_COLL_ALLTOALL) &&
-         wf_board_is_remote(w->board, r->fast_t);
+         wf_board_is_remote(w->one->board, r->fast_t);
 }
 
 void wf_fast_own(weft_world *w, weft_request *r) {

@@ -32,9 +32,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/board.h"
+#include "negotiate/board.h"
 #include "engine/engine.h"
-#include "engine/fast.h"
+#include "negotiate/onehost.h"
 #include "unit_check.h"
 #include "util/strmap.h"
 #include "util/time.h"

@@ -3,7 +3,7 @@
  * thread starts and never changed while the world lives: the peer table,
  * the shared-memory transport handle and the world group's topology
  * (w->world_gs: not w->gs, which the engine reallocates as groups come). */
-#include "api/topo_info.h"
+#include "engine/topo_info.h"
 
 #include <stdlib.h>
 #include <string.h>

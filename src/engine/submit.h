@@ -1,0 +1,50 @@
+/* submit.h - the engine's submission interface: all that api/ calls. A
+ * caller hands the engine requests (alone or as a grouped op), registers
+ * and unregisters groups, aborts the world and asks for its failure; the
+ * requests' own life is request.h's. Any thread. */
+#ifndef WF_ENGINE_SUBMIT_H
+#define WF_ENGINE_SUBMIT_H
+#include <stdint.h>
+
+#include "bootstrap/mpi_boot.h"
+#include "engine/engine.h"
+#include "engine/request.h"
+
+/* A world of size ranks, this one rank, with the settings resolved at init
+ * and the operation timeout (<= 0: the settings'); mpic: the MPI
+ * communicator it bootstrapped from, or NULL ([mpi]; the world owns it, and
+ * closes it also on failure). NULL: out of memory. The caller fills in what
+ * the rendezvous found (peers, local and cross ranks), then starts the
+ * engine (wf_engine_start). */
+weft_world *wf_world_new(int rank, int size, const wf_settings *set, double timeout_seconds, wf_mpi_comm *mpic);
+/* Stops the engine (wf_engine_stop) and frees everything; the handles of
+ * requests seen complete stay usable. NULL is a no-op. */
+void wf_world_free(weft_world *w);
+
+/* Registers r's name in flight and hands it to the one-host path or the
+ * engine, under one lock (r from wf_request_make, described): WEFT_OK and
+ * *out = r, or an error (the world failed or is finalizing, the name is in
+ * use) after freeing r. */
+weft_status wf_submit(weft_request *r, weft_request **out);
+/* A grouped op: the children kids[0..n) (built and checked) are registered
+ * and queued under one lock, so the engine sees them in one drain and they
+ * reach the coordinator in one batch; parent completes with the last and
+ * keeps a reference on each (weft_request_output_at). fn names the API
+ * call in errors. On failure frees everything. */
+weft_status wf_submit_grouped(const char *fn, weft_group *g, weft_request *parent, weft_request **kids, int n,
+                              weft_request **req);
+/* Registers g (its members' key, e.g. "0,2,5,"): id_of(key, count) gives
+ * its id from the number of groups created with those members so far; the
+ * engine registers it on its next pass. WEFT_OK, NO_MEMORY or the world's
+ * failure. */
+weft_status wf_group_register(weft_world *w, weft_group *g, const char *members,
+                              uint32_t (*id_of)(const char *, intptr_t));
+/* g goes: the engine forgets and frees it. */
+void wf_group_unregister(weft_world *w, weft_group *g);
+/* weft_abort: fails the world (sticky, ABORTED) and has the engine tell
+ * the peers. */
+void wf_world_abort(weft_world *w, const char *reason);
+/* The world's failure (WEFT_OK while healthy), with its message set. */
+weft_status wf_world_status(weft_world *w);
+
+#endif
