@@ -446,18 +446,6 @@ static void copy_own(stage_op *o, size_t c) {
   if (len) o->put(o->out + (to + off) * es, o->in + (from + off) * es, len * es);
 }
 
-/* dst = ((x[0] op x[1]) op x[2]) ... over len elements, intermediate
- * results in tmp; dst may be x[0]; x[k] for k > 0 is never dst unless k is
- * the last. */
-static void fold(const stage_op *o, char *dst, char *tmp, size_t len) {
-  const char *acc = o->x[0];
-  for (int k = 1; k < o->n; k++) {
-    char *d = k == o->n - 1 ? dst : tmp;
-    wf_reduce3(o->dt, o->op, d, acc, o->x[k], len);
-    acc = d;
-  }
-}
-
 /* B: this rank's share of chunk c, folded in rank order. */
 static void reduce(stage_op *o, size_t c) {
   size_t es = o->es, off, len;
@@ -467,9 +455,7 @@ static void reduce(stage_op *o, size_t c) {
     for (int k = 0; k < o->n; k++)
       o->x[k] = k == o->me ? o->in + (o->displs[k] + off) * es : slot_of(o, k, c) + (size_t)o->me * o->gm.E * es;
     /* dst is the output, never an operand: accumulate there */
-    char *dst = o->out + off * es;
-    wf_reduce3(o->dt, o->op, dst, o->x[0], o->x[1], len);
-    for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, dst, o->x[k], len);
+    wf_fold(o->dt, o->op, o->out + off * es, (const void *const *)o->x, o->n, len, NULL);
     return;
   }
   size_t start, m = ar_chunk(o, c, &start), rel, k2;
@@ -477,8 +463,8 @@ static void reduce(stage_op *o, size_t c) {
   if (o->gm.fold_all) { /* every operand from its slot; the result into the buffer */
     pieces it = pieces_of(o, start, m);
     while (next_piece(&it, start, &p, &k2, &rel)) {
-      wf_reduce3(o->dt, o->op, p, slot_of(o, 0, c) + rel * es, slot_of(o, 1, c) + rel * es, k2);
-      for (int k = 2; k < o->n; k++) wf_reduce(o->dt, o->op, p, slot_of(o, k, c) + rel * es, k2);
+      for (int k = 0; k < o->n; k++) o->x[k] = slot_of(o, k, c) + rel * es;
+      wf_fold(o->dt, o->op, p, (const void *const *)o->x, o->n, k2, NULL);
     }
     return;
   }
@@ -499,7 +485,7 @@ static void reduce(stage_op *o, size_t c) {
     while (next_piece(&it, lo, &p, &k2, &rel)) {
       size_t b = (at + rel) * es;
       for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? p : slot_of(o, k, c) + off * es + b;
-      fold(o, p, tmp + b, k2);
+      wf_fold(o->dt, o->op, p, (const void *const *)o->x, o->n, k2, tmp + b);
       wf_copy(res + b, p, k2 * es);
     }
   }

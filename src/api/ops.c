@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "engine/fast.h"
+#include "negotiate/onehost.h"
 #include "util/err.h"
 #include "util/strmap.h"
 #include "util/time.h"

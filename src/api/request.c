@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "engine/fast.h"
+#include "negotiate/onehost.h"
 #include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"

@@ -6,8 +6,9 @@
  * nearest deadline passes. Control frames are decoded and acted on in
  * inbox.c. */
 #include "engine/engine.h"
-#include "engine/fast.h"
-#include "engine/stage.h"
+#include "negotiate/onehost.h"
+#include "host/segment.h"
+#include "host/stage.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -19,7 +20,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "api/launcher_link.h"
+#include "bootstrap/launcher_link.h"
 #include "bootstrap/mpi_boot.h"
 #include "negotiate/cache.h"
 #include "util/err.h"
@@ -570,7 +571,7 @@ static weft_status start_shm(weft_world *w, int *fds) {
   }
   weft_status st = WEFT_OK;
   if (nlocal > 1) {
-    wf_shm_cfg cfg = {.rank = w->rank,
+    wf_host_cfg hc = {.rank = w->rank,
                       .size = w->size,
                       .local_ranks = local,
                       .nlocal = nlocal,
@@ -581,18 +582,23 @@ static weft_status start_shm(weft_world *w, int *fds) {
                       .nslots = w->set.shm_slots > 0 ? (size_t)w->set.shm_slots : 0,
                       .board_bytes = wf_fast_board_bytes(&w->set, nlocal),
                       .board_param = wf_fast_large_bytes(&w->set, nlocal),
-                      .stage_bytes = wf_stage_bytes(&w->set, nlocal), /* shm staging algorithms (stage.c) */
-                      .copy_mode = !strcmp(w->set.shm_copy, "memcpy") ? WF_SHM_COPY_MEMCPY
-                                   : !strcmp(w->set.shm_copy, "nt")   ? WF_SHM_COPY_NT
-                                                                      : WF_SHM_COPY_AUTO,
-                      .cb_ctx = w,
-                      .on_error = on_shm_error};
-    st = wf_shm_create(&cfg, &w->shm);
-    /* fall back to TCP only when every local rank failed the same way and
-     * the sockets are clean: not after a timeout or a lost peer */
+                      .stage_bytes = wf_stage_bytes(&w->set, nlocal)};
+    st = wf_host_create(&hc, &w->host);
+    /* do without shared memory only when every local rank failed the same
+     * way and the sockets are clean: not after a timeout or a lost peer */
     if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST && strcmp(tp, "shm")) {
       WF_WARN(WF_SUB_SHM, "shared memory is not available (%s); using TCP between local ranks", wf_err_msg());
       st = WEFT_OK;
+    }
+    if (w->host) {
+      wf_shm_cfg cfg = {.rank = w->rank,
+                        .size = w->size,
+                        .copy_mode = !strcmp(w->set.shm_copy, "memcpy") ? WF_SHM_COPY_MEMCPY
+                                     : !strcmp(w->set.shm_copy, "nt")   ? WF_SHM_COPY_NT
+                                                                        : WF_SHM_COPY_AUTO,
+                        .cb_ctx = w,
+                        .on_error = on_shm_error};
+      st = wf_shm_create(w->host, &cfg, &w->shm);
     }
   }
   free(local);
@@ -810,6 +816,8 @@ void wf_engine_stop(weft_world *w) {
   w->fast = NULL;
   wf_shm_destroy(w->shm);
   w->shm = NULL;
+  wf_host_destroy(w->host);
+  w->host = NULL;
   free(w->departed);
   w->departed = NULL;
   if (w->evfd >= 0) close(w->evfd);

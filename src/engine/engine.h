@@ -14,8 +14,9 @@
 #include <stdint.h>
 
 #include "algo/algo.h"
+#include "algo/board_coll.h"
 #include "algo/sched.h"
-#include "engine/board.h"
+#include "negotiate/board.h"
 #include "engine/timeline.h"
 #include "negotiate/coord.h"
 #include "transport/mux.h"
@@ -193,7 +194,8 @@ struct weft_world {
   int epfd, evfd;
   _Atomic int wake_pending;  /* an eventfd write is outstanding */
   wf_tcp *tcp;
-  wf_shm *shm;               /* NULL: no local peers, or WEFT_TRANSPORT=tcp */
+  struct wf_host *host;      /* the host's shared segment (host/segment.h); NULL: no local peers, or WEFT_TRANSPORT=tcp */
+  wf_shm *shm;               /* the ring transport over it (NULL with it) */
   wf_mux mux;                /* data: shm for local peers, else tcp */
   wf_transport *tr;          /* &mux.base */
   wf_gstate **gs;            /* groups this rank is a member of; gs[0]: the world */
@@ -298,16 +300,12 @@ void wf_exec_progress(weft_world *w);
 /* peer said goodbye: fails the world if a group's executing collective
  * still needs data from peer. */
 void wf_exec_peer_departed(weft_world *w, int peer);
-/* Output helpers shared by exec.c and the fast path (fast_coll.c): the
- * product of shape[from..ndim); rank i's rows when dim0 rows are scattered
- * over n ranks (the first dim0 % n get one more); an output of bytes through
+/* Output helpers shared by exec.c and the one-host path (onehost_input.c):
+ * the product of shape[from..ndim); an output of bytes through
  * the request's allocator (a NULL from it sets alloc_failed and falls back to
  * malloc, so the rank can still take part) or malloc; the result's shape, the
  * request's with dim0 rows. */
 int64_t wf_elems(const int64_t *shape, int from, int ndim);
-size_t wf_rs_rows(size_t dim0, int n, int i);
-/* The first of rank i's rows: wf_rs_rows of ranks 0 .. i-1 together. */
-size_t wf_rs_first(size_t dim0, int n, int i);
 weft_status wf_alloc_result(weft_request *r, size_t bytes);
 void wf_set_result_shape(weft_request *r, int64_t dim0);
 /* Fails every group's executing collective (if any) with st/msg. */

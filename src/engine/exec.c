@@ -127,15 +127,6 @@ weft_status wf_alloc_result(weft_request *r, size_t bytes) {
   return WEFT_OK;
 }
 
-/* Rows of a dim-0 slice of dim0 rows that group rank i gets in a
- * reducescatter of n ranks. */
-size_t wf_rs_rows(size_t dim0, int n, int i) { return dim0 / (size_t)n + ((size_t)i < dim0 % (size_t)n); }
-
-size_t wf_rs_first(size_t dim0, int n, int i) {
-  size_t r = dim0 % (size_t)n;
-  return (size_t)i * (dim0 / (size_t)n) + ((size_t)i < r ? (size_t)i : r);
-}
-
 static const char *forced_algo(const weft_world *w, wf_coll c);
 
 /* Fills args for the response's collective; allocates outputs. */

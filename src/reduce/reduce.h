@@ -21,6 +21,16 @@ void wf_reduce(weft_dtype t, weft_reduce_op op, void *dst, const void *src, size
 /* dst[i] = a[i] op b[i]. dst may equal a or b; no other overlap. */
 void wf_reduce3(weft_dtype t, weft_reduce_op op, void *dst, const void *a, const void *b, size_t count);
 
+/* The rank-order fold, the one reduction order of weft: dst = ((x[0] op
+ * x[1]) op x[2]) ... op x[n-1], element by element over count elements, so a
+ * result's bits depend neither on the algorithm, the size, the position nor
+ * fusion. Every path that has all operands at hand folds with it (the board,
+ * shm staging); the schedules that receive operands one at a time (direct,
+ * cma) apply the same left fold step by step, in the same rank order.
+ * dst may be x[0] or x[n-1]; if it is another operand, tmp (count elements)
+ * takes the intermediate results, else tmp may be NULL. n == 1 copies. */
+void wf_fold(weft_dtype t, weft_reduce_op op, void *dst, const void *const *x, int n, size_t count, void *tmp);
+
 /* buf[i] = buf[i] * factor, as Horovod 0.28's CPU ScaleBuffer: float32 as
  * x * (float)factor in float32; float16/bfloat16 as (float)x * (float)factor
  * in float32, rounded to 16 bits; float64 in double; integers in double,

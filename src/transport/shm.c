@@ -1,9 +1,9 @@
 /* shm.c - the shared-memory transport's data path (see shm.h for the
- * design, shm_seg.h for the segment): SPSC slot rings per ordered pair of
+ * design, host/segment.h for the segment): SPSC slot rings per ordered pair of
  * local ranks, copies in and out of them, and futex doorbells. Engine thread
  * only, except wf_shm_interrupt. */
 #include "transport/shm.h"
-#include "transport/shm_seg.h"
+#include "host/segment.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,11 +64,8 @@ struct wf_shm {
   int rank, size, nlocal, me;
   int *lidx;   /* world rank -> local index, -1 if not local */
   peer *peers; /* nlocal entries, [me] unused */
-  uint8_t *map;
-  size_t map_size;
   wf_shm_bell *bell; /* ours */
   size_t slot_bytes, nslots, stride;
-  size_t board_off, board_bytes, stage_off, stage_bytes; /* extra regions (shm_seg.h) */
   wf_copy_fn nt_copy; /* streaming copy into large receive buffers, or NULL */
   _Atomic int interrupt;
   tx *tx_free; /* recycled queue entries: no malloc per message */
@@ -427,17 +423,6 @@ int wf_shm_is_local(const wf_shm *s, int world_rank) {
   return s && world_rank >= 0 && world_rank < s->size && world_rank != s->rank && s->lidx[world_rank] >= 0;
 }
 
-void *wf_shm_board(const wf_shm *s, size_t *bytes, uint64_t *param) {
-  *bytes = s && s->map ? s->board_bytes : 0;
-  *param = *bytes ? ((const wf_shm_seg_hdr *)s->map)->board_param : 0;
-  return *bytes ? s->map + s->board_off : NULL;
-}
-
-void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes) {
-  *bytes = s && s->map && li >= 0 && li < s->nlocal ? s->stage_bytes : 0;
-  return *bytes ? s->map + s->stage_off + s->stage_bytes * (size_t)li : NULL;
-}
-
 int wf_shm_local_index(const wf_shm *s) { return s->me; }
 int wf_shm_nlocal(const wf_shm *s) { return s->nlocal; }
 
@@ -449,98 +434,55 @@ static const wf_transport_ops shm_ops = {
     .incomplete = shm_incomplete,
 };
 
-static weft_status check_cfg(const wf_shm_cfg *c) {
-  if (!c || c->size < 1 || c->rank < 0 || c->rank >= c->size || !c->local_ranks || c->nlocal < 1 ||
-      c->nlocal > c->size || !c->fds)
-    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: bad configuration");
-  int found = 0;
-  for (int i = 0; i < c->nlocal; i++) {
-    int r = c->local_ranks[i];
-    if (r < 0 || r >= c->size || (i > 0 && r <= c->local_ranks[i - 1]))
-      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: local ranks must be ascending world ranks");
-    if (r == c->rank) found = 1;
-    else if (c->fds[r] < 0 && (i == 0 || c->rank == c->local_ranks[0]))
-      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: no connection to local rank %d", r);
-  }
-  if (!found) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: rank %d is not among the local ranks", c->rank);
-  return WEFT_OK;
-}
-
-weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out) {
+weft_status wf_shm_create(struct wf_host *host, const wf_shm_cfg *cfg, wf_shm **out) {
   *out = NULL;
-  WF_CHECK(check_cfg(cfg));
-  weft_status st = WEFT_OK;
-  char err[512] = "";
-  wf_shm_layout l = {0};
-  uint8_t *map = NULL;
+  int nlocal = host ? wf_host_nlocal(host) : 1;
   wf_shm *s = calloc(1, sizeof *s);
   if (!s || !(s->lidx = malloc(sizeof(int) * (size_t)cfg->size)) ||
-      !(s->peers = calloc((size_t)cfg->nlocal, sizeof *s->peers))) {
-    st = WEFT_ERR_NO_MEMORY;
-    snprintf(err, sizeof err, "out of memory");
-    if (cfg->nlocal == 1) goto fail;
-  }
-  if (cfg->nlocal > 1) {
-    /* Also when out of memory: the others must learn that we decline. */
-    st = wf_shm_seg_setup(cfg, st, wf_deadline_after(cfg->timeout_seconds), &l, &map, err, sizeof err);
-    if (st != WEFT_OK) goto fail;
+      !(s->peers = calloc((size_t)nlocal, sizeof *s->peers))) {
+    if (s) free(s->lidx);
+    free(s);
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory for the shared-memory transport");
   }
   s->base.ops = &shm_ops;
   s->rank = cfg->rank;
   s->size = cfg->size;
-  s->nlocal = cfg->nlocal;
+  s->nlocal = nlocal;
   s->cb_ctx = cfg->cb_ctx;
   s->on_error = cfg->on_error;
-  for (int r = 0; r < cfg->size; r++) s->lidx[r] = -1;
-  for (int i = 0; i < cfg->nlocal; i++) {
-    s->lidx[cfg->local_ranks[i]] = i;
-    s->peers[i].world = cfg->local_ranks[i];
-    if (cfg->local_ranks[i] == cfg->rank) s->me = i;
+  for (int r = 0; r < cfg->size; r++) {
+    s->lidx[r] = host ? wf_host_index_of(host, r) : r == cfg->rank ? 0 : -1;
+    if (s->lidx[r] >= 0) s->peers[s->lidx[r]].world = r;
   }
-  if (cfg->nlocal == 1) {
+  s->me = s->lidx[cfg->rank];
+  if (!host) {
     *out = s;
     return WEFT_OK;
   }
-  /* AUTO: streaming stores into receive buffers of NT_MIN_MSG or more
-   * measured 20-40% faster for 64 MiB; copies into the ring stay plain (the
-   * consumer reads them next, from cache: streaming there was slower). */
   s->nt_copy = cfg->copy_mode != WF_SHM_COPY_MEMCPY ? wf_copy_nt() : NULL;
-  s->map = map;
-  s->map_size = l.size;
-  s->slot_bytes = l.slot_bytes;
-  s->nslots = l.nslots;
-  s->stride = l.stride;
-  s->board_off = l.board_off;
-  s->board_bytes = l.board_bytes;
-  s->stage_off = l.stage_off;
-  s->stage_bytes = l.stage_bytes;
-  s->bell = (wf_shm_bell *)(map + l.bells_off) + s->me;
+  uint8_t *map = wf_host_map(host);
+  const wf_shm_layout *l = wf_host_layout(host);
+  s->slot_bytes = l->slot_bytes;
+  s->nslots = l->nslots;
+  s->stride = l->stride;
+  s->bell = (wf_shm_bell *)(map + l->bells_off) + s->me;
   for (int i = 0; i < s->nlocal; i++) {
     if (i == s->me) continue;
     peer *p = &s->peers[i];
-    p->out = wf_shm_ring_at(map, &l, s->nlocal, s->me, i);
-    p->in = wf_shm_ring_at(map, &l, s->nlocal, i, s->me);
+    p->out = wf_shm_ring_at(map, l, s->nlocal, s->me, i);
+    p->in = wf_shm_ring_at(map, l, s->nlocal, i, s->me);
     p->out_slots = (uint8_t *)(p->out + 1);
     p->in_slots = (uint8_t *)(p->in + 1);
-    p->bell = (wf_shm_bell *)(map + l.bells_off) + i;
+    p->bell = (wf_shm_bell *)(map + l->bells_off) + i;
   }
   WF_INFO(WF_SUB_SHM, "shared memory with %d local ranks: %zu slots of %zu bytes per pair, %zu MiB", s->nlocal,
-          s->nslots, s->slot_bytes, s->map_size >> 20);
+          s->nslots, s->slot_bytes, l->size >> 20);
   *out = s;
   return WEFT_OK;
-fail:
-  if (s) {
-    free(s->lidx);
-    free(s->peers);
-    free(s);
-  }
-  return wf_err(st, "shared-memory transport setup failed on rank %d: %s (set WEFT_TRANSPORT=tcp to run without it)",
-                cfg->rank, err);
 }
 
 void wf_shm_destroy(wf_shm *s) {
   if (!s) return;
-  if (s->map) munmap(s->map, s->map_size);
   shm_cancel_data(&s->base);
   for (tx *t = s->tx_free, *n; t; t = n) {
     n = t->next;

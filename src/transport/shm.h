@@ -1,11 +1,9 @@
 /* shm.h - the shared-memory transport for ranks on one host (the data
  * vtable of transport.h, like tcp.h, but through memory).
  *
- * One segment per job and host, created in /dev/shm by the lowest local rank,
- * mapped by every local rank and unlinked as soon as all have mapped it: once
- * wf_shm_create returns, no file exists, so a crash leaks nothing. The
- * segment holds one single-producer/single-consumer ring of fixed-size slots
- * per ordered pair of local ranks, plus a doorbell (futex word) per rank.
+ * It runs over its regions of the host's shared segment (host/segment.h):
+ * one single-producer/single-consumer ring of fixed-size slots per ordered
+ * pair of local ranks, plus a doorbell (futex word) per rank.
  *
  * A send copies the message into the ring slot by slot (a message larger than
  * a slot takes consecutive slots) and completes when its last byte is in the
@@ -20,8 +18,7 @@
  * of a later collective (tags carry the collective's sequence number).
  *
  * Threads: everything runs on the engine thread, except wf_shm_interrupt.
- * Nothing here blocks except wf_shm_create (deadline) and wf_shm_wait
- * (timeout). A dead peer never blocks progress: its transfers stay pending
+ * Nothing here blocks except wf_shm_wait (timeout). A dead peer never blocks progress: its transfers stay pending
  * until cancel_data (the engine detects deaths over TCP). */
 #ifndef WF_SHM_H
 #define WF_SHM_H
@@ -29,6 +26,8 @@
 #include <stdint.h>
 
 #include "transport/transport.h"
+
+struct wf_host;
 
 typedef struct wf_shm wf_shm;
 
@@ -41,25 +40,7 @@ enum { WF_SHM_COPY_AUTO = 0, WF_SHM_COPY_MEMCPY = 1, WF_SHM_COPY_NT = 2 };
 
 typedef struct wf_shm_cfg {
   int rank, size;         /* world */
-  const int *local_ranks; /* world ranks on this host, ascending, nlocal entries (includes rank) */
-  int nlocal;
-  /* size entries: connected, authenticated sockets to every peer (fds[rank]
-   * == -1). Only the local peers' are used, and only during wf_shm_create,
-   * with strictly paired fixed-size records (see wf_shm_create for what a
-   * failure leaves). They stay open and owned by the caller. */
-  const int *fds;
-  const char *job_id;     /* part of the segment name (may be NULL or "") */
-  double timeout_seconds; /* deadline for the whole setup */
-  /* Ring geometry per ordered pair: slot payload bytes and slot count; 0 =
-   * defaults (64 KiB x 16, shrunk when many local ranks would make the
-   * segment large). The lowest local rank's values are used by all. */
-  size_t slot_bytes, nslots;
-  /* Extra regions, zero-filled at creation, the lowest local rank's sizes
-   * used by all: one board of board_bytes (engine/board.c) and one staging
-   * region of stage_bytes per local rank (0 = none). */
-  size_t board_bytes, stage_bytes;
-  uint64_t board_param; /* stored for the board (wf_shm_board): the creator's is used by all */
-  int copy_mode; /* WF_SHM_COPY_* */
+  int copy_mode;          /* WF_SHM_COPY_* */
   /* Called (engine thread, from send/recv/progress) when a peer breaks the
    * protocol (length or tag mismatch, malformed slot): st is
    * WEFT_ERR_PROTOCOL. The pair carries nothing more. May be NULL. */
@@ -67,22 +48,13 @@ typedef struct wf_shm_cfg {
   void (*on_error)(void *ctx, int peer, weft_status st, const char *msg);
 } wf_shm_cfg;
 
-/* Creates and maps the segment: collective among the local ranks, blocking,
- * bounded by cfg->timeout_seconds. With nlocal == 1 no segment is made
- * (nothing to talk to). On failure nothing is left mapped or in /dev/shm,
- * and the message (wf_err) says what failed and suggests WEFT_TRANSPORT=tcp.
- *
- * Which failures the local ranks share: WEFT_ERR_INVALID_ARGUMENT (a bad
- * cfg) is found before any exchange. WEFT_ERR_TIMEOUT and WEFT_ERR_PEER_LOST
- * (a rank too slow or gone) may leave the ranks disagreeing and setup bytes
- * unread in the sockets: fail the job. Any other failure (no space in
- * /dev/shm, permissions, out of memory, ranks disagreeing about the host's
- * ranks) is decided in the exchange: every local rank fails and nothing is
- * left unread, so all may fall back to TCP together. */
-weft_status wf_shm_create(const wf_shm_cfg *cfg, wf_shm **out);
+/* The transport over the rings and doorbells of the host's segment
+ * (host/segment.h), which must outlive it. host NULL: no local peer (every
+ * send or receive is refused). WEFT_OK or NO_MEMORY. */
+weft_status wf_shm_create(struct wf_host *host, const wf_shm_cfg *cfg, wf_shm **out);
 
-/* Unmaps the segment and frees everything (posted transfers are forgotten).
- * Never leaves a file (it was unlinked at create). NULL is a no-op. */
+/* Frees everything (posted transfers are forgotten); the segment stays
+ * (the host's). NULL is a no-op. */
 void wf_shm_destroy(wf_shm *s);
 
 /* The data vtable (transport.h) for local peers: send, recv, cancel_data,
@@ -108,12 +80,6 @@ int wf_shm_progress(wf_shm *s);
  * path of a send has no syscall. Returns at once when there is no local
  * peer (nlocal == 1). Engine thread only. */
 void wf_shm_wait(wf_shm *s, int64_t timeout_ns);
-
-/* The segment's extra regions as mapped in this process (NULL, *bytes = 0
- * when the segment has none): the board, and the staging region of local
- * index li (0 <= li < nlocal, ascending world rank). Any thread. */
-void *wf_shm_board(const wf_shm *s, size_t *bytes, uint64_t *param);
-void *wf_shm_stage(const wf_shm *s, int li, size_t *bytes);
 
 /* An extra wake-up condition for wf_shm_wait: ready(ctx) != 0 counts as
  * something to do (the staged collectives' flags, algo/shm_stage.h). It must

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host/segment.h"
 #include "transport/shm.h"
 #include "util/err.h"
 #include "util/time.h"
@@ -69,6 +70,7 @@ typedef struct ctx {
   int fds[MAXN];  /* this child's ends of the socketpairs, -1 for itself */
   int local[MAXN];
   char job[64];
+  wf_host *h;
   wf_shm *s;
   wf_transport *t;
   const void *arg;
@@ -145,12 +147,30 @@ static void on_error(void *ctx, int peer, weft_status st, const char *msg) {
 static weft_status mk(ctx *c, size_t slot, size_t nslots, int mode, double timeout) {
   int fds[MAXN];
   for (int i = 0; i < MAXN; i++) fds[i] = c->fds[i];
-  wf_shm_cfg cfg = {.rank = c->rank, .size = c->world, .local_ranks = c->local, .nlocal = c->nlocal, .fds = fds,
-                    .job_id = c->job, .timeout_seconds = timeout, .slot_bytes = slot, .nslots = nslots,
-                    .copy_mode = mode, .on_error = on_error};
-  weft_status st = wf_shm_create(&cfg, &c->s);
-  c->t = st == WEFT_OK ? wf_shm_transport(c->s) : NULL;
+  wf_host_cfg hc = {.rank = c->rank, .size = c->world, .local_ranks = c->local, .nlocal = c->nlocal, .fds = fds,
+                    .job_id = c->job, .timeout_seconds = timeout, .slot_bytes = slot, .nslots = nslots};
+  c->h = NULL;
+  c->s = NULL;
+  c->t = NULL;
+  weft_status st = wf_host_create(&hc, &c->h);
+  if (st != WEFT_OK) return st;
+  wf_shm_cfg cfg = {.rank = c->rank, .size = c->world, .copy_mode = mode, .on_error = on_error};
+  st = wf_shm_create(c->h, &cfg, &c->s);
+  if (st != WEFT_OK) {
+    wf_host_destroy(c->h);
+    c->h = NULL;
+    return st;
+  }
+  c->t = wf_shm_transport(c->s);
   return st;
+}
+
+/* The transport, then the segment it runs over. */
+static void unmk(ctx *c) {
+  wf_shm_destroy(c->s);
+  wf_host_destroy(c->h);
+  c->s = NULL;
+  c->h = NULL;
 }
 
 static void mk_or_die(ctx *c, size_t slot, size_t nslots, int mode) {
@@ -273,7 +293,7 @@ static void sc_setup(ctx *c) {
     CHECK(wf_shm_is_local(c->s, r) == (r != c->rank), "is_local(%d) on rank %d", r, c->rank);
   CHECK(!wf_shm_is_local(c->s, -1) && !wf_shm_is_local(c->s, c->n), "is_local out of range");
   barrier(c); /* nobody unmaps before everyone checked */
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* Two simulated hosts in a world of 4: {0,2} and {1,3}, one segment each. */
@@ -292,7 +312,7 @@ static void sc_two_hosts(ctx *c) {
   CHECK(c->t->ops->recv(c->t, other, 1, 0, rb, sizeof rb, &pending) == WEFT_OK, "recv");
   CHECK(drive(c, &pending, 10), "transfer did not complete");
   CHECK(verify(rb, sizeof rb, tag_of(other, c->rank, 1, 0)) < 0, "wrong data");
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 typedef struct msg_arg {
@@ -364,7 +384,7 @@ static void sc_messages(ctx *c) {
     }
   }
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 #undef SEND
 #undef RECV
 }
@@ -391,7 +411,7 @@ static void sc_backpressure(ctx *c) {
   }
   free(b);
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* cancel_data on the sender with a send half in the ring, then on the
@@ -454,7 +474,7 @@ static void sc_cancel(ctx *c) {
     CHECK(verify(sm, small, tag_of(0, 1, 8, 0)) < 0, "wrong data after the receiver cancelled");
   }
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* A length mismatch is a protocol error: on_error fires, the pair is dead. */
@@ -473,7 +493,7 @@ static void sc_protocol(ctx *c) {
     c->t->ops->cancel_data(c->t);
   }
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 static void *interrupter(void *arg) {
@@ -571,7 +591,7 @@ static void sc_wait(ctx *c) {
     free(b);
   }
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* Rank 2 disagrees about which ranks share the host: everyone fails. */
@@ -581,7 +601,7 @@ static void sc_mismatch(ctx *c) {
   weft_status st = mk(c, 4096, 4, WF_SHM_COPY_AUTO, 10);
   CHECK(st == WEFT_ERR_PROTOCOL, "got %s: %s", weft_status_string(st), wf_err_msg());
   if (c->rank == 0) CHECK(strstr(wf_err_msg(), "rank 2 could not map") != NULL, "message: %s", wf_err_msg());
-  if (st == WEFT_OK) wf_shm_destroy(c->s);
+  if (st == WEFT_OK) unmk(c);
   barrier(c); /* the sockets are clean: TCP could take over */
 }
 
@@ -606,7 +626,7 @@ static void sc_setup_killed(ctx *c) {
   g_rep->outcome[c->rank] = st == WEFT_OK ? 1 : 2;
   if (st == WEFT_OK) {
     CHECK(shm_files(c->job) == 0, "a segment file exists after wf_shm_create returned");
-    wf_shm_destroy(c->s);
+    unmk(c);
   } else {
     CHECK(strstr(wf_err_msg(), "WEFT_TRANSPORT=tcp") != NULL, "message without the hint: %s", wf_err_msg());
   }
@@ -640,7 +660,7 @@ static void sc_transfer_killed(ctx *c) {
   CHECK(!c->t->ops->incomplete(c->t, 1), "incomplete after cancel_data");
   free(b);
   wf_shm_progress(c->s);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* A segment larger than /dev/shm: a clean error naming /dev/shm. */
@@ -650,7 +670,7 @@ static void sc_full(ctx *c) {
   CHECK(st != WEFT_OK, "a segment larger than /dev/shm was created");
   if (c->rank == 0) CHECK(strstr(wf_err_msg(), "/dev/shm") != NULL, "message: %s", wf_err_msg());
   CHECK(strstr(wf_err_msg(), "WEFT_TRANSPORT=tcp") != NULL, "message: %s", wf_err_msg());
-  if (st == WEFT_OK) wf_shm_destroy(c->s);
+  if (st == WEFT_OK) unmk(c);
   barrier(c); /* the sockets are clean: TCP could take over */
 }
 
@@ -703,7 +723,7 @@ static void sc_perf(ctx *c) {
   if (c->rank == 1) g_rep->bw_gbs = (double)len / best / 1e9;
   free(b);
   barrier(c);
-  wf_shm_destroy(c->s);
+  unmk(c);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -716,13 +736,19 @@ int main(void) {
 
   /* One local rank: nothing to set up, nothing is local. */
   int lone = 0, fds1[1] = {-1};
-  wf_shm_cfg one = {.rank = 0, .size = 1, .local_ranks = &lone, .nlocal = 1, .fds = fds1, .timeout_seconds = 1};
+  (void)lone;
+  (void)fds1;
+  wf_shm_cfg one = {.rank = 0, .size = 1};
   wf_shm *s1 = NULL;
-  CHECK(wf_shm_create(&one, &s1) == WEFT_OK && s1 && !wf_shm_is_local(s1, 0), "single local rank");
+  CHECK(wf_shm_create(NULL, &one, &s1) == WEFT_OK && s1 && !wf_shm_is_local(s1, 0), "single local rank");
   wf_shm_destroy(s1);
   int bad_ranks[2] = {1, 0}, fds2[2] = {-1, 5};
-  wf_shm_cfg bad = {.rank = 0, .size = 2, .local_ranks = bad_ranks, .nlocal = 2, .fds = fds2};
-  CHECK(wf_shm_create(&bad, &s1) == WEFT_ERR_INVALID_ARGUMENT, "unsorted local ranks accepted");
+  wf_host_cfg bad = {.rank = 0, .size = 2, .local_ranks = bad_ranks, .nlocal = 2, .fds = fds2};
+  wf_host *h1 = NULL;
+  CHECK(wf_host_create(&bad, &h1) == WEFT_ERR_INVALID_ARGUMENT && !h1, "unsorted local ranks accepted");
+  int lone_ranks[1] = {0};
+  wf_host_cfg alone = {.rank = 0, .size = 1, .local_ranks = lone_ranks, .nlocal = 1, .fds = fds1};
+  CHECK(wf_host_create(&alone, &h1) == WEFT_ERR_INVALID_ARGUMENT && !h1, "a segment for one local rank accepted");
 
   for (int n = 2; n <= MAXN; n++) {
     char what[64];

@@ -1,15 +1,15 @@
 /* fast.c - one-host small collectives through the negotiation board (see
  * fast.h for who does what, board.h for the protocol). */
-#include "engine/fast.h"
+#include "negotiate/onehost.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/board.h"
+#include "negotiate/board.h"
 #include "reduce/reduce.h"
-#include "transport/shm.h"
+#include "host/segment.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/settings.h"
@@ -43,7 +43,7 @@ size_t wf_fast_large_bytes(const wf_settings *s, int nlocal) {
 void wf_fast_start(weft_world *w) {
   size_t n = 0;
   uint64_t large = 0;
-  void *mem = w->shm ? wf_shm_board(w->shm, &n, &large) : NULL;
+  void *mem = w->host ? wf_host_board(w->host, &n, &large) : NULL;
   const wf_settings *s = &w->set;
   w->fast_on = s->fast != 0;
   w->fast_ar_bytes = s->fast_allreduce_bytes > 0 ? (size_t)s->fast_allreduce_bytes : 0;
@@ -55,7 +55,7 @@ void wf_fast_start(weft_world *w) {
   /* nothing diverts a round before it gives up: give up well before the
    * operation's deadline, so that the coordinator's timeout still applies */
   if (w->fast_wait_ns > w->timeout_ns / 4) w->fast_wait_ns = w->timeout_ns / 4;
-  if (mem) w->board = wf_board_open(mem, n, wf_shm_nlocal(w->shm), (size_t)large);
+  if (mem) w->board = wf_board_open(mem, n, wf_host_nlocal(w->host), (size_t)large);
   if (w->board)
     WF_DEBUG(WF_SUB_ENGINE, "one-host negotiation board: %zu bytes per allreduce input, %zu per other input, %s",
              wf_board_part_bytes(w->board), wf_board_large_bytes(w->board),
@@ -93,7 +93,7 @@ static int group_local(weft_world *w, weft_group *g) {
   if (v) return v > 0;
   v = g->size <= WF_BOARD_MAX_MEMBERS ? 1 : -1;
   for (int i = 0; v > 0 && i < g->size; i++)
-    if (g->ranks[i] != w->rank && !wf_shm_is_local(w->shm, g->ranks[i])) v = -1;
+    if (g->ranks[i] != w->rank && wf_host_index_of(w->host, g->ranks[i]) < 0) v = -1;
   atomic_store_explicit(&g->fast_local, v, memory_order_relaxed);
   return v > 0;
 }

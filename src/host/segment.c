@@ -1,4 +1,4 @@
-/* shm_seg.c - creates and maps the shared-memory segment (shm_seg.h): the
+/* segment.c - creates and maps the host's shared segment (segment.h): the
  * lowest local rank creates it in /dev/shm, every other local rank maps it,
  * and it is unlinked as soon as all have, so a crash leaks nothing.
  *
@@ -6,7 +6,7 @@
  * creator dies after creating it, the peers (who see its socket close) unlink
  * it. The pages are reserved with posix_fallocate, so a full /dev/shm fails
  * setup cleanly instead of SIGBUSing a rank on its first touch of a slot. */
-#include "transport/shm_seg.h"
+#include "host/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bootstrap/sockutil.h"
+#include "util/err.h"
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
@@ -72,7 +73,7 @@ static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t boar
 /* The geometry used when the config leaves it at 0: 64 KiB x 16 slots per
  * ring, fewer slots then smaller ones when many local ranks would make the
  * segment larger than AUTO_MAX_BYTES. */
-static int auto_layout(const wf_shm_cfg *cfg, wf_shm_layout *l) {
+static int auto_layout(const wf_host_cfg *cfg, wf_shm_layout *l) {
   size_t slot = cfg->slot_bytes ? cfg->slot_bytes : DEF_SLOT_BYTES;
   size_t n = cfg->nslots ? (cfg->nslots < 2 ? 2 : cfg->nslots) : DEF_NSLOTS;
   if (slot > UINT32_MAX - 64) slot = UINT32_MAX - 64;
@@ -138,7 +139,7 @@ static weft_status remote_status(int32_t st) {
 }
 
 /* Creator: makes the file, reserves its pages and initializes the header. */
-static weft_status seg_make(const char *name, const wf_shm_cfg *cfg, const wf_shm_layout *l, uint8_t **map,
+static weft_status seg_make(const char *name, const wf_host_cfg *cfg, const wf_shm_layout *l, uint8_t **map,
                             int *created, char *err, size_t errlen) {
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -185,7 +186,7 @@ out:
 }
 
 /* Peer: maps the creator's segment and checks it is the one we expect. */
-static weft_status seg_attach(const char *name, size_t size, const wf_shm_cfg *cfg, wf_shm_layout *l, uint8_t **map,
+static weft_status seg_attach(const char *name, size_t size, const wf_host_cfg *cfg, wf_shm_layout *l, uint8_t **map,
                               char *err, size_t errlen) {
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
@@ -223,7 +224,7 @@ out:
 
 /* Creator side of the exchange (see setup_msg). Every live peer gets the
  * records it waits for, also on failure, so none is left hanging. */
-static weft_status setup_creator(const wf_shm_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
+static weft_status setup_creator(const wf_host_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
                                  char *err, size_t errlen) {
   char name[200], e[256] = "";
   seg_name(cfg->job_id, name, sizeof name);
@@ -294,7 +295,7 @@ static weft_status setup_creator(const wf_shm_cfg *cfg, weft_status local, wf_sh
 }
 
 /* Peer side: NAME, READY, map, ACK, VERDICT (declining: ACK the failure). */
-static weft_status setup_peer(const wf_shm_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
+static weft_status setup_peer(const wf_host_cfg *cfg, weft_status local, wf_shm_layout *l, uint8_t **map, int64_t dl,
                               char *err, size_t errlen) {
   int creator = cfg->local_ranks[0], fd = cfg->fds[creator];
   char name[sizeof ((setup_msg *)0)->text], e[256] = "";
@@ -338,9 +339,87 @@ static weft_status setup_peer(const wf_shm_cfg *cfg, weft_status local, wf_shm_l
   return st;
 }
 
-weft_status wf_shm_seg_setup(const wf_shm_cfg *cfg, weft_status local, int64_t deadline, wf_shm_layout *l,
-                             uint8_t **map, char *err, size_t errlen) {
-  *map = NULL;
-  return cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, local, l, map, deadline, err, errlen)
-                                          : setup_peer(cfg, local, l, map, deadline, err, errlen);
+struct wf_host {
+  int nlocal, me;
+  int size;
+  int *lidx; /* world rank -> local index, -1 if not local */
+  uint8_t *map;
+  wf_shm_layout l;
+};
+
+static weft_status check_cfg(const wf_host_cfg *c) {
+  if (!c || c->size < 1 || c->rank < 0 || c->rank >= c->size || !c->local_ranks || c->nlocal < 2 ||
+      c->nlocal > c->size || !c->fds)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: bad configuration");
+  int found = 0;
+  for (int i = 0; i < c->nlocal; i++) {
+    int r = c->local_ranks[i];
+    if (r < 0 || r >= c->size || (i > 0 && r <= c->local_ranks[i - 1]))
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: local ranks must be ascending world ranks");
+    if (r == c->rank) found = 1;
+    else if (c->fds[r] < 0 && (i == 0 || c->rank == c->local_ranks[0]))
+      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: no connection to local rank %d", r);
+  }
+  if (!found) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "shared memory: rank %d is not among the local ranks", c->rank);
+  return WEFT_OK;
+}
+
+weft_status wf_host_create(const wf_host_cfg *cfg, wf_host **out) {
+  *out = NULL;
+  WF_CHECK(check_cfg(cfg));
+  weft_status st = WEFT_OK;
+  char err[512] = "";
+  wf_host *h = calloc(1, sizeof *h);
+  if (!h || !(h->lidx = malloc(sizeof(int) * (size_t)cfg->size))) {
+    st = WEFT_ERR_NO_MEMORY; /* the others must still learn that this rank declines */
+    snprintf(err, sizeof err, "out of memory");
+  }
+  int64_t dl = wf_deadline_after(cfg->timeout_seconds);
+  wf_shm_layout l = {0};
+  uint8_t *map = NULL;
+  st = cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, st, &l, &map, dl, err, sizeof err)
+                                        : setup_peer(cfg, st, &l, &map, dl, err, sizeof err);
+  if (st != WEFT_OK) {
+    if (h) free(h->lidx);
+    free(h);
+    return wf_err(st, "shared-memory setup failed on rank %d: %s (set WEFT_TRANSPORT=tcp to run without it)",
+                  cfg->rank, err);
+  }
+  h->nlocal = cfg->nlocal;
+  h->size = cfg->size;
+  h->map = map;
+  h->l = l;
+  for (int r = 0; r < cfg->size; r++) h->lidx[r] = -1;
+  for (int i = 0; i < cfg->nlocal; i++) {
+    h->lidx[cfg->local_ranks[i]] = i;
+    if (cfg->local_ranks[i] == cfg->rank) h->me = i;
+  }
+  *out = h;
+  return WEFT_OK;
+}
+
+void wf_host_destroy(wf_host *h) {
+  if (!h) return;
+  if (h->map) munmap(h->map, h->l.size);
+  free(h->lidx);
+  free(h);
+}
+
+int wf_host_nlocal(const wf_host *h) { return h->nlocal; }
+int wf_host_local_index(const wf_host *h) { return h->me; }
+int wf_host_index_of(const wf_host *h, int world_rank) {
+  return h && world_rank >= 0 && world_rank < h->size ? h->lidx[world_rank] : -1;
+}
+uint8_t *wf_host_map(const wf_host *h) { return h->map; }
+const wf_shm_layout *wf_host_layout(const wf_host *h) { return &h->l; }
+
+void *wf_host_board(const wf_host *h, size_t *bytes, uint64_t *param) {
+  *bytes = h ? h->l.board_bytes : 0;
+  *param = *bytes ? ((const wf_shm_seg_hdr *)h->map)->board_param : 0;
+  return *bytes ? h->map + h->l.board_off : NULL;
+}
+
+void *wf_host_stage(const wf_host *h, int li, size_t *bytes) {
+  *bytes = h && li >= 0 && li < h->nlocal ? h->l.stage_bytes : 0;
+  return *bytes ? h->map + h->l.stage_off + h->l.stage_bytes * (size_t)li : NULL;
 }

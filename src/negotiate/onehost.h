@@ -35,7 +35,7 @@
 #define WF_ENGINE_FAST_H
 #include <stdint.h>
 
-#include "engine/board.h"
+#include "negotiate/board.h"
 #include "engine/engine.h"
 
 /* The algorithm name of a request completed on the board

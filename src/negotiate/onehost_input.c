@@ -1,5 +1,7 @@
-/* fast_coll.c - what each collective puts on the one-host board and how a
- * rank computes its result from a DONE round (fast.c runs the protocol).
+/* onehost_input.c - what each collective puts on the one-host board, and a
+ * rank's result from a DONE round: its output allocated as the executor
+ * would, the data moved and folded by the board-slot algorithms
+ * (algo/board_coll.h). onehost.c runs the protocol.
  *
  * Every member's input sits in the round's slot (but for what only its owner
  * reads: an alltoall's own block, a reducescatter's own rows, a WF_SPLIT_OWN
@@ -29,9 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/board_coll.h"
 #include "algo/cma.h"
-#include "engine/board.h"
-#include "engine/fast.h"
+#include "negotiate/board.h"
+#include "negotiate/onehost.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
 #include "util/err.h"
@@ -149,22 +152,13 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   return 1;
 }
 
-/* len bytes of member k's input from byte off on, into dst: this rank's
- * own input, the round's slot, or (remote round) a process_vm_readv of the
- * member's. */
-static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *dst, size_t len) {
-  if (!len) return WEFT_OK;
-  if (k == r->fast_rank) { /* its own input, as it went in (an alltoall's own block never does) */
-    wf_copy(dst, (const char *)r->in.data + off, len);
-    return WEFT_OK;
-  }
-  if (!wf_board_is_remote(w->board, r->fast_t)) {
-    wf_copy(dst, (const char *)wf_board_part(w->board, r->fast_t, k) + off, len);
-    return WEFT_OK;
-  }
+/* Remote rounds (wf_slot.read): member k's input by process_vm_readv. */
+static weft_status read_remote(void *ctx, int k, size_t off, void *dst, size_t len) {
+  weft_request *r = ctx;
+  wf_board *b = r->world->board;
   int pid;
   uint64_t addr, have;
-  wf_board_remote(w->board, r->fast_t, k, &pid, &addr, &have);
+  wf_board_remote(b, r->fast_t, k, &pid, &addr, &have);
   int rank = r->group->ranks[k];
   if (off + len > have || !addr)
     return wf_err(WEFT_ERR_PROTOCOL, "'%s': rank %d published %llu input bytes, %zu needed", r->msg.name, rank,
@@ -172,10 +166,18 @@ static weft_status get(weft_world *w, weft_request *r, int k, size_t off, void *
   char what[WF_NAME_MAX + 8];
   snprintf(what, sizeof what, "'%s': ", r->msg.name);
   weft_status st = wf_cma_read(pid, addr + off, dst, len, rank, what);
-  if (st != WEFT_OK && wf_board_abandoned(w->board, r->fast_t)) /* why it failed: the owner took its buffer back */
+  if (st != WEFT_OK && wf_board_abandoned(b, r->fast_t)) /* why it failed: the owner took its buffer back */
     return wf_err(WEFT_ERR_TIMEOUT, "'%s': rank %d stopped waiting for this rank to read its input", r->msg.name,
                   rank);
   return st;
+}
+
+/* r's DONE round as the board-slot algorithms see it (parts: n entries). */
+static wf_slot slot_of(weft_world *w, weft_request *r, const void **parts) {
+  wf_slot s = {.n = r->fast_n, .me = r->fast_rank, .part = parts, .own = r->in.data,
+               .remote = wf_board_is_remote(w->board, r->fast_t), .read = read_remote, .ctx = r};
+  for (int k = 0; k < s.n && !s.remote; k++) parts[k] = wf_board_part(w->board, r->fast_t, k);
+  return s;
 }
 
 /* After a remote round's reads: a member that gave up waiting (its input
@@ -222,28 +224,12 @@ wf_board_span wf_fast_unshared(const weft_request *r, const wf_board_desc *d, si
   return (wf_board_span){0, 0};
 }
 
-/* Member k's input at element off: its part of the slot, or (own: a
- * WF_SPLIT_OWN round's own slice, never copied in) its own input. */
-static const char *input_at(weft_world *w, weft_request *r, int k, size_t off, int own) {
-  size_t es = weft_dtype_size((weft_dtype)r->msg.dtype);
-  if (own && k == r->fast_rank) return (const char *)r->in.data + off * es;
-  return (const char *)wf_board_part(w->board, r->fast_t, k) + off * es;
-}
-
-/* dst = fold over members k of their elements [off, off + count). */
-static void fold(weft_world *w, weft_request *r, void *dst, size_t off, size_t count, int own) {
-  const wf_request_msg *m = &r->msg;
-  weft_dtype t = (weft_dtype)m->dtype;
-  wf_copy(dst, input_at(w, r, 0, off, own), count * weft_dtype_size(t));
-  for (int k = 1; k < r->fast_n; k++)
-    wf_reduce(t, (weft_reduce_op)m->reduce_op, dst, input_at(w, r, k, off, own), count);
-  wf_post_scale(t, (weft_reduce_op)m->reduce_op, m->postscale, dst, count, r->fast_n);
-}
-
 int wf_fast_split_pass(weft_world *w, weft_request *r) {
   const wf_request_msg *m = &r->msg;
   int n = r->fast_n, me = r->fast_rank, own = r->fast_split == WF_SPLIT_OWN; /* the round's: descriptions agree */
   size_t count = elems(m), es = weft_dtype_size((weft_dtype)m->dtype), lo, hi;
+  const void *parts[WF_BOARD_MAX_MEMBERS];
+  wf_slot sl = slot_of(w, r, parts);
   /* folded a chunk at a time here (in cache), then written over slice s of
    * member s's input, which only this fold reads, and into this rank's
    * output (not copied out of the slot again) */
@@ -257,7 +243,7 @@ int wf_fast_split_pass(weft_world *w, weft_request *r) {
     wf_board_slice(count, n, s, &lo, &hi);
     for (size_t c = lo; c < hi; c += chunk) {
       size_t k = hi - c < chunk ? hi - c : chunk;
-      fold(w, r, tmp, c, k, own);
+      wf_slot_fold(&sl, (weft_dtype)m->dtype, (weft_reduce_op)m->reduce_op, m->postscale, tmp, c, k, own);
       wf_copy(dst + c * es, tmp, k * es);
       wf_copy((char *)r->out.data + c * es, tmp, k * es);
     }
@@ -295,50 +281,60 @@ void wf_fast_own(weft_world *w, weft_request *r) {
   wf_copy((char *)r->result + me * block, (const char *)r->in.data + from, block);
 }
 
-weft_status wf_fast_result(weft_world *w, weft_request *r) {
+/* The output wf_slot_result writes, allocated as exec.c would. */
+static weft_status output_of(weft_request *r, size_t bytes, int n, void **out) {
   const wf_request_msg *m = &r->msg;
-  int n = r->fast_n, me = r->fast_rank;
-  size_t count = elems(m), es = weft_dtype_size((weft_dtype)m->dtype), bytes = count * es;
+  size_t es = weft_dtype_size((weft_dtype)m->dtype), dim0 = m->ndim ? (size_t)m->shape[0] : 0;
   switch (m->coll) {
     case WF_COLL_ALLREDUCE:
-      if (bytes) fold(w, r, r->out.data, 0, count, 0);
+      *out = r->out.data;
       return WEFT_OK;
     case WF_COLL_BROADCAST:
-      if (bytes && me != m->root) WF_CHECK(get(w, r, m->root, 0, r->in.data, bytes));
-      return still_valid(w, r);
+      *out = r->in.data;
+      return WEFT_OK;
     case WF_COLL_ALLGATHER:
       WF_CHECK(alloc_result(r, bytes * (size_t)n));
-      for (int k = 0; k < n && bytes; k++)
-        if (k != me || !own_later(w, r)) WF_CHECK(get(w, r, k, 0, (char *)r->result + (size_t)k * bytes, bytes));
       wf_set_result_shape(r, m->shape[0] * n);
-      return still_valid(w, r);
-    case WF_COLL_ALLTOALL: {
-      size_t block = bytes / (size_t)n;
+      break;
+    case WF_COLL_ALLTOALL:
       if (!(r->recv_splits = malloc(sizeof(int64_t) * (size_t)n)))
         return wf_err(WEFT_ERR_NO_MEMORY, "'%s': out of memory", m->name);
       r->nrecv_splits = n;
-      WF_CHECK(alloc_result(r, bytes));
       for (int k = 0; k < n; k++) r->recv_splits[k] = m->shape[0] / n;
-      for (int k = 0; k < n; k++)
-        if (k != me || !own_later(w, r))
-          WF_CHECK(get(w, r, k, (size_t)me * block, (char *)r->result + (size_t)k * block, block));
+      WF_CHECK(alloc_result(r, bytes));
       wf_set_result_shape(r, m->shape[0]);
-      return still_valid(w, r);
-    }
+      break;
     case WF_COLL_REDUCESCATTER: {
-      size_t dim0 = (size_t)m->shape[0], row = dim0 ? count / dim0 : 0, first = wf_rs_first(dim0, n, me);
-      size_t rows = wf_rs_rows(dim0, n, me);
+      size_t rows = wf_rs_rows(dim0, n, r->fast_rank), row = dim0 ? bytes / es / dim0 : 0;
       if (r->out.data) {
         r->result = r->out.data;
         r->result_owned = 0;
       } else {
         WF_CHECK(alloc_result(r, rows * row * es));
       }
-      if (rows && row) fold(w, r, r->result, first * row, rows * row, rs_own_rows(m->prescale));
       wf_set_result_shape(r, (int64_t)rows);
-      return WEFT_OK;
+      break;
     }
     default:
+      *out = NULL;
       return WEFT_OK;
   }
+  *out = r->result;
+  return WEFT_OK;
+}
+
+weft_status wf_fast_result(weft_world *w, weft_request *r) {
+  const wf_request_msg *m = &r->msg;
+  int n = r->fast_n;
+  size_t count = elems(m), bytes = count * weft_dtype_size((weft_dtype)m->dtype);
+  void *out = NULL;
+  WF_CHECK(output_of(r, bytes, n, &out));
+  const void *parts[WF_BOARD_MAX_MEMBERS];
+  wf_slot sl = slot_of(w, r, parts);
+  wf_slot_args a = {.coll = (wf_coll)m->coll, .dtype = (weft_dtype)m->dtype, .op = (weft_reduce_op)m->reduce_op,
+                    .postscale = m->postscale, .root = m->root, .count = count,
+                    .dim0 = m->ndim ? (size_t)m->shape[0] : 0, .own_rows = rs_own_rows(m->prescale),
+                    .skip_own = own_later(w, r), .out = out};
+  WF_CHECK(wf_slot_result(&sl, &a));
+  return m->coll == WF_COLL_ALLREDUCE || m->coll == WF_COLL_REDUCESCATTER ? WEFT_OK : still_valid(w, r);
 }

@@ -1,7 +1,7 @@
 /* launcher_link.c - the rank's side of weftrun's status channel: one line
  * on the world's first failure naming the rank that caused it (see
  * launcher_link.h). */
-#include "api/launcher_link.h"
+#include "bootstrap/launcher_link.h"
 
 #include <errno.h>
 #include <fcntl.h>

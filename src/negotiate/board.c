@@ -14,7 +14,7 @@
  * never removed, so lookups need no lock: a record is published (used = 1,
  * release) after its key is written. Each rank keeps its own submission
  * counts per record in private memory: nobody else reads them. */
-#include "engine/board.h"
+#include "negotiate/board.h"
 
 #include <limits.h>
 #include <linux/futex.h>

@@ -5,11 +5,12 @@
  * otherwise overwrite a region still being read). Every local rank decides
  * alike: the segment exists on all or none, its staging size is the
  * creator's, and the world's ranks are all local or not. */
-#include "engine/stage.h"
+#include "host/stage.h"
 
 #include <stdlib.h>
 
 #include "algo/shm_stage.h"
+#include "host/segment.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/settings.h"
@@ -26,20 +27,20 @@ size_t wf_stage_bytes(const wf_settings *s, int nlocal) {
 static void wake_peers(void *ctx) { wf_shm_wake_peers(ctx); }
 
 weft_status wf_stage_attach(weft_world *w) {
-  if (!w->shm || !w->world_gs || w->size < 2 || wf_shm_nlocal(w->shm) != w->size) return WEFT_OK;
+  if (!w->host || !w->shm || !w->world_gs || w->size < 2 || wf_host_nlocal(w->host) != w->size) return WEFT_OK;
   int n = w->size;
   void **regions = malloc(sizeof *regions * (size_t)n);
   if (!regions) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory attaching the staging regions");
   size_t bytes = 0;
   for (int i = 0; i < n; i++) {
-    regions[i] = wf_shm_stage(w->shm, i, &bytes);
+    regions[i] = wf_host_stage(w->host, i, &bytes);
     if (!regions[i]) { /* WEFT_SHM_STAGE_BYTES=0 on the segment's creator */
       free(regions);
       return WEFT_OK;
     }
   }
   wf_stage *g = NULL;
-  weft_status st = wf_stage_create(n, wf_shm_local_index(w->shm), regions, bytes, wake_peers, w->shm, &g);
+  weft_status st = wf_stage_create(n, wf_host_local_index(w->host), regions, bytes, wake_peers, w->shm, &g);
   free(regions);
   if (st != WEFT_OK || !g) return st; /* !g: regions too small to use */
   w->world_gs->topo.stage = g;

@@ -1,0 +1,124 @@
+/* segment.h - the host's shared segment: one per job and host, created in
+ * /dev/shm by the lowest local rank, mapped by every local rank and unlinked
+ * as soon as all have mapped it (once wf_host_create returns no file exists,
+ * so a crash leaks nothing). It hands out named regions: the doorbells and
+ * rings of the shared-memory transport (transport/shm.c), the one-host
+ * negotiation board (negotiate/board.c) and one staging region per local
+ * rank (algo/shm_stage.c). Each user decides for itself whether its region
+ * is used; the segment only reserves it (the creator's sizes are everyone's).
+ *
+ * Layout (offsets page-aligned):
+ *   header   magic, geometry, the local ranks (validated by every mapper)
+ *   bells    one 128-byte line per local rank: futex word + "waiting" flag
+ *   rings    nlocal*(nlocal-1) rings; ring (i->j) of local indices i != j at
+ *            index i*(nlocal-1) + (j < i ? j : j-1); each: head line, tail
+ *            line, then nslots slots of a 64-byte header + slot_bytes payload.
+ *   board    board_bytes for the one-host negotiation board (negotiate/board.c)
+ *   stages   nlocal staging regions of stage_bytes each, local index order
+ * head counts slots published by the producer, tail slots released by the
+ * consumer (both only grow; slot k lives at k % nslots). Each sits alone on
+ * 128 bytes: the adjacent-line prefetcher pulls 64-byte lines in pairs. */
+#ifndef WF_SHM_SEG_H
+#define WF_SHM_SEG_H
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#define WF_SHM_SLOT_HDR 64u /* slot header bytes before the payload */
+#define WF_SHM_LINE 128u    /* spacing of independently written words */
+
+typedef struct wf_shm_seg_hdr {
+  uint64_t magic;
+  uint32_t version, nlocal;
+  uint64_t slot_bytes, nslots, ring_bytes, size;
+  uint64_t board_bytes, stage_bytes; /* the creator's choice: every mapper uses these */
+  uint64_t board_param;              /* the creator's, for the board's geometry (negotiate/board.c) */
+  int32_t ranks[]; /* nlocal world ranks */
+} wf_shm_seg_hdr;
+
+typedef struct wf_shm_bell {
+  _Atomic uint32_t word;    /* futex word: bumped by whoever wakes this rank */
+  _Atomic uint32_t waiting; /* 1 while this rank is about to sleep or asleep on word */
+  char pad[WF_SHM_LINE - 8];
+} wf_shm_bell;
+
+typedef struct wf_shm_ring {
+  alignas(WF_SHM_LINE) _Atomic uint64_t head; /* written by the producer only */
+  alignas(WF_SHM_LINE) _Atomic uint64_t tail; /* written by the consumer only */
+} wf_shm_ring;
+
+typedef struct wf_shm_slot_hdr {
+  uint64_t seq, msg_len, offset; /* message tag, total length, where this chunk goes */
+  uint32_t idx, len;             /* len: payload bytes in this slot (> 0) */
+} wf_shm_slot_hdr;
+
+typedef struct wf_shm_layout {
+  size_t slot_bytes, nslots; /* slot payload bytes (multiple of 64), slots per ring */
+  size_t stride;             /* bytes from one slot to the next */
+  size_t ring_bytes;         /* bytes of one ring (control lines + slots) */
+  size_t bells_off, rings_off, size;
+  size_t board_off, board_bytes; /* the board region (page multiple, may be 0) */
+  size_t stage_off, stage_bytes; /* nlocal staging regions of stage_bytes each (page multiple, may be 0) */
+} wf_shm_layout;
+
+/* The ring from local index `from` to local index `to` (from != to). */
+static inline wf_shm_ring *wf_shm_ring_at(uint8_t *map, const wf_shm_layout *l, int nlocal, int from, int to) {
+  size_t k = (size_t)from * (size_t)(nlocal - 1) + (size_t)(to < from ? to : to - 1);
+  return (wf_shm_ring *)(map + l->rings_off + l->ring_bytes * k);
+}
+
+typedef struct wf_host_cfg {
+  int rank, size;         /* world */
+  const int *local_ranks; /* world ranks on this host, ascending, nlocal (>= 2) entries, rank among them */
+  int nlocal;
+  /* size entries: connected, authenticated sockets to every peer (fds[rank]
+   * == -1). Only the local peers' are used, and only during wf_host_create,
+   * with strictly paired fixed-size records. They stay open and owned by the
+   * caller. */
+  const int *fds;
+  const char *job_id;     /* part of the segment name (may be NULL or "") */
+  double timeout_seconds; /* deadline for the whole setup */
+  /* Ring geometry per ordered pair: slot payload bytes and slot count; 0 =
+   * defaults (64 KiB x 16, shrunk when many local ranks would make the
+   * segment large). */
+  size_t slot_bytes, nslots;
+  /* One board of board_bytes and one staging region of stage_bytes per local
+   * rank (0 = none), zero-filled. */
+  size_t board_bytes, stage_bytes;
+  uint64_t board_param; /* stored for the board (wf_host_board) */
+} wf_host_cfg;
+
+typedef struct wf_host wf_host;
+
+/* Creates (lowest local rank) or maps (the others) the segment: collective
+ * among the local ranks over cfg->fds, blocking, bounded by
+ * cfg->timeout_seconds. On failure nothing is left mapped or in /dev/shm, and
+ * the message (wf_err) says what failed and suggests WEFT_TRANSPORT=tcp.
+ *
+ * Which failures the local ranks share: WEFT_ERR_INVALID_ARGUMENT (a bad
+ * cfg) is found before any exchange. WEFT_ERR_TIMEOUT and WEFT_ERR_PEER_LOST
+ * (a rank too slow or gone) may leave the ranks disagreeing and setup bytes
+ * unread in the sockets: fail the job. Any other failure (no space in
+ * /dev/shm, permissions, out of memory, ranks disagreeing about the host's
+ * ranks) is decided in the exchange: every local rank fails and nothing is
+ * left unread, so all may do without shared memory together. */
+weft_status wf_host_create(const wf_host_cfg *cfg, wf_host **out);
+/* Unmaps the segment. NULL is a no-op. */
+void wf_host_destroy(wf_host *h);
+
+int wf_host_nlocal(const wf_host *h);
+int wf_host_local_index(const wf_host *h); /* this rank's */
+/* The local index of world_rank, or -1 if it is not on this host. */
+int wf_host_index_of(const wf_host *h, int world_rank);
+/* The whole mapping and its layout (for the ring transport). */
+uint8_t *wf_host_map(const wf_host *h);
+const wf_shm_layout *wf_host_layout(const wf_host *h);
+/* The board region (NULL, *bytes = 0: none) and the creator's board_param;
+ * local index li's staging region (NULL, *bytes = 0: none). Any thread. */
+void *wf_host_board(const wf_host *h, size_t *bytes, uint64_t *param);
+void *wf_host_stage(const wf_host *h, int li, size_t *bytes);
+
+#endif
