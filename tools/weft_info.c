@@ -7,9 +7,10 @@
  * --topology joins the job (weftrun -np N weft-info --topology; outside a
  * job, a world of one) and rank 0 prints the hosts with their ranks, the
  * transports within and across hosts, whether cross-memory attach works,
- * and the algorithm the registry picks for each collective of the world
- * group at a few sizes (schedules are built, never run). The other ranks
- * print nothing.
+ * the algorithm the registry picks for each collective of the world group
+ * at a few sizes (schedules are built, never run), and each collective's
+ * selection table (src/algo/select.c) with the world's thresholds. The
+ * other ranks print nothing.
  *
  * Each parameter's scope says who must agree on it: "agreed" settings must
  * be equal on every rank (weft_init refuses a job whose ranks differ),
@@ -192,6 +193,21 @@ static const char *pick(const wf_topo_view *v, wf_coll coll, size_t total, char 
   return st == WEFT_OK && chosen ? chosen : "-";
 }
 
+/* The selection table of coll, one row a line. */
+static void print_table(wf_coll coll, const char *name, const wf_settings *set) {
+  char text[2048];
+  wf_select_describe(coll, set, text, sizeof text);
+  printf("  %s\n", name);
+  for (char *row = text, *next; row; row = next) {
+    next = strstr(row, "; ");
+    if (next) {
+      *next = '\0';
+      next += 2;
+    }
+    printf("    %s\n", row);
+  }
+}
+
 static int print_topology(void) {
   weft_world *w = NULL;
   weft_status st = weft_init(NULL, &w);
@@ -244,6 +260,9 @@ static int print_topology(void) {
         for (int k = 0; k < 4; k++) printf(" %10s", pick(&v, colls[c], sizes[k], mem, arr));
         printf("\n");
       }
+      printf("selection tables (after WEFT_ALGO_<COLL>: the first row that matches and whose algorithm can run\n"
+             "the arguments; sizes are the buffer, allgather's output or reducescatter's input):\n");
+      for (int c = 0; c < 5; c++) print_table(colls[c], coll_names[c], &v.set);
       wf_topo_view_free(&v);
     }
     free(arr);

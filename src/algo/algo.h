@@ -1,14 +1,14 @@
 /* algo.h - collective algorithms and the registry that chooses them.
  *
- * Every algorithm is one file (algo/<coll>_<name>.c) exporting a wf_algo.
- * The registry runs the algorithm forced by WEFT_ALGO_<COLL>=name if it can
- * run the arguments, else the supporting algorithm with the highest claim
- * (prefer(), e.g. hierarchical across hosts, cross-memory attach on one
- * host), else the collective's default ("direct" for allreduce
- * and reducescatter: every element is a left fold in rank order, so results
- * do not depend on size, segment, position or fusion), else the cheapest
- * supporting one by its cost model (alpha-beta). An algorithm that declines
- * lets the next one run. Algorithms see only group ranks, buffers and counts. */
+ * Every algorithm is one file (algo/<coll>_<name>.c) exporting a wf_algo:
+ * what it can run (supports) and how (build). The registry runs the
+ * algorithm forced by WEFT_ALGO_<COLL>=name if it can run the arguments,
+ * else the one the collective's selection table names (select.c): rows of
+ * (where the group lives, ranks, size range) -> algorithm, the first row
+ * that matches and whose algorithm supports the arguments wins. Reductions
+ * end on "direct" (every element a left fold in rank order, so results do
+ * not depend on size, segment, position or fusion). Algorithms see only
+ * group ranks, buffers and counts. */
 #ifndef WF_ALGO_H
 #define WF_ALGO_H
 #include <stddef.h>
@@ -91,24 +91,18 @@ typedef struct wf_seg {
 typedef struct wf_algo {
   const char *name;  /* "direct", "ring", "rd", "tree", "chain", "pairwise" */
   wf_coll coll;
-  /* 1 if this algorithm can run these arguments, else 0 (decline). */
+  /* 1 if this algorithm can run these arguments, else 0 (decline). Must
+   * give the same answer on every rank of the group for the same
+   * arguments: the selection table relies on it. */
   int (*supports)(const wf_coll_args *a);
-  /* Estimated seconds (alpha-beta model); lower wins. */
-  double (*cost)(const wf_coll_args *a);
-  /* Optional (NULL: never): > 0 claims the automatic choice ahead of the
-   * collective's default and the cost models; the highest claim among the
-   * supporting algorithms wins (ties: earlier table entry). Must give the
-   * same answer on every rank of the group for the same arguments. */
-  int (*prefer)(const wf_coll_args *a);
   /* Appends the schedule. Returns WEFT_OK or an error (e.g. NO_MEMORY). */
   weft_status (*build)(const wf_coll_args *a, wf_sched *s);
   int segments; /* build takes segmented allreduce buffers (a->nsegs > 0) */
 } wf_algo;
 
 /* Picks and builds: forced name (may be NULL or "") first; if forced is set
- * but unknown or declines, falls back (with a warning) to the collective's
- * default, else the cheapest supporting algorithm. *chosen gets the
- * algorithm's name. */
+ * but unknown or declines, falls back (with a warning, once) to the
+ * selection table (wf_select). *chosen gets the algorithm's name. */
 weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen);
 
 /* 1 if the algorithm wf_algo_build would choose for a (read as one
@@ -126,5 +120,16 @@ const wf_algo *wf_algo_find(wf_coll c, const char *name);
 void wf_algo_names(wf_coll c, char *out, size_t outlen);
 /* a->set, or the defaults when the caller gave none. */
 const wf_settings *wf_algo_set(const wf_coll_args *a);
+
+/* The selection table's choice for a (select.c): the algorithm of the
+ * first row that matches a and supports it, or NULL. The same on every rank
+ * of the group for the same negotiated arguments. a is valid (registry.c
+ * validates it first). */
+const wf_algo *wf_select(const wf_coll_args *a);
+/* The table of collective c as text, rows in order, "; " between them
+ * ("one host, staging: any size -> shm; one host, cma, 2 ranks: >= 2 MiB ->
+ * cma; ..."), thresholds from s (NULL: the defaults); the first row is the
+ * one-host board's place. Writes at most outlen - 1 bytes and a NUL. */
+void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outlen);
 
 #endif

@@ -11,28 +11,7 @@
 #include "algo/cma.h"
 #include "util/err.h"
 
-/* Below this (total output) the transport's ring is as fast (measured
- * with 2 and 4 ranks on 2 cores). */
-#define WF_ALLGATHER_CMA_MIN_BYTES ((size_t)1 << 20)
-
 static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLGATHER && wf_cma_usable(a); }
-
-static size_t total_of(const wf_coll_args *a) {
-  size_t t = 0;
-  for (int i = 0; i < a->size; i++) t += a->counts[i];
-  return t;
-}
-
-static int cma_prefer(const wf_coll_args *a) {
-  return a->size >= 2 && total_of(a) >= WF_ALLGATHER_CMA_MIN_BYTES / a->elem_size ? 10 : 0;
-}
-
-/* Chosen by its claim (prefer) only, never by the cost models of the
- * transport's algorithms: the claim's threshold was measured. */
-static double cma_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -61,7 +40,5 @@ const wf_algo wf_algo_allgather_cma = {
     .name = "cma",
     .coll = WF_COLL_ALLGATHER,
     .supports = cma_supports,
-    .cost = cma_cost,
-    .prefer = cma_prefer,
     .build = cma_build,
 };

@@ -14,29 +14,10 @@
 #include "algo/hier.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6;     /* per round */
-static const double k_beta_net = 1e-9;   /* seconds per byte across hosts */
-static const double k_beta_host = 2e-10; /* seconds per byte within a host */
 
 static int ag_supports(const wf_coll_args *a) {
   return a->coll == WF_COLL_ALLGATHER && a->size >= 1 && wf_hier_topo_ok(a);
 }
-
-static int ag_prefer(const wf_coll_args *a) { return wf_hier_prefer(a); }
-
-static double model(const wf_coll_args *a) {
-  double total = 0;
-  for (int i = 0; i < a->size; i++) total += (double)a->counts[i];
-  total *= (double)a->elem_size;
-  int H = a->topo ? a->topo->nhosts : 1;
-  double n = (double)a->size / H;
-  return 2.0 * k_alpha + total * (H - 1) / H / n * k_beta_net + total * k_beta_host;
-}
-
-/* Only the claim selects this algorithm automatically: where it does not
- * claim, the model is pushed far out of the running (like the size thresholds
- * of tree, chain and ring), so the other algorithms' choice is unchanged. */
-static double ag_cost(const wf_coll_args *a) { return model(a) + (wf_hier_prefer(a) ? 0.0 : 1e9); }
 
 /* 1 if rank z's block reaches host `host` through the rank of local index l
  * there (z on another host). */
@@ -92,7 +73,5 @@ const wf_algo wf_algo_allgather_hier = {
     .name = "hier",
     .coll = WF_COLL_ALLGATHER,
     .supports = ag_supports,
-    .cost = ag_cost,
-    .prefer = ag_prefer,
     .build = ag_build,
 };

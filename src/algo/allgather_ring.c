@@ -7,20 +7,10 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
 
 static int mod(int x, int p) { return ((x % p) + p) % p; }
 
 static int ag_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLGATHER && a->size >= 1; }
-
-static double ag_cost(const wf_coll_args *a) {
-  size_t maxc = 0;
-  for (int i = 0; i < a->size; i++)
-    if (a->counts[i] > maxc) maxc = a->counts[i];
-  /* each round waits for the largest block on some link */
-  return (double)(a->size - 1) * (k_alpha + (double)maxc * (double)a->elem_size * k_beta);
-}
 
 static weft_status ag_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -48,6 +38,5 @@ const wf_algo wf_algo_allgather_ring = {
     .name = "ring",
     .coll = WF_COLL_ALLGATHER,
     .supports = ag_supports,
-    .cost = ag_cost,
     .build = ag_build,
 };

@@ -26,13 +26,6 @@
 #include "algo/cma.h"
 #include "util/err.h"
 
-/* Below these the shared-memory transport's direct algorithm is as fast
- * (measured on 2 cores: with two ranks its copies, into the ring by the
- * sender and out of it by the receiver, run on both cores at once; with
- * more ranks the single copy here wins sooner). */
-#define WF_ALLREDUCE_CMA_MIN_BYTES_2 ((size_t)2 << 20)
-#define WF_ALLREDUCE_CMA_MIN_BYTES ((size_t)256 << 10)
-
 static void block_of(size_t count, int p, int b, size_t *off, size_t *n) {
   size_t q = count / (size_t)p, r = count % (size_t)p, ub = (size_t)b;
   *n = q + (ub < r ? 1 : 0);
@@ -40,18 +33,6 @@ static void block_of(size_t count, int p, int b, size_t *off, size_t *n) {
 }
 
 static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLREDUCE && wf_cma_usable(a); }
-
-static int cma_prefer(const wf_coll_args *a) {
-  size_t min = a->size == 2 ? WF_ALLREDUCE_CMA_MIN_BYTES_2 : WF_ALLREDUCE_CMA_MIN_BYTES;
-  return a->size >= 2 && a->count >= min / a->elem_size ? 10 : 0;
-}
-
-/* Chosen by its claim (prefer) only, never by the cost models of the
- * transport's algorithms: the claim's threshold was measured. */
-static double cma_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -91,7 +72,5 @@ const wf_algo wf_algo_allreduce_cma = {
     .name = "cma",
     .coll = WF_COLL_ALLREDUCE,
     .supports = cma_supports,
-    .cost = cma_cost,
-    .prefer = cma_prefer,
     .build = cma_build,
 };

@@ -27,8 +27,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per round over TCP (a round's messages overlap) */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
 /* Scratch bound: with many ranks p-1 full segments would be large, so the
  * segment shrinks to keep (p-1) x segment within this. */
 #define WF_DIRECT_MAX_SCRATCH ((size_t)64 << 20)
@@ -57,16 +55,6 @@ static size_t seg_elems(const wf_coll_args *a, size_t maxblk) {
 static size_t slot_of(int i, int r) { return (size_t)(i < r ? i : i - 1); }
 
 static int direct_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLREDUCE && a->size >= 1; }
-
-static double direct_cost(const wf_coll_args *a) {
-  if (a->size <= 1 || a->count == 0) return 0.0;
-  size_t p = (size_t)a->size;
-  size_t maxblk = a->count / p + (a->count % p ? 1 : 0);
-  size_t rounds = nsegs(maxblk, seg_elems(a, maxblk)) + 1;
-  /* per phase every rank sends (p-1) blocks and receives as many */
-  double bytes = (double)maxblk * (double)a->elem_size;
-  return (double)rounds * k_alpha + 2.0 * (double)(p - 1) * bytes * k_beta;
-}
 
 static weft_status direct_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -120,6 +108,5 @@ const wf_algo wf_algo_allreduce_direct = {
     .name = "direct",
     .coll = WF_COLL_ALLREDUCE,
     .supports = direct_supports,
-    .cost = direct_cost,
     .build = direct_build,
 };

@@ -42,9 +42,6 @@
 #include "algo/hier.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6;    /* per round across hosts */
-static const double k_beta_net = 1e-9;  /* seconds per byte across hosts (~1 GB/s) */
-static const double k_beta_host = 2e-10; /* seconds per byte within a host (~5 GB/s) */
 #define WF_HIER_MAX_SCRATCH ((size_t)64 << 20)
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
@@ -81,21 +78,6 @@ static void geometry(const wf_coll_args *a, const wf_hier *h, geom *g) {
 static int hier_supports(const wf_coll_args *a) {
   return a->coll == WF_COLL_ALLREDUCE && a->size >= 1 && wf_hier_topo_ok(a);
 }
-
-static int hier_prefer(const wf_coll_args *a) { return wf_hier_prefer(a); }
-
-static double model(const wf_coll_args *a) {
-  if (a->size <= 1 || a->count == 0) return 0.0;
-  int H = a->topo ? a->topo->nhosts : 1;
-  double bytes = (double)a->count * (double)a->elem_size;
-  double n = (double)a->size / H; /* ranks per host, on average */
-  return 4.0 * k_alpha + 2.0 * bytes * (n - 1) / n * k_beta_host + 2.0 * bytes / n * (H - 1) / H * k_beta_net;
-}
-
-/* Only the claim selects this algorithm automatically: where it does not
- * claim, the model is pushed far out of the running (like the size thresholds
- * of tree, chain and ring), so the other algorithms' choice is unchanged. */
-static double hier_cost(const wf_coll_args *a) { return model(a) + (wf_hier_prefer(a) ? 0.0 : 1e9); }
 
 /* State of one rank's build. */
 typedef struct ctx {
@@ -240,7 +222,5 @@ const wf_algo wf_algo_allreduce_hier = {
     .name = "hier",
     .coll = WF_COLL_ALLREDUCE,
     .supports = hier_supports,
-    .cost = hier_cost,
-    .prefer = hier_prefer,
     .build = hier_build,
 };

@@ -15,11 +15,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
-/* Added to the model above WEFT_SMALL_ALLREDUCE_BYTES so that the knob
- * decides between rd and ring; a forced name ignores it. */
-static const double k_off_range = 1.0;
 /* Largest tensor this algorithm runs: it needs a scratch of the same size. */
 #define WF_RD_MAX_BYTES ((size_t)64 << 20)
 
@@ -31,18 +26,6 @@ static int pow2_floor(int p) {
   int q = 1;
   while (q <= p / 2) q *= 2;
   return q;
-}
-
-static double rd_cost(const wf_coll_args *a) {
-  if (a->size <= 1) return 0.0;
-  int pof2 = pow2_floor(a->size), steps = 0;
-  for (int m = 1; m < pof2; m *= 2) steps++;
-  if (pof2 != a->size) steps += 2; /* fold in, fold out */
-  double bytes = (double)a->count * (double)a->elem_size;
-  double cost = steps * (k_alpha + bytes * k_beta);
-  int64_t small = wf_algo_set(a)->small_allreduce_bytes;
-  if (small < 0 || bytes > (double)small) cost += k_off_range;
-  return cost;
 }
 
 static weft_status rd_build(const wf_coll_args *a, wf_sched *s) {
@@ -102,6 +85,5 @@ const wf_algo wf_algo_allreduce_rd = {
     .name = "rd",
     .coll = WF_COLL_ALLREDUCE,
     .supports = rd_supports,
-    .cost = rd_cost,
     .build = rd_build,
 };

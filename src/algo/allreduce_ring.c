@@ -10,14 +10,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-/* alpha-beta model: a message over TCP costs ~20 us, bandwidth ~1 GB/s */
-static const double k_alpha = 20e-6;
-static const double k_beta = 1e-9;
-/* Added to the model outside the size range this algorithm is picked for
- * (WEFT_SMALL_ALLREDUCE_BYTES), so the knob decides and the model only ranks
- * algorithms within a range; a forced name ignores it. */
-static const double k_off_range = 1.0;
-
 static int mod(int x, int p) { return ((x % p) + p) % p; }
 
 /* Block b of count elements split over p ranks: the first count % p blocks
@@ -39,19 +31,6 @@ static size_t nsegs(size_t n, size_t seg) { return n == 0 ? 0 : 1 + (n - 1) / se
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 static int ring_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLREDUCE && a->size >= 1; }
-
-static double ring_cost(const wf_coll_args *a) {
-  if (a->size <= 1) return 0.0;
-  size_t p = (size_t)a->size;
-  double bytes = (double)a->count * (double)a->elem_size;
-  size_t blk = (a->count / p + (a->count % p ? 1 : 0)) * a->elem_size;
-  size_t segb = a->segment_bytes ? a->segment_bytes : (blk ? blk : 1);
-  double per_step = (double)nsegs(blk, segb) * k_alpha + (double)blk * k_beta;
-  double cost = 2.0 * (double)(p - 1) * per_step;
-  int64_t small = wf_algo_set(a)->small_allreduce_bytes;
-  if (small >= 0 && bytes <= (double)small) cost += k_off_range;
-  return cost;
-}
 
 static weft_status ring_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -104,6 +83,5 @@ const wf_algo wf_algo_allreduce_ring = {
     .name = "ring",
     .coll = WF_COLL_ALLREDUCE,
     .supports = ring_supports,
-    .cost = ring_cost,
     .build = ring_build,
 };

@@ -12,9 +12,10 @@
  * Without large blocks the schedule is one round of direct sends, at most
  * one message per pair, which is no slower than pairwise's p-1 rounds on one
  * host. Every rank must choose the same algorithm, so the choice may not
- * depend on a rank's own row of the split matrix: this algorithm claims
- * every alltoall on one host with cross-memory attach, whatever the sizes;
- * the staged one ("shm", which claims higher) takes those it can run. */
+ * depend on a rank's own row of the split matrix: the selection table
+ * (select.c) takes this algorithm for every alltoall of 2 ranks or more on
+ * one host with cross-memory attach, whatever the sizes, after the staged
+ * one ("shm"), which takes those it can run. */
 #include "algo/cma.h"
 #include "util/err.h"
 
@@ -22,15 +23,6 @@
 #define WF_ALLTOALL_CMA_PAIR_BYTES ((size_t)32 << 10)
 
 static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLTOALL && wf_cma_usable(a); }
-
-static int cma_prefer(const wf_coll_args *a) { return a->size >= 2 ? 10 : 0; }
-
-/* Chosen by its claim (prefer) only, never by the cost models of the
- * transport's algorithms: the claim's threshold was measured. */
-static double cma_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -79,7 +71,5 @@ const wf_algo wf_algo_alltoall_cma = {
     .name = "cma",
     .coll = WF_COLL_ALLTOALL,
     .supports = cma_supports,
-    .cost = cma_cost,
-    .prefer = cma_prefer,
     .build = cma_build,
 };

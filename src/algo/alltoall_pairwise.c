@@ -7,14 +7,8 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
 
 static int a2a_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLTOALL && a->size >= 1; }
-
-/* Every rank must make the same choice, and a rank only knows its own row
- * of the split matrix, so the model counts messages only: the bytes moved
- * are the same for any alltoall algorithm anyway. */
-static double a2a_cost(const wf_coll_args *a) { return (double)(a->size - 1) * k_alpha; }
 
 static weft_status a2a_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -42,6 +36,5 @@ const wf_algo wf_algo_alltoall_pairwise = {
     .name = "pairwise",
     .coll = WF_COLL_ALLTOALL,
     .supports = a2a_supports,
-    .cost = a2a_cost,
     .build = a2a_build,
 };

@@ -10,12 +10,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
-/* Added to the model at or below WEFT_SMALL_BROADCAST_BYTES so that the knob
- * decides between tree and chain; a forced name ignores it. */
-static const double k_off_range = 1.0;
-
 static size_t seg_elems(const wf_coll_args *a) {
   if (a->segment_bytes == 0) return SIZE_MAX; /* no segmentation */
   size_t e = a->segment_bytes / a->elem_size;
@@ -26,19 +20,6 @@ static size_t nsegs(size_t n, size_t seg) { return n == 0 ? 0 : 1 + (n - 1) / se
 
 static int chain_supports(const wf_coll_args *a) {
   return a->coll == WF_COLL_BROADCAST && a->size >= 1 && a->root >= 0 && a->root < a->size;
-}
-
-static double chain_cost(const wf_coll_args *a) {
-  double bytes = (double)a->count * (double)a->elem_size;
-  double cost = 0.0;
-  if (a->size > 1 && a->count > 0) {
-    size_t seg = seg_elems(a), S = nsegs(a->count, seg);
-    double segb = (double)(seg < a->count ? seg : a->count) * (double)a->elem_size;
-    cost = (double)(S + (size_t)a->size - 2) * (k_alpha + segb * k_beta);
-  }
-  int64_t small = wf_algo_set(a)->small_broadcast_bytes;
-  if (small >= 0 && bytes <= (double)small) cost += k_off_range;
-  return cost;
 }
 
 static weft_status chain_build(const wf_coll_args *a, wf_sched *s) {
@@ -70,6 +51,5 @@ const wf_algo wf_algo_broadcast_chain = {
     .name = "chain",
     .coll = WF_COLL_BROADCAST,
     .supports = chain_supports,
-    .cost = chain_cost,
     .build = chain_build,
 };

@@ -9,26 +9,7 @@
 #include "algo/cma.h"
 #include "util/err.h"
 
-/* Below this the transport's tree/chain are as fast. With two ranks they
- * are always at least as fast (measured on 2 cores): the chain's copies,
- * into the ring by the root and out of it by the receiver, run on both
- * cores at once, while here the receiver alone copies (128 MiB: ~6 GB/s
- * against ~3.5). With more ranks the chain's middle ranks copy twice, the
- * readers here once, all at the same time. */
-#define WF_BROADCAST_CMA_MIN_BYTES ((size_t)64 << 10)
-
 static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_BROADCAST && wf_cma_usable(a); }
-
-static int cma_prefer(const wf_coll_args *a) {
-  return a->size > 2 && a->count >= WF_BROADCAST_CMA_MIN_BYTES / a->elem_size ? 10 : 0;
-}
-
-/* Chosen by its claim (prefer) only, never by the cost models of the
- * transport's algorithms: the claim's threshold was measured. */
-static double cma_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank, root = a->root;
@@ -55,7 +36,5 @@ const wf_algo wf_algo_broadcast_cma = {
     .name = "cma",
     .coll = WF_COLL_BROADCAST,
     .supports = cma_supports,
-    .cost = cma_cost,
-    .prefer = cma_prefer,
     .build = cma_build,
 };

@@ -19,24 +19,10 @@
 #include "algo/hier.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per round */
-static const double k_beta = 1e-9;   /* seconds per byte across hosts */
 
 static int bc_supports(const wf_coll_args *a) {
   return a->coll == WF_COLL_BROADCAST && a->size >= 1 && a->root >= 0 && a->root < a->size && wf_hier_topo_ok(a);
 }
-
-static int bc_prefer(const wf_coll_args *a) { return wf_hier_prefer(a); }
-
-static double model(const wf_coll_args *a) {
-  int H = a->topo ? a->topo->nhosts : 1;
-  return (double)(H + 1) * k_alpha + (double)a->count * (double)a->elem_size * k_beta;
-}
-
-/* Only the claim selects this algorithm automatically: where it does not
- * claim, the model is pushed far out of the running (like the size thresholds
- * of tree, chain and ring), so the other algorithms' choice is unchanged. */
-static double bc_cost(const wf_coll_args *a) { return model(a) + (wf_hier_prefer(a) ? 0.0 : 1e9); }
 
 static int is_small(const wf_coll_args *a) {
   int64_t small = wf_algo_set(a)->small_broadcast_bytes;
@@ -147,7 +133,5 @@ const wf_algo wf_algo_broadcast_hier = {
     .name = "hier",
     .coll = WF_COLL_BROADCAST,
     .supports = bc_supports,
-    .cost = bc_cost,
-    .prefer = bc_prefer,
     .build = bc_build,
 };

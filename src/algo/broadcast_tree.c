@@ -9,24 +9,8 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
-/* Added to the model above WEFT_SMALL_BROADCAST_BYTES so that the knob
- * decides between tree and chain; a forced name ignores it. */
-static const double k_off_range = 1.0;
-
 static int tree_supports(const wf_coll_args *a) {
   return a->coll == WF_COLL_BROADCAST && a->size >= 1 && a->root >= 0 && a->root < a->size;
-}
-
-static double tree_cost(const wf_coll_args *a) {
-  int rounds = 0;
-  for (int m = 1; m < a->size; m *= 2) rounds++;
-  double bytes = (double)a->count * (double)a->elem_size;
-  double cost = rounds * (k_alpha + bytes * k_beta);
-  int64_t small = wf_algo_set(a)->small_broadcast_bytes;
-  if (small < 0 || bytes > (double)small) cost += k_off_range;
-  return cost;
 }
 
 static weft_status tree_build(const wf_coll_args *a, wf_sched *s) {
@@ -50,6 +34,5 @@ const wf_algo wf_algo_broadcast_tree = {
     .name = "tree",
     .coll = WF_COLL_BROADCAST,
     .supports = tree_supports,
-    .cost = tree_cost,
     .build = tree_build,
 };

@@ -20,10 +20,9 @@
  *                  matrix, which every rank knows (block_max), so uneven
  *                  splits run too.
  * The allreduce also runs fused tensors where they lie (wf_seg), unpacked.
- * Each claims every size it supports: measured on 2 cores against direct,
- * ring, tree, chain and cma from 16 KiB up (alltoall against cma from 1 MiB,
- * on 2 and 4 ranks; smaller ones mostly run on the one-host board)
- * (docs/design.md); the cost model never chooses it otherwise. */
+ * The selection table (select.c) takes each at every size it supports, on
+ * one host with staging attached, ahead of direct, ring, tree, chain and cma
+ * (see bench/NOTES.md and docs/design.md). */
 #include "algo/shm_stage.h"
 
 static int shm_supports(const wf_coll_args *a) {
@@ -32,20 +31,10 @@ static int shm_supports(const wf_coll_args *a) {
          wf_stage_supports(a);
 }
 
-static int shm_prefer(const wf_coll_args *a) {
-  (void)a;
-  return 20;
-}
-
-static double shm_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
-
 #define SHM_ALGO(var, c)                                                                                             \
   const wf_algo var = {                                                                                              \
-      .name = "shm", .coll = c, .supports = shm_supports, .cost = shm_cost, .prefer = shm_prefer,                    \
-      .build = wf_stage_build, .segments = (c) == WF_COLL_ALLREDUCE}
+      .name = "shm", .coll = c, .supports = shm_supports, .build = wf_stage_build,                                  \
+      .segments = (c) == WF_COLL_ALLREDUCE}
 
 SHM_ALGO(wf_algo_allreduce_shm, WF_COLL_ALLREDUCE);
 SHM_ALGO(wf_algo_reducescatter_shm, WF_COLL_REDUCESCATTER);

@@ -1,7 +1,7 @@
 /* hier.h - what the hierarchical algorithms (allreduce_hier.c,
  * allgather_hier.c, broadcast_hier.c) share: the group's layout by host,
- * built from wf_coll_args.topo, and the rule by which they claim the
- * automatic choice (layout_hier.c).
+ * built from wf_coll_args.topo, and the rule under which the selection
+ * table (select.c) picks them (layout_hier.c).
  *
  * Layout: hosts are topo's host indices; a host's ranks are its group ranks
  * in ascending order, and a rank's local index is its position there. Every
@@ -21,16 +21,17 @@ typedef struct wf_hier {
   int *members;       /* p: group ranks, host by host, ascending within a host */
 } wf_hier;
 
-/* The claim of a hierarchical algorithm (algo.h: prefer). */
-#define WF_HIER_CLAIM 10
-
 /* 1 if a->topo is absent or consistent (nhosts in 1..size, every host_of in
  * range, no empty host); the hierarchical algorithms decline otherwise. */
 int wf_hier_topo_ok(const wf_coll_args *a);
-/* The claim rule: WEFT_HIERARCHICAL=0 never; =1 whenever the group spans
- * hosts; otherwise (-1, the default) when it spans hosts and some host has
- * more than one of its ranks. Returns WF_HIER_CLAIM or 0. */
-int wf_hier_prefer(const wf_coll_args *a);
+/* The hierarchical setting of collective c: WEFT_HIERARCHICAL_ALLREDUCE or
+ * _ALLGATHER when 0 or 1, else WEFT_HIERARCHICAL (-1 automatic, 0 never,
+ * 1 whenever the group spans hosts). */
+int64_t wf_hier_mode(wf_coll c, const wf_settings *s);
+/* The rule (the selection table's "spans hosts" rows): 1 if a's topo is
+ * consistent, spans hosts and the mode allows: 1, or -1 when some host has
+ * more than one of the group's ranks; else 0. */
+int wf_hier_rule(const wf_coll_args *a);
 /* Builds the layout (one allocation; wf_hier_free releases it). */
 weft_status wf_hier_init(wf_hier *h, const wf_coll_args *a);
 void wf_hier_free(wf_hier *h);

@@ -1,6 +1,6 @@
 /* layout_hier.c - the layout by host that the hierarchical algorithms share
- * (hier.h): topo validation, the claim rule (WEFT_HIERARCHICAL) and the
- * per-host member lists. */
+ * (hier.h): topo validation, the rule under which the selection table picks
+ * them (WEFT_HIERARCHICAL) and the per-host member lists. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,17 +23,21 @@ int wf_hier_topo_ok(const wf_coll_args *a) {
   return next == t->nhosts;
 }
 
-int wf_hier_prefer(const wf_coll_args *a) {
+int64_t wf_hier_mode(wf_coll c, const wf_settings *s) {
+  int64_t mode = -1;
+  if (c == WF_COLL_ALLREDUCE) mode = s->hierarchical_allreduce;
+  if (c == WF_COLL_ALLGATHER) mode = s->hierarchical_allgather;
+  return mode == 0 || mode == 1 ? mode : s->hierarchical;
+}
+
+int wf_hier_rule(const wf_coll_args *a) {
   const wf_topo *t = a->topo;
   if (!t || t->nhosts < 2 || !wf_hier_topo_ok(a)) return 0;
-  int64_t mode = -1;
-  if (a->coll == WF_COLL_ALLREDUCE) mode = wf_algo_set(a)->hierarchical_allreduce;
-  if (a->coll == WF_COLL_ALLGATHER) mode = wf_algo_set(a)->hierarchical_allgather;
-  if (mode != 0 && mode != 1) mode = wf_algo_set(a)->hierarchical;
+  int64_t mode = wf_hier_mode(a->coll, wf_algo_set(a));
   if (mode == 0) return 0;
-  if (mode == 1) return WF_HIER_CLAIM;
+  if (mode == 1) return 1;
   /* automatic: worth it when some host holds more than one rank */
-  return t->nhosts < a->size ? WF_HIER_CLAIM : 0;
+  return t->nhosts < a->size;
 }
 
 weft_status wf_hier_init(wf_hier *h, const wf_coll_args *a) {

@@ -13,30 +13,7 @@
 #include "algo/cma.h"
 #include "util/err.h"
 
-/* Below these (total input) the transport's direct algorithm is as fast
- * (measured on 2 cores, as for allreduce_cma.c). */
-#define WF_REDUCESCATTER_CMA_MIN_BYTES_2 ((size_t)1 << 20)
-#define WF_REDUCESCATTER_CMA_MIN_BYTES ((size_t)256 << 10)
-
 static int cma_supports(const wf_coll_args *a) { return a->coll == WF_COLL_REDUCESCATTER && wf_cma_usable(a); }
-
-static size_t total_of(const wf_coll_args *a) {
-  size_t t = 0;
-  for (int i = 0; i < a->size; i++) t += a->counts[i];
-  return t;
-}
-
-static int cma_prefer(const wf_coll_args *a) {
-  size_t min = a->size == 2 ? WF_REDUCESCATTER_CMA_MIN_BYTES_2 : WF_REDUCESCATTER_CMA_MIN_BYTES;
-  return a->size >= 2 && total_of(a) >= min / a->elem_size ? 10 : 0;
-}
-
-/* Chosen by its claim (prefer) only, never by the cost models of the
- * transport's algorithms: the claim's threshold was measured. */
-static double cma_cost(const wf_coll_args *a) {
-  (void)a;
-  return 1.0;
-}
 
 static weft_status cma_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -72,7 +49,5 @@ const wf_algo wf_algo_reducescatter_cma = {
     .name = "cma",
     .coll = WF_COLL_REDUCESCATTER,
     .supports = cma_supports,
-    .cost = cma_cost,
-    .prefer = cma_prefer,
     .build = cma_build,
 };

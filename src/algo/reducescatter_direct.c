@@ -15,8 +15,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per round over TCP (a round's messages overlap) */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
 /* Scratch bound: with many ranks the segment shrinks to keep the scratch
  * ((p-1) x segment at most) within this. */
 #define WF_DIRECT_MAX_SCRATCH ((size_t)64 << 20)
@@ -45,13 +43,6 @@ static size_t seg_elems(const wf_coll_args *a, size_t maxc) {
 }
 
 static int rs_supports(const wf_coll_args *a) { return a->coll == WF_COLL_REDUCESCATTER && a->size >= 1; }
-
-static double rs_cost(const wf_coll_args *a) {
-  size_t maxc = max_count(a);
-  if (a->size <= 1 || maxc == 0) return 0.0;
-  size_t rounds = nsegs(maxc, seg_elems(a, maxc));
-  return (double)rounds * k_alpha + (double)(a->size - 1) * (double)(maxc * a->elem_size) * k_beta;
-}
 
 static weft_status rs_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -101,6 +92,5 @@ const wf_algo wf_algo_reducescatter_direct = {
     .name = "direct",
     .coll = WF_COLL_REDUCESCATTER,
     .supports = rs_supports,
-    .cost = rs_cost,
     .build = rs_build,
 };

@@ -13,8 +13,6 @@
 #include "algo/algo.h"
 #include "util/err.h"
 
-static const double k_alpha = 20e-6; /* per message over TCP */
-static const double k_beta = 1e-9;   /* seconds per byte (~1 GB/s) */
 
 static int mod(int x, int p) { return ((x % p) + p) % p; }
 
@@ -28,15 +26,6 @@ static size_t nsegs(size_t n, size_t seg) { return n == 0 ? 0 : 1 + (n - 1) / se
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 static int rs_supports(const wf_coll_args *a) { return a->coll == WF_COLL_REDUCESCATTER && a->size >= 1; }
-
-static double rs_cost(const wf_coll_args *a) {
-  size_t maxc = 0;
-  for (int i = 0; i < a->size; i++)
-    if (a->counts[i] > maxc) maxc = a->counts[i];
-  size_t blk = maxc * a->elem_size;
-  size_t segb = a->segment_bytes ? a->segment_bytes : (blk ? blk : 1);
-  return (double)(a->size - 1) * ((double)nsegs(blk, segb) * k_alpha + (double)blk * k_beta);
-}
 
 static weft_status rs_build(const wf_coll_args *a, wf_sched *s) {
   int p = a->size, r = a->rank;
@@ -88,6 +77,5 @@ const wf_algo wf_algo_reducescatter_ring = {
     .name = "ring",
     .coll = WF_COLL_REDUCESCATTER,
     .supports = rs_supports,
-    .cost = rs_cost,
     .build = rs_build,
 };

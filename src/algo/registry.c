@@ -1,20 +1,12 @@
 /* registry.c - the table of collective algorithms and the choice among them.
  * Arguments are validated once here (ranges, NULL buffers, byte-size
- * overflow) so the algorithms can trust them. Then a forced name runs if it
- * exists for the collective and supports the arguments; otherwise the
- * supporting algorithm with the highest prefer() claim runs (topology-aware
- * algorithms claim the cases they are made for); otherwise the
- * collective's default runs if it has one and it supports the arguments;
- * otherwise the cheapest supporting algorithm by its alpha-beta model runs
- * (ties go to the earlier entry of the table). Every rank computes the same
- * choice from the same negotiated arguments, which the schedules rely on.
- *
- * Reductions (allreduce, reducescatter) default to "direct" at every size,
- * whatever the cost models say: it folds every element in rank order, so a
- * result's bits do not depend on the size, the element's position or the
- * fusion of small tensors into one buffer. Switching algorithms with the
- * size (rd below a threshold, ring above) would change the bits of a tensor
- * when it is fused with others. ring and rd remain for WEFT_ALGO_<COLL>. */
+ * overflow) so the algorithms can trust them. Then a forced name
+ * (WEFT_ALGO_<COLL>) runs if it exists for the collective and supports the
+ * arguments; an unknown or declining one is warned about once and the
+ * choice is automatic: the collective's selection table (select.c), whose
+ * first matching row with a supporting algorithm wins. Every rank computes
+ * the same choice from the same negotiated arguments, which the schedules
+ * rely on. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,17 +51,6 @@ static const wf_algo *const g_table[] = {
     &wf_algo_alltoall_shm,        NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }
-
-/* The automatic choice of a collective, or NULL to go by cost alone. */
-static const char *default_name(wf_coll c) {
-  switch (c) {
-    case WF_COLL_ALLREDUCE:
-    case WF_COLL_REDUCESCATTER:
-      return "direct"; /* canonical reduction order: see the top of the file */
-    default:
-      return NULL;
-  }
-}
 
 /* The collective's algorithm of that name, or NULL. */
 static const wf_algo *find(wf_coll c, const char *name) {
@@ -174,7 +155,7 @@ static weft_status validate(const wf_coll_args *a) {
                       a->rank, a->send_counts[a->rank], a->recv_counts[a->rank]);
       return WEFT_OK;
     default:
-      return WEFT_OK; /* no algorithm will claim it; reported by the caller */
+      return WEFT_OK; /* no algorithm will take it; reported by the caller */
   }
 }
 
@@ -200,8 +181,8 @@ static size_t elems_of(const wf_coll_args *a) {
   return t;
 }
 
-/* The algorithm for a: forced, else the highest claim, else the
- * collective's default, else the cheapest; NULL if none supports a. */
+/* The algorithm for a: forced, else the selection table's (select.c);
+ * NULL if none supports a. */
 static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
   const char *cn = coll_name(a->coll);
   const wf_algo *pick = NULL;
@@ -221,35 +202,7 @@ static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
     }
   }
 
-  if (!pick) {
-    int best = 0;
-    for (const wf_algo *const *it = g_table; *it; it++) {
-      if ((*it)->coll != a->coll || !(*it)->prefer) continue;
-      int p = (*it)->prefer(a);
-      if (p > best && (*it)->supports(a)) {
-        pick = *it;
-        best = p;
-      }
-    }
-  }
-
-  if (!pick && default_name(a->coll)) {
-    const wf_algo *d = find(a->coll, default_name(a->coll));
-    if (d && d->supports(a)) pick = d;
-  }
-
-  if (!pick) {
-    double best = 0.0;
-    for (const wf_algo *const *it = g_table; *it; it++) {
-      if ((*it)->coll != a->coll || !(*it)->supports(a)) continue;
-      double c = (*it)->cost(a);
-      if (!pick || c < best) {
-        pick = *it;
-        best = c;
-      }
-    }
-  }
-  return pick;
+  return pick ? pick : wf_select(a);
 }
 
 int wf_algo_takes_segments(const wf_coll_args *a, const char *forced) {

@@ -1,0 +1,312 @@
+/* test_select.c - the selection tables (src/algo/select.c): which algorithm
+ * the automatic choice takes, at and around every threshold, for every
+ * collective and kind of topology (none, one host with or without cross-
+ * memory attach and staging, several hosts with one or several ranks each),
+ * WEFT_HIERARCHICAL and WEFT_SMALL_BROADCAST_BYTES; that a forced name
+ * still comes first and an unknown one falls back to the table; and the
+ * table's text (wf_select_describe). The expected picks are written out
+ * here from the documented rules, not computed from the table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "algo/shm_stage.h"
+#include "unit_check.h"
+#include "util/err.h"
+#include "util/settings.h"
+
+#define MAXP 8
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static int g_pids[MAXP], g_one[MAXP], g_two2[MAXP], g_two1[MAXP];
+static size_t g_counts[MAXP], g_displs[MAXP];
+static char g_mem[64]; /* buffers are never touched: nothing runs */
+
+/* Topologies: one host without / with cross-memory attach, two hosts of two
+ * ranks each (4 ranks), two hosts of one rank each (2 ranks). */
+static wf_topo g_plain, g_cma, g_hosts22, g_hosts11, g_hosts22_cma;
+
+static void topos_init(void) {
+  for (int i = 0; i < MAXP; i++) {
+    g_pids[i] = 100 + i;
+    g_one[i] = 0;
+    g_two2[i] = i / 2; /* 0 0 1 1 */
+    g_two1[i] = i;     /* 0 1 */
+  }
+  g_plain = (wf_topo){1, g_one, g_pids, 0, NULL};
+  g_cma = (wf_topo){1, g_one, g_pids, 1, NULL};
+  g_hosts22 = (wf_topo){2, g_two2, g_pids, 0, NULL};
+  g_hosts22_cma = (wf_topo){2, g_two2, g_pids, 1, NULL}; /* cma is for one host only */
+  g_hosts11 = (wf_topo){2, g_two1, g_pids, 0, NULL};
+}
+
+/* Arguments of coll on p ranks (this rank the last) over n elements of es
+ * bytes: the buffer (allreduce, broadcast), the whole output (allgather),
+ * the whole input (reducescatter, split evenly), or every block (alltoall,
+ * block_max n). */
+static wf_coll_args args(wf_coll coll, int p, size_t es, size_t n, const wf_topo *t, const wf_settings *set) {
+  static const weft_dtype dt[9] = {0, WEFT_DTYPE_UINT8, WEFT_DTYPE_FLOAT16, 0, WEFT_DTYPE_FLOAT32, 0, 0, 0,
+                                   WEFT_DTYPE_FLOAT64};
+  wf_coll_args a = {.coll = coll, .dtype = dt[es], .op = WEFT_OP_SUM, .elem_size = es, .rank = p - 1, .size = p,
+                    .buf = g_mem, .count = n, .root = 0, .in = g_mem, .out = g_mem, .segment_bytes = MiB,
+                    .topo = t, .set = set};
+  size_t off = 0;
+  for (int i = 0; i < p; i++) {
+    g_counts[i] = coll == WF_COLL_ALLTOALL ? n : n / (size_t)p + ((size_t)i < n % (size_t)p ? 1 : 0);
+    g_displs[i] = off;
+    off += g_counts[i];
+  }
+  a.counts = a.send_counts = a.recv_counts = g_counts;
+  a.displs = a.send_displs = a.recv_displs = g_displs;
+  if (coll == WF_COLL_ALLTOALL) a.block_max = n;
+  return a;
+}
+
+static const char *pick(const wf_coll_args *a) {
+  const wf_algo *alg = wf_select(a);
+  return alg ? alg->name : "(none)";
+}
+
+static const char *const k_names[] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter"};
+
+/* EXPECT(coll, p, es, n, topo, settings, want) */
+#define EXPECT(coll, p, es, n, t, set, want)                                                                     \
+  do {                                                                                                           \
+    wf_coll_args a_ = args((coll), (p), (es), (n), (t), (set));                                                  \
+    const char *got_ = pick(&a_);                                                                                \
+    CHECK(!strcmp(got_, (want)), "%s p=%d es=%zu n=%zu (%s): %s, want %s", k_names[coll], (p), (size_t)(es),      \
+          (size_t)(n), #t, got_, (want));                                                                        \
+  } while (0)
+
+static void test_allreduce(void) {
+  const wf_settings *d = NULL; /* the defaults */
+  /* one host with cma: 2 ranks from 2 MiB, 3 or more from 256 KiB */
+  for (size_t es = 1; es <= 8; es *= 2) {
+    EXPECT(WF_COLL_ALLREDUCE, 2, es, 2 * MiB / es - 1, &g_cma, d, "direct");
+    EXPECT(WF_COLL_ALLREDUCE, 2, es, 2 * MiB / es, &g_cma, d, "cma");
+    EXPECT(WF_COLL_ALLREDUCE, 3, es, 256 * KiB / es - 1, &g_cma, d, "direct");
+    EXPECT(WF_COLL_ALLREDUCE, 3, es, 256 * KiB / es, &g_cma, d, "cma");
+    EXPECT(WF_COLL_ALLREDUCE, 8, es, 256 * KiB / es, &g_cma, d, "cma");
+  }
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 64 * KiB, &g_cma, d, "direct"); /* 256 KiB: 3 ranks' bound, not 2 ranks' */
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 256 * KiB, &g_cma, d, "direct"); /* 1 MiB */
+  EXPECT(WF_COLL_ALLREDUCE, 1, 4, 64 * MiB, &g_cma, d, "direct");  /* one rank: nothing to attach to */
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, &g_plain, d, "direct");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, NULL, d, "direct");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 0, &g_cma, d, "direct");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, &g_hosts22_cma, d, "hier"); /* cma needs one host */
+  /* hierarchical: automatic when a host has several ranks */
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_hosts22, d, "hier");
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 64 * MiB, &g_hosts11, d, "direct");
+  wf_settings s = *wf_settings_default();
+  s.hierarchical = 1;
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 1, &g_hosts11, &s, "hier");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, &g_plain, &s, "direct"); /* one host: never hier */
+  s.hierarchical = 0;
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_hosts22, &s, "direct");
+  s.hierarchical_allreduce = 1; /* the per-collective setting wins */
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 1, &g_hosts11, &s, "hier");
+  s = *wf_settings_default();
+  s.hierarchical_allreduce = 0;
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_hosts22, &s, "direct");
+  /* WEFT_SMALL_ALLREDUCE_BYTES changes nothing: direct at every size */
+  s = *wf_settings_default();
+  const int64_t smalls[] = {-1, 0, 1024, 1000000000};
+  for (int k = 0; k < 4; k++) {
+    s.small_allreduce_bytes = smalls[k];
+    EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_plain, &s, "direct");
+    EXPECT(WF_COLL_ALLREDUCE, 4, 4, 16 * MiB + 1, &g_plain, &s, "direct");
+  }
+}
+
+static void test_reducescatter(void) {
+  const wf_settings *d = NULL;
+  for (size_t es = 1; es <= 8; es *= 2) {
+    EXPECT(WF_COLL_REDUCESCATTER, 2, es, MiB / es - 1, &g_cma, d, "direct");
+    EXPECT(WF_COLL_REDUCESCATTER, 2, es, MiB / es, &g_cma, d, "cma");
+    EXPECT(WF_COLL_REDUCESCATTER, 3, es, 256 * KiB / es - 1, &g_cma, d, "direct");
+    EXPECT(WF_COLL_REDUCESCATTER, 3, es, 256 * KiB / es, &g_cma, d, "cma");
+  }
+  EXPECT(WF_COLL_REDUCESCATTER, 1, 4, 64 * MiB, &g_cma, d, "direct");
+  EXPECT(WF_COLL_REDUCESCATTER, 4, 4, 64 * MiB, &g_plain, d, "direct");
+  EXPECT(WF_COLL_REDUCESCATTER, 4, 4, 64 * MiB, &g_hosts22, d, "direct"); /* no hierarchical reducescatter */
+  EXPECT(WF_COLL_REDUCESCATTER, 4, 4, 64 * MiB, NULL, d, "direct");
+}
+
+static void test_allgather(void) {
+  const wf_settings *d = NULL;
+  for (size_t es = 1; es <= 8; es *= 2) {
+    EXPECT(WF_COLL_ALLGATHER, 2, es, MiB / es - 1, &g_cma, d, "ring");
+    EXPECT(WF_COLL_ALLGATHER, 2, es, MiB / es, &g_cma, d, "cma");
+    EXPECT(WF_COLL_ALLGATHER, 5, es, MiB / es - 1, &g_cma, d, "ring");
+    EXPECT(WF_COLL_ALLGATHER, 5, es, MiB / es, &g_cma, d, "cma");
+  }
+  EXPECT(WF_COLL_ALLGATHER, 1, 4, 64 * MiB, &g_cma, d, "ring");
+  EXPECT(WF_COLL_ALLGATHER, 4, 4, 64 * MiB, &g_plain, d, "ring");
+  EXPECT(WF_COLL_ALLGATHER, 4, 4, 1, &g_hosts22, d, "hier");
+  EXPECT(WF_COLL_ALLGATHER, 2, 4, 64 * MiB, &g_hosts11, d, "ring");
+  wf_settings s = *wf_settings_default();
+  s.hierarchical_allgather = 1;
+  EXPECT(WF_COLL_ALLGATHER, 2, 4, 1, &g_hosts11, &s, "hier");
+  s.hierarchical_allgather = 0;
+  EXPECT(WF_COLL_ALLGATHER, 4, 4, 1, &g_hosts22, &s, "ring");
+  s.hierarchical_allgather = -1;
+  s.hierarchical = 0;
+  EXPECT(WF_COLL_ALLGATHER, 4, 4, 1, &g_hosts22, &s, "ring");
+}
+
+static void test_broadcast(void) {
+  const wf_settings *d = NULL; /* WEFT_SMALL_BROADCAST_BYTES 256 KiB */
+  for (size_t es = 1; es <= 8; es *= 2) {
+    EXPECT(WF_COLL_BROADCAST, 3, es, 256 * KiB / es, &g_plain, d, "tree");
+    EXPECT(WF_COLL_BROADCAST, 3, es, 256 * KiB / es + 1, &g_plain, d, "chain");
+    /* cma: 3 ranks or more from 64 KiB; never on 2 */
+    EXPECT(WF_COLL_BROADCAST, 3, es, 64 * KiB / es - 1, &g_cma, d, "tree");
+    EXPECT(WF_COLL_BROADCAST, 3, es, 64 * KiB / es, &g_cma, d, "cma");
+    EXPECT(WF_COLL_BROADCAST, 2, es, 64 * KiB / es, &g_cma, d, "tree");
+    EXPECT(WF_COLL_BROADCAST, 2, es, 256 * KiB / es + 1, &g_cma, d, "chain");
+  }
+  EXPECT(WF_COLL_BROADCAST, 2, 4, 256 * MiB, &g_cma, d, "chain");
+  EXPECT(WF_COLL_BROADCAST, 1, 4, 1, &g_cma, d, "tree");
+  EXPECT(WF_COLL_BROADCAST, 1, 4, 64 * MiB, &g_cma, d, "chain");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 0, NULL, d, "tree");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 64 * MiB, NULL, d, "chain");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_hosts22, d, "hier");
+  EXPECT(WF_COLL_BROADCAST, 2, 4, 1, &g_hosts11, d, "tree");
+  wf_settings s = *wf_settings_default();
+  s.hierarchical_allreduce = 0; /* only WEFT_HIERARCHICAL rules broadcast */
+  s.hierarchical_allgather = 0;
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_hosts22, &s, "hier");
+  s.hierarchical = 0;
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_hosts22, &s, "tree");
+  /* the tree's bound is WEFT_SMALL_BROADCAST_BYTES; negative: never */
+  s = *wf_settings_default();
+  s.small_broadcast_bytes = 1024;
+  EXPECT(WF_COLL_BROADCAST, 4, 8, 128, &g_plain, &s, "tree");
+  EXPECT(WF_COLL_BROADCAST, 4, 8, 129, &g_plain, &s, "chain");
+  EXPECT(WF_COLL_BROADCAST, 4, 1, 1024, &g_plain, &s, "tree");
+  EXPECT(WF_COLL_BROADCAST, 4, 1, 1025, &g_plain, &s, "chain");
+  s.small_broadcast_bytes = 0;
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 0, &g_plain, &s, "tree");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_plain, &s, "chain");
+  s.small_broadcast_bytes = -1;
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 0, &g_plain, &s, "chain");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_plain, &s, "chain");
+  s.small_broadcast_bytes = (int64_t)MiB;
+  EXPECT(WF_COLL_BROADCAST, 3, 4, 64 * KiB, &g_cma, &s, "cma"); /* cma's row comes before the tree's */
+  EXPECT(WF_COLL_BROADCAST, 2, 4, 256 * KiB, &g_cma, &s, "tree");
+}
+
+static void test_alltoall(void) {
+  const wf_settings *d = NULL;
+  EXPECT(WF_COLL_ALLTOALL, 2, 4, 0, &g_cma, d, "cma"); /* any size */
+  EXPECT(WF_COLL_ALLTOALL, 2, 4, 1, &g_cma, d, "cma");
+  EXPECT(WF_COLL_ALLTOALL, 5, 1, 64 * MiB, &g_cma, d, "cma");
+  EXPECT(WF_COLL_ALLTOALL, 1, 4, 1, &g_cma, d, "pairwise");
+  EXPECT(WF_COLL_ALLTOALL, 4, 4, 1, &g_plain, d, "pairwise");
+  EXPECT(WF_COLL_ALLTOALL, 4, 4, 1, &g_hosts22, d, "pairwise");
+  EXPECT(WF_COLL_ALLTOALL, 4, 4, 1, NULL, d, "pairwise");
+}
+
+/* Staging first, at every size it can run; alltoall only with block_max. */
+static void test_staged(void) {
+  enum { N = 3 };
+  size_t bytes = MiB;
+  void *mem[N];
+  wf_stage *g = NULL;
+  for (int i = 0; i < N; i++) {
+    mem[i] = aligned_alloc(4096, bytes);
+    CHECK(mem[i], "out of memory");
+    if (mem[i]) memset(mem[i], 0, bytes);
+  }
+  CHECK(wf_stage_create(N, N - 1, mem, bytes, NULL, NULL, &g) == WEFT_OK && g, "wf_stage_create: %s", wf_err_msg());
+  wf_topo st = {1, g_one, g_pids, 0, g}, stc = {1, g_one, g_pids, 1, g};
+  const wf_settings *d = NULL;
+  const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_ALLTOALL,
+                           WF_COLL_REDUCESCATTER};
+  for (int c = 0; c < 5; c++) {
+    EXPECT(colls[c], N, 4, 1, &st, d, "shm");
+    EXPECT(colls[c], N, 4, 64 * MiB, &stc, d, "shm"); /* ahead of cma */
+  }
+  /* alltoall: block_max unknown (0): staging declines, cma takes it */
+  wf_coll_args a = args(WF_COLL_ALLTOALL, N, 4, 1000, &stc, d);
+  a.block_max = 0;
+  CHECK(!strcmp(pick(&a), "cma"), "alltoall without block_max on staging+cma: %s, want cma", pick(&a));
+  /* the allreduce staged takes fused tensors where they lie */
+  a = args(WF_COLL_ALLREDUCE, N, 4, 1000, &st, d);
+  CHECK(wf_algo_takes_segments(&a, NULL), "staged allreduce: does not take segments");
+  CHECK(!wf_algo_takes_segments(&a, "direct"), "forced direct: takes segments");
+  a.topo = &g_plain;
+  CHECK(!wf_algo_takes_segments(&a, NULL), "direct: takes segments");
+  wf_stage_destroy(g);
+  for (int i = 0; i < N; i++) free(mem[i]);
+}
+
+/* A forced name comes first; an unknown or declining one falls back to the
+ * table (with a warning, once). */
+static void test_forced(void) {
+  wf_coll_args a = args(WF_COLL_BROADCAST, 3, 4, 64 * KiB / 4, &g_cma, NULL);
+  const char *chosen = NULL;
+  wf_sched s;
+  const char *const forced[] = {"chain", "tree", "bogus", "shm"};
+  const char *const want[] = {"chain", "tree", "cma", "cma"};
+  fprintf(stderr, "test_select: warnings (unknown name, declined name) are expected next\n");
+  for (int k = 0; k < 4; k++) {
+    wf_sched_init(&s, a.dtype, a.op);
+    weft_status st = wf_algo_build(&a, forced[k], &s, &chosen);
+    CHECK(st == WEFT_OK && chosen && !strcmp(chosen, want[k]), "broadcast forced %s: %s (%s), want %s", forced[k],
+          chosen ? chosen : "-", weft_status_string(st), want[k]);
+    wf_sched_free(&s);
+  }
+}
+
+static void test_describe(void) {
+  char out[2048];
+  wf_select_describe(WF_COLL_ALLREDUCE, NULL, out, sizeof out);
+  const char *want_ar =
+      "one host, board (see negotiate/): not in this table yet; one host, staging: any size -> shm; spans hosts, "
+      "some host with several ranks: any size -> hier; one host, cma, 2 ranks: >= 2 MiB -> cma; one host, cma, "
+      ">= 3 ranks: >= 256 KiB -> cma; any: any size -> direct";
+  CHECK(!strcmp(out, want_ar), "allreduce table:\n  %s\nwant\n  %s", out, want_ar);
+  wf_settings s = *wf_settings_default();
+  s.small_broadcast_bytes = -1;
+  s.hierarchical = 0;
+  wf_select_describe(WF_COLL_BROADCAST, &s, out, sizeof out);
+  const char *want_bc =
+      "one host, board (see negotiate/): not in this table yet; one host, staging: any size -> shm; spans hosts, "
+      "hierarchical off: any size -> hier; one host, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
+      "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any: any size -> chain";
+  CHECK(!strcmp(out, want_bc), "broadcast table:\n  %s\nwant\n  %s", out, want_bc);
+  wf_select_describe(WF_COLL_BROADCAST, NULL, out, sizeof out);
+  CHECK(strstr(out, "any: <= 256 KiB (WEFT_SMALL_BROADCAST_BYTES) -> tree; any: any size -> chain"),
+        "broadcast table with the defaults: %s", out);
+  wf_select_describe(WF_COLL_ALLTOALL, NULL, out, sizeof out);
+  CHECK(strstr(out, "; one host, cma, >= 2 ranks: any size -> cma; any: any size -> pairwise"), "alltoall table: %s",
+        out);
+  /* every table starts with the board's place; a short buffer is cut, terminated */
+  const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_ALLTOALL,
+                           WF_COLL_REDUCESCATTER};
+  for (int c = 0; c < 5; c++) {
+    wf_select_describe(colls[c], NULL, out, sizeof out);
+    CHECK(!strncmp(out, "one host, board", 15), "%s table does not start with the board: %s", k_names[colls[c]],
+          out);
+  }
+  char tiny[10];
+  memset(tiny, 'x', sizeof tiny);
+  wf_select_describe(WF_COLL_ALLREDUCE, NULL, tiny, sizeof tiny);
+  CHECK(!strcmp(tiny, "one host,"), "cut text: '%.10s'", tiny);
+}
+
+int main(void) {
+  topos_init();
+  test_allreduce();
+  test_reducescatter();
+  test_allgather();
+  test_broadcast();
+  test_alltoall();
+  test_staged();
+  test_forced();
+  test_describe();
+  return unit_result("test_select");
+}
