@@ -132,4 +132,15 @@ const wf_algo *wf_select(const wf_coll_args *a);
  * one-host board's place. Writes at most outlen - 1 bytes and a NUL. */
 void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outlen);
 
+/* The board row, the first of every table: whether a collective c of bytes
+ * per member on n members of one host goes on the negotiation board
+ * (negotiate/onehost.c asks before the coordinator is involved), given the
+ * board's slot sizes (part_bytes: the pooled slots; large_bytes: the large
+ * ones) and the settings. For an allreduce, *split says whether the round
+ * is split (each slice folded once; own: members fold their own slices).
+ * The request's own conditions (no callback, host memory, ...) are the
+ * driver's. */
+int wf_select_board(wf_coll c, size_t bytes, int n, int own, size_t part_bytes, size_t large_bytes,
+                    const wf_settings *s, int *split);
+
 #endif

@@ -5,8 +5,10 @@
  * name (WEFT_ALGO_<COLL>) is tried before the table, in registry.c.
  *
  * Where:
- *   board   one host, the board (negotiate/): the first row of every table,
- *           a place kept for it; it matches nothing yet (board_row);
+ *   board   one host, the board (negotiate/): the first row of every table.
+ *           It is decided when the operation is submitted, before any
+ *           negotiation (wf_select_board); an operation that reaches the
+ *           executor has left the board, so there the row matches nothing;
  *   staged  every member on this host with shm staging attached
  *           (wf_stage_supports decides what staging can run);
  *   hier    the group spans hosts and the hierarchical rule holds
@@ -125,12 +127,30 @@ static const sel_row *table_of(wf_coll c) {
   }
 }
 
-/* The board's row: 1 when the one-host board takes a. Not wired yet: the
- * board is integrated from negotiate/ later; until then it takes nothing
- * here and the rows below decide. */
+/* The board's row at execution: an operation the executor runs has left
+ * the board (wf_select_board decided at submission), so the rows below
+ * decide. */
 static int board_row(const wf_coll_args *a) {
   (void)a;
   return 0;
+}
+
+static size_t setting_bytes(int64_t v) { return v > 0 ? (size_t)v : 0; }
+
+int wf_select_board(wf_coll c, size_t bytes, int n, int own, size_t part_bytes, size_t large_bytes,
+                    const wf_settings *s, int *split) {
+  size_t cap = large_bytes, whole = setting_bytes(s->fast_allreduce_bytes), from = setting_bytes(s->fast_split_bytes);
+  *split = 0;
+  if (c == WF_COLL_ALLREDUCE) {
+    /* split from WEFT_FAST_SPLIT_BYTES on 3+ ranks or with own folds, and
+     * beyond WEFT_FAST_ALLREDUCE_BYTES on 2; whole folds (every rank folds
+     * every input) up to WEFT_FAST_ALLREDUCE_BYTES, at least the pooled
+     * slots' size */
+    *split = from && bytes >= from && (n >= 3 || own || bytes > whole);
+    if (!*split && cap > whole) cap = whole;
+    if (cap < part_bytes) cap = part_bytes;
+  }
+  return bytes <= cap;
 }
 
 static int where_holds(sel_where w, const wf_coll_args *a) {
@@ -222,7 +242,20 @@ void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outle
     if (o) put(out, outlen, &o, "; ");
     put_where(out, outlen, &o, c, r->where, s);
     if (r->where == SEL_BOARD) {
-      put(out, outlen, &o, " (see negotiate/): not in this table yet");
+      if (!s->fast || s->fast_bytes <= 0) {
+        put(out, outlen, &o, ": off (WEFT_FAST=%lld, WEFT_FAST_BYTES=%lld)", (long long)s->fast,
+            (long long)s->fast_bytes);
+        continue;
+      }
+      if (c == WF_COLL_ALLREDUCE) {
+        put(out, outlen, &o, ": every rank folds every input up to ");
+        put_bytes(out, outlen, &o, (uint64_t)setting_bytes(s->fast_allreduce_bytes));
+        put(out, outlen, &o, " (WEFT_FAST_ALLREDUCE_BYTES), split folds from ");
+        put_bytes(out, outlen, &o, (uint64_t)setting_bytes(s->fast_split_bytes));
+        put(out, outlen, &o, " (WEFT_FAST_SPLIT_BYTES) on 3+ ranks, up to the board's large slots -> board");
+      } else {
+        put(out, outlen, &o, ": up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board");
+      }
       continue;
     }
     if (r->max_ranks && r->max_ranks == r->min_ranks) put(out, outlen, &o, ", %d ranks", r->min_ranks);

@@ -48,9 +48,7 @@ weft_status wf_fast_start(weft_world *w) {
   void *mem = w->host ? wf_host_board(w->host, &n, &large) : NULL;
   const wf_settings *s = &w->set;
   w->one->fast_on = s->fast != 0;
-  w->one->fast_ar_bytes = s->fast_allreduce_bytes > 0 ? (size_t)s->fast_allreduce_bytes : 0;
   w->one->fast_cma_bytes = s->fast_cma_bytes > 0 ? (size_t)s->fast_cma_bytes : 0;
-  w->one->fast_split_bytes = s->fast_split_bytes > 0 ? (size_t)s->fast_split_bytes : 0;
   w->one->fast_split_own = s->fast_split_own != 0;
   w->one->fast_wait_ns = (int64_t)(s->fast_wait_seconds * 1e9);
   w->one->timeout_ns = wf_deadline_after(w->timeout_seconds) - wf_now_ns(); /* the same clipping */

@@ -12,9 +12,7 @@
 struct wf_onehost {
   struct wf_board *board;    /* NULL: none (no local peers, or WEFT_FAST_BYTES=0 on the host's first rank) */
   int fast_on;               /* WEFT_FAST on this rank */
-  size_t fast_ar_bytes;      /* WEFT_FAST_ALLREDUCE_BYTES */
   size_t fast_cma_bytes;     /* WEFT_FAST_CMA_BYTES (0: never) */
-  size_t fast_split_bytes;   /* WEFT_FAST_SPLIT_BYTES (0: never) */
   int fast_split_own;        /* WEFT_FAST_SPLIT_OWN */
   int64_t fast_wait_ns;      /* WEFT_FAST_WAIT_SECONDS */
   int64_t timeout_ns;        /* timeout_seconds as wf_deadline_after adds it */

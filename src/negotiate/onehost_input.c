@@ -59,38 +59,24 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
   if (!w->one->fast_on || w->cycle_ns > 0 || r->callback || r->parent || wf_tl_on(&w->tl) || m->device != WEFT_DEVICE_CPU)
     return 0;
   size_t bytes = m->coll == WF_COLL_BARRIER ? 0 : elems(m) * weft_dtype_size((weft_dtype)m->dtype);
-  size_t cap = wf_board_large_bytes(w->one->board);
-  int split = 0;
   /* a split round's members fold their own slices from their own inputs
    * (WF_SPLIT_OWN, board.h) when asked (WEFT_FAST_SPLIT_OWN), the cores
    * suffice (a board property: the same on every rank) and the input is
    * not prescaled (a prescaled copy is what goes in) */
   int own = w->one->fast_split_own && !wf_board_oversubscribed(w->one->board) && m->prescale == 1.0;
+  int split = 0;
+  /* the board row of the selection table (algo/select.c): sizes */
+  int fits = wf_select_board((wf_coll)m->coll, bytes, n, own, wf_board_part_bytes(w->one->board),
+                             wf_board_large_bytes(w->one->board), &w->set, &split);
   switch (m->coll) {
     case WF_COLL_BARRIER:
       break;
     case WF_COLL_ALLREDUCE:
-      /* Split (board.h) from WEFT_FAST_SPLIT_BYTES on 3+ ranks or own
-       * folds, and beyond WEFT_FAST_ALLREDUCE_BYTES on 2: each slice is
-       * folded once, so the n^2 reads of every rank folding all n inputs
-       * shrink to n. Measured (median of 5-7 interleaved runs, whole folds
-       * vs split): 4 ranks on 2 cores 32 KiB 20 -> 16 us, 64 KiB 39 -> 23,
-       * 256 KiB 278 -> 129; 3 ranks 256 KiB 86 -> 59; 2 ranks 256 KiB 48 vs
-       * 56 (whole folds win there, against WF_SPLIT_ANY), 1 MiB 146 -> 132
-       * (coordinator path -> split). Own folds win from 12 KiB on 2 ranks
-       * (medians of 8 pairs, whole vs own: 24 KiB 3.15 vs 2.73 us, 64 KiB
-       * 7.3 vs 6.1, 256 KiB 31 vs 22). Whole folds beyond the pooled slots
-       * only up to WEFT_FAST_ALLREDUCE_BYTES (a rank's choice: one over it
-       * diverts). */
-      split = w->one->fast_split_bytes && bytes >= w->one->fast_split_bytes && (n >= 3 || own || bytes > w->one->fast_ar_bytes);
-      if (!split && cap > w->one->fast_ar_bytes) cap = w->one->fast_ar_bytes;
-      if (cap < wf_board_part_bytes(w->one->board)) cap = wf_board_part_bytes(w->one->board);
-      /* fall through */
     case WF_COLL_REDUCESCATTER:
       if (m->coll == WF_COLL_REDUCESCATTER && m->ndim < 1) return 0;
       *part = r->in.data;
       *len = bytes;
-      if (bytes <= cap && bytes && m->prescale != 1.0) { /* prescaled as exec.c does it, so the bits match */
+      if (fits && bytes && m->prescale != 1.0) { /* prescaled as exec.c does it, so the bits match */
         if (!(*tmp = malloc(bytes))) return 0;
         wf_scale_copy((weft_dtype)m->dtype, *tmp, r->in.data, elems(m), m->prescale);
         *part = *tmp;
@@ -115,7 +101,7 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
     default:
       return 0;
   }
-  if (bytes > cap) {
+  if (!fits) {
     free(*tmp);
     *tmp = NULL;
     *part = NULL;

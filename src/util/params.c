@@ -135,8 +135,6 @@ static const wf_param g_params[] = {
      WF_SCOPE_AGREED, F(cma), "0|1"},
     {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms",
      WF_SCOPE_AGREED, F(ring_segment_bytes), NULL},
-    {"WEFT_SMALL_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "65536", "with WEFT_ALGO_ALLREDUCE unset, no effect (direct runs at every size); ranks ring vs rd only when one of them is chosen by cost",
-     WF_SCOPE_AGREED, F(small_allreduce_bytes), NULL},
     {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree",
      WF_SCOPE_AGREED, F(small_broadcast_bytes), NULL},
     {"WEFT_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", WF_PARAM_INT, "134217728",

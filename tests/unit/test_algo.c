@@ -349,14 +349,11 @@ static void test_registry(void) {
   CHECK(buf, "out of memory");
   wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
                     .rank = 1, .size = 4, .buf = buf, .segment_bytes = 1 << 20};
-  /* automatic: direct (canonical order) at every size and world size,
-   * whatever WEFT_SMALL_ALLREDUCE_BYTES says (it once split rd from ring) */
+  /* automatic: direct (canonical order) at every size and world size */
   wf_settings set = *wf_settings_default();
   a.set = &set;
-  const int64_t thresholds[] = {set.small_allreduce_bytes, 1024, 1000000000};
   int sizes[] = {1, 2, 3, 4, 5, 8};
-  for (int t = 0; t < 3; t++) {
-    set.small_allreduce_bytes = thresholds[t];
+  {
     for (int k = 0; k < 6; k++) {
       a.size = sizes[k];
       a.rank = a.size - 1;

@@ -110,14 +110,10 @@ static void test_allreduce(void) {
   s = *wf_settings_default();
   s.hierarchical_allreduce = 0;
   EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_hosts22, &s, "direct");
-  /* WEFT_SMALL_ALLREDUCE_BYTES changes nothing: direct at every size */
+  /* direct at every size */
   s = *wf_settings_default();
-  const int64_t smalls[] = {-1, 0, 1024, 1000000000};
-  for (int k = 0; k < 4; k++) {
-    s.small_allreduce_bytes = smalls[k];
-    EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_plain, &s, "direct");
-    EXPECT(WF_COLL_ALLREDUCE, 4, 4, 16 * MiB + 1, &g_plain, &s, "direct");
-  }
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 1, &g_plain, &s, "direct");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 16 * MiB + 1, &g_plain, &s, "direct");
 }
 
 static void test_reducescatter(void) {
@@ -265,8 +261,9 @@ static void test_describe(void) {
   char out[2048];
   wf_select_describe(WF_COLL_ALLREDUCE, NULL, out, sizeof out);
   const char *want_ar =
-      "one host, board (see negotiate/): not in this table yet; one host, staging: any size -> shm; spans hosts, "
-      "some host with several ranks: any size -> hier; one host, cma, 2 ranks: >= 2 MiB -> cma; one host, cma, "
+      "one host, board: every rank folds every input up to 256 KiB (WEFT_FAST_ALLREDUCE_BYTES), split folds from "
+      "16 KiB (WEFT_FAST_SPLIT_BYTES) on 3+ ranks, up to the board's large slots -> board; one host, staging: any "
+      "size -> shm; spans hosts, some host with several ranks: any size -> hier; one host, cma, 2 ranks: >= 2 MiB -> cma; one host, cma, "
       ">= 3 ranks: >= 256 KiB -> cma; any: any size -> direct";
   CHECK(!strcmp(out, want_ar), "allreduce table:\n  %s\nwant\n  %s", out, want_ar);
   wf_settings s = *wf_settings_default();
@@ -274,8 +271,8 @@ static void test_describe(void) {
   s.hierarchical = 0;
   wf_select_describe(WF_COLL_BROADCAST, &s, out, sizeof out);
   const char *want_bc =
-      "one host, board (see negotiate/): not in this table yet; one host, staging: any size -> shm; spans hosts, "
-      "hierarchical off: any size -> hier; one host, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
+      "one host, board: up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board; one host, staging: any size "
+      "-> shm; spans hosts, hierarchical off: any size -> hier; one host, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
       "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any: any size -> chain";
   CHECK(!strcmp(out, want_bc), "broadcast table:\n  %s\nwant\n  %s", out, want_bc);
   wf_select_describe(WF_COLL_BROADCAST, NULL, out, sizeof out);
@@ -298,8 +295,47 @@ static void test_describe(void) {
   CHECK(!strcmp(tiny, "one host,"), "cut text: '%.10s'", tiny);
 }
 
+/* The board row: sizes that go on the board, with the slot sizes given
+ * (pooled 4 KiB, large 1 MiB) and the settings' thresholds (whole folds up
+ * to 256 KiB, split from 16 KiB by default). */
+static void test_board_row(void) {
+  wf_settings s = *wf_settings_default();
+  s.fast_allreduce_bytes = 256 * KiB;
+  s.fast_split_bytes = 16 * KiB;
+  size_t part = 4 * KiB, large = MiB;
+  int split = -1;
+  /* 2 ranks, no own folds: whole folds up to 256 KiB, split beyond, up to the large slots */
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 16 * KiB, 2, 0, part, large, &s, &split) && !split, "2 ranks 16 KiB");
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 256 * KiB, 2, 0, part, large, &s, &split) && !split, "2 ranks 256 KiB");
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 256 * KiB + 1, 2, 0, part, large, &s, &split) && split,
+        "2 ranks 256 KiB + 1: split");
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, MiB, 2, 0, part, large, &s, &split) && split, "2 ranks 1 MiB: split");
+  CHECK(!wf_select_board(WF_COLL_ALLREDUCE, MiB + 1, 2, 0, part, large, &s, &split), "2 ranks past the slots");
+  /* 2 ranks folding their own slices: split from 16 KiB */
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 16 * KiB, 2, 1, part, large, &s, &split) && split, "own 16 KiB: split");
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 16 * KiB - 1, 2, 1, part, large, &s, &split) && !split, "own 16 KiB - 1");
+  /* 3 ranks: split from 16 KiB */
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 16 * KiB, 3, 0, part, large, &s, &split) && split, "3 ranks 16 KiB");
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 16 * KiB - 1, 3, 0, part, large, &s, &split) && !split, "3 ranks small");
+  /* split off: whole folds up to 256 KiB only */
+  s.fast_split_bytes = 0;
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 256 * KiB, 3, 0, part, large, &s, &split) && !split, "no split 256 KiB");
+  CHECK(!wf_select_board(WF_COLL_ALLREDUCE, 256 * KiB + 1, 3, 0, part, large, &s, &split), "no split past 256 KiB");
+  /* whole folds never below the pooled slots */
+  s.fast_allreduce_bytes = 0;
+  CHECK(wf_select_board(WF_COLL_ALLREDUCE, 4 * KiB, 2, 0, part, large, &s, &split) && !split, "pooled slot size");
+  CHECK(!wf_select_board(WF_COLL_ALLREDUCE, 4 * KiB + 1, 2, 0, part, large, &s, &split), "past the pooled slots");
+  /* the other collectives: up to the large slots */
+  const wf_coll others[] = {WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_ALLTOALL, WF_COLL_REDUCESCATTER};
+  for (int c = 0; c < 4; c++) {
+    CHECK(wf_select_board(others[c], MiB, 3, 0, part, large, &s, &split) && !split, "%s 1 MiB", k_names[others[c]]);
+    CHECK(!wf_select_board(others[c], MiB + 1, 3, 0, part, large, &s, &split), "%s past", k_names[others[c]]);
+  }
+}
+
 int main(void) {
   topos_init();
+  test_board_row();
   test_allreduce();
   test_reducescatter();
   test_allgather();
