@@ -209,7 +209,7 @@ typedef void (*weft_done_fn)(weft_request *req, weft_status status, void *user_d
  * the world fails too, naming the tensor; in shared memory only this
  * request fails.) The memory then belongs to the caller.
  * Thread: the engine thread, or, for an operation of a one-host group that
- * completes in shared memory (design.md 2b), the thread that completes it:
+ * completes in shared memory (design.md section 3), the thread that completes it:
  * the submitting thread, a thread in weft_wait()/weft_test() on the request,
  * or the engine thread. Never twice at once for one request; an allocator
  * shared by requests that may complete concurrently must be thread-safe.
@@ -222,7 +222,7 @@ typedef struct weft_op_options {
   double prescale;        /* allreduce/reducescatter: multiply inputs first (1.0) */
   double postscale;       /* allreduce/reducescatter: multiply the result (1.0) */
   int priority;           /* among operations ready at the coordinator, higher runs first (0); small ops of a
-                             one-host group that complete in shared memory never queue (design.md 2b) */
+                             one-host group that complete in shared memory never queue (design.md section 3) */
   weft_done_fn callback;  /* NULL: none; poll or wait instead */
   void *user_data;        /* passed to callback */
   weft_alloc_fn alloc;    /* NULL: outputs are library-owned */
@@ -345,7 +345,7 @@ WEFT_API const char *weft_request_error(weft_request *req);
  * or the algorithm chosen instead when name declined (the library falls
  * back with one warning, so this is how to tell). "board" for an operation
  * completed on the one-host fast path (shared memory, no coordinator; see
- * design.md 2b and WEFT_FAST). Fused tensors report the fused collective's
+ * design.md section 3 and WEFT_FAST). Fused tensors report the fused collective's
  * algorithm. A request that failed after its algorithm was chosen still
  * reports it. "" while the request is pending, for a join and a barrier
  * that went through the coordinator (nothing to run; a barrier completed on

@@ -467,7 +467,8 @@ static int run_size(bench *b, const geom *gm, double *bw_sum) {
   }
   /* with --check each iteration fills and verifies outside its timed
    * part; without, the loop is timed as a whole, as the peer harnesses do
-   * (two clock reads per iteration cost 6% of an 8-byte allreduce) */
+   * (clock reads per iteration would add a visible share to a small op;
+   * bench/NOTES.md, "weft-bench") */
   t = 0;
   double t0 = b->a.check ? 0 : now_s();
   for (int i = 0; i < iters; i++) {

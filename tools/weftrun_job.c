@@ -14,7 +14,7 @@
  *
  * Which failure is reported: when a rank fails because a peer was lost (or
  * aborted, or reported the failure), its weft library writes one status line
- * naming that peer before it exits (src/api/launcher_link.c), through a pipe
+ * naming that peer before it exits (src/bootstrap/launcher_link.c), through a pipe
  * (local ranks) or its stderr (remote ranks). After the first abnormal exit
  * weftrun follows those "caused by" links to the root rank and waits (at most
  * CAUSE_WAIT_SECONDS) for the root to end: the root's status is the job's,

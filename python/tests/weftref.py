@@ -2,7 +2,7 @@
 with numpy alone (never through weft), so that tests compare weft's results
 with `==` instead of a tolerance.
 
-weft's contract (src/reduce/reduce.h, docs/design.md section 3) fixes every
+weft's contract (src/reduce/reduce.h, docs/design.md section 4) fixes every
 rounding, so the bits of a result are known in advance:
   - every algorithm folds the ranks' inputs in rank order,
     ((x0 op x1) op x2) ..., whatever the tensor's size, fusion or timing;

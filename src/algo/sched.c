@@ -231,8 +231,8 @@ static weft_status run_plain(const wf_sched *s, const wf_step *st, size_t *done,
   }
   /* a large copy streams past the caches: its destination (an output, not
    * read again by this collective) would only evict useful lines, and the
-   * stores skip reading each line first (alltoall 4-128 MiB on 2 ranks,
-   * whose own block is such a copy: 15-30% faster; measured at 1 MiB too) */
+   * stores skip reading each line first (an alltoall's own block is such a
+   * copy; see bench/NOTES.md, "Streaming copies in schedules") */
   wf_copy_fn nt = st->kind == WF_STEP_COPY && st->bytes >= WF_COPY_NT_BYTES ? wf_copy_nt() : NULL;
   while (*done < total) {
     size_t i = *done, m = total - i < piece ? total - i : piece;

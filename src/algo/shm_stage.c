@@ -31,8 +31,10 @@
  * while the host's outputs (this rank's times the local ranks) fit in the
  * last-level cache, streaming stores beyond (NT_HOST_BYTES; each rank's own
  * choice): then the lines would be evicted unread anyway, and skipping
- * their read-for-ownership saves a third of the copy's memory traffic. Two-rank allreduce keeps plain stores at every size (streaming
- * measured 2-3% slower there: its copy-out is half of what it writes).
+ * their read-for-ownership saves a third of the copy's memory traffic.
+ * Two-rank allreduce keeps plain stores at every size: there streaming does
+ * not pay, because its copy-out is half of what it writes (bench/NOTES.md,
+ * "Streaming stores in staging").
  */
 #include "algo/shm_stage.h"
 
@@ -475,8 +477,9 @@ static void reduce(stage_op *o, size_t c) {
    * it as input), the last into the buffer; then the result goes where the
    * peers copy it from: this rank's slot, or with two ranks the peer's slot
    * over the operand just read (its only reader is this fold; the lines are
-   * in this core's cache, so writing them costs no transfer: measured 20%
-   * faster folds than writing lines of its own slot). */
+   * in this core's cache, so writing them costs no transfer, and the folds
+   * run faster than when they write lines of this rank's own slot; see
+   * bench/NOTES.md, "Two-rank folds into the peer's slot"). */
   char *res = o->n == 2 ? slot_of(o, 1 - o->me, c) + off * es : tmp;
   size_t sub = SUB_BYTES / es; /* the copy reads what the fold just wrote, from L1 */
   for (size_t at = 0; at < len; at += sub) {

@@ -30,7 +30,7 @@
  * region "gone" so its peers stop waiting for it.
  *
  * Only the world group uses staging (one collective at a time), and only
- * when every rank of the world is on this host (engine/stage.c). */
+ * when every rank of the world is on this host (engine/local.c). */
 #ifndef WF_ALGO_SHM_STAGE_H
 #define WF_ALGO_SHM_STAGE_H
 #include <stddef.h>

@@ -492,7 +492,8 @@ static void *engine_main(void *arg) {
       if (ms != 0 && now - w->last_busy < IDLE_SPIN_NS) {
         /* busy a moment ago: the next message (a response, the peer's
          * data) usually follows within microseconds, and waking from
-         * epoll costs tens of them on a VM; poll, handing the core over */
+         * epoll costs far more on a VM (bench/NOTES.md, "Idle poll after
+         * activity"); poll, handing the core over */
         sched_yield();
         ms = 0;
       }
@@ -603,7 +604,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   w->tr = &w->mux.base;
   WF_CHECK(wf_gs_add(w, &w->world_group));
   w->world_gs = w->gs[0];
-  WF_CHECK(wf_stage_attach(w)); /* shm staging algorithms for the world group (stage.c) */
+  WF_CHECK(wf_stage_attach(w)); /* shm staging algorithms for the world group (engine/local.c) */
   cache_attach(w, &w->world_group);
   w->next_hb_check = wf_now_ns();
   int64_t thr = w->set.fusion_threshold;

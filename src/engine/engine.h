@@ -130,7 +130,7 @@ struct weft_world {
   int norphans;              /* requests held in orphans (capped: WF_MAX_ORPHANS) */
   uint64_t fusion_threshold; /* WEFT_FUSION_THRESHOLD */
   int64_t cycle_ns;          /* WEFT_CYCLE_TIME_US: hold responses this long to fuse more */
-  int cma_ok;                /* every rank of this host may read the others' memory (cma_agree.c) */
+  int cma_ok;                /* every rank of this host may read the others' memory (host/cma_agree.c) */
   int *departed;             /* per rank: sent BYE */
   int fail_relayed;          /* the world's failure was passed on to the peers */
   int64_t later_at;          /* wf_world_fail_later: when (0: none) */

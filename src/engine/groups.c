@@ -47,7 +47,7 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
   if (!gs->topo_arrays) return -1;
   int *host_of = gs->topo_arrays, *pid_of = host_of + n, *map = pid_of + n;
   for (int i = 0; i < w->size; i++) map[i] = -1;
-  int nh = 0, cma = w->cma_ok; /* agreed by the host's ranks at init (cma_agree.c) */
+  int nh = 0, cma = w->cma_ok; /* agreed by the host's ranks at init (host/cma_agree.c) */
   for (int i = 0; i < n; i++) {
     const wf_peer_info *p = &w->peers[g->ranks[i]];
     int c = p->cross_rank >= 0 && p->cross_rank < w->size ? p->cross_rank : 0;
@@ -55,7 +55,7 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
     host_of[i] = map[c];
     pid_of[i] = (int)p->pid;
   }
-  gs->topo = (wf_topo){nh, host_of, pid_of, cma, NULL}; /* stage: engine/stage.c */
+  gs->topo = (wf_topo){nh, host_of, pid_of, cma, NULL}; /* stage: engine/local.c */
   return 0;
 }
 

@@ -21,7 +21,8 @@
 /* A freed request's memory is kept for the thread's next request, up to
  * CACHE_MAX per thread: a request (about 1.4 KiB) is beyond glibc's
  * per-thread cache, and a small collective on one host otherwise spends a
- * sixth of its instructions in malloc and free. Sanitizer builds keep
+ * large share of its instructions in malloc and free (bench/NOTES.md,
+ * "Request memory"). Sanitizer builds keep
  * nothing, so that every use after free is still caught. A thread's cache
  * is freed when it exits (pthread key destructor; from then on its frees go
  * straight to free); the main thread's stays reachable until the process
@@ -173,10 +174,11 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
     r->alloc_ctx = o->alloc_ctx;
   }
   /* no deadline yet (wf_request_arm): a fast round that completes at
-   * arrival never needs one, and a clock read is 5% of an 8-byte
-   * allreduce's cycles (not CLOCK_MONOTONIC_COARSE, though a fifth of the
-   * cost: on this kind of VM it lags by 5 ms on average, up to 17, past its
-   * 4 ms resolution) */
+   * arrival never needs one, and a clock read is a noticeable part of a
+   * small op's cost. Not CLOCK_MONOTONIC_COARSE, though cheaper: on a VM it
+   * can lag CLOCK_MONOTONIC by more than its own resolution, so deadlines
+   * would fire early (bench/NOTES.md, "Lean submission", "Tried and not
+   * taken") */
   return r;
 }
 

@@ -29,7 +29,7 @@ struct weft_group {
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
   _Atomic uint64_t barrier_count; /* unnamed barriers so far */
-  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (fast.c) */
+  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (negotiate/onehost.c) */
   struct weft_group *next; /* registration list (new_groups; reversed by the engine) */
   struct weft_group *dead_next; /* removal list (dead_groups): its own link, as a group may be on both at once */
 };
@@ -78,8 +78,8 @@ struct weft_request {
   int64_t *recv_splits;      /* alltoall: group size entries */
   int nrecv_splits;
 
-  /* one-host fast path (fast.c) */
-  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (fast.c) */
+  /* one-host fast path (negotiate/onehost.c) */
+  _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (onehost.c) */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
   weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */
   char *fast_msg;            /* its message (malloc'd) or NULL */
@@ -88,7 +88,7 @@ struct weft_request {
   wf_board_ticket fast_t;
   int64_t fast_t0;           /* when it arrived */
   int fast_split;            /* its round's split kind (WF_SPLIT_*, board.h; not NONE: F_SPLIT after DONE) */
-  _Atomic int split_busy;    /* a thread is in its split pass (fast.c) */
+  _Atomic int split_busy;    /* a thread is in its split pass (onehost.c) */
   _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
   _Atomic int64_t split_t0;  /* when its split round was seen DONE */
 };

@@ -315,9 +315,8 @@ static void set_state(round *o, uint32_t st) {
  * instruction) and AArch64 (a release store before a seq_cst load), not by
  * the letter of C11: a wake-up lost there would cost a waiter one bounded
  * sleep (SLEEP_NS), never a hang. One full barrier per arrival instead of
- * two (profiled: the two exchanges were 40% of the arrival's cycles):
- * 2 ranks, 8 B allreduce 0.487 -> 0.435 us (medians of 14 interleaved
- * pairs). */
+ * two: the exchanges were a large part of an arrival's cost
+ * (bench/NOTES.md, "Barriers of an arrival"). */
 static void set_state_quiet(round *o, uint32_t st) { atomic_store_explicit(&o->state, st, memory_order_release); }
 
 #ifdef WF_TSAN
@@ -601,8 +600,8 @@ uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t) { return round_o
 weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline) {
   round *o = round_of(b, t);
   /* a named inline round: every member has read it before g+2 opens (board.h).
-   * One atomic on a line every member writes, saved per op: 2 ranks, 8 B
-   * allreduce 0.49 -> 0.45 us */
+   * One atomic on a line every member writes, saved per op (bench/NOTES.md,
+   * "Unclaimed inline rounds") */
   if (!o->claims) return WEFT_OK;
   /* no lock but for the last pooled claim: acq_rel orders every member's
    * reads of the inputs before the last claim frees the slot (an inline

@@ -1,7 +1,7 @@
 /* board.h - the one-host negotiation board: how the ranks of a group whose
  * members all share this host agree that a small collective is ready, in
- * shared memory, without a round trip to the coordinator (fast.c uses it;
- * docs/design.md "Negotiation on one host").
+ * shared memory, without a round trip to the coordinator (onehost.c uses it;
+ * docs/design.md section 3, "The one-host path").
  *
  * The board lives in the job's shared segment (wf_shm_board) and is zero
  * when created, which is a valid empty board. It holds:

@@ -23,8 +23,7 @@ void wf_coord_set_clock(wf_coord *c, wf_clock_fn now, void *ctx) {
  * allgathers: same dtype (their per-tensor, per-rank row counts must fit
  * one response's sizes). Where fusing means packing, not tensors larger
  * than pack_max: two more passes over their bytes cost more than the
- * negotiation fusion saves (over TCP loopback, 24 x 2 MiB ran 1.6x slower
- * fused, 64 x 256 KiB 2.1x faster). */
+ * negotiation fusion saves (bench/NOTES.md, "WEFT_FUSION_PACK_MAX_BYTES"). */
 static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64_t threshold) {
   const ready *a = &c->ready[i], *b = &c->ready[j];
   if (a->resp.type != WF_RESP_OK || b->resp.type != WF_RESP_OK || a->resp.coll != b->resp.coll ||

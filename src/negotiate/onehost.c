@@ -378,8 +378,8 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
   }
   /* release: publishes the ticket and times to the engine's scan and to
    * fail_all (their CASes order the rest); not seq_cst, whose exchange
-   * would wait for this arrival's stores to the board to drain (2 ranks,
-   * 8 B allreduce 0.458 -> 0.441 us, medians of 14 interleaved pairs) */
+   * would wait for this arrival's stores to the board to drain
+   * (bench/NOTES.md, "Barriers of an arrival") */
   atomic_store_explicit(&r->fast, F_PENDING, memory_order_release);
   if (how == WF_BOARD_DONE) {
     settle(w, r, WF_BOARD_DONE);
@@ -390,8 +390,8 @@ int wf_fast_submit(weft_world *w, weft_request *r) {
      * member that does not read soon holds up the others' completions,
      * wakes it only if no scan is due that soon (seq_cst, against the
      * engine's store of its next scan and its read of the kick): in a loop
-     * of them, a wake-up every 5 ms instead of one per op (2 ranks, 1 MiB
-     * alltoall: 78 -> 71 us) */
+     * of them, a wake-up per scan interval instead of one per op
+     * (bench/NOTES.md, "Remote rounds") */
     atomic_store(&w->one->fast_kick, 1);
     if (ok && d.remote && atomic_load(&w->one->fast_next) > wf_now_ns() + WF_FAST_SCAN_NS) wf_engine_wake(w);
   }

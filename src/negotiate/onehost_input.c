@@ -15,16 +15,16 @@
  *
  * Eligible: no callback, not a grouped op's child, timeline off, host
  * memory, WEFT_FAST=1, no cycle time, and the input fits: allreduce folded
- * whole by each rank up to WEFT_FAST_ALLREDUCE_BYTES (256 KiB, which pays
- * only while inputs are small: measured 3.7 vs 45 us at 16 KiB, 43 vs 78 at
- * 256 KiB on 2 ranks), split (board.h; each slice folded once) from
- * WEFT_FAST_SPLIT_BYTES on 3+ ranks or with own folds (WF_SPLIT_OWN), and
- * beyond WEFT_FAST_ALLREDUCE_BYTES on 2, up to the large slots' size like
- * the others; allgather,
- * alltoall and reducescatter need a first dimension, alltoall an even
- * split. Members whose descriptions differ (an allgather with another
- * first dimension, uneven splits on one rank) divert the round, and the
- * coordinator handles it as without the board. */
+ * whole by each rank up to WEFT_FAST_ALLREDUCE_BYTES (256 KiB by default:
+ * every rank reads every input, which pays only while inputs are small; see
+ * bench/NOTES.md, "One-host board: thresholds"), split (board.h; each slice
+ * folded once) from WEFT_FAST_SPLIT_BYTES on 3+ ranks or with own folds
+ * (WF_SPLIT_OWN), and beyond WEFT_FAST_ALLREDUCE_BYTES on 2, up to the large
+ * slots' size like the others; allgather, alltoall and reducescatter need a
+ * first dimension, alltoall an even split. Members whose descriptions
+ * differ (an allgather with another first dimension, uneven splits on one
+ * rank) divert the round, and the coordinator handles it as without the
+ * board. */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -114,17 +114,18 @@ int wf_fast_input(weft_world *w, weft_request *r, wf_board_desc *d, const void *
    * host may read across processes: inputs stay where they are (board.h,
    * remote rounds); every rank decides alike (the same description, cma_ok
    * agreed at init; a rank that does not diverts). One copy instead of two,
-   * but process_vm_readv copies at a third of memcpy's speed on this
-   * machine (512 KiB in cache: 50 vs 16 us), so two user-space copies win:
-   * 2 ranks, 1 MiB allgather 65 -> 43 us, alltoall 65 -> 43, 128 KiB 9.9 ->
-   * 6.4 (interleaved medians of 5, remote vs copied). Never for broadcast (a
+   * but process_vm_readv pins and maps page by page and copies well below
+   * memcpy's speed, so two user-space copies can win; hence off by default
+   * (bench/NOTES.md, "Remote rounds"). Never for broadcast (a
    * root waiting for its readers loses to copying in and leaving), nor when
    * the host's ranks outnumber its cores (members waiting for the others'
    * reads take the readers' cores). */
   d->remote = w->cma_ok && w->one->fast_cma_bytes && bytes >= w->one->fast_cma_bytes && bytes > wf_board_part_bytes(w->one->board) &&
               !wf_board_oversubscribed(w->one->board) && (m->coll == WF_COLL_ALLGATHER || m->coll == WF_COLL_ALLTOALL);
-  /* own folds: 2 ranks, interleaved medians of 10, 1 MiB 97 -> 72 us,
-   * 512 KiB 49 -> 38 (with the folder's direct write to its output) */
+  /* own folds (WF_SPLIT_OWN, where the cores suffice): each rank reads its
+   * own slice from its input and the folder writes each folded chunk
+   * straight into its output, which moves less memory than WF_SPLIT_ANY
+   * (bench/NOTES.md, "Own splits") */
   d->split = !split ? WF_SPLIT_NONE : own ? WF_SPLIT_OWN : WF_SPLIT_ANY;
   d->ordered = r->auto_barrier != 0; /* board_name(): unnamed barriers share records */
   d->coll = m->coll;

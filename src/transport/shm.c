@@ -169,8 +169,8 @@ static int push(wf_shm *s, peer *p) {
     h->idx = t->idx;
     h->len = (uint32_t)n;
     /* Into the ring with plain stores: the consumer reads it next, from
-     * cache (streaming stores here measured ~40% slower: it then reads
-     * from memory). */
+     * cache (with streaming stores it would read from memory, which is
+     * slower; bench/NOTES.md, "Ring copies"). */
     wf_copy(slot + WF_SHM_SLOT_HDR, t->buf + t->off, n);
     p->out_head++;
     /* release: the slot's header and payload are visible before the new head. */

@@ -34,8 +34,8 @@ typedef struct wf_shm wf_shm;
 /* How data is copied out of the rings into receive buffers. Copies into the
  * rings are always plain (the consumer reads them next, from cache). AUTO and
  * NT: non-temporal (streaming) stores for receives of 4 MiB or more, which
- * skip reading the destination into cache (measured 20-40% faster on 64 MiB);
- * MEMCPY: plain memcpy always. */
+ * skip reading the destination into cache (faster for large receives; see
+ * bench/NOTES.md, "Ring copies"); MEMCPY: plain memcpy always. */
 enum { WF_SHM_COPY_AUTO = 0, WF_SHM_COPY_MEMCPY = 1, WF_SHM_COPY_NT = 2 };
 
 typedef struct wf_shm_cfg {

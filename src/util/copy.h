@@ -1,12 +1,12 @@
 /* copy.h - memory copies for the data paths.
  *
- * wf_copy is memcpy without one trap: glibc's memcpy (rep movsb) runs at
- * ~3 GB/s instead of 40+ on AMD Zen CPUs with FSRM when the destination
- * sits 1-31 bytes past the source modulo 64 and the copy is between about
- * 2 KiB and 512 KiB (measured in bench/RESULTS.md). User buffers, malloc'd
- * results and 4 KiB-aligned shared slots meet at every offset, so every
- * copy of collective data goes through here: relatively misaligned copies
- * of 1 KiB and more take a vector loop, the rest memcpy.
+ * wf_copy is memcpy without one trap: glibc's memcpy (rep movsb) runs many
+ * times slower on AMD Zen CPUs with FSRM when the destination sits 1-31
+ * bytes past the source modulo 64 and the copy is mid-sized (from a few KiB
+ * to a few hundred; see bench/NOTES.md, "Misaligned copies on Zen"). User
+ * buffers, malloc'd results and 4 KiB-aligned shared slots meet at every
+ * offset, so every copy of collective data goes through here: relatively
+ * misaligned copies of 1 KiB and more take a vector loop, the rest memcpy.
  *
  * wf_copy_nt returns this CPU's streaming (non-temporal) copy, or NULL.
  *

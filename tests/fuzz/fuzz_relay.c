@@ -202,7 +202,7 @@ static void rank_writes(const uint8_t *p, size_t n) {
   }
 }
 
-/* A status line as a rank writes it (src/api/launcher_link.c). */
+/* A status line as a rank writes it (src/bootstrap/launcher_link.c). */
 static size_t status_line(fz_in *in, char *out, size_t cap) {
   int r = (int)(fz_take(in, 1) % 10) - 1;
   unsigned c = (unsigned)fz_take(in, 1);

@@ -563,7 +563,7 @@ case_slow_rsh() {
   [ "$dt" -lt 3000 ] || fail "SIGINT took $dt ms while the shells did not read"
 }
 
-# The status channel (WEFT_LAUNCHER_FD, src/api/launcher_link.c) with a real
+# The status channel (WEFT_LAUNCHER_FD, src/bootstrap/launcher_link.c) with a real
 # weft program: rank 1 exits 3, rank 0 loses it and names it on the channel.
 # weft_init takes the variables out of the environment and keeps the pipe
 # from its children; a process whose fd 4 is not weftrun's pipe (a file, or

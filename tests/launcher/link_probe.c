@@ -1,5 +1,5 @@
 /* link_probe.c - a weft rank for the launcher tests of the status channel
- * (src/api/launcher_link.c): `link_probe`, two ranks under weftrun.
+ * (src/bootstrap/launcher_link.c): `link_probe`, two ranks under weftrun.
  * After weft_init each rank prints "rank R env=<WEFT_LAUNCHER_FD or
  * <unset>> fd4=<closed|cloexec|inherit>". Rank 1 then exits 3 at once;
  * rank 0 runs barriers until its world fails (rank 1 lost), which makes its

@@ -23,11 +23,11 @@
  *    instead of the one-host fast path;
  *  - with MP_CMA_EXPECT=auto (and nothing forced), that the automatic choice
  *    took cma exactly from the measured thresholds on (predicted here as
- *    the prefer() of src/algo/<coll>_cma.c claims: allreduce 2 MiB on 2
- *    ranks, else 256 KiB; reducescatter 1 MiB / 256 KiB of input;
- *    allgather 1 MiB of output; broadcast 64 KiB on 3+ ranks; alltoall
- *    always) and nothing else took it: without this a cma that never
- *    claimed passed on direct's bits. With
+ *    the cma rows of the selection table in src/algo/select.c take it:
+ *    allreduce 2 MiB on 2 ranks, else 256 KiB; reducescatter 1 MiB /
+ *    256 KiB of input; allgather 1 MiB of output; broadcast 64 KiB on 3+
+ *    ranks; alltoall always) and nothing else took it: without this a cma
+ *    that the table never chose passed on direct's bits. With
  *    MP_CMA_EXPECT=none (WEFT_CMA=0, or a rank that cannot read the others),
  *    that no operation ran cma. Fused tensors are not checked: what fused
  *    (and so the size the choice saw) depends on timing.
@@ -61,8 +61,8 @@ static void check_choice(weft_request *req, const char *coll, int claims, const 
             want ? "cma claims this size" : g_expect == 2 ? "cma is off on this host" : "this size is below cma's claim");
 }
 
-/* The sizes from which the cma algorithms claim the automatic choice (as
- * their prefer() does; elements of es bytes). */
+/* The sizes from which the automatic choice takes the cma algorithms (as
+ * the cma rows of src/algo/select.c's tables do; elements of es bytes). */
 static int claims_allreduce(size_t n, size_t es) {
   return mp_size >= 2 && n >= (mp_size == 2 ? (size_t)2 << 20 : (size_t)256 << 10) / es;
 }

@@ -1,4 +1,4 @@
-/* test_board.c - the one-host negotiation board (src/engine/board.c) alone,
+/* test_board.c - the one-host negotiation board (src/negotiate/board.c) alone,
  * in ordinary memory, with threads standing in for local ranks (each opens
  * its own handle: the per-rank submission counts are private to a handle).
  *
