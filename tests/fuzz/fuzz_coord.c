@@ -64,28 +64,21 @@
  *    held or ready, every tensor that some rank requested got a response,
  *    and every member request got one (failures never hang).
  * Crashes, leaks, out-of-bounds accesses and UB are the sanitizers' to report. */
+/* Its files: this one (the run, the members, the seeds), fuzz_coord.h (the
+ * model), fuzz_coord_input.c (requests from the input), fuzz_coord_check.c
+ * (the oracle and the checks). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_common.h"
-#include "negotiate/cache.h"
-#include "negotiate/coord.h"
-#include "negotiate/coord_impl.h"
+#include "fuzz_coord.h"
 #include "util/settings.h"
-#include "wire/wire.h"
-
-#define MAXN 6          /* ranks */
-#define MAX_OPS 400
-#define MAX_RECS 256    /* distinct names an input may use */
-#define TIMEOUT_S 30.0
-#define NS 1000000000LL
 
 /* ------------------------------------------------------------ the clock */
 /* The coordinator's (wf_coord_set_clock): every run is deterministic, and
  * TIME moves it. */
-static int64_t g_now;
+int64_t g_now;
 static int64_t fz_clock(void *ctx) {
   (void)ctx;
   return g_now;
@@ -110,9 +103,9 @@ void *__wrap_calloc(size_t k, size_t n);
 void *__wrap_realloc(void *p, size_t n);
 char *__wrap_strdup(const char *s);
 
-static int g_oom;        /* this run has allocation failures */
+int g_oom;         /* this run has allocation failures */
 static int g_armed;      /* inside a coordinator entry point */
-static unsigned g_period; /* 0: no failures */
+unsigned g_period; /* 0: no failures */
 static unsigned g_allocs;
 static int fail_now(void) { return g_armed && g_period && ++g_allocs % g_period == 0; }
 void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
@@ -122,73 +115,17 @@ char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s)
 #define COORD(call) (g_armed = 1, (call), g_armed = 0)
 #define COORD_V(var, call) (g_armed = 1, (var) = (call), g_armed = 0)
 
-/* ------------------------------------------------------------ the model */
-typedef struct rec {
-  char name[WF_NAME_MAX + 1];
-  int sub[MAXN];     /* requests accepted from each rank (full or CACHED) */
-  int used[MAXN];    /* of those, how many OK responses must have used */
-  int resp;          /* responses of any kind that named it */
-  int join;          /* used as a JOIN's name */
-  int assigned;      /* a cache assignment named it */
-  uint32_t id;       /* its last assignment (mirror) */
-  uint64_t epoch;
-} rec;
+/* ------------------------------------------------------------ the model (fuzz_coord.h) */
+fz_model S;
+member g_mem[MAXN];
 
-static struct {
-  int n;             /* ranks */
-  int wranks[MAXN];
-  int use_map;
-  uint32_t cap;      /* cache capacity (0: off) */
-  wf_coord *c;
-  wf_cache *mirror;  /* the assignments as a member runs them */
-  rec recs[MAX_RECS];
-  int nrecs;
-  uint64_t seq;      /* the next response's expected seq */
-  uint64_t epoch;    /* assignments so far */
-  int joined_ever[MAXN];
-  int joined_now[MAXN], njoined, last_joined;
-  int join_oks;      /* OK JOINs due (every rank joined) */
-  int last_joined_at[2048]; /* the rank each due OK JOIN must name (ring; MAX_OPS x 3 joins at most) */
-  int join_head;
-  wf_request_msg tmpl[4]; /* request templates (ALL, ALLC) */
-  int64_t tmpl_splits[4][MAXN];
-  int ntmpl;
-  int members;       /* the members keep response caches of their own */
-  int departed[MAXN]; /* said BYE */
-} S;
-
-/* Members mode: each member (rank >= 1) runs its side of the response
- * cache as the engine does (wf_mcache_lookup before it sends, RESEND
- * handling, wf_mcache_response on each response, in order, when it gets
- * it: responses wait in its queue until a DELIVER, so its cache lags the
- * coordinator's as over a network), with a capacity of its own. */
-#define MAX_PEND 16
-#define QMAX 64
-typedef struct pend {
-  wf_request_msg q; /* a request in flight (q.splits: splits) */
-  int64_t splits[MAXN + 8];
-} pend;
-typedef struct rcopy {
-  uint8_t type, coll;
-  uint32_t nnames;
-  char **names;
-} rcopy;
-typedef struct member {
-  wf_mcache *mc;
-  pend pend[MAX_PEND];
-  int npend;
-  rcopy q[QMAX];
-  int qhead, qlen;
-} member;
-static member g_mem[MAXN];
-
-static rec *find_rec(const char *name) {
+rec *find_rec(const char *name) {
   for (int i = 0; i < S.nrecs; i++)
     if (!strcmp(S.recs[i].name, name)) return &S.recs[i];
   return NULL;
 }
 
-static rec *get_rec(const char *name) {
+rec *get_rec(const char *name) {
   rec *r = find_rec(name);
   if (r || S.nrecs == MAX_RECS) return r;
   r = &S.recs[S.nrecs++];
@@ -197,89 +134,8 @@ static rec *get_rec(const char *name) {
   return r;
 }
 
-/* ------------------------------------------------------------ building requests */
-static const char *const k_names[] = {"a", "b", "c", "grad.w", "u.0", "u.1", "u.2", "v.0", "v.1", "u.00", "u", "join"};
-#define NNAMES ((int)(sizeof k_names / sizeof k_names[0]))
-
-static void take_name(fz_in *in, char *dst) {
-  unsigned b = (unsigned)fz_take(in, 1);
-  if (b < 224) {
-    snprintf(dst, WF_NAME_MAX + 1, "%s", k_names[b % NNAMES]);
-  } else if (b < 240 && S.nrecs) {
-    snprintf(dst, WF_NAME_MAX + 1, "%s", S.recs[fz_take(in, 1) % (unsigned)S.nrecs].name);
-  } else if (b < 252) {
-    fz_take_name(in, dst, 12);
-  } else {
-    fz_take_name(in, dst, WF_NAME_MAX); /* long names: error messages quote them */
-  }
-}
-
-static double take_scale(fz_in *in) {
-  static const double k[] = {1.0, 1.0, 1.0, 0.5, 2.0, -0.0, 0.0};
-  unsigned b = (unsigned)fz_take(in, 1);
-  if (b < 224) return k[b % 7];
-  uint64_t bits = fz_take(in, 8); /* anything: NaN, infinities, denormals */
-  double d;
-  memcpy(&d, &bits, sizeof d);
-  return d;
-}
-
-static int64_t take_dim(fz_in *in) {
-  unsigned b = (unsigned)fz_take(in, 1);
-  if (b < 200) return b % 5;
-  if (b < 230) return (int64_t)fz_take(in, 2);
-  return (int64_t)(fz_take(in, 8) >> 1); /* up to INT64_MAX */
-}
-
-/* One request from the input; splits (MAXN + 8 entries) backs m->splits. */
-static void build_request(fz_in *in, wf_request_msg *m, int64_t *splits) {
-  memset(m, 0, sizeof *m);
-  m->group_id = 7;
-  unsigned b = (unsigned)fz_take(in, 1);
-  m->coll = (uint8_t)(b < 128 ? WF_COLL_ALLREDUCE : b % WF_COLL_COUNT_);
-  b = (unsigned)fz_take(in, 1);
-  m->dtype = (uint8_t)(b < 128 ? WEFT_DTYPE_FLOAT32 : b % WEFT_DTYPE_COUNT_);
-  b = (unsigned)fz_take(in, 1);
-  m->reduce_op = (uint8_t)(b < 128 ? WEFT_OP_SUM : b % WEFT_OP_COUNT_);
-  b = (unsigned)fz_take(in, 1);
-  m->ndim = (uint8_t)(b < 128 ? 1 : b % (WEFT_MAX_DIMS + 1));
-  for (int d = 0; d < m->ndim; d++) m->shape[d] = take_dim(in);
-  b = (unsigned)fz_take(in, 1);
-  m->root = m->coll == WF_COLL_BROADCAST ? (b < 240 ? (int32_t)(b % (unsigned)(S.n + 1)) : (int32_t)(fz_take(in, 4) >> 1))
-                                         : -1;
-  b = (unsigned)fz_take(in, 1);
-  m->device = b < 240 ? WEFT_DEVICE_CPU : (int32_t)(b % 4);
-  b = (unsigned)fz_take(in, 1);
-  m->priority = b < 200 ? (int32_t)(b % 5) - 2 : (int32_t)(uint32_t)fz_take(in, 4);
-  b = (unsigned)fz_take(in, 1);
-  m->unit = b < 128 ? 0 : b < 192 ? 2 : b < 224 ? 3 : (uint32_t)(fz_take(in, 3) % (WF_UNIT_MAX + 1));
-  m->prescale = take_scale(in);
-  m->postscale = take_scale(in);
-  if (m->coll == WF_COLL_ALLTOALL) {
-    b = (unsigned)fz_take(in, 1);
-    m->nsplits = b < 224 ? (uint32_t)S.n : 1 + b % (MAXN + 8);
-    for (uint32_t s = 0; s < m->nsplits; s++) splits[s] = take_dim(in);
-    m->splits = splits;
-  }
-  take_name(in, m->name);
-}
-
-/* What the API lets the coordinator's own rank submit. */
-static void as_api(wf_request_msg *m, int64_t *splits) {
-  m->device = WEFT_DEVICE_CPU;
-  for (int d = 0; d < m->ndim; d++) m->shape[d] %= 1025; /* fits memory */
-  if (m->coll == WF_COLL_BROADCAST) m->root %= S.n;
-  if (!(m->prescale - m->prescale == 0)) m->prescale = 1.0; /* finite */
-  if (!(m->postscale - m->postscale == 0)) m->postscale = 1.0;
-  if (m->coll == WF_COLL_ALLTOALL) {
-    for (int s = 0; s < S.n; s++) splits[s] = s < (int)m->nsplits ? splits[s] % 1025 : 1;
-    m->nsplits = (uint32_t)S.n;
-    m->splits = splits;
-  }
-}
-
 /* ------------------------------------------------------------ feeding the coordinator */
-static int g_debug; /* FZ_COORD_DEBUG=1: print requests and responses (to see what an input does) */
+int g_debug; /* FZ_COORD_DEBUG=1: print requests and responses (to see what an input does) */
 
 static void note_request(int rank, const wf_request_msg *m) {
   rec *r = get_rec(m->name);
@@ -481,174 +337,7 @@ static void send_join(int k, wf_request_msg *q) {
   send_requests(k, q, 1);
 }
 
-/* ------------------------------------------------------------ the validation oracle */
-/* The coordinator's calls of wf_validate come here (the target links with
- * -Wl,--wrap=wf_validate): the real one decides, and this oracle, written
- * from the rules (design.md: "ranks disagree (dtype, shape, op, root,
- * scales, 0-d)"), must decide the same: OK exactly when every request
- * agrees with the first on the collective, dtype, grouped op and device,
- * the collectives that need dimensions have some, no shape exceeds 2^63
- * bytes, allreduce / broadcast / reducescatter shapes are equal,
- * allgather / alltoall shapes equal but for the first dimension,
- * allreduce / reducescatter reduce ops and scales equal (as doubles
- * compare), broadcast roots equal and alltoall has one split per rank.
- * An OK response carries the row counts (allgather) or the split matrix
- * (alltoall) of exactly those requests; an error names the tensor. */
-weft_status __real_wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp,
-                               char *err, size_t errlen);
-weft_status __wrap_wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp,
-                               char *err, size_t errlen);
-
-static int oracle_agree(const wf_request_msg *const *reqs, int n) {
-  const wf_request_msg *a = reqs[0];
-  for (int r = 0; r < n; r++) {
-    const wf_request_msg *b = reqs[r];
-    uint8_t c = b->coll;
-    if (c != a->coll) return 0;
-    if ((c == WF_COLL_ALLGATHER || c == WF_COLL_ALLTOALL || c == WF_COLL_REDUCESCATTER) && b->ndim == 0) return 0;
-    uint64_t bytes = weft_dtype_size((weft_dtype)b->dtype);
-    for (int d = 0; d < b->ndim; d++) {
-      unsigned __int128 x = (unsigned __int128)bytes * (uint64_t)b->shape[d];
-      if (x > INT64_MAX) return 0;
-      bytes = (uint64_t)x;
-    }
-    if (c == WF_COLL_ALLTOALL && b->nsplits != (uint32_t)n) return 0;
-    if (r == 0) continue;
-    if (b->dtype != a->dtype || b->unit != a->unit || b->device != a->device || b->ndim != a->ndim) {
-      if (b->dtype != a->dtype || b->unit != a->unit || b->device != a->device) return 0;
-      if (c != WF_COLL_BARRIER) return 0; /* a barrier's shape is nobody's business */
-    }
-    int first = c == WF_COLL_ALLGATHER || c == WF_COLL_ALLTOALL; /* may differ */
-    if (c != WF_COLL_BARRIER)
-      for (int d = first; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return 0;
-    if ((c == WF_COLL_ALLREDUCE || c == WF_COLL_REDUCESCATTER) &&
-        (b->reduce_op != a->reduce_op || b->prescale != a->prescale || b->postscale != a->postscale))
-      return 0;
-    if (c == WF_COLL_BROADCAST && b->root != a->root) return 0;
-  }
-  return 1;
-}
-
-weft_status __wrap_wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp,
-                               char *err, size_t errlen) {
-  weft_status st = __real_wf_validate(reqs, n, ranks, resp, err, errlen);
-  if (st == WEFT_ERR_NO_MEMORY && g_period) return st;
-  int agree = oracle_agree(reqs, n);
-  const char *name = reqs[0]->name;
-  if (st == WEFT_OK && !agree) fz_fail("the coordinator accepted requests for '%s' that disagree", name);
-  if (st != WEFT_OK && agree) fz_fail("the coordinator rejected agreeing requests for '%s': %s", name, err);
-  if (st != WEFT_OK) {
-    char quoted[WF_NAME_MAX + 3];
-    snprintf(quoted, sizeof quoted, "'%s'", name);
-    if (st >= 0 || !strstr(err, quoted)) fz_fail("validation error %d for '%s' does not name it: %s", st, name, err);
-    return st;
-  }
-  uint8_t c = reqs[0]->coll;
-  uint32_t want = c == WF_COLL_ALLGATHER ? (uint32_t)n : c == WF_COLL_ALLTOALL ? (uint32_t)(n * n) : 0;
-  if (resp->nsizes != want) fz_fail("validated '%s' (%s): %u sizes, not %u", name, wf_coll_name(c), resp->nsizes, want);
-  for (int r = 0; r < n; r++) {
-    if (c == WF_COLL_ALLGATHER && resp->sizes[r] != reqs[r]->shape[0])
-      fz_fail("validated allgather '%s': rank %d's rows %lld, it sent %lld", name, r, (long long)resp->sizes[r],
-              (long long)reqs[r]->shape[0]);
-    for (int k = 0; c == WF_COLL_ALLTOALL && k < n; k++)
-      if (resp->sizes[r * n + k] != reqs[r]->splits[k])
-        fz_fail("validated alltoall '%s': split [%d][%d] is %lld, rank %d sent %lld", name, r, k,
-                (long long)resp->sizes[r * n + k], r, (long long)reqs[r]->splits[k]);
-  }
-  return st;
-}
-
-/* ------------------------------------------------------------ checking responses */
-static int is_fusable(uint8_t coll) {
-  return coll == WF_COLL_ALLREDUCE || coll == WF_COLL_ALLGATHER || coll == WF_COLL_REDUCESCATTER;
-}
-
-static void check_response(const wf_response_msg *r) {
-  if (g_debug) {
-    fprintf(stderr, "seq %llu %s %s:", (unsigned long long)r->seq, r->type == WF_RESP_OK ? "OK" : "ERROR",
-            wf_coll_name(r->coll));
-    for (uint32_t i = 0; i < r->nnames; i++) fprintf(stderr, " '%s'", r->names[i]);
-    fprintf(stderr, " sizes %u%s%s\n", r->nsizes, r->error ? ": " : "", r->error ? r->error : "");
-  }
-  if (r->seq != S.seq) fz_fail("response seq %llu, expected %llu", (unsigned long long)r->seq, (unsigned long long)S.seq);
-  S.seq++;
-  wf_buf b = {0};
-  if (wf_encode_responses(&b, 0, r, 1) != WEFT_OK)
-    fz_fail("the coordinator made a response its own encoder rejects (seq %llu, '%s'): %s", (unsigned long long)r->seq,
-            r->nnames ? r->names[0] : "", weft_last_error());
-  wf_buf_free(&b);
-  const char *first = r->names[0];
-  if (r->type == WF_RESP_ERROR) {
-    if (r->nnames != 1) fz_fail("an ERROR response names %u tensors", r->nnames);
-    rec *q = find_rec(first);
-    int msg = r->error && r->error[0];
-    if (!msg && !g_oom) fz_fail("ERROR response for '%s' without a message", first); /* no memory: members take "" */
-    if (r->coll == WF_COLL_JOIN) {
-      if (!q || !q->join) fz_fail("JOIN ERROR for '%s', which no rank joined with", first);
-    } else {
-      int any = 0;
-      for (int k = 0; q && k < S.n; k++) any += q->sub[k];
-      if (!any) fz_fail("ERROR response for '%s', which no rank requested", first);
-      char quoted[WF_NAME_MAX + 3];
-      snprintf(quoted, sizeof quoted, "'%s'", first);
-      if (msg && !strstr(r->error, quoted) && !(g_oom && r->status == WEFT_ERR_NO_MEMORY)) fz_fail("ERROR response for '%s' does not name it: %s", first, r->error);
-      q->resp++;
-    }
-    return;
-  }
-  /* OK */
-  if (r->error && r->error[0]) fz_fail("OK response with an error message");
-  if (r->nnames > 1 && !is_fusable(r->coll)) fz_fail("a %s response fused %u tensors", wf_coll_name(r->coll), r->nnames);
-  uint32_t want;
-  switch (r->coll) {
-    case WF_COLL_ALLREDUCE: want = 2 + r->nnames; break;
-    case WF_COLL_ALLGATHER: want = r->nnames * (uint32_t)S.n; break;
-    case WF_COLL_ALLTOALL: want = (uint32_t)(S.n * S.n); break;
-    case WF_COLL_JOIN: want = g_oom && !r->nsizes ? 0 : 1; break; /* out of memory: members take -1 */
-    default: want = 0;
-  }
-  if (r->nsizes != want)
-    fz_fail("OK %s response for %u tensor(s) ('%s') has %u sizes, members expect %u", wf_coll_name(r->coll), r->nnames,
-            first, r->nsizes, want);
-  if (r->coll == WF_COLL_ALLREDUCE && (r->sizes[0] >= WEFT_DTYPE_COUNT_ || r->sizes[1] >= WEFT_OP_COUNT_))
-    fz_fail("OK allreduce response: dtype %lld, op %lld", (long long)r->sizes[0], (long long)r->sizes[1]);
-  if (r->coll == WF_COLL_JOIN) {
-    rec *q = find_rec(first);
-    if (!q || !q->join) fz_fail("OK JOIN for '%s', which no rank joined with", first);
-    /* out of memory, a join's response may be lost: then the next one due matches */
-    while (g_oom && r->nsizes && S.join_oks > 1 && S.last_joined_at[S.join_head % 2048] != r->sizes[0])
-      S.join_head++, S.join_oks--;
-    if (S.join_oks == 0) fz_fail("OK JOIN for '%s' before every rank joined", first);
-    int last = S.last_joined_at[S.join_head % 2048];
-    S.join_head++, S.join_oks--;
-    if (r->nsizes && r->sizes[0] != last)
-      fz_fail("OK JOIN names rank %lld as the last to join, not %d", (long long)r->sizes[0], last);
-    return;
-  }
-  int stand_in = r->coll == WF_COLL_ALLREDUCE || r->coll == WF_COLL_BARRIER;
-  for (uint32_t i = 0; i < r->nnames; i++) {
-    rec *q = find_rec(r->names[i]);
-    if (!q) fz_fail("OK response for '%s', which no rank requested", r->names[i]);
-    q->resp++;
-    /* each OK used one request of every rank, each request at most once
-     * (errors use some too: the check is weaker after one, never wrong);
-     * a rank that joined may stand in instead: not counted either way */
-    for (int k = 0; k < S.n; k++) {
-      if (stand_in && S.joined_ever[k]) continue;
-      if (q->used[k] >= q->sub[k])
-        fz_fail("OK %s response for '%s', but rank %d's %d request(s) for it were used by %d earlier OK response(s)",
-                wf_coll_name(r->coll), r->names[i], k, q->sub[k], q->used[k]);
-      q->used[k]++;
-    }
-    if (S.mirror && wf_cache_assigns(r)) { /* a member runs the assignment */
-      q->id = wf_cache_assign(S.mirror, q->name, NULL, &q->epoch);
-      q->assigned = 1;
-      if (q->epoch != ++S.epoch) fz_fail("mirror: epoch %llu", (unsigned long long)q->epoch);
-    }
-  }
-}
-
+/* ------------------------------------------------------------ taking responses */
 static size_t take(uint64_t threshold) {
   wf_response_msg *out = NULL;
   size_t nready = S.c->nready;
@@ -675,22 +364,6 @@ static size_t take(uint64_t threshold) {
     if (d > g_now + HOLD_MAX_NS) fz_fail("holding %zu responses, next deadline %lld ns away", nready, (long long)(d - g_now));
   }
   return n;
-}
-
-static void check_deadline(void) {
-  if (!wf_coord_pending(S.c) && !S.c->units.len) return;
-  int64_t d = wf_coord_next_deadline(S.c), lim = g_now + (int64_t)(S.c->timeout * 1e9);
-  if (d > lim)
-    fz_fail("%zu tensor(s) pending, %zu unit(s) held, but the next deadline is %lld ns away (timeout %g s)",
-            wf_coord_pending(S.c), S.c->units.len, (long long)(d - g_now), S.c->timeout);
-}
-
-static void on_stall(void *ctx, const char *report, const uint8_t *submitted) {
-  (void)ctx;
-  int have = 0;
-  for (int k = 0; k < S.n; k++) have += submitted[k] != 0;
-  if (strncmp(report, "stalled: tensor '", 17) != 0) fz_fail("stall report: %s", report);
-  if (have == 0 || have == S.n) fz_fail("stall report with %d of %d ranks submitted: %s", have, S.n, report);
 }
 
 /* ------------------------------------------------------------ the run */
