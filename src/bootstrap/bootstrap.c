@@ -45,68 +45,21 @@
 #include "util/params.h"
 #include "util/time.h"
 
-#define MAX_PENDING 64       /* handshakes in flight on one listener */
-#define HELLO_BUF 4096       /* > the largest HELLO payload (3697 bytes) */
-#define PEER_ENTRY_MAX (2 + WF_HOST_MAX + 2 + WF_HOST_MAX + 5 * 4)
-#define BACKOFF_MIN_NS (10 * 1000000LL)
-#define BACKOFF_MAX_NS (200 * 1000000LL)
-#define ABORT_GRACE_NS (200 * 1000000LL)
-
-enum { PH_AUTH, PH_HDR, PH_BODY };
-enum { MODE_REGISTER, MODE_MESH };
-
-/* One accepted connection whose handshake (and, on rank 0, HELLO) is not
- * complete yet. */
-typedef struct pend {
-  int fd;
-  int phase;
-  int64_t deadline;
-  short events;
-  char addr[WF_ADDR_STR_MAX];
-  wf_auth_acc acc;
-  uint32_t rank;               /* authenticated rank (after PH_AUTH) */
-  uint8_t hdr[WF_FRAME_HDR_SIZE];
-  uint8_t body[HELLO_BUF];
-  size_t off, blen;
-} pend;
-
-typedef struct boot {
-  const wf_boot_cfg *cfg;
-  int rank, size;
-  wf_auth_params ap;
-  int64_t t0, deadline;
-  double timeout, hs_timeout;
-  struct sockaddr_in addr0;
-  char addr0_str[WF_ADDR_STR_MAX];
-  char host[WF_HOST_MAX + 1];
-  char boot_id[64];
-  int *fds;
-  wf_peer_info *peers;
-  char (*boot_ids)[64];        /* rank 0: every rank's boot id */
-  char **set_text;             /* rank 0: every rank's agreed settings (HELLO), malloc'd */
-  uint8_t (*set_digest)[WF_SETTINGS_DIGEST]; /* rank 0: and their digests */
-  int lfd;
-  char listen_str[WF_ADDR_STR_MAX];
-  pend pend[MAX_PENDING];
-  int npend;
-  int rejected;
-  char last_reject[400];
-  int abort_fd;                /* rank 0: an authenticated offender to tell */
-} boot;
+#include "bootstrap/bootstrap_impl.h"
 
 /* ------------------------------------------------------------ helpers */
 
 /* Copies a string, truncating to fit (snprintf("%s") would do, but gcc
  * then warns about every possible truncation). */
-static void copy_str(char *dst, size_t dstlen, const char *src) {
+void wf_boot_copy_str(char *dst, size_t dstlen, const char *src) {
   size_t n = strnlen(src, dstlen - 1);
   memcpy(dst, src, n);
   dst[n] = '\0';
 }
 
-static double elapsed(const boot *b) { return (double)(wf_now_ns() - b->t0) / 1e9; }
+double wf_boot_elapsed(const boot *b) { return (double)(wf_now_ns() - b->t0) / 1e9; }
 
-static void close_fd(int *fd) {
+void wf_boot_close_fd(int *fd) {
   if (*fd >= 0) close(*fd);
   *fd = -1;
 }
@@ -124,16 +77,16 @@ static void read_boot_id(char *out, size_t outlen) {
   out[strcspn(out, " \t\r\n")] = '\0';
 }
 
-static void my_host(const boot *b, char *out, size_t outlen) {
+void wf_boot_my_host(const boot *b, char *out, size_t outlen) {
   const char *h = b->cfg->hostname;
   if (h && *h) {
-    copy_str(out, outlen, h);
+    wf_boot_copy_str(out, outlen, h);
     return;
   }
   char buf[WF_HOST_MAX + 2];
   if (gethostname(buf, sizeof buf) != 0 || !buf[0]) snprintf(buf, sizeof buf, "localhost");
   buf[WF_HOST_MAX] = '\0';
-  copy_str(out, outlen, buf);
+  wf_boot_copy_str(out, outlen, buf);
 }
 
 /* Best effort, never waits: tell a registered rank why the job failed. */
@@ -156,7 +109,7 @@ static void drop_pend(boot *b, pend *pd, const char *why) {
     memcpy(b->last_reject + n, why, len);
     b->last_reject[(size_t)n + len] = '\0';
   }
-  close_fd(&pd->fd);
+  wf_boot_close_fd(&pd->fd);
 }
 
 /* "1, 2, 5" (the first few) into out. */
@@ -200,10 +153,10 @@ static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have)
                   "allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
                   r, h->host, h->listen_addr);
   wf_peer_info *p = &b->peers[r];
-  copy_str(p->host, sizeof p->host, h->host);
-  copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
+  wf_boot_copy_str(p->host, sizeof p->host, h->host);
+  wf_boot_copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
   p->pid = h->pid;
-  copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
+  wf_boot_copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
   if (b->set_text) {
     b->set_text[r] = strdup(h->settings);
     if (!b->set_text[r]) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
@@ -346,7 +299,7 @@ static weft_status check_registered(boot *b, int r) {
 
 /* Accepts until `need` ranks are connected (MODE_REGISTER: registered with
  * rank 0; MODE_MESH: every higher rank dialed in) or the deadline passes. */
-static weft_status serve(boot *b, int mode, int need) {
+weft_status wf_boot_serve(boot *b, int mode, int need) {
   int have = 0;
   weft_status st = WEFT_OK;
   int nfds = 1 + MAX_PENDING + (mode == MODE_REGISTER ? b->size : 0);
@@ -365,10 +318,10 @@ static weft_status serve(boot *b, int mode, int need) {
         snprintf(rej, sizeof rej, "; %d connection(s) were rejected, the last from %s", b->rejected, b->last_reject);
       if (mode == MODE_REGISTER)
         st = wf_err(WEFT_ERR_TIMEOUT, "rank 0: timed out after %.1f s at %s waiting for %d of %d ranks to register "
-                    "(missing: %s)%s", elapsed(b), b->listen_str, need - have, b->size, miss, rej);
+                    "(missing: %s)%s", wf_boot_elapsed(b), b->listen_str, need - have, b->size, miss, rej);
       else
         st = wf_err(WEFT_ERR_TIMEOUT, "rank %d: timed out after %.1f s waiting on %s for ranks %s to connect%s",
-                    b->rank, elapsed(b), b->listen_str, miss, rej);
+                    b->rank, wf_boot_elapsed(b), b->listen_str, miss, rej);
       goto out;
     }
     int n = 0;
@@ -513,7 +466,7 @@ static weft_status run_rank0(boot *b) {
   weft_status st = WEFT_OK;
   if (b->lfd < 0) st = wf_sock_listen(&b->addr0, &b->lfd, NULL, err, sizeof err); /* else pre-opened */
   if (st != WEFT_OK) return wf_err(st, "rank 0: %s", err);
-  copy_str(b->listen_str, sizeof b->listen_str, b->addr0_str);
+  wf_boot_copy_str(b->listen_str, sizeof b->listen_str, b->addr0_str);
   b->boot_ids = calloc((size_t)b->size, sizeof *b->boot_ids);
   if (!b->boot_ids) return wf_err(WEFT_ERR_NO_MEMORY, "rank 0: out of memory");
   if (b->cfg->settings) {
@@ -525,13 +478,13 @@ static weft_status run_rank0(boot *b) {
     wf_settings_text(b->cfg->settings, b->set_text[0], WF_SETTINGS_TEXT_MAX + 1);
     wf_settings_digest(b->cfg->settings, b->set_digest[0]);
   }
-  copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
-  copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
+  wf_boot_copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
+  wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
   b->peers[0].pid = (uint32_t)getpid();
-  copy_str(b->boot_ids[0], sizeof b->boot_ids[0], b->boot_id);
+  wf_boot_copy_str(b->boot_ids[0], sizeof b->boot_ids[0], b->boot_id);
 
-  WF_CHECK(serve(b, MODE_REGISTER, b->size - 1));
-  close_fd(&b->lfd);
+  WF_CHECK(wf_boot_serve(b, MODE_REGISTER, b->size - 1));
+  wf_boot_close_fd(&b->lfd);
   WF_CHECK(check_settings(b));
   WF_CHECK(compute_topology(b));
 
@@ -540,7 +493,7 @@ static weft_status run_rank0(boot *b) {
   st = wf_encode_peers(&buf, 0, &pm);
   if (st != WEFT_OK) {
     wf_buf_free(&buf);
-    copy_str(err, sizeof err, wf_err_msg()); /* wf_err must not read its own buffer */
+    wf_boot_copy_str(err, sizeof err, wf_err_msg()); /* wf_err must not read its own buffer */
     return wf_err(st, "rank 0: cannot encode the peer table: %s", err);
   }
   for (int r = 1; r < b->size && st == WEFT_OK; r++) {
@@ -553,189 +506,12 @@ static weft_status run_rank0(boot *b) {
   return st;
 }
 
-/* ------------------------------------------------- ranks > 0 */
-
-/* Connects and authenticates to rank j at a, retrying refused or dropped
- * attempts with backoff until the deadline (rank 0 may start late; a
- * listener may be busy). hs_each: bound each handshake by the handshake
- * timeout (rank 0 answers at once) instead of the whole deadline (a mesh
- * peer answers only once done dialing its own lower ranks). */
-static weft_status dial(boot *b, int j, const struct sockaddr_in *a, int hs_each, int *out) {
-  char as[WF_ADDR_STR_MAX], err[512] = "";
-  wf_sock_addr_str(a, as, sizeof as);
-  int64_t backoff = BACKOFF_MIN_NS;
-  int attempts = 0;
-  for (;;) {
-    int fd = -1;
-    attempts++;
-    weft_status st = wf_sock_connect(a, b->deadline, &fd, err, sizeof err);
-    if (st == WEFT_OK) {
-      int64_t hs = wf_deadline_after(b->hs_timeout);
-      st = wf_auth_connect(fd, &b->ap, (uint32_t)j, hs_each && hs < b->deadline ? hs : b->deadline, err,
-                           sizeof err);
-      if (st == WEFT_OK) {
-        *out = fd;
-        return WEFT_OK;
-      }
-      close(fd);
-      if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST)
-        return wf_err(st, "rank %d: handshake with rank %d at %s failed: %s", b->rank, j, as, err);
-    } else if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST) {
-      return wf_err(st, "rank %d: cannot connect to rank %d at %s: %s", b->rank, j, as, err);
-    }
-    WF_DEBUG(WF_SUB_BOOT, "rank %d: attempt %d to reach rank %d at %s: %s", b->rank, attempts, j, as, err);
-    int64_t now = wf_now_ns();
-    if (now >= b->deadline)
-      return wf_err(WEFT_ERR_TIMEOUT, "rank %d: could not reach rank %d at %s within %.1f s (%d attempts; last: %s)",
-                    b->rank, j, as, b->timeout, attempts, err);
-    int64_t nap = backoff < b->deadline - now ? backoff : b->deadline - now;
-    struct timespec ts = {(time_t)(nap / WF_NS_PER_SEC), (long)(nap % WF_NS_PER_SEC)};
-    nanosleep(&ts, NULL); /* EINTR: just retry sooner */
-    backoff = backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : backoff * 2;
-  }
-}
-
-/* Opens this rank's mesh listener on cfg->bind_addr or on the local address
- * of the connection to rank 0 (the interface that reaches the job). */
-static weft_status open_listener(boot *b) {
-  char err[256];
-  struct sockaddr_in la, via;
-  socklen_t len = sizeof via;
-  if (getsockname(b->fds[0], (struct sockaddr *)&via, &len) < 0)
-    return wf_err(WEFT_ERR_SYSTEM, "rank %d: getsockname: %s", b->rank, strerror(errno));
-  const char *bind = b->cfg->bind_addr;
-  if (bind && *bind) {
-    weft_status st = wf_sock_parse_addr(bind, 0, &la, err, sizeof err);
-    if (st != WEFT_OK) return wf_err(st, "rank %d: bad bind address (WEFT_BIND_ADDR): %s", b->rank, err);
-  } else {
-    la = via;
-    la.sin_port = 0;
-  }
-  if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&la)) {
-    wf_sock_addr_str(&la, b->listen_str, sizeof b->listen_str);
-    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
-                  "rank %d: listen address %s is not loopback, and without a job secret only 127.x addresses are "
-                  "allowed: set WEFT_SECRET (same value on every rank) to run across hosts",
-                  b->rank, b->listen_str);
-  }
-  struct sockaddr_in bound;
-  weft_status st = wf_sock_listen(&la, &b->lfd, &bound, err, sizeof err);
-  if (st != WEFT_OK) return wf_err(st, "rank %d: %s", b->rank, err);
-  /* a wildcard bind is announced under the address that reaches rank 0 */
-  if (bound.sin_addr.s_addr == htonl(INADDR_ANY)) bound.sin_addr = via.sin_addr;
-  wf_sock_addr_str(&bound, b->listen_str, sizeof b->listen_str);
-  return WEFT_OK;
-}
-
-static weft_status send_hello(boot *b) {
-  wf_hello_msg h;
-  memset(&h, 0, sizeof h);
-  h.rank = (uint32_t)b->rank;
-  h.size = (uint32_t)b->size;
-  h.pid = (uint32_t)getpid();
-  copy_str(h.host, sizeof h.host, b->host);
-  copy_str(h.boot_id, sizeof h.boot_id, b->boot_id);
-  copy_str(h.listen_addr, sizeof h.listen_addr, b->listen_str);
-  if (b->cfg->settings) {
-    wf_settings_text(b->cfg->settings, h.settings, sizeof h.settings);
-    wf_settings_digest(b->cfg->settings, h.settings_digest);
-  }
-  wf_buf buf = {0};
-  char err[256];
-  weft_status st = wf_encode_hello(&buf, h.rank, &h);
-  if (st != WEFT_OK) {
-    copy_str(err, sizeof err, wf_err_msg()); /* wf_err must not read its own buffer */
-    st = wf_err(st, "rank %d: cannot encode HELLO: %s", b->rank, err);
-  } else {
-    st = wf_sock_write_all(b->fds[0], buf.data, buf.len, b->deadline, NULL, err, sizeof err);
-    if (st != WEFT_OK) st = wf_err(st, "rank %d: cannot send HELLO to rank 0 at %s: %s", b->rank, b->addr0_str, err);
-  }
-  wf_buf_free(&buf);
-  return st;
-}
-
-/* Waits for rank 0's PEERS (or ABORT) and installs the table. */
-static weft_status recv_peers(boot *b) {
-  char err[512];
-  uint8_t hb[WF_FRAME_HDR_SIZE];
-  wf_frame_hdr h;
-  uint8_t *body = NULL;
-  wf_peers_msg pm = {0, NULL};
-  weft_status st = wf_sock_read_all(b->fds[0], hb, sizeof hb, b->deadline, NULL, err, sizeof err);
-  if (st == WEFT_ERR_PEER_LOST)
-    return wf_err(st, "rank %d: rank 0 at %s closed the connection before sending the peer table (rank 0 failed: "
-                  "see its log)", b->rank, b->addr0_str);
-  if (st == WEFT_ERR_TIMEOUT)
-    return wf_err(st, "rank %d: timed out after %.1f s waiting for the peer table from rank 0 at %s (some ranks "
-                  "never registered?)", b->rank, elapsed(b), b->addr0_str);
-  if (st != WEFT_OK) return wf_err(st, "rank %d: reading from rank 0 at %s: %s", b->rank, b->addr0_str, err);
-  uint64_t cap = 4 + (uint64_t)b->size * PEER_ENTRY_MAX;
-  if (cap < 2 + WF_ERRMSG_MAX) cap = 2 + WF_ERRMSG_MAX;
-  st = wf_frame_hdr_decode(hb, cap, 0, &h, err, sizeof err);
-  if (st == WEFT_OK && ((h.type != WF_MSG_PEERS && h.type != WF_MSG_ABORT) || h.src != 0)) {
-    snprintf(err, sizeof err, "expected PEERS from rank 0, got message type %u from rank %u", h.type, h.src);
-    st = WEFT_ERR_PROTOCOL;
-  }
-  if (st != WEFT_OK) return wf_err(st, "rank %d: from rank 0 at %s: %s", b->rank, b->addr0_str, err);
-  body = malloc(h.length ? (size_t)h.length : 1);
-  if (!body) return wf_err(WEFT_ERR_NO_MEMORY, "rank %d: out of memory for the peer table", b->rank);
-  st = wf_sock_read_all(b->fds[0], body, (size_t)h.length, b->deadline, NULL, err, sizeof err);
-  if (st != WEFT_OK) {
-    st = wf_err(st, "rank %d: reading the peer table from rank 0 at %s: %s", b->rank, b->addr0_str, err);
-    goto out;
-  }
-  if (h.type == WF_MSG_ABORT) {
-    char reason[WF_ERRMSG_MAX + 1];
-    st = wf_decode_abort(body, (size_t)h.length, reason, sizeof reason, err, sizeof err);
-    if (st == WEFT_OK) st = wf_err(WEFT_ERR_ABORTED, "rank %d: rank 0 aborted the rendezvous: %s", b->rank, reason);
-    else st = wf_err(st, "rank %d: bad ABORT from rank 0: %s", b->rank, err);
-    goto out;
-  }
-  st = wf_decode_peers(body, (size_t)h.length, &pm, err, sizeof err);
-  if (st != WEFT_OK) {
-    st = wf_err(st, "rank %d: bad peer table from rank 0: %s", b->rank, err);
-    goto out;
-  }
-  if (pm.size != (uint32_t)b->size || pm.peers[b->rank].pid != (uint32_t)getpid()) {
-    st = wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank 0's peer table has %u ranks (this rank: pid %u) but this is pid %u "
-                "of %d ranks", b->rank, pm.size, pm.size == (uint32_t)b->size ? pm.peers[b->rank].pid : 0,
-                (unsigned)getpid(), b->size);
-    goto out;
-  }
-  memcpy(b->peers, pm.peers, (size_t)b->size * sizeof *b->peers);
-out:
-  wf_peers_msg_free(&pm);
-  free(body);
-  return st;
-}
-
-static weft_status run_rank_i(boot *b) {
-  WF_CHECK(dial(b, 0, &b->addr0, 1, &b->fds[0]));
-  WF_CHECK(open_listener(b));
-  WF_CHECK(send_hello(b));
-  WF_CHECK(recv_peers(b));
-  /* full mesh: dial every lower rank, then accept every higher one */
-  for (int j = 1; j < b->rank; j++) {
-    struct sockaddr_in a;
-    char err[256];
-    weft_status st = wf_sock_parse_addr(b->peers[j].listen_addr, 1, &a, err, sizeof err);
-    if (st != WEFT_OK) return wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank %d's address: %s", b->rank, j, err);
-    if (b->ap.secret_len == 0 && !wf_sock_is_loopback(&a))
-      return wf_err(WEFT_ERR_INVALID_ARGUMENT, "rank %d: rank %d listens on %s, not loopback, and no job secret is "
-                    "set: set WEFT_SECRET", b->rank, j, b->peers[j].listen_addr);
-    WF_CHECK(dial(b, j, &a, 0, &b->fds[j]));
-  }
-  WF_CHECK(serve(b, MODE_MESH, b->size - 1 - b->rank));
-  close_fd(&b->lfd);
-  return WEFT_OK;
-}
-
 /* ------------------------------------------------- entry points */
 
 void wf_boot_result_free(wf_boot_result *r) {
   if (!r) return;
   if (r->fds)
-    for (int i = 0; i < r->size; i++) close_fd(&r->fds[i]);
+    for (int i = 0; i < r->size; i++) wf_boot_close_fd(&r->fds[i]);
   free(r->fds);
   free(r->peers);
   memset(r, 0, sizeof *r);
@@ -756,7 +532,7 @@ static weft_status boot_init(boot *b, const wf_boot_cfg *cfg) {
   b->deadline = wf_deadline_after(b->timeout);
   b->ap = (wf_auth_params){cfg->secret, cfg->secret_len, cfg->job_id ? cfg->job_id : "", (uint32_t)cfg->rank,
                            (uint32_t)cfg->size};
-  my_host(b, b->host, sizeof b->host);
+  wf_boot_my_host(b, b->host, sizeof b->host);
   read_boot_id(b->boot_id, sizeof b->boot_id);
   b->fds = malloc((size_t)b->size * sizeof *b->fds);
   b->peers = calloc((size_t)b->size, sizeof *b->peers);
@@ -794,12 +570,12 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
     else close(cfg->listen_fd);
   }
   if (st == WEFT_OK && b->size == 1) {
-    copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
-    copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");
+    wf_boot_copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
+    wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");
     b->peers[0].pid = (uint32_t)getpid();
     b->peers[0].local_size = b->peers[0].cross_size = 1;
   } else if (st == WEFT_OK) {
-    st = b->rank == 0 ? run_rank0(b) : run_rank_i(b);
+    st = b->rank == 0 ? run_rank0(b) : wf_boot_join(b);
   }
   for (int i = 0; st == WEFT_OK && i < b->size; i++) {
     char err[128];
@@ -813,22 +589,22 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
     b->fds = NULL;
     b->peers = NULL;
     WF_INFO(WF_SUB_BOOT, "rank %d: rendezvous done in %.2f s: %d ranks, local %d/%d, cross %d/%d", b->rank,
-            elapsed(b), b->size, out->local_rank, out->local_size, out->cross_rank, out->cross_size);
+            wf_boot_elapsed(b), b->size, out->local_rank, out->local_size, out->cross_rank, out->cross_size);
   } else if (b->rank == 0 && b->size > 1) {
     /* every rank that registered learns why the job failed */
     char reason[1024];
-    copy_str(reason, sizeof reason, wf_err_msg());
+    wf_boot_copy_str(reason, sizeof reason, wf_err_msg());
     if (b->abort_fd >= 0) send_abort(b, b->abort_fd, reason);
     for (int r = 1; r < b->size; r++)
       if (b->fds[r] >= 0) send_abort(b, b->fds[r], reason);
     wf_err(st, "%s", reason);
   }
   /* on success only the listener is left here; on error, everything */
-  close_fd(&b->lfd);
-  close_fd(&b->abort_fd);
-  for (int i = 0; i < b->npend; i++) close_fd(&b->pend[i].fd);
+  wf_boot_close_fd(&b->lfd);
+  wf_boot_close_fd(&b->abort_fd);
+  for (int i = 0; i < b->npend; i++) wf_boot_close_fd(&b->pend[i].fd);
   if (b->fds)
-    for (int i = 0; i < b->size; i++) close_fd(&b->fds[i]);
+    for (int i = 0; i < b->size; i++) wf_boot_close_fd(&b->fds[i]);
   free(b->fds);
   free(b->peers);
   free(b->boot_ids);

@@ -126,7 +126,7 @@ static const wf_param g_params[] = {
      "1: where the host's cores suffice, each rank folds its own slice of a split fast-path allreduce, from its own input (a quarter less copying; a rank stopped after arriving holds the others up until it runs again or is declared lost); 0: any rank folds any slice (the others fold a stopped rank's)",
      WF_SCOPE_AGREED, F(fast_split_own), "0|1"},
     {"WEFT_FAST_CMA_BYTES", NULL, WF_PARAM_INT, "0",
-     "fast-path allgather/alltoall inputs from this size on stay in place and are read across processes (one copy instead of two, but a cross-process read runs at a third of memcpy's speed here: off by default; needs WEFT_CMA, not with more ranks than cores); 0: never",
+     "fast-path allgather/alltoall inputs from this size on stay in place and are read across processes (one copy instead of two, but a cross-process read is slower than memcpy: off by default, see bench/NOTES.md; needs WEFT_CMA, not with more ranks than cores); 0: never",
      WF_SCOPE_AGREED, F(fast_cma_bytes), NULL},
     {"WEFT_FAST_WAIT_SECONDS", NULL, WF_PARAM_DOUBLE, "0.2",
      "a fast-path op not submitted by every local rank within this long (at most a quarter of WEFT_TIMEOUT_SECONDS) is negotiated by the coordinator",
