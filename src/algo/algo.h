@@ -27,6 +27,8 @@ typedef struct wf_topo {
   const int *pid_of;   /* group rank -> process id (meaningful on this host) */
   int cma;             /* 1: this rank may read every same-host member's memory
                           with process_vm_readv (cross-memory attach) */
+  int rings;           /* 1: the same-host members talk through the shared-memory
+                          ring transport (0: no host segment, e.g. WEFT_TRANSPORT=tcp) */
   struct wf_stage *stage; /* the host's shm staging regions (algo/shm_stage.h): set
                              on the world group only, when all its ranks are local */
 } wf_topo;
@@ -134,7 +136,7 @@ void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outle
 
 /* The board row, the first of every table: whether a collective c of bytes
  * per member on n members of one host goes on the negotiation board
- * (negotiate/onehost.c asks before the coordinator is involved), given the
+ * (engine/onehost.c asks before the coordinator is involved), given the
  * board's slot sizes (part_bytes: the pooled slots; large_bytes: the large
  * ones) and the settings. For an allreduce, *split says whether the round
  * is split (each slice folded once; own: members fold their own slices).

@@ -13,7 +13,11 @@
  *           (wf_stage_supports decides what staging can run);
  *   hier    the group spans hosts and the hierarchical rule holds
  *           (WEFT_HIERARCHICAL, per collective: wf_hier_rule);
- *   cma     one host with cross-memory attach (wf_cma_usable);
+ *   cma     one host with cross-memory attach (wf_cma_usable) and no shared-
+ *           memory rings between the members (no host segment: WEFT_TRANSPORT=
+ *           tcp, or /dev/shm unusable). With the rings, the ring transport's
+ *           algorithms are as fast or faster, and staging (the world group)
+ *           faster still: see bench/NOTES.md (staging, CMA and rings);
  *   any     anywhere.
  * Size: the collective's elements times the element size: allreduce and
  * broadcast the buffer, allgather the whole output, reducescatter the whole
@@ -158,7 +162,7 @@ static int where_holds(sel_where w, const wf_coll_args *a) {
     case SEL_BOARD: return board_row(a);
     case SEL_STAGED: return a->topo && a->topo->stage;
     case SEL_HIER: return wf_hier_rule(a);
-    case SEL_CMA: return wf_cma_usable(a);
+    case SEL_CMA: return wf_cma_usable(a) && !(a->topo && a->topo->rings);
     case SEL_ANY: return 1;
   }
   return 0;
@@ -223,7 +227,7 @@ static void put_where(char *out, size_t outlen, size_t *o, wf_coll c, sel_where 
   switch (w) {
     case SEL_BOARD: put(out, outlen, o, "one host, board"); return;
     case SEL_STAGED: put(out, outlen, o, "one host, staging"); return;
-    case SEL_CMA: put(out, outlen, o, "one host, cma"); return;
+    case SEL_CMA: put(out, outlen, o, "one host without rings, cma"); return;
     case SEL_ANY: put(out, outlen, o, "any"); return;
     case SEL_HIER: {
       int64_t m = wf_hier_mode(c, s);

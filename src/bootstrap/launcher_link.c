@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
 #include "util/log.h"
 
 /* The number after the first "<key>" in msg that is a rank of the world
@@ -87,7 +86,7 @@ out:
 
 void wf_launcher_link_init(void) { (void)pthread_once(&g_once, link_init_once); }
 
-void wf_launcher_link_report(const struct weft_world *w, weft_status st, const char *msg) {
+void wf_launcher_link_report(int rank, int size, weft_status st, const char *msg) {
   wf_launcher_link_init(); /* done already by weft_init: only reads here */
   if (g_link.fd < 0) return;
   int saved = errno;
@@ -97,11 +96,11 @@ void wf_launcher_link_report(const struct weft_world *w, weft_status st, const c
     errno = saved;
     return;
   }
-  int cause = wf_launcher_link_cause(st, msg, w->rank, w->size);
+  int cause = wf_launcher_link_cause(st, msg, rank, size);
   char line[160], who[16];
   if (cause >= 0) snprintf(who, sizeof who, "%d", cause);
   else snprintf(who, sizeof who, "self");
-  int n = snprintf(line, sizeof line, "weft-link %s rank=%d cause=%s status=%d\n", g_link.tag, w->rank, who, (int)st);
+  int n = snprintf(line, sizeof line, "weft-link %s rank=%d cause=%s status=%d\n", g_link.tag, rank, who, (int)st);
   if (n > 0 && (size_t)n < sizeof line) {
     ssize_t wr;
     do wr = write(g_link.fd, line, (size_t)n);

@@ -18,19 +18,19 @@
  * the line is written only if the fd still refers to that same file, so a
  * process that inherited the variables but not the pipe, and has another
  * file open at that number, never gets the line in its file. */
-#ifndef WF_API_LAUNCHER_LINK_H
-#define WF_API_LAUNCHER_LINK_H
+#ifndef WF_BOOTSTRAP_LAUNCHER_LINK_H
+#define WF_BOOTSTRAP_LAUNCHER_LINK_H
 
 #include "weft.h"
 
-struct weft_world;
 /* Reads (and unsets) WEFT_LAUNCHER_FD and WEFT_LAUNCHER_TAG, the first time
  * it is called in the process; later calls do nothing. weft_init calls it
  * before it starts any thread of its own. */
 void wf_launcher_link_init(void);
 
-/* Engine or caller thread; called once, on the world's first failure. */
-void wf_launcher_link_report(const struct weft_world *w, weft_status st, const char *msg);
+/* Engine or caller thread; called once, on the world's first failure:
+ * this rank (of size) failed with st and msg. */
+void wf_launcher_link_report(int rank, int size, weft_status st, const char *msg);
 
 /* The rank msg blames (see above), or -1 for the rank's own failure. self:
  * this rank; size: the world size. Exposed for unit tests. */

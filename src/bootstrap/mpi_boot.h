@@ -30,6 +30,9 @@
 
 #include "weft.h"
 
+/* What every MPI entry point of a build without MPI says (mpi_none.c). */
+#define WF_NO_MPI_MSG "weft was built without MPI (rebuild with -DWEFT_WITH_MPI=ON; Debian: libopenmpi-dev)"
+
 typedef struct wf_mpi_comm wf_mpi_comm; /* the job's dup'ed MPI_COMM_WORLD */
 
 /* 1 if this build has MPI support. */

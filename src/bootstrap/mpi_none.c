@@ -1,11 +1,8 @@
 /* mpi_none.c - the MPI entry points of a build without MPI (WEFT_WITH_MPI
- * off or MPI not found): each says so. Compiled instead of mpi_boot.c and
- * transport/mpi.c. */
+ * off or MPI not found): each says so. Compiled instead of mpi_boot.c (and
+ * transport/mpi_none.c instead of transport/mpi.c). */
 #include "bootstrap/mpi_boot.h"
-#include "transport/mpi.h"
 #include "util/err.h"
-
-#define NO_MPI "weft was built without MPI (rebuild with -DWEFT_WITH_MPI=ON; Debian: libopenmpi-dev)"
 
 int wf_mpi_built(void) { return 0; }
 
@@ -15,7 +12,7 @@ weft_status wf_mpi_comm_open(double timeout_seconds, wf_mpi_comm **out, int *ran
   (void)timeout_seconds;
   *out = NULL;
   *rank = *size = -1;
-  return wf_err(WEFT_ERR_NOT_SUPPORTED, NO_MPI);
+  return wf_err(WEFT_ERR_NOT_SUPPORTED, WF_NO_MPI_MSG);
 }
 
 void wf_mpi_comm_close(wf_mpi_comm *c) { (void)c; }
@@ -30,33 +27,6 @@ weft_status wf_mpi_boot_exchange(wf_mpi_comm *c, const char *bind_addr, const ch
   (void)c, (void)bind_addr, (void)host, (void)timeout_seconds, (void)addr, (void)addrlen, (void)secret, (void)cap,
       (void)slen;
   *lfd = -1;
-  return wf_err(WEFT_ERR_NOT_SUPPORTED, NO_MPI);
+  return wf_err(WEFT_ERR_NOT_SUPPORTED, WF_NO_MPI_MSG);
 }
 
-weft_status wf_mpi_tr_create(wf_mpi_comm *c, const wf_mpi_tr_cfg *cfg, wf_mpi_tr **out) {
-  (void)c, (void)cfg;
-  *out = NULL;
-  return wf_err(WEFT_ERR_NOT_SUPPORTED, "WEFT_TRANSPORT=mpi: " NO_MPI);
-}
-
-void wf_mpi_tr_destroy(wf_mpi_tr *t) { (void)t; }
-
-wf_transport *wf_mpi_tr_transport(wf_mpi_tr *t) {
-  (void)t;
-  return NULL;
-}
-
-int wf_mpi_tr_progress(wf_mpi_tr *t) {
-  (void)t;
-  return 0;
-}
-
-int wf_mpi_tr_active(const wf_mpi_tr *t) {
-  (void)t;
-  return 0;
-}
-
-size_t wf_mpi_tr_bytes(const wf_mpi_tr *t) {
-  (void)t;
-  return 0;
-}

@@ -6,7 +6,7 @@
  * nearest deadline passes. Control frames are decoded and acted on in
  * inbox.c. */
 #include "engine/engine.h"
-#include "negotiate/onehost.h"
+#include "engine/onehost.h"
 #include "engine/local.h"
 
 #include <errno.h>
@@ -59,7 +59,7 @@ void wf_world_fail(weft_world *w, weft_status st, const char *fmt, ...) {
   pthread_mutex_unlock(&w->mu);
   if (first && st != WEFT_ERR_SHUTDOWN) WF_WARN(WF_SUB_ENGINE, "%s", msg);
   if (st == WEFT_ERR_PEER_LOST) wf_mpi_peer_lost();
-  if (first && st != WEFT_ERR_SHUTDOWN) wf_launcher_link_report(w, st, msg); /* weftrun: who caused it */
+  if (first && st != WEFT_ERR_SHUTDOWN) wf_launcher_link_report(w->rank, w->size, st, msg); /* weftrun: who caused it */
   wf_engine_wake(w);
 }
 

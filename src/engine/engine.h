@@ -140,7 +140,7 @@ struct weft_world {
   int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
 
-  /* the one-host path's own state (negotiate/onehost.c; opaque here) */
+  /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
 };
 

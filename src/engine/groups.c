@@ -55,7 +55,8 @@ static int topo_fill(weft_world *w, wf_gstate *gs) {
     host_of[i] = map[c];
     pid_of[i] = (int)p->pid;
   }
-  gs->topo = (wf_topo){nh, host_of, pid_of, cma, NULL}; /* stage: engine/local.c */
+  gs->topo = (wf_topo){.nhosts = nh, .host_of = host_of, .pid_of = pid_of, .cma = cma, .rings = w->shm != NULL};
+  /* .stage: engine/local.c */
   return 0;
 }
 

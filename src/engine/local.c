@@ -12,7 +12,7 @@
 
 #include "algo/shm_stage.h"
 #include "host/cma_agree.h"
-#include "negotiate/onehost.h"
+#include "engine/onehost.h"
 #include "util/params.h"
 #include <string.h>
 #include "host/segment.h"

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
-#include "negotiate/onehost.h"
+#include "engine/onehost.h"
 #include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"

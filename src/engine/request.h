@@ -29,7 +29,7 @@ struct weft_group {
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
   _Atomic uint64_t barrier_count; /* unnamed barriers so far */
-  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (negotiate/onehost.c) */
+  _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (engine/onehost.c) */
   struct weft_group *next; /* registration list (new_groups; reversed by the engine) */
   struct weft_group *dead_next; /* removal list (dead_groups): its own link, as a group may be on both at once */
 };
@@ -78,7 +78,7 @@ struct weft_request {
   int64_t *recv_splits;      /* alltoall: group size entries */
   int nrecv_splits;
 
-  /* one-host fast path (negotiate/onehost.c) */
+  /* one-host fast path (engine/onehost.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (onehost.c) */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */
   weft_status fast_status;   /* remote round (F_DRAIN): this rank's outcome, kept until the others read */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "negotiate/onehost.h"
+#include "engine/onehost.h"
 #include "util/err.h"
 #include "util/strmap.h"
 

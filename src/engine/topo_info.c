@@ -41,7 +41,7 @@ weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
       memcpy(v->host_name[t->host_of[i]], w->peers[i].host, sizeof v->host_name[0]);
   }
   if (n == 1) v->local_rank[0] = 0; /* a world of one has no rendezvous */
-  v->topo = (wf_topo){t->nhosts, thost, tpid, t->cma, t->stage};
+  v->topo = (wf_topo){.nhosts = t->nhosts, .host_of = thost, .pid_of = tpid, .cma = t->cma, .rings = t->rings, .stage = t->stage};
   v->set = w->set;
   int mpi = !strcmp(w->set.transport, "mpi");
   v->cross_transport = mpi ? "mpi" : "tcp";

@@ -21,15 +21,16 @@
  *    world) take every case here: none may decline. The tests that force
  *    run with WEFT_FAST=0, so that small operations reach the algorithm
  *    instead of the one-host fast path;
- *  - with MP_CMA_EXPECT=auto (and nothing forced), that the automatic choice
+ *  - with MP_CMA_EXPECT=auto (and nothing forced; run without shared memory,
+ *    WEFT_TRANSPORT=tcp, where the cma rows apply), that the automatic choice
  *    took cma exactly from the measured thresholds on (predicted here as
  *    the cma rows of the selection table in src/algo/select.c take it:
  *    allreduce 2 MiB on 2 ranks, else 256 KiB; reducescatter 1 MiB /
  *    256 KiB of input; allgather 1 MiB of output; broadcast 64 KiB on 3+
  *    ranks; alltoall always) and nothing else took it: without this a cma
  *    that the table never chose passed on direct's bits. With
- *    MP_CMA_EXPECT=none (WEFT_CMA=0, or a rank that cannot read the others),
- *    that no operation ran cma. Fused tensors are not checked: what fused
+ *    MP_CMA_EXPECT=none (WEFT_CMA=0, a rank that cannot read the others, or
+ *    the shared-memory rings present), that no operation ran cma. Fused tensors are not checked: what fused
  *    (and so the size the choice saw) depends on timing.
  *
  * Usage (under weftrun -np N): mp_cma [--large COUNT] [--seed S] */

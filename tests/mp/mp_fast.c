@@ -1,4 +1,4 @@
-/* mp_fast.c - the one-host fast path (src/negotiate/onehost.c, board.c): small
+/* mp_fast.c - the one-host fast path (src/engine/onehost.c, src/negotiate/board.c): small
  * allreduces, broadcasts and barriers of groups whose members all share this
  * host complete in shared memory; the rest, and every round not complete
  * within WEFT_FAST_WAIT_SECONDS, take the coordinator path.

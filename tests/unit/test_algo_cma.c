@@ -450,7 +450,7 @@ static void test_registry(void) {
 
 int main(void) {
   for (int i = 0; i < MAXP; i++) g_pids[i] = (int)getpid();
-  g_topo = (wf_topo){1, g_hosts, g_pids, 1, NULL};
+  g_topo = (wf_topo){.nhosts = 1, .host_of = g_hosts, .pid_of = g_pids, .cma = 1};
   test_steps();
   test_registry();
   static const dtop k_red[] = {

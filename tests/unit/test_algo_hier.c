@@ -67,7 +67,7 @@ static int layouts(int p, layout_t *out) {
   return n;
 }
 
-static wf_topo topo_of(const layout_t *L) { return (wf_topo){L->H, L->host_of, NULL, 0, NULL}; }
+static wf_topo topo_of(const layout_t *L) { return (wf_topo){.nhosts = L->H, .host_of = L->host_of}; }
 
 /* Bytes sent by rank i to ranks on other hosts in its schedule. */
 static size_t cross_bytes(const simrank *R, int i, const layout_t *L) {
@@ -278,8 +278,8 @@ static void test_choice(void) {
   static float buf[64];
   size_t counts[4] = {2, 2, 2, 2}, displs[4] = {0, 2, 4, 6};
   int two[4] = {0, 0, 1, 1}, spread[4] = {0, 1, 2, 3}, one[4] = {0, 0, 0, 0}, bad[4] = {0, 2, 1, 1};
-  wf_topo t2 = {2, two, NULL, 0, NULL}, t4 = {4, spread, NULL, 0, NULL}, t1 = {1, one, NULL, 0, NULL},
-          tbad = {3, bad, NULL, 0, NULL};
+  wf_topo t2 = {.nhosts = 2, .host_of = two}, t4 = {.nhosts = 4, .host_of = spread}, t1 = {.nhosts = 1, .host_of = one},
+          tbad = {.nhosts = 3, .host_of = bad};
   const char *modes[] = {NULL, "-1", "0", "1"};
   for (int mi = 0; mi < 4; mi++) {
     int mode = modes[mi] ? atoi(modes[mi]) : -1;

@@ -48,7 +48,7 @@ static inline void host_init(host *H, int n, size_t bytes, int64_t spin_ns) {
     CHECK(wf_stage_create(n, i, H->mem, bytes, NULL, NULL, &H->g[i]) == WEFT_OK, "wf_stage_create: %s",
           wf_err_msg());
     wf_stage_set_spin(H->g[i], spin_ns);
-    H->topo[i] = (wf_topo){1, H->hosts, H->pids, 0, H->g[i]};
+    H->topo[i] = (wf_topo){.nhosts = 1, .host_of = H->hosts, .pid_of = H->pids, .rings = 1, .stage = H->g[i]};
   }
 }
 

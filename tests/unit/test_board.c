@@ -34,7 +34,7 @@
 
 #include "negotiate/board.h"
 #include "engine/engine.h"
-#include "negotiate/onehost.h"
+#include "engine/onehost.h"
 #include "unit_check.h"
 #include "util/strmap.h"
 #include "util/time.h"

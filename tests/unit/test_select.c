@@ -25,7 +25,7 @@ static char g_mem[64]; /* buffers are never touched: nothing runs */
 
 /* Topologies: one host without / with cross-memory attach, two hosts of two
  * ranks each (4 ranks), two hosts of one rank each (2 ranks). */
-static wf_topo g_plain, g_cma, g_hosts22, g_hosts11, g_hosts22_cma;
+static wf_topo g_plain, g_cma, g_cma_rings, g_hosts22, g_hosts11, g_hosts22_cma;
 
 static void topos_init(void) {
   for (int i = 0; i < MAXP; i++) {
@@ -34,11 +34,12 @@ static void topos_init(void) {
     g_two2[i] = i / 2; /* 0 0 1 1 */
     g_two1[i] = i;     /* 0 1 */
   }
-  g_plain = (wf_topo){1, g_one, g_pids, 0, NULL};
-  g_cma = (wf_topo){1, g_one, g_pids, 1, NULL};
-  g_hosts22 = (wf_topo){2, g_two2, g_pids, 0, NULL};
-  g_hosts22_cma = (wf_topo){2, g_two2, g_pids, 1, NULL}; /* cma is for one host only */
-  g_hosts11 = (wf_topo){2, g_two1, g_pids, 0, NULL};
+  g_plain = (wf_topo){.nhosts = 1, .host_of = g_one, .pid_of = g_pids};
+  g_cma = (wf_topo){.nhosts = 1, .host_of = g_one, .pid_of = g_pids, .cma = 1}; /* no rings: WEFT_TRANSPORT=tcp */
+  g_cma_rings = (wf_topo){.nhosts = 1, .host_of = g_one, .pid_of = g_pids, .cma = 1, .rings = 1};
+  g_hosts22 = (wf_topo){.nhosts = 2, .host_of = g_two2, .pid_of = g_pids};
+  g_hosts22_cma = (wf_topo){.nhosts = 2, .host_of = g_two2, .pid_of = g_pids, .cma = 1}; /* cma is for one host only */
+  g_hosts11 = (wf_topo){.nhosts = 2, .host_of = g_two1, .pid_of = g_pids};
 }
 
 /* Arguments of coll on p ranks (this rank the last) over n elements of es
@@ -92,6 +93,12 @@ static void test_allreduce(void) {
   EXPECT(WF_COLL_ALLREDUCE, 2, 4, 64 * KiB, &g_cma, d, "direct"); /* 256 KiB: 3 ranks' bound, not 2 ranks' */
   EXPECT(WF_COLL_ALLREDUCE, 2, 4, 256 * KiB, &g_cma, d, "direct"); /* 1 MiB */
   EXPECT(WF_COLL_ALLREDUCE, 1, 4, 64 * MiB, &g_cma, d, "direct");  /* one rank: nothing to attach to */
+  /* with the shared-memory rings, the ring transport's algorithms at every size */
+  EXPECT(WF_COLL_ALLREDUCE, 2, 4, 64 * MiB, &g_cma_rings, d, "direct");
+  EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, &g_cma_rings, d, "direct");
+  EXPECT(WF_COLL_ALLGATHER, 4, 4, 64 * MiB, &g_cma_rings, d, "ring");
+  EXPECT(WF_COLL_BROADCAST, 4, 4, 64 * MiB, &g_cma_rings, d, "chain");
+  EXPECT(WF_COLL_REDUCESCATTER, 4, 4, 64 * MiB, &g_cma_rings, d, "direct");
   EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, &g_plain, d, "direct");
   EXPECT(WF_COLL_ALLREDUCE, 4, 4, 64 * MiB, NULL, d, "direct");
   EXPECT(WF_COLL_ALLREDUCE, 4, 4, 0, &g_cma, d, "direct");
@@ -199,6 +206,7 @@ static void test_alltoall(void) {
   EXPECT(WF_COLL_ALLTOALL, 2, 4, 0, &g_cma, d, "cma"); /* any size */
   EXPECT(WF_COLL_ALLTOALL, 2, 4, 1, &g_cma, d, "cma");
   EXPECT(WF_COLL_ALLTOALL, 5, 1, 64 * MiB, &g_cma, d, "cma");
+  EXPECT(WF_COLL_ALLTOALL, 4, 4, 64 * MiB, &g_cma_rings, d, "pairwise"); /* with the rings */
   EXPECT(WF_COLL_ALLTOALL, 1, 4, 1, &g_cma, d, "pairwise");
   EXPECT(WF_COLL_ALLTOALL, 4, 4, 1, &g_plain, d, "pairwise");
   EXPECT(WF_COLL_ALLTOALL, 4, 4, 1, &g_hosts22, d, "pairwise");
@@ -217,7 +225,8 @@ static void test_staged(void) {
     if (mem[i]) memset(mem[i], 0, bytes);
   }
   CHECK(wf_stage_create(N, N - 1, mem, bytes, NULL, NULL, &g) == WEFT_OK && g, "wf_stage_create: %s", wf_err_msg());
-  wf_topo st = {1, g_one, g_pids, 0, g}, stc = {1, g_one, g_pids, 1, g};
+  wf_topo st = {.nhosts = 1, .host_of = g_one, .pid_of = g_pids, .rings = 1, .stage = g},
+          stc = {.nhosts = 1, .host_of = g_one, .pid_of = g_pids, .cma = 1, .rings = 1, .stage = g};
   const wf_settings *d = NULL;
   const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_ALLTOALL,
                            WF_COLL_REDUCESCATTER};
@@ -225,10 +234,11 @@ static void test_staged(void) {
     EXPECT(colls[c], N, 4, 1, &st, d, "shm");
     EXPECT(colls[c], N, 4, 64 * MiB, &stc, d, "shm"); /* ahead of cma */
   }
-  /* alltoall: block_max unknown (0): staging declines, cma takes it */
+  /* alltoall: block_max unknown (0): staging declines; staging means the
+   * rings are there, so not cma either: pairwise */
   wf_coll_args a = args(WF_COLL_ALLTOALL, N, 4, 1000, &stc, d);
   a.block_max = 0;
-  CHECK(!strcmp(pick(&a), "cma"), "alltoall without block_max on staging+cma: %s, want cma", pick(&a));
+  CHECK(!strcmp(pick(&a), "pairwise"), "alltoall without block_max on staging+cma: %s, want pairwise", pick(&a));
   /* the allreduce staged takes fused tensors where they lie */
   a = args(WF_COLL_ALLREDUCE, N, 4, 1000, &st, d);
   CHECK(wf_algo_takes_segments(&a, NULL), "staged allreduce: does not take segments");
@@ -263,7 +273,7 @@ static void test_describe(void) {
   const char *want_ar =
       "one host, board: every rank folds every input up to 256 KiB (WEFT_FAST_ALLREDUCE_BYTES), split folds from "
       "16 KiB (WEFT_FAST_SPLIT_BYTES) on 3+ ranks, up to the board's large slots -> board; one host, staging: any "
-      "size -> shm; spans hosts, some host with several ranks: any size -> hier; one host, cma, 2 ranks: >= 2 MiB -> cma; one host, cma, "
+      "size -> shm; spans hosts, some host with several ranks: any size -> hier; one host without rings, cma, 2 ranks: >= 2 MiB -> cma; one host without rings, cma, "
       ">= 3 ranks: >= 256 KiB -> cma; any: any size -> direct";
   CHECK(!strcmp(out, want_ar), "allreduce table:\n  %s\nwant\n  %s", out, want_ar);
   wf_settings s = *wf_settings_default();
@@ -272,14 +282,14 @@ static void test_describe(void) {
   wf_select_describe(WF_COLL_BROADCAST, &s, out, sizeof out);
   const char *want_bc =
       "one host, board: up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board; one host, staging: any size "
-      "-> shm; spans hosts, hierarchical off: any size -> hier; one host, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
+      "-> shm; spans hosts, hierarchical off: any size -> hier; one host without rings, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
       "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any: any size -> chain";
   CHECK(!strcmp(out, want_bc), "broadcast table:\n  %s\nwant\n  %s", out, want_bc);
   wf_select_describe(WF_COLL_BROADCAST, NULL, out, sizeof out);
   CHECK(strstr(out, "any: <= 256 KiB (WEFT_SMALL_BROADCAST_BYTES) -> tree; any: any size -> chain"),
         "broadcast table with the defaults: %s", out);
   wf_select_describe(WF_COLL_ALLTOALL, NULL, out, sizeof out);
-  CHECK(strstr(out, "; one host, cma, >= 2 ranks: any size -> cma; any: any size -> pairwise"), "alltoall table: %s",
+  CHECK(strstr(out, "; one host without rings, cma, >= 2 ranks: any size -> cma; any: any size -> pairwise"), "alltoall table: %s",
         out);
   /* every table starts with the board's place; a short buffer is cut, terminated */
   const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER, WF_COLL_BROADCAST, WF_COLL_ALLTOALL,

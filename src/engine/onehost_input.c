@@ -34,7 +34,7 @@
 #include "algo/board_coll.h"
 #include "algo/cma.h"
 #include "negotiate/board.h"
-#include "negotiate/onehost_impl.h"
+#include "engine/onehost_impl.h"
 #include "reduce/reduce.h"
 #include "util/copy.h"
 #include "util/err.h"

@@ -1,7 +1,7 @@
 /* onehost.c - the one-host path's driver: collectives of one-host groups
  * negotiated through the board (see onehost.h for who does what, board.h
  * for the protocol). */
-#include "negotiate/onehost_impl.h"
+#include "engine/onehost_impl.h"
 
 #include <sched.h>
 #include <stdio.h>
