@@ -21,7 +21,9 @@
 #   timeline       feat_timeline under WEFT_TIMELINE=.../env.%r.json with
 #       WEFT_TIMELINE_MARK_CYCLES=1, then timeline_check.py on every file
 #   params         weft-info lists every knob with its default and alias,
-#       and every variable the library reads is in its table
+#       and every variable the library reads is in its table; every src/
+#       folder includes only the folders below it (the layers), and api/
+#       reaches the engine only through engine/submit.h
 #   alias-fusion   HOROVOD_FUSION_THRESHOLD=0 disables fusion exactly like
 #       WEFT_FUSION_THRESHOLD=0 (counted from the engine's debug log), and
 #       WEFT_* wins over HOROVOD_*
@@ -236,6 +238,28 @@ for top in (src, os.path.join(src, "..", "tools")):
                     elif how.startswith("wf_param_") and name in params and params[name]["scope"] != "launch":
                         bad.append("%s reads the %s setting %s by name (%s): use the world's wf_settings" %
                                    (f, params[name]["scope"], name, how))
+# the layers (docs/design.md): a folder includes only the folders below it,
+# and api/ reaches the engine only through its submission interface
+below = {"util": set(), "wire": {"util"}, "reduce": {"util"}, "bootstrap": {"util", "wire"},
+         "host": {"bootstrap", "util", "wire"}, "transport": {"bootstrap", "host", "util", "wire"},
+         "algo": {"reduce", "util", "wire"}, "negotiate": {"util", "wire"},
+         "engine": {"algo", "bootstrap", "host", "negotiate", "reduce", "transport", "util", "wire"},
+         "api": {"bootstrap", "engine", "util", "wire"}}
+inc = re.compile(r'#include "([a-z_]+)/([a-z_]+[.]h)"')
+for folder in sorted(os.listdir(src)):
+    if not os.path.isdir(os.path.join(src, folder)):
+        continue
+    if folder not in below:
+        bad.append("src/%s is not in the layer table (docs/design.md's folder map)" % folder)
+        continue
+    for f in sorted(os.listdir(os.path.join(src, folder))):
+        if not f.endswith((".c", ".h")):
+            continue
+        for dep, hdr in inc.findall(open(os.path.join(src, folder, f)).read()):
+            if dep != folder and dep not in below[folder]:
+                bad.append("src/%s/%s includes %s/%s: %s is not below %s" % (folder, f, dep, hdr, dep, folder))
+            if folder == "api" and dep == "engine" and hdr != "submit.h":
+                bad.append("src/api/%s includes engine/%s: api reaches the engine through engine/submit.h" % (f, hdr))
 for b in bad:
     print("FAIL: " + b)
 sys.exit(1 if bad else 0)
