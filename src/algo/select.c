@@ -56,7 +56,11 @@
 typedef enum sel_where { SEL_BOARD, SEL_STAGED, SEL_HIER, SEL_CMA, SEL_ANY } sel_where;
 
 /* The upper end of a size range: none, or a setting (negative: no size). */
-typedef enum sel_upto { SEL_UNBOUNDED, SEL_SMALL_BROADCAST } sel_upto;
+typedef enum sel_upto {
+  SEL_UNBOUNDED,
+  SEL_SMALL_BROADCAST, /* at most WEFT_SMALL_BROADCAST_BYTES */
+  SEL_UNSEGMENTED      /* any size, when WEFT_RING_SEGMENT_BYTES is 0 (no pipelining) */
+} sel_upto;
 
 typedef struct sel_row {
   sel_where where;
@@ -99,6 +103,8 @@ static const sel_row k_broadcast[] = {
     SEL_ROW_HIER,
     {SEL_CMA, 3, 0, WF_SEL_BROADCAST_CMA_MIN_BYTES, SEL_UNBOUNDED, "cma"},
     {SEL_ANY, 1, 0, 0, SEL_SMALL_BROADCAST, "tree"},
+    /* a chain that cannot pipeline passes the whole tensor p - 1 times in turn */
+    {SEL_ANY, 3, 0, 0, SEL_UNSEGMENTED, "tree"},
     {SEL_ANY, 1, 0, 0, SEL_UNBOUNDED, "chain"},
     SEL_END,
 };
@@ -192,6 +198,7 @@ static int row_holds(const sel_row *r, const wf_coll_args *a) {
     int64_t small = wf_algo_set(a)->small_broadcast_bytes;
     if (small < 0 || n > (uint64_t)small / es) return 0;
   }
+  if (r->upto == SEL_UNSEGMENTED && a->segment_bytes) return 0;
   return 1;
 }
 
@@ -273,6 +280,8 @@ void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outle
         put_bytes(out, outlen, &o, (uint64_t)s->small_broadcast_bytes);
         put(out, outlen, &o, " (WEFT_SMALL_BROADCAST_BYTES)");
       }
+    } else if (r->upto == SEL_UNSEGMENTED) {
+      put(out, outlen, &o, "any size when WEFT_RING_SEGMENT_BYTES=0");
     } else if (r->min_bytes) {
       put(out, outlen, &o, ">= ");
       put_bytes(out, outlen, &o, r->min_bytes);

@@ -198,6 +198,17 @@ static void test_broadcast(void) {
   EXPECT(WF_COLL_BROADCAST, 4, 4, 1, &g_plain, &s, "chain");
   s.small_broadcast_bytes = (int64_t)MiB;
   EXPECT(WF_COLL_BROADCAST, 3, 4, 64 * KiB, &g_cma, &s, "cma"); /* cma's row comes before the tree's */
+  /* no pipelining (WEFT_RING_SEGMENT_BYTES=0): the tree at every size on 3+ ranks */
+  {
+    wf_coll_args a = args(WF_COLL_BROADCAST, 3, 4, 64 * MiB, &g_plain, NULL);
+    a.segment_bytes = 0;
+    CHECK(!strcmp(pick(&a), "tree"), "unsegmented 3 ranks 256 MiB: %s, want tree", pick(&a));
+    a.size = 2;
+    a.rank = 1;
+    CHECK(!strcmp(pick(&a), "chain"), "unsegmented 2 ranks: %s, want chain", pick(&a));
+    a = args(WF_COLL_BROADCAST, 3, 4, 64 * MiB, &g_plain, NULL);
+    CHECK(!strcmp(pick(&a), "chain"), "segmented 3 ranks 256 MiB: %s, want chain", pick(&a));
+  }
   EXPECT(WF_COLL_BROADCAST, 2, 4, 256 * KiB, &g_cma, &s, "tree");
 }
 
@@ -283,10 +294,12 @@ static void test_describe(void) {
   const char *want_bc =
       "one host, board: up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board; one host, staging: any size "
       "-> shm; spans hosts, hierarchical off: any size -> hier; one host without rings, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
-      "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any: any size -> chain";
+      "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any, >= 3 ranks: any size when WEFT_RING_SEGMENT_BYTES=0 -> tree; "
+      "any: any size -> chain";
   CHECK(!strcmp(out, want_bc), "broadcast table:\n  %s\nwant\n  %s", out, want_bc);
   wf_select_describe(WF_COLL_BROADCAST, NULL, out, sizeof out);
-  CHECK(strstr(out, "any: <= 256 KiB (WEFT_SMALL_BROADCAST_BYTES) -> tree; any: any size -> chain"),
+  CHECK(strstr(out, "any: <= 256 KiB (WEFT_SMALL_BROADCAST_BYTES) -> tree; any, >= 3 ranks: any size when "
+                    "WEFT_RING_SEGMENT_BYTES=0 -> tree; any: any size -> chain"),
         "broadcast table with the defaults: %s", out);
   wf_select_describe(WF_COLL_ALLTOALL, NULL, out, sizeof out);
   CHECK(strstr(out, "; one host without rings, cma, >= 2 ranks: any size -> cma; any: any size -> pairwise"), "alltoall table: %s",
