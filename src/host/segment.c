@@ -318,7 +318,7 @@ static weft_status setup_peer(const wf_host_cfg *cfg, weft_status local, wf_shm_
   }
   char why[256] = "";
   weft_status mine = local;
-  if (mine != WEFT_OK) snprintf(why, sizeof why, "%s", err);
+  if (mine != WEFT_OK) snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, err); /* cut to fit */
   else mine = seg_attach(name, m.size, cfg, l, map, why, sizeof why);
   st = msg_put(fd, MSG_ACK, mine, 0, mine ? why : "", dl, e, sizeof e);
   if (st == WEFT_OK) st = msg_get(fd, MSG_VERDICT, &m, dl, e, sizeof e);
