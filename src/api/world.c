@@ -23,30 +23,49 @@
 #include "util/settings.h"
 
 /* weftrun hands rank 0 its rendezvous listener (WEFT_LISTEN_FD), so the port
- * it chose cannot be taken in between. Used once (a later weft_init binds
- * again), and only if it really is a listening TCP socket on WEFT_ADDR's port. */
-static void inherited_listener(const char *addr, int *have, int *fd) {
-  const char *v = getenv("WEFT_LISTEN_FD");
-  if (!v || !*v) return;
-  char *end;
-  long n = strtol(v, &end, 10);
-  unsetenv("WEFT_LISTEN_FD");
+ * it chose cannot be taken in between. It is taken once per process (and the
+ * variable unset) and kept open for every later weft_init: the rank command
+ * may be a wrapper (`sh -c 'prog | tee log'`) whose other processes hold the
+ * same listening socket, so binding the port again would fail while they
+ * live; each world's rendezvous gets a duplicate. Used only if it really is
+ * a listening TCP socket on WEFT_ADDR's port. */
+static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_listen_fd = -1;
+
+static int listens_on(int fd, const char *addr) {
   const char *colon = addr ? strrchr(addr, ':') : NULL;
   struct sockaddr_in sa;
   socklen_t len = sizeof sa;
   int acc = 0;
   socklen_t alen = sizeof acc;
-  if (*end || n < 3 || n > 65535 || !colon ||
-      getsockopt((int)n, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) != 0 || !acc ||
-      getsockname((int)n, (struct sockaddr *)&sa, &len) != 0 || sa.sin_family != AF_INET ||
-      ntohs(sa.sin_port) != (unsigned)atoi(colon + 1)) {
-    WF_WARN(WF_SUB_INIT, "WEFT_LISTEN_FD=%s is not a listener on %s: ignored", v, addr ? addr : "(no WEFT_ADDR)");
-    return;
+  return colon && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &alen) == 0 && acc &&
+         getsockname(fd, (struct sockaddr *)&sa, &len) == 0 && sa.sin_family == AF_INET &&
+         ntohs(sa.sin_port) == (unsigned)atoi(colon + 1);
+}
+
+static void inherited_listener(const char *addr, int *have, int *fd) {
+  pthread_mutex_lock(&g_listen_mu);
+  const char *v = getenv("WEFT_LISTEN_FD");
+  if (g_listen_fd < 0 && v && *v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 3 || n > 65535 || !listens_on((int)n, addr)) {
+      WF_WARN(WF_SUB_INIT, "WEFT_LISTEN_FD=%s is not a listener on %s: ignored", v, addr ? addr : "(no WEFT_ADDR)");
+    } else {
+      int fl = fcntl((int)n, F_GETFL);
+      if (fl >= 0 && fcntl((int)n, F_SETFL, fl | O_NONBLOCK) == 0 && fcntl((int)n, F_SETFD, FD_CLOEXEC) == 0)
+        g_listen_fd = (int)n;
+    }
+    unsetenv("WEFT_LISTEN_FD");
   }
-  int fl = fcntl((int)n, F_GETFL);
-  if (fl < 0 || fcntl((int)n, F_SETFL, fl | O_NONBLOCK) != 0 || fcntl((int)n, F_SETFD, FD_CLOEXEC) != 0) return;
-  *have = 1;
-  *fd = (int)n;
+  if (g_listen_fd >= 0 && listens_on(g_listen_fd, addr)) {
+    int d = fcntl(g_listen_fd, F_DUPFD_CLOEXEC, 3); /* the rendezvous closes its copy */
+    if (d >= 0) {
+      *have = 1;
+      *fd = d;
+    }
+  }
+  pthread_mutex_unlock(&g_listen_mu);
 }
 
 /* First set integer among env names (NULL-terminated list), or dflt. */

@@ -163,7 +163,7 @@ static int case_sigkill(void) {
   free(g_big);
   int fds1 = fx_count_fds(), thr1 = fx_count_threads_after(thr0), kids1 = fx_count_children();
   char leaked[512];
-  /* fewer is fine: rank 0's inherited listener (WEFT_LISTEN_FD) is used up by init */
+  /* not more: rank 0 keeps its inherited listener (WEFT_LISTEN_FD), open before init, for a later init */
   if (fds1 > fds0) fx_fail("open fds: %d before weft_init, %d after weft_finalize", fds0, fds1);
   if (thr1 != thr0) fx_fail("threads: %d before weft_init, %d after weft_finalize", thr0, thr1);
   if (kids1 != kids0) fx_fail("child processes: %d before weft_init, %d after weft_finalize", kids0, kids1);
