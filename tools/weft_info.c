@@ -18,14 +18,18 @@
  * launcher.
  *
  * Optional features are compile-time: the build defines WEFT_HAVE_MPI when
- * it compiles MPI in (CUDA is not built yet), so this tool reports what was
- * really built rather than what the source tree contains. Shared memory is
- * always built. */
+ * it compiles MPI in, so this tool reports what was really built rather
+ * than what the source tree contains. Shared memory is always built. The
+ * CUDA runtime is found at run time (src/device/dev_cuda.c, dlopen): the
+ * "CUDA runtime" line and the JSON "cuda_runtime" object say whether it
+ * loaded here, its versions and devices, or why not; the "cuda" feature
+ * (device tensors in the engine) is not built yet. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo.h"
+#include "device/device.h"
 #include "engine/topo_info.h"
 #include "util/params.h"
 #include "weft.h"
@@ -96,6 +100,23 @@ static void json_str(const char *s) {
   putchar('"');
 }
 
+/* The CUDA runtime as this process finds it: *info filled and NULL, or
+ * the reason it cannot be used. */
+static const char *cuda_probe(wf_device_info *info) {
+  static char why[1024];
+  wf_device *d = NULL;
+  memset(info, 0, sizeof *info);
+  if (wf_device_get(WF_DEVICE_CUDA, &d) != WEFT_OK || d->ops->info(d, info) != WEFT_OK) {
+    snprintf(why, sizeof why, "%s", weft_last_error());
+    return why;
+  }
+  return NULL;
+}
+
+static void print_version(const char *label, int v) {
+  printf("%s%d.%d", label, v / 1000, v % 1000 / 10);
+}
+
 static void print_json(int params_only) {
   printf("{");
   if (!params_only) {
@@ -108,6 +129,25 @@ static void print_json(int params_only) {
       json_str(k_transports[i]);
     }
     printf("]},");
+    wf_device_info ci;
+    const char *why = cuda_probe(&ci);
+    printf("\n  \"cuda_runtime\": {\"available\": %s", why ? "false" : "true");
+    if (why) {
+      printf(", \"error\": ");
+      json_str(why);
+    } else {
+      printf(", \"library\": ");
+      json_str(ci.library);
+      print_version(", \"runtime_version\": \"", ci.runtime_version);
+      print_version("\", \"driver_version\": \"", ci.driver_version);
+      printf("\", \"device_count\": %d, \"devices\": [", ci.count);
+      for (int i = 0; i < ci.count && i < WF_DEVICE_INFO_NAMES; i++) {
+        if (i) printf(", ");
+        json_str(ci.names[i]);
+      }
+      printf("]");
+    }
+    printf("},");
   }
   printf("\n  \"params\": [");
   const char *sep = "";
@@ -145,6 +185,18 @@ static void print_text(int params_only) {
     printf("  CUDA:       %s\n", HAVE_CUDA ? "yes" : "no");
     printf("  transports:");
     for (size_t i = 0; i < N_TRANSPORTS; i++) printf(" %s", k_transports[i]);
+    wf_device_info ci;
+    const char *why = cuda_probe(&ci);
+    printf("\n  CUDA runtime: ");
+    if (why) {
+      printf("not available: %s", why);
+    } else {
+      printf("loaded %s", ci.library);
+      print_version(", runtime ", ci.runtime_version);
+      print_version(", driver ", ci.driver_version);
+      printf(", %d device%s", ci.count, ci.count == 1 ? "" : "s");
+      for (int i = 0; i < ci.count && i < WF_DEVICE_INFO_NAMES; i++) printf("%s%s", i ? ", " : ": ", ci.names[i]);
+    }
     printf("\n\n");
   }
   printf("parameters (environment; the alias is read when the name is unset). Scope: agreed = must be equal on\n"

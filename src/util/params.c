@@ -46,6 +46,10 @@ static const wf_param g_params[] = {
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_IFACE", NULL, WF_PARAM_STRING, "", "network interface whose IPv4 address ranks bind and advertise (weftrun --network-interface); WEFT_BIND_ADDR wins",
      WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_CUDA_LIBRARY", NULL, WF_PARAM_PATH, "",
+     "the CUDA runtime (libcudart) to load when the process has none loaded yet; tried before the usual names "
+     "(libcudart.so.13, .so.12, .so.11.0, .so)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_TIMEOUT_SECONDS", NULL, WF_PARAM_DOUBLE, "300", "deadline of one operation, negotiation and data",
      WF_SCOPE_RANK, F(timeout_seconds), NULL},
     {"WEFT_INIT_TIMEOUT_SECONDS", "HOROVOD_START_TIMEOUT", WF_PARAM_DOUBLE, "60", "deadline of weft_init's rendezvous",

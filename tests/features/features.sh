@@ -240,10 +240,10 @@ for top in (src, os.path.join(src, "..", "tools")):
                                    (f, params[name]["scope"], name, how))
 # the layers (docs/design.md): a folder includes only the folders below it,
 # and api/ reaches the engine only through its submission interface
-below = {"util": set(), "wire": {"util"}, "reduce": {"util"}, "bootstrap": {"util", "wire"},
+below = {"util": set(), "wire": {"util"}, "reduce": {"util"}, "device": {"util"}, "bootstrap": {"util", "wire"},
          "host": {"bootstrap", "util", "wire"}, "transport": {"bootstrap", "host", "util", "wire"},
          "algo": {"reduce", "util", "wire"}, "negotiate": {"util", "wire"},
-         "engine": {"algo", "bootstrap", "host", "negotiate", "reduce", "transport", "util", "wire"},
+         "engine": {"algo", "bootstrap", "device", "host", "negotiate", "reduce", "transport", "util", "wire"},
          "api": {"bootstrap", "engine", "util", "wire"}}
 inc = re.compile(r'#include "([a-z_]+)/([a-z_]+[.]h)"')
 for folder in sorted(os.listdir(src)):
