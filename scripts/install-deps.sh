@@ -4,9 +4,10 @@
 # root). --python adds what the Python/PyTorch binding, its tests and the
 # demo need (Debian's python3-torch, numpy, pytest, scikit-learn, cloudpickle). Open MPI
 # (libopenmpi-dev, openmpi-bin) is always installed: weft builds its MPI
-# support (-DWEFT_WITH_MPI=AUTO) and MPI test suite when it finds it.
+# support (-DWEFT_WITH_MPI=AUTO) and MPI test suite when it finds it;
+# libyaml-dev gives weftrun --config-file (horovodrun's YAML).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libssl-dev iproute2 procps libopenmpi-dev openmpi-bin)
+pkgs=(build-essential cmake pkg-config libssl-dev libyaml-dev iproute2 procps libopenmpi-dev openmpi-bin)
 for a in "$@"; do
   case "$a" in
     --python) pkgs+=(python3 python3-dev python3-numpy python3-torch python3-pytest python3-sklearn python3-cloudpickle) ;;

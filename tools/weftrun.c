@@ -4,6 +4,7 @@
  * environment, relays their output and stops the whole job when one rank
  * fails or weftrun is signalled. This file parses the command line and
  * prepares the job (placement, environment, rendezvous address);
+ * weftrun_hvd.c takes horovodrun's flags and --config-file;
  * weftrun_remote.c builds the remote ranks' start script and remote shell
  * command; weftrun_job.c runs the job, weftrun_relay.c relays output.
  * weftrun does not use the weft library itself (no weft_init). */
@@ -37,7 +38,9 @@
 
 #define NP_MAX 4096
 #define HOST_NAME_MAX_LEN 253
-#define DEFAULT_RSH "ssh -o BatchMode=yes {host}"
+/* accept-new: a host missing from known_hosts is recorded on the first
+ * connection; a host whose key changed is still refused */
+#define DEFAULT_RSH "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new {host}"
 
 extern char **environ;
 
@@ -63,17 +66,24 @@ static void usage(FILE *f) {
           "  --hostfile FILE          hosts from FILE, one a line: HOST, HOST:SLOTS or\n"
           "                           HOST slots=SLOTS ('#' starts a comment)\n"
           "  --rsh TEMPLATE           how to start ranks on another host (default\n"
-          "                           '" DEFAULT_RSH "'); words split at blanks,\n"
+          "                           '" DEFAULT_RSH "');\n"
+          "                           words split at blanks,\n"
           "                           {host} replaced (or the host appended); weftrun adds\n"
           "                           'sh -s' and writes the rank's start script to its stdin.\n"
           "                           Hosts named localhost, 127.x or this machine's name\n"
           "                           start directly. Example: --rsh 'ip netns exec {host}'\n"
-          "  --network-interface IF   ranks bind and advertise IF's IPv4 address (WEFT_IFACE)\n"
+          "  --network-interfaces IF[,IF...], --network-interface IF[,IF...]\n"
+          "                           ranks bind and advertise one interface's IPv4 address\n"
+          "                           (WEFT_IFACE): weft uses one interface per rank, so each\n"
+          "                           host takes the first of the list that exists there\n"
+          "                           (/sys/class/net/IF), else the first (which then fails)\n"
           "  -x NAME=VALUE, --env NAME=VALUE\n"
           "                           extra environment for every rank (repeatable); -x NAME\n"
           "                           passes weftrun's own value (to remote hosts too)\n"
-          "  --output-filename DIR    write rank i's stdout and stderr to DIR/rank.<i>/stdout\n"
-          "                           and DIR/rank.<i>/stderr instead of relaying them\n"
+          "  --output-filename DIR    also write rank i's stdout and stderr to DIR/rank.<i>/stdout\n"
+          "                           and DIR/rank.<i>/stderr (as horovodrun: <i> zero-padded to\n"
+          "                           the digits of N-1, rank.07 for -np 12; untagged, exactly\n"
+          "                           as the rank wrote them); the console still gets them\n"
           "  --tag-output             prefix each relayed line with \"[rank] \" (default)\n"
           "  --no-tag-output          relay lines without the prefix\n"
           "  --timeout SECONDS        stop the whole job after SECONDS and exit 124\n"
@@ -85,8 +95,15 @@ static void usage(FILE *f) {
           "Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_LOCAL_RANK, WEFT_LOCAL_SIZE, WEFT_CROSS_RANK,\n"
           "WEFT_CROSS_SIZE, WEFT_ADDR (rank 0 listens there), WEFT_SECRET, WEFT_JOB_ID, and the\n"
           "same values as HOROVOD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE/CROSS_RANK/CROSS_SIZE;\n"
-          "with -H also WEFT_HOSTNAME (the host as given, without USER@). Remote ranks get no other\n"
-          "environment from weftrun than that and -x. Ranks read stdin from /dev/null.\n"
+          "with -H also WEFT_HOSTNAME (the host as given, without USER@). Ranks read stdin from\n"
+          "/dev/null. Every rank gets PYTHONUNBUFFERED=1 unless it is set (in the environment or\n"
+          "by -x), so Python output comes as it is written. Local ranks inherit weftrun's\n"
+          "environment. Remote ranks get it too, as horovodrun forwards it, less what belongs\n"
+          "to this machine or session: HOSTNAME, HOST, PWD, OLDPWD, SHLVL, _, HOME, USER, LOGNAME,\n"
+          "MAIL, SHELL, DISPLAY, XAUTHORITY, TMUX, TMUX_PANE, STY, WINDOW,\n"
+          "DBUS_SESSION_BUS_ADDRESS, XDG_RUNTIME_DIR, XDG_SESSION_*, SSH_*, BASH_FUNC_*,\n"
+          "*_VISIBLE_DEVICES (CUDA_VISIBLE_DEVICES ...), WEFT_LISTEN_FD, WEFT_BIND_ADDR and\n"
+          "names a shell cannot export; -x NAME forwards one of those all the same.\n"
           "\n"
           "When a rank exits non-zero or dies by a signal, the others get a second to report and\n"
           "exit on their own, then SIGTERM, then SIGKILL after the grace time, and weftrun\n"
@@ -95,10 +112,10 @@ static void usage(FILE *f) {
           "not the first rank to exit, is reported. SIGINT, SIGTERM and SIGHUP to weftrun are forwarded to the ranks\n"
           "(a second one kills them at once) and weftrun exits 128+signal.\n",
           NP_MAX);
+  wf_run_hvd_usage(f);
 }
 
-static void usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void usage_error(const char *fmt, ...) {
+void wf_run_usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("weftrun: ", stderr);
@@ -108,15 +125,13 @@ static void usage_error(const char *fmt, ...) {
   exit(WF_RUN_EXIT_USAGE);
 }
 
-/* If argv[*i] is option `name` ("name value" or "name=value"), returns its
- * value (advancing *i past it); otherwise NULL. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+const char *wf_run_opt_value(int argc, char **argv, int *i, const char *name) {
   const char *a = argv[*i];
   size_t n = strlen(name);
   if (strncmp(a, name, n) != 0) return NULL;
   if (a[n] == '=') return a + n + 1;
   if (a[n] != '\0') return NULL;
-  if (*i + 1 >= argc) usage_error("option %s needs a value", name);
+  if (*i + 1 >= argc) wf_run_usage_error("option %s needs a value", name);
   *i += 1;
   return argv[*i];
 }
@@ -126,7 +141,7 @@ static int parse_np(const char *s) {
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || end == s || *end != '\0' || v < 1 || v > NP_MAX)
-    usage_error("-np wants a number of ranks from 1 to %d, not '%s'", NP_MAX, s);
+    wf_run_usage_error("-np wants a number of ranks from 1 to %d, not '%s'", NP_MAX, s);
   return (int)v;
 }
 
@@ -136,12 +151,11 @@ static double parse_seconds(const char *opt, const char *s, int zero_ok) {
   double v = strtod(s, &end);
   /* a year is far beyond any job; the cap keeps deadline arithmetic finite */
   if (errno || end == s || *end != '\0' || !isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 365.0 * 86400)
-    usage_error("%s wants a number of seconds%s, not '%s'", opt, zero_ok ? "" : " above 0", s);
+    wf_run_usage_error("%s wants a number of seconds%s, not '%s'", opt, zero_ok ? "" : " above 0", s);
   return v;
 }
 
-/* Environment names as POSIX shells accept them. */
-static int env_name_ok(const char *s, size_t n) {
+int wf_run_env_name_ok(const char *s, size_t n) {
   if (n == 0 || (s[0] >= '0' && s[0] <= '9')) return 0;
   for (size_t k = 0; k < n; k++)
     if (!(s[k] == '_' || (s[k] >= 'a' && s[k] <= 'z') || (s[k] >= 'A' && s[k] <= 'Z') || (s[k] >= '0' && s[k] <= '9')))
@@ -160,7 +174,7 @@ static int is_reserved(const char *name, size_t n) {
 static void add_env(struct wf_run_opts *o, const char *arg) {
   const char *eq = strchr(arg, '=');
   size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
-  if (!env_name_ok(arg, n)) usage_error("-x wants NAME=VALUE with a valid variable name, not '%s'", arg);
+  if (!wf_run_env_name_ok(arg, n)) wf_run_usage_error("-x wants NAME=VALUE with a valid variable name, not '%s'", arg);
   if (is_reserved(arg, n)) {
     fprintf(stderr, "weftrun: ignoring -x %.*s: weftrun sets it for every rank\n", (int)n, arg);
     return;
@@ -206,18 +220,18 @@ static void add_host(struct wf_run_opts *o, const char *s, size_t n, int slots, 
   if (colon) {
     char num[16];
     size_t ln = n - hn - 1;
-    if (ln == 0 || ln >= sizeof num) usage_error("%s: bad slot count in '%.*s'", where, (int)n, s);
+    if (ln == 0 || ln >= sizeof num) wf_run_usage_error("%s: bad slot count in '%.*s'", where, (int)n, s);
     memcpy(num, colon + 1, ln);
     num[ln] = '\0';
     char *end;
     errno = 0;
     long v = strtol(num, &end, 10);
     if (errno || *end || v < 1 || v > NP_MAX)
-      usage_error("%s: the slot count in '%.*s' must be a number from 1 to %d", where, (int)n, s, NP_MAX);
+      wf_run_usage_error("%s: the slot count in '%.*s' must be a number from 1 to %d", where, (int)n, s, NP_MAX);
     slots = (int)v;
   }
   if (!user_host_ok(s, hn))
-    usage_error("%s: '%.*s' is not [USER@]HOST (names of letters, digits, '.', '-', '_')", where, (int)hn, s);
+    wf_run_usage_error("%s: '%.*s' is not [USER@]HOST (names of letters, digits, '.', '-', '_')", where, (int)hn, s);
   struct wf_run_host *nh = realloc(o->hosts, sizeof *nh * (size_t)(o->nhosts + 1));
   char *name = strndup(s, hn);
   if (!nh || !name) {
@@ -228,14 +242,14 @@ static void add_host(struct wf_run_opts *o, const char *s, size_t n, int slots, 
   /* one machine, one entry: its ranks' placement (local rank, size) is per host */
   for (int h = 0; h < o->nhosts; h++)
     if (!strcmp(o->hosts[h].addr, host_part(name)))
-      usage_error("%s: host '%s' is listed twice (give it more slots instead)", where, host_part(name));
+      wf_run_usage_error("%s: host '%s' is listed twice (give it more slots instead)", where, host_part(name));
   o->hosts[o->nhosts++] = (struct wf_run_host){.name = name, .addr = host_part(name), .slots = slots};
 }
 
 static void add_host_list(struct wf_run_opts *o, const char *list) {
   for (const char *p = list;;) {
     size_t n = strcspn(p, ",");
-    if (n == 0) usage_error("-H wants HOST[:SLOTS],... not '%s'", list);
+    if (n == 0) wf_run_usage_error("-H wants HOST[:SLOTS],... not '%s'", list);
     add_host(o, p, n, 1, "-H");
     if (p[n] == '\0') break;
     p += n + 1;
@@ -244,7 +258,7 @@ static void add_host_list(struct wf_run_opts *o, const char *list) {
 
 static void read_hostfile(struct wf_run_opts *o, const char *path) {
   FILE *f = fopen(path, "r");
-  if (!f) usage_error("cannot open host file '%s': %s", path, strerror(errno));
+  if (!f) wf_run_usage_error("cannot open host file '%s': %s", path, strerror(errno));
   char line[1024], where[PATH_MAX + 32];
   for (int ln = 1; fgets(line, sizeof line, f); ln++) {
     snprintf(where, sizeof where, "%s:%d", path, ln);
@@ -252,7 +266,7 @@ static void read_hostfile(struct wf_run_opts *o, const char *path) {
     char *tok[3] = {NULL, NULL, NULL}, *save = NULL;
     int nt = 0;
     for (char *t = strtok_r(line, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
-      if (nt == 2) usage_error("%s: expected HOST, HOST:SLOTS or HOST slots=N", where);
+      if (nt == 2) wf_run_usage_error("%s: expected HOST, HOST:SLOTS or HOST slots=N", where);
       tok[nt++] = t;
     }
     if (nt == 0) continue;
@@ -260,15 +274,16 @@ static void read_hostfile(struct wf_run_opts *o, const char *path) {
     if (nt == 2) {
       char *end;
       long v = strncmp(tok[1], "slots=", 6) == 0 ? strtol(tok[1] + 6, &end, 10) : -1;
-      if (v < 1 || v > NP_MAX || *end) usage_error("%s: expected slots=N (1..%d), not '%s'", where, NP_MAX, tok[1]);
-      if (strchr(tok[0], ':')) usage_error("%s: give the slots once", where);
+      if (v < 1 || v > NP_MAX || *end)
+        wf_run_usage_error("%s: expected slots=N (1..%d), not '%s'", where, NP_MAX, tok[1]);
+      if (strchr(tok[0], ':')) wf_run_usage_error("%s: give the slots once", where);
       slots = (int)v;
     }
     add_host(o, tok[0], strlen(tok[0]), slots, where);
   }
   int bad = ferror(f);
   fclose(f);
-  if (bad) usage_error("cannot read host file '%s'", path);
+  if (bad) wf_run_usage_error("cannot read host file '%s'", path);
 }
 
 /* localhost, 127.x, this machine's name (full or up to the first dot). */
@@ -286,7 +301,7 @@ static void place(struct wf_run_opts *o) {
   long total = 0;
   for (int h = 0; h < o->nhosts; h++) total += o->hosts[h].slots;
   if (total < o->np)
-    usage_error("-np %d but the hosts have %ld slot%s in all", o->np, total, total == 1 ? "" : "s");
+    wf_run_usage_error("-np %d but the hosts have %ld slot%s in all", o->np, total, total == 1 ? "" : "s");
   int left = o->np;
   for (int h = 0; h < o->nhosts; h++) {
     struct wf_run_host *x = &o->hosts[h];
@@ -297,11 +312,28 @@ static void place(struct wf_run_opts *o) {
   }
 }
 
+/* The local ranks' interface: the first of --network-interfaces that this
+ * machine has, else the first (whose absence the ranks then report). */
+static void pick_iface(struct wf_run_opts *o) {
+  snprintf(o->iface_buf, sizeof o->iface_buf, "%.*s", (int)strcspn(o->ifaces, ","), o->ifaces);
+  for (const char *p = o->ifaces; *p;) {
+    size_t n = strcspn(p, ",");
+    char name[IF_NAMESIZE];
+    snprintf(name, sizeof name, "%.*s", (int)n, p);
+    if (if_nametoindex(name) != 0) {
+      snprintf(o->iface_buf, sizeof o->iface_buf, "%s", name);
+      break;
+    }
+    p += n + (p[n] == ',');
+  }
+  o->iface = o->iface_buf;
+}
+
 static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->tag = 1;
   o->grace = 3;
-  o->env = calloc((size_t)argc + 1, sizeof *o->env); /* -x entries <= argc */
+  o->env = calloc((size_t)argc + WF_RUN_HVD_NENV + 1, sizeof *o->env); /* -x entries <= argc */
   o->fwd = calloc((size_t)argc + 1, sizeof *o->fwd);
   o->rsh = DEFAULT_RSH;
   if (!o->env || !o->fwd) {
@@ -328,39 +360,51 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
       o->tag = 1;
     } else if (!strcmp(a, "--no-tag-output")) {
       o->tag = 0;
-    } else if ((v = opt_value(argc, argv, &i, "-np")) || (v = opt_value(argc, argv, &i, "-n")) ||
-               (v = opt_value(argc, argv, &i, "--np"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "-np")) || (v = wf_run_opt_value(argc, argv, &i, "-n")) ||
+               (v = wf_run_opt_value(argc, argv, &i, "--np"))) {
       o->np = parse_np(v);
-    } else if ((v = opt_value(argc, argv, &i, "-x")) || (v = opt_value(argc, argv, &i, "--env"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "-x")) || (v = wf_run_opt_value(argc, argv, &i, "--env"))) {
       add_env(o, v);
-    } else if ((v = opt_value(argc, argv, &i, "-H")) || (v = opt_value(argc, argv, &i, "--host")) ||
-               (v = opt_value(argc, argv, &i, "--hosts"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "-H")) || (v = wf_run_opt_value(argc, argv, &i, "--host")) ||
+               (v = wf_run_opt_value(argc, argv, &i, "--hosts"))) {
       add_host_list(o, v);
-    } else if ((v = opt_value(argc, argv, &i, "--hostfile"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--hostfile"))) {
       read_hostfile(o, v);
-    } else if ((v = opt_value(argc, argv, &i, "--rsh"))) {
-      if (!v[strspn(v, " \t")]) usage_error("--rsh wants a command template");
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--rsh"))) {
+      if (!v[strspn(v, " \t")]) wf_run_usage_error("--rsh wants a command template");
       o->rsh = v;
-    } else if ((v = opt_value(argc, argv, &i, "--network-interface"))) {
-      /* it may exist only on the other hosts: checked by the ranks */
-      if (strlen(v) >= 16 || !host_name_ok(v, strlen(v)))
-        usage_error("--network-interface wants an interface name (such as eth0), not '%s'", v);
-      o->iface = v;
-    } else if ((v = opt_value(argc, argv, &i, "--output-filename"))) {
-      if (!*v) usage_error("--output-filename wants a directory");
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--network-interfaces")) ||
+               (v = wf_run_opt_value(argc, argv, &i, "--network-interface"))) {
+      /* they may exist only on the other hosts: checked there */
+      for (const char *p = v;; p++) {
+        size_t n = strcspn(p, ",");
+        if (n >= IF_NAMESIZE || !host_name_ok(p, n))
+          wf_run_usage_error("%s wants interface names (such as eth0,ib0), not '%s'",
+                             strncmp(a, "--network-interfaces", 20) ? "--network-interface" : "--network-interfaces",
+                             v);
+        p += n;
+        if (!*p) break;
+      }
+      o->ifaces = v;
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--output-filename"))) {
+      if (!*v) wf_run_usage_error("--output-filename wants a directory");
       o->outdir = v;
-    } else if ((v = opt_value(argc, argv, &i, "--timeout"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--timeout"))) {
       o->timeout = parse_seconds("--timeout", v, 0);
-    } else if ((v = opt_value(argc, argv, &i, "--grace"))) {
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--grace"))) {
       o->grace = parse_seconds("--grace", v, 1);
-    } else {
-      usage_error("unknown option '%s'", a);
+    } else if (!wf_run_hvd_option(o, argc, argv, &i)) {
+      wf_run_usage_error("unknown option '%s'", a);
     }
   }
-  if (o->np == 0) usage_error("missing -np N (the number of ranks)");
-  if (i >= argc) usage_error("missing the command to run");
+  if (o->np == 0) wf_run_usage_error("missing -np N (the number of ranks)");
+  if (i >= argc) wf_run_usage_error("missing the command to run");
   o->cmd = argv + i;
+  wf_run_hvd_finish(o);
   if (o->nhosts > 0) place(o);
+  for (int n = o->np - 1; n >= 10; n /= 10) o->outdir_width++;
+  o->outdir_width++;
+  if (o->ifaces) pick_iface(o);
 }
 
 /* --------------------------------------------------------------- job setup */
@@ -396,7 +440,9 @@ void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
     snprintf(st->s[st->n++], cap, "WEFT_LAUNCHER_TAG=%s", j->job_id);
   }
   if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->addr);
-  if (o->iface) snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", o->iface);
+  /* a remote rank given several interfaces picks one in its start script */
+  if (o->ifaces && (!r->remote || !strchr(o->ifaces, ',')))
+    snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", r->remote ? o->ifaces : o->iface);
 }
 
 /* entry ("NAME=...") names one of the variables in st */
@@ -406,12 +452,19 @@ int wf_run_env_is_set(const struct wf_run_env_store *st, const char *entry, size
   return 0;
 }
 
+int wf_run_user_sets(const struct wf_run_opts *o, const char *name) {
+  if (getenv(name)) return 1;
+  for (int x = 0; x < o->nenv; x++)
+    if (env_is(o->env[x], name, strlen(name))) return 1;
+  return 0;
+}
+
 char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_store *store) {
   const struct wf_run_opts *o = j->o;
   wf_run_set_vars(j, rank, store);
   size_t nenv = 0;
   while (environ && environ[nenv]) nenv++;
-  char **envp = calloc(nenv + (size_t)o->nenv + WF_RUN_NSET + 1, sizeof *envp);
+  char **envp = calloc(nenv + (size_t)o->nenv + WF_RUN_NSET + 2, sizeof *envp);
   if (!envp) return NULL;
   size_t k = 0;
   for (size_t e = 0; e < nenv; e++) {
@@ -428,6 +481,7 @@ char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_
     for (int y = x + 1; y < o->nenv && !later; y++) later = env_is(o->env[y], o->env[x], n);
     if (!later) envp[k++] = o->env[x];
   }
+  if (!wf_run_user_sets(o, "PYTHONUNBUFFERED")) envp[k++] = "PYTHONUNBUFFERED=1";
   for (int t = 0; t < store->n; t++) envp[k++] = store->s[t];
   envp[k] = NULL;
   return envp;
@@ -508,8 +562,8 @@ static int reachable_ipv4(char *ip, size_t cap) {
   return rc;
 }
 
-/* WEFT_ADDR. All ranks here: loopback (or --network-interface's address)
- * and a port free now. Rank 0 here, others elsewhere: --network-interface's
+/* WEFT_ADDR. All ranks here: loopback (or --network-interfaces' address)
+ * and a port free now. Rank 0 here, others elsewhere: --network-interfaces'
  * address, else this machine's (reachable_ipv4). Rank 0 on another host:
  * its name as given (without USER@), and a random port in a high range
  * (weftrun cannot look there; if rank 0 cannot listen on it, rank 0 fails
@@ -524,18 +578,18 @@ static int choose_addr(struct wf_run_job *j) {
   unsigned port = 0;
   if (!h0 || h0->local) {
     if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
-      fprintf(stderr, "weftrun: --network-interface: %s\n", wf_err_msg());
+      fprintf(stderr, "weftrun: --network-interfaces: %s\n", wf_err_msg());
       return -1;
     }
     if (!all_local && !o->iface && reachable_ipv4(ip, sizeof ip) != 0) {
       fprintf(stderr, "weftrun: rank 0 runs here and other ranks elsewhere, but this machine has no IPv4 address "
-              "other than loopback for them to reach it; name the interface with --network-interface\n");
+              "other than loopback for them to reach it; name the interface with --network-interfaces\n");
       return -1;
     }
     /* binding the address also proves it is this machine's */
     if (rank0_listener(ip, &port, &j->listen_fd) != 0) {
       fprintf(stderr, "weftrun: cannot find a free port for rank 0 on %s: %s%s\n", ip, strerror(errno),
-              all_local || o->iface ? "" : " (use --network-interface)");
+              all_local || o->iface ? "" : " (use --network-interfaces)");
       return -1;
     }
     snprintf(j->addr, sizeof j->addr, "%s:%u", ip, port);
@@ -721,6 +775,7 @@ out:
   if (j.link_w >= 0) close(j.link_w);
   if (j.listen_fd >= 0) close(j.listen_fd);
   free(j.ranks);
+  wf_run_hvd_free(&o);
   free(o.env);
   free(o.fwd);
   for (int h = 0; h < o.nhosts; h++) free(o.hosts[h].name);

@@ -1,13 +1,16 @@
 /* weftrun.h - what weftrun's files share: the parsed command line and the
  * running job. weftrun.c parses options and prepares the job (hosts and
  * placement, environment, secret, rendezvous address, output files);
- * weftrun_remote.c builds the remote ranks' start script and remote shell
- * command; weftrun_job.c starts the ranks (directly, or through the remote
- * shell) and supervises them; weftrun_relay.c copies their output. */
+ * weftrun_hvd.c takes horovodrun's flags and --config-file (they become
+ * the ranks' WEFT_* settings and ssh options); weftrun_remote.c builds the
+ * remote ranks' start script and remote shell command; weftrun_job.c starts
+ * the ranks (directly, or through the remote shell) and supervises them;
+ * weftrun_relay.c copies their output. */
 #ifndef WF_TOOLS_WEFTRUN_H
 #define WF_TOOLS_WEFTRUN_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -34,24 +37,62 @@ struct wf_run_host {
   int index;              /* its cross rank among hosts with ranks */
 };
 
+/* horovodrun's settings (weftrun_hvd.c): each knob from its flag or, failing
+ * that, from --config-file; they become "NAME=value" entries of o->env. */
+#define WF_RUN_HVD_KNOBS 16 /* knobs in weftrun_hvd.c's table, at most */
+#define WF_RUN_HVD_NENV 20  /* rank variables they make, at most */
+struct wf_run_hvd {
+  const char *flag_val[WF_RUN_HVD_KNOBS]; /* from the command line (argv, or "1"/"0"); NULL: not given */
+  char *conf_val[WF_RUN_HVD_KNOBS];       /* from --config-file, malloc'ed; NULL: not there */
+  char *vars[WF_RUN_HVD_NENV];            /* "NAME=value", malloc'ed (o->env points at them) */
+  int nvars;
+  const char *config_file;                /* --config-file */
+  const char *ssh_port;                   /* -p, --ssh-port: ssh's -p */
+  const char *ssh_identity;               /* -i, --ssh-identity-file: ssh's -i */
+};
+
 struct wf_run_opts {
   int np;                 /* -np: number of ranks, >= 1 */
   struct wf_run_host *hosts; /* -H / --hostfile; NULL: every rank on this machine */
   int nhosts;
   int nused;              /* hosts with at least one rank */
   const char *rsh;        /* --rsh template ({host} replaced, else the host appended) */
-  const char *iface;      /* --network-interface, or NULL */
+  const char *ifaces;     /* --network-interface(s) as given: a comma list, or NULL */
+  const char *iface;      /* the first of them that exists here (else the first): local ranks' WEFT_IFACE */
+  char iface_buf[64];
   char **fwd;             /* -x NAME (no value): forwarded to remote ranks; nfwd entries */
   int nfwd;
   const char *outdir;     /* --output-filename, or NULL */
+  int outdir_width;       /* digits of its rank folders (rank.007): those of np - 1 */
   int tag;                /* prefix relayed lines with "[rank] " */
-  char **env;             /* -x NAME=VALUE, validated; nenv entries */
+  char **env;             /* -x NAME=VALUE, validated, then horovodrun's settings; nenv entries */
   int nenv;
   double timeout;         /* --timeout seconds, 0 = none */
   double grace;           /* --grace seconds between SIGTERM and SIGKILL */
   int verbose;
   char **cmd;             /* the ranks' argv, NULL-terminated, cmd[0] != NULL */
+  struct wf_run_hvd hvd;
 };
+
+/* weftrun.c: a bad command line (message, hint, exit WF_RUN_EXIT_USAGE). */
+void wf_run_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* If argv[*i] is option `name` ("name value" or "name=value"), returns its
+ * value (advancing *i past it); otherwise NULL. */
+const char *wf_run_opt_value(int argc, char **argv, int *i, const char *name);
+/* An environment name as POSIX shells accept it (n bytes of s). */
+int wf_run_env_name_ok(const char *s, size_t n);
+
+/* weftrun_hvd.c */
+/* The usage text's part on horovodrun's flags. */
+void wf_run_hvd_usage(FILE *f);
+/* If argv[*i] is one of horovodrun's flags that weftrun_hvd.c takes, takes
+ * it (a bad value is a usage error naming the flag) and returns 1; else 0. */
+int wf_run_hvd_option(struct wf_run_opts *o, int argc, char **argv, int *i);
+/* After the command line: reads --config-file (flags win), checks the ssh
+ * options against --rsh, and appends the ranks' variables to o->env (room
+ * for WF_RUN_HVD_NENV more entries). Exits on errors. */
+void wf_run_hvd_finish(struct wf_run_opts *o);
+void wf_run_hvd_free(struct wf_run_opts *o);
 
 struct wf_run_rank {
   pid_t pid;              /* 0 = never started; also its process group id */
@@ -122,19 +163,23 @@ char **wf_run_build_env(const struct wf_run_job *j, int rank, struct wf_run_env_
 /* Fills store with the variables weftrun sets for rank (they win over
  * inherited and -x ones). */
 void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *store);
+/* name is in weftrun's environment or given by -x NAME=VALUE. */
+int wf_run_user_sets(const struct wf_run_opts *o, const char *name);
 /* entry (n bytes, "NAME" of "NAME=...") names one of the variables in store. */
 int wf_run_env_is_set(const struct wf_run_env_store *store, const char *entry, size_t n);
 
 /* weftrun_remote.c */
 /* The script a remote rank's shell ("sh -s") reads on stdin: its
- * environment (the secret included: never on a command line), the working
+ * environment (weftrun's own less a deny list, then -x, then weftrun's
+ * settings; the secret included: never on a command line), the working
  * directory, the command, and a watchdog that kills the rank when stdin
  * closes (weftrun or its remote shell went away). malloc'ed, NULL when out
  * of memory or too long for a pipe (message printed). */
 char *wf_run_remote_script(const struct wf_run_job *j, int rank);
 
 /* The remote shell's argv for host: --rsh split at blanks, {host}
- * replaced (or the host appended), then "sh" "-s". malloc'ed (one block). */
+ * replaced (or the host appended), -p/-i (ssh) after its first word, then
+ * "sh" "-s". malloc'ed (one block). */
 char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host);
 
 /* Starts rank i (fork + exec). Returns 0 if the process was created (its exec

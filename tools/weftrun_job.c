@@ -131,15 +131,16 @@ void wf_run_feed_script(struct wf_run_rank *r) {
   r->script = NULL;
 }
 
-/* --output-filename: DIR/rank.<i>/stdout and stderr, truncated. */
-static int open_outputs(const char *dir, int i, int *out_fd, int *err_fd) {
+/* --output-filename: DIR/rank.<i>/stdout and stderr, truncated; i
+ * zero-padded to width digits, as horovodrun (rank.07 of 12). */
+static int open_outputs(const char *dir, int width, int i, int *out_fd, int *err_fd) {
   char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/rank.%d", dir, i);
+  snprintf(path, sizeof path, "%s/rank.%0*d", dir, width, i);
   if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
-  snprintf(path, sizeof path, "%s/rank.%d/stdout", dir, i);
+  snprintf(path, sizeof path, "%s/rank.%0*d/stdout", dir, width, i);
   *out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (*out_fd < 0) return -1;
-  snprintf(path, sizeof path, "%s/rank.%d/stderr", dir, i);
+  snprintf(path, sizeof path, "%s/rank.%0*d/stderr", dir, width, i);
   *err_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   return *err_fd < 0 ? -1 : 0;
 }
@@ -159,14 +160,9 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   wf_run_stream_init(&r->out, -1, 1, NULL);
   wf_run_stream_init(&r->err, -1, 2, NULL);
   what = "cannot create its output files";
-  if (o->outdir && open_outputs(o->outdir, i, &file_out, &file_err) != 0) goto out;
-  if (o->outdir && !r->remote) { /* written by the rank itself */
-    out[1] = file_out;
-    err[1] = file_err;
-    file_out = file_err = -1;
-  }
+  if (o->outdir && open_outputs(o->outdir, o->outdir_width, i, &file_out, &file_err) != 0) goto out;
   what = "cannot create pipes";
-  if (out[1] < 0 && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) goto out;
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) goto out;
   if (pipe2(st, O_CLOEXEC) != 0) goto out;
   if (r->remote && pipe2(in, O_CLOEXEC) != 0) goto out;
   what = "out of memory";
@@ -236,10 +232,10 @@ int wf_run_spawn(struct wf_run_job *j, int i) {
   if (out[0] >= 0) {
     (void)fcntl(out[0], F_SETFL, O_NONBLOCK);
     (void)fcntl(err[0], F_SETFL, O_NONBLOCK);
-    int to_files = file_out >= 0;
-    wf_run_stream_init(&r->out, out[0], to_files ? file_out : 1, o->tag && !to_files ? prefix : NULL);
-    wf_run_stream_init(&r->err, err[0], to_files ? file_err : 2, o->tag && !to_files ? prefix : NULL);
-    r->out.own_out = r->err.own_out = to_files;
+    wf_run_stream_init(&r->out, out[0], 1, o->tag ? prefix : NULL);
+    wf_run_stream_init(&r->err, err[0], 2, o->tag ? prefix : NULL);
+    r->out.copy_fd = file_out; /* -1 without --output-filename */
+    r->err.copy_fd = file_err;
     out[0] = err[0] = file_out = file_err = -1; /* the streams own them now */
     if (r->remote) {
       char key[48];

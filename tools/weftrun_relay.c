@@ -63,6 +63,7 @@ static void stage_put(int fd, const char *p, size_t n) {
 /* One line (or piece of one). cut: the line does not end in a newline here; in
  * tagged mode it gets one, so the next prefix starts a line of its own. */
 static void emit(const struct wf_run_stream *s, const char *p, size_t n, int cut) {
+  write_all(s->copy_fd, p, n);
   if (s->prefix_len > 0) stage_put(s->out_fd, s->prefix, s->prefix_len);
   stage_put(s->out_fd, p, n);
   if (cut && s->prefix_len > 0) stage_put(s->out_fd, "\n", 1);
@@ -104,6 +105,7 @@ void wf_run_stream_init(struct wf_run_stream *s, int fd, int out_fd, const char 
   memset(s, 0, sizeof *s);
   s->fd = fd;
   s->out_fd = out_fd;
+  s->copy_fd = -1;
   snprintf(s->prefix, sizeof s->prefix, "%s", prefix ? prefix : "");
   s->prefix_len = strlen(s->prefix);
 }
@@ -150,7 +152,7 @@ void wf_run_stream_close(struct wf_run_stream *s) {
   s->buf = NULL;
   if (s->fd >= 0) close(s->fd);
   s->fd = -1;
-  if (s->own_out && s->out_fd >= 0) close(s->out_fd);
-  s->own_out = 0;
+  if (s->copy_fd >= 0) close(s->copy_fd);
+  s->copy_fd = -1;
   s->out_fd = -1;
 }

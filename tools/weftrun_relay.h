@@ -5,6 +5,8 @@
  * mix mid-line. With a prefix ("[3] "), every line gets it; a partial last
  * line (at EOF) or a line longer than WF_RUN_LINE_MAX is emitted with the
  * prefix and a newline added. Without a prefix the bytes are copied exactly.
+ * A stream may also copy the rank's bytes, exactly and without the prefix,
+ * to a file (--output-filename).
  * Single-threaded: only weftrun's main loop uses these. */
 #ifndef WF_TOOLS_WEFTRUN_RELAY_H
 #define WF_TOOLS_WEFTRUN_RELAY_H
@@ -20,8 +22,8 @@ typedef void wf_run_link_fn(void *ctx, int rank, const char *line, size_t n);
 
 struct wf_run_stream {
   int fd;            /* read end of the rank's pipe (non-blocking); -1 when closed */
-  int out_fd;        /* where lines go: 1 or 2, or a file (own_out: closed with the stream) */
-  int own_out;
+  int out_fd;        /* where lines go: 1 or 2 */
+  int copy_fd;       /* a file that gets the same bytes untagged, or -1; closed with the stream */
   /* lines containing link_key are taken out of the output and passed to
    * on_link (with everything before the key relayed as a line of its own) */
   char link_key[48];
@@ -35,8 +37,8 @@ struct wf_run_stream {
   size_t len;
 };
 
-/* Prepares s to relay fd to out_fd; fd may be -1 (nothing to relay, e.g. the
- * rank writes to a file). The line buffer is allocated on the first read. */
+/* Prepares s to relay fd to out_fd (copy_fd -1); fd may be -1 (nothing to
+ * relay). The line buffer is allocated on the first read. */
 void wf_run_stream_init(struct wf_run_stream *s, int fd, int out_fd, const char *prefix);
 
 /* Makes s hand the lines containing key (at most 47 bytes) to fn. */

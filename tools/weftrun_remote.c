@@ -2,7 +2,13 @@
  * script a remote rank's shell ("sh -s") reads on stdin (its environment,
  * working directory, the command and a watchdog that kills the rank when
  * weftrun goes away), and the remote shell's argv from the --rsh template
- * ({host} expanded, else the host appended). weftrun_job.c runs them. */
+ * ({host} expanded, else the host appended; ssh's -p and -i after its
+ * first word). weftrun_job.c runs them.
+ *
+ * The environment is weftrun's own, as horovodrun forwards it, less what
+ * describes this machine or this login session rather than the job
+ * (deny_env); then -x; then PYTHONUNBUFFERED=1 unless set; then the WEFT_*
+ * and HOROVOD_* variables weftrun sets. Later exports win. */
 #include "weftrun.h"
 
 #include <limits.h>
@@ -11,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* the remote script goes through a pipe (enlarged to fit it, if the kernel
- * lets weftrun) while the remote shell connects; the environment it
- * exports must also fit the remote exec's limits */
-#define SCRIPT_MAX 60000
+/* the remote script goes through a pipe (written as the remote shell reads
+ * it); the environment it exports must fit the remote exec's limits (2 MiB
+ * of arguments and environment on Linux by default, 128 KiB a string) */
+#define SCRIPT_MAX (256 * 1024)
 
 /* A growing string; bad once out of memory or over SCRIPT_MAX. */
 struct sbuf {
@@ -66,11 +72,58 @@ static void sb_export(struct sbuf *b, const char *name, size_t n, const char *va
   sb_put(b, "\n", 1);
 }
 
+extern char **environ;
+
+/* Not forwarded to remote ranks (weftrun's usage lists them): this
+ * machine's or this session's, not the job's. "X*": a prefix, "*X": a
+ * suffix. horovodrun leaves out BASH_FUNC_*, OLDPWD and *CUDA_VISIBLE_DEVICES. */
+static const char *const g_deny[] = {
+    "HOSTNAME", "HOST",  "PWD",        "OLDPWD",   "SHLVL",      "_",         "HOME",   "USER", "LOGNAME",
+    "MAIL",     "SHELL", "DISPLAY",    "XAUTHORITY", "TMUX",     "TMUX_PANE", "STY",    "WINDOW",
+    "DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR", "XDG_SESSION_*", "SSH_*", "BASH_FUNC_*",
+    "*_VISIBLE_DEVICES", "WEFT_LISTEN_FD", "WEFT_BIND_ADDR"};
+
+static int deny_env(const char *name, size_t n) {
+  for (size_t k = 0; k < sizeof g_deny / sizeof g_deny[0]; k++) {
+    const char *d = g_deny[k];
+    size_t dn = strlen(d);
+    if (d[dn - 1] == '*') {
+      if (n >= dn - 1 && !memcmp(name, d, dn - 1)) return 1;
+    } else if (d[0] == '*') {
+      if (n >= dn - 1 && !memcmp(name + n - (dn - 1), d + 1, dn - 1)) return 1;
+    } else if (n == dn && !memcmp(name, d, n)) {
+      return 1;
+    }
+  }
+  return !wf_run_env_name_ok(name, n);
+}
+
+/* sh picks the rank's interface: the first of the list its host has */
+static void sb_pick_iface(struct sbuf *b, const char *list) {
+  size_t first = strcspn(list, ",");
+  sb_str(b, "WEFT_IFACE=");
+  sb_quoted(b, list, first);
+  sb_str(b, "\nfor i in");
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    sb_put(b, " ", 1);
+    sb_quoted(b, p, n);
+    p += n + (p[n] == ',');
+  }
+  sb_str(b, "; do if [ -e \"/sys/class/net/$i\" ]; then WEFT_IFACE=$i; break; fi; done\nexport WEFT_IFACE\n");
+}
+
 char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
   const struct wf_run_opts *o = j->o;
   struct sbuf b = {0};
   struct wf_run_env_store st;
   wf_run_set_vars(j, rank, &st);
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq) continue;
+    size_t n = (size_t)(eq - *e);
+    if (!deny_env(*e, n) && !wf_run_env_is_set(&st, *e, n)) sb_export(&b, *e, n, eq + 1);
+  }
   for (int x = 0; x < o->nenv; x++) {
     size_t n = (size_t)(strchr(o->env[x], '=') - o->env[x]);
     if (!wf_run_env_is_set(&st, o->env[x], n)) sb_export(&b, o->env[x], n, o->env[x] + n + 1);
@@ -79,6 +132,8 @@ char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
     const char *v = getenv(o->fwd[x]);
     if (v && !wf_run_env_is_set(&st, o->fwd[x], strlen(o->fwd[x]))) sb_export(&b, o->fwd[x], strlen(o->fwd[x]), v);
   }
+  if (!wf_run_user_sets(o, "PYTHONUNBUFFERED")) sb_str(&b, "PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED\n");
+  if (o->ifaces && strchr(o->ifaces, ',')) sb_pick_iface(&b, o->ifaces);
   for (int t = 0; t < st.n; t++) {
     size_t n = (size_t)(strchr(st.s[t], '=') - st.s[t]);
     sb_export(&b, st.s[t], n, st.s[t] + n + 1);
@@ -121,10 +176,11 @@ char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
 
 char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host) {
   const char *t = j->o->rsh;
+  const struct wf_run_hvd *hv = &j->o->hvd;
   size_t words = 0, bytes = 0, hl = strlen(host);
   int has_host = strstr(t, "{host}") != NULL;
   for (const char *p = t; *p; p++) bytes += !strncmp(p, "{host}", 6) ? hl + 1 : 2;
-  words = strlen(t) + 4;
+  words = strlen(t) + 8; /* the template's words, -p PORT -i FILE, the host, "sh" "-s", NULL */
   bytes += hl + 16;
   char **argv = malloc(words * sizeof *argv + bytes);
   if (!argv) return NULL;
@@ -146,6 +202,16 @@ char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host) {
     }
     *out++ = '\0';
     p += wl;
+    if (n > 1) continue;
+    /* ssh's options right after "ssh" (weftrun_hvd.c checked that it is ssh) */
+    if (hv->ssh_port) {
+      argv[n++] = "-p";
+      argv[n++] = (char *)hv->ssh_port;
+    }
+    if (hv->ssh_identity) {
+      argv[n++] = "-i";
+      argv[n++] = (char *)hv->ssh_identity;
+    }
   }
   if (!has_host) {
     argv[n++] = out;

@@ -182,18 +182,40 @@ case_lines() {
   done
 }
 
+# horovodrun's layout: DIR/rank.<i>/stdout and stderr, <i> zero-padded to the
+# digits of N-1 (rank.00 .. rank.11 for 12 ranks), the bytes exactly as the
+# rank wrote them; the console still gets the output, tagged
 case_output_files() {
   mkdir -p "$T/o/a/rank.0"
   echo stale >"$T/o/a/rank.0/stdout"
   wr -np 3 --output-filename "$T/o/a" -- bash "$RANK" files
   expect_rc 0
-  [ ! -s "$T/out" ] || fail "output was relayed to the terminal too"
-  local r
+  local r p n
   for r in 0 1 2; do
     [ "$(cat "$T/o/a/rank.$r/stdout" 2>&1)" = "out $r" ] || fail "rank.$r/stdout: $(cat "$T/o/a/rank.$r/stdout" 2>&1)"
     [ "$(cat "$T/o/a/rank.$r/stderr" 2>&1)" = "err $r" ] || fail "rank.$r/stderr: $(cat "$T/o/a/rank.$r/stderr" 2>&1)"
+    grep -qx "\[$r\] out $r" "$T/out" || fail "rank $r's stdout did not reach the console too"
+    grep -qx "\[$r\] err $r" "$T/err" || fail "rank $r's stderr did not reach the console too"
   done
   [ ! -e "$T/o/a/rank.3" ] || fail "rank.3 exists for -np 3"
+  for n in 12 11 10; do
+    wr -np $n --output-filename "$T/o/n$n" -- bash "$RANK" files
+    expect_rc 0
+    [ "$(grep -c ' out ' "$T/out")" = $n ] || fail "-np $n: the console lacks stdout lines"
+    local want="" last=$((n - 1))
+    for r in $(seq 0 $last); do
+      p=$(printf "%0${#last}d" $r)
+      want="$want rank.$p"
+      [ "$(cat "$T/o/n$n/rank.$p/stdout" 2>&1)" = "out $r" ] && [ "$(cat "$T/o/n$n/rank.$p/stderr" 2>&1)" = "err $r" ] ||
+        fail "-np $n: rank.$p holds the wrong output"
+    done
+    [ "$(cd "$T/o/n$n" && echo rank.*)" = "${want# }" ] || fail "-np $n: folders $(cd "$T/o/n$n" && echo rank.*)"
+  done
+  # the file gets the bytes untagged, a partial last line as it is
+  wr -np 1 --output-filename "$T/o/c" -- printf 'a\nb'
+  expect_rc 0
+  printf 'a\nb' | cmp -s - "$T/o/c/rank.0/stdout" || fail "rank.0/stdout is not the rank's bytes: $(od -c "$T/o/c/rank.0/stdout")"
+  [ "$(cat "$T/out")" = "$(printf '[0] a\n[0] b')" ] || fail "console: $(cat "$T/out")"
   wr -np 1 --output-filename /dev/null/x true
   expect_rc 1
   expect_err "cannot create directory"
@@ -440,7 +462,9 @@ case_success() {
 
 # -H: local hosts start directly; the others through --rsh. Here the
 # "remote shell" is env(1) on this machine ('env FAKE_HOST={host}' +
-# 'sh -s'), so the remote path runs without ssh or namespaces.
+# 'sh -s'), so the remote path runs without ssh or namespaces. Remote ranks
+# get weftrun's environment in their start script ('env -i' clears the
+# shell's own, as a fresh ssh login has none of the caller's).
 case_hosts() {
   export INHERITED=yes FWD=fwd-value
   wr -np 5 -H localhost:2,hostb:2,hostc:3 --rsh 'env -i PATH=/usr/bin:/bin FAKE_HOST={host}' -x FOO=bar -x FWD \
@@ -453,8 +477,8 @@ case_hosts() {
     line=$(grep "^\[$r\] " "$T/out")
     local host lr ls cr fake fwd inh
     case $r in 0 | 1) host=localhost lr=$r ls=2 cr=0 fake="<unset>" fwd=fwd-value inh=yes ;;
-      2 | 3) host=hostb lr=$((r - 2)) ls=2 cr=1 fake=hostb fwd=fwd-value inh="<unset>" ;;
-      4) host=hostc lr=0 ls=1 cr=2 fake=hostc fwd=fwd-value inh="<unset>" ;; esac
+      2 | 3) host=hostb lr=$((r - 2)) ls=2 cr=1 fake=hostb fwd=fwd-value inh=yes ;;
+      4) host=hostc lr=0 ls=1 cr=2 fake=hostc fwd=fwd-value inh=yes ;; esac
     for kv in "WEFT_RANK=$r" WEFT_SIZE=5 "WEFT_LOCAL_RANK=$lr" "WEFT_LOCAL_SIZE=$ls" "WEFT_CROSS_RANK=$cr" \
               WEFT_CROSS_SIZE=3 "HOROVOD_CROSS_RANK=$cr" "WEFT_HOSTNAME=$host" FOO=bar "FWD=$fwd" \
               "FAKE_HOST=$fake" "INHERITED=$inh" "WEFT_SECRET=$secret"; do
@@ -596,6 +620,9 @@ case_link_channel() {
   grep -q "reports its failure" "$T/err" && fail "a status line came through a descriptor weftrun did not give"
   grep -q "rank 0 failed: WEFT_ERR_PEER_LOST" "$T/err" || fail "closed fd 4: rank 0 did not see rank 1 lost"
 }
+
+# horovodrun's flags, the remote environment, ssh (hvd_cases.sh)
+. "$HERE/hvd_cases.sh"
 
 "case_$CASE" "$@" || fail "case returned $?"
 [ -e "$T/FAILED" ] && { echo "FAIL [$CASE]: a check failed in a subshell: $(cat "$T/FAILED")" >&2; exit 1; }

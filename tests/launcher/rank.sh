@@ -22,6 +22,11 @@ hosts) # what -H placement sets, and the parent's command line (remote ranks: "s
   done
   printf 'PARENT=%s\n' "$(tr '\0' ' ' </proc/$PPID/cmdline)"
   ;;
+vars) # NAME=value (or NAME=<unset>) for each NAME after the mode, the host, and PARENT as above
+  shift
+  for v in "$@" FAKE_HOST; do printf '%s=%s ' "$v" "${!v-<unset>}"; done
+  printf 'PARENT=%s\n' "$(tr '\0' ' ' </proc/$PPID/cmdline)"
+  ;;
 biglen) # the length and a checksum of BIG (a large -x value), and the host
   printf 'host=%s len=%s sum=%s\n' "${FAKE_HOST-<unset>}" "${#BIG}" "$(printf '%s' "$BIG" | cksum | cut -d' ' -f1)"
   ;;
