@@ -373,8 +373,14 @@ static int start_next(weft_world *w, wf_gstate *gs) {
   const char *name = resp.nnames ? resp.names[0] : "";
   weft_request *r = resp.nnames ? wf_strmap_get(&gs->table, name) : NULL;
   if (resp.type == WF_RESP_ERROR) {
-    /* A timeout may name a tensor this rank never submitted: nothing to fail. */
-    if (r) {
+    /* A timeout may name a tensor this rank never submitted: nothing to
+     * fail. One decided without this rank (it lists the rank among those
+     * missing) is not about the request this rank may have in flight for
+     * the name: that one reached the coordinator after the decision and is
+     * negotiated anew. */
+    int without_me = 0;
+    for (uint32_t i = 0; i < resp.nsizes && !without_me; i++) without_me = resp.sizes[i] == gs->group->rank;
+    if (r && !without_me) {
       wf_strmap_del(&gs->table, name);
       wf_tl_end(&w->tl, name, resp.error ? resp.error : "error");
       wf_request_complete(w, r, resp.status < 0 ? (weft_status)resp.status : WEFT_ERR_INTERNAL, resp.error);

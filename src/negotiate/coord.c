@@ -271,6 +271,27 @@ void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status s
   wf_cd_emit_error(c, coll, name, st, msg, 0);
 }
 
+void wf_cd_fail_missing(wf_coord *c, const entry *e, weft_status st, const char *msg) {
+  uint32_t unit = wf_cd_entry_unit(c, e);
+  wf_cd_unit_break(c, e->name, unit);
+  wf_response_msg resp;
+  memset(&resp, 0, sizeof resp);
+  resp.type = WF_RESP_ERROR;
+  resp.coll = wf_cd_entry_coll(c, e);
+  resp.status = st;
+  resp.error = strdup(msg);
+  /* the ranks it was decided without (joined ones stand in for theirs):
+   * a request of theirs still on its way is not answered by it */
+  if ((resp.sizes = malloc(sizeof(int64_t) * (size_t)c->size)))
+    for (int r = 0; r < c->size; r++)
+      if (!e->b->have[r] && !c->joined[r]) resp.sizes[resp.nsizes++] = r;
+  if (!resp.nsizes) {
+    free(resp.sizes);
+    resp.sizes = NULL;
+  }
+  emit(c, &resp, e->name, NULL, NULL, UINT32_MAX, 0);
+}
+
 /* Is every request of e the one stored at the name's last negotiation
  * (the hit block), with the same ranks joined? References are by
  * construction; requests that came in full are compared. */
@@ -443,7 +464,7 @@ static void fail_departed(wf_coord *c, entry *e, int gone) {
   char msg[512];
   snprintf(msg, sizeof msg, "tensor '%s': rank %d has shut down (weft_finalize) without submitting it", e->name,
            WR(c, gone));
-  wf_cd_fail_alone(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_PEER_LOST, msg, wf_cd_entry_unit(c, e));
+  wf_cd_fail_missing(c, e, WEFT_ERR_PEER_LOST, msg);
   wf_cd_entry_drop(c, e);
 }
 

@@ -133,6 +133,11 @@ void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status s
  * rank, a protocol error, no memory): it breaks its grouped op (the unit
  * goes out as it is) instead of counting in it. */
 void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit);
+/* Fails e's name (a timeout, a departed rank) with an ERROR that lists
+ * the group ranks it was decided without (response sizes), so that such a
+ * rank does not take it for a request of its that reaches the coordinator
+ * later (that one starts a new negotiation); breaks e's unit. */
+void wf_cd_fail_missing(wf_coord *c, const entry *e, weft_status st, const char *msg);
 void wf_cd_push(wf_coord *c, ready *q); /* appends q to the ready responses */
 void wf_cd_ready_free(ready *q);        /* its response's arrays, name and pin */
 

@@ -215,7 +215,7 @@ void wf_coord_check_timeouts(wf_coord *c, int64_t now) {
     snprintf(msg, sizeof msg, "tensor '%s': timed out after %g s waiting for rank(s) %s to submit it", e->name,
              c->timeout, missing);
     WF_WARN(WF_SUB_COORD, "%s", msg);
-    wf_cd_fail_alone(c, wf_cd_entry_coll(c, e), e->name, WEFT_ERR_TIMEOUT, msg, wf_cd_entry_unit(c, e));
+    wf_cd_fail_missing(c, e, WEFT_ERR_TIMEOUT, msg);
     wf_cd_entry_drop(c, e);
   }
   c->next_check = next;

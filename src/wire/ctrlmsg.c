@@ -29,8 +29,9 @@
  *     u8  coll           < WF_COLL_COUNT_
  *     i32 status         OK: 0; ERROR: < 0
  *     u32 nnames         >= 1, then nnames x str (1..WF_NAME_MAX bytes each)
- *     u32 nsizes         alltoall: k*k for some k <= 65535; others: <= WF_MAX_RANKS
- *     i64 sizes[nsizes]  each >= 0
+ *     u32 nsizes         OK alltoall: k*k for some k <= 65535; others: <= WF_MAX_RANKS
+ *     i64 sizes[nsizes]  each >= 0 (ERROR: the group ranks it was decided
+ *                        without, for a timeout or a departure; else none)
  *     str error          OK: empty (decodes to error == NULL);
  *                        ERROR: 0..WF_ERRMSG_MAX bytes (decodes to a malloc'd
  *                        string, "" when empty; a NULL error encodes as "")
@@ -152,8 +153,8 @@ static const char *resp_check(const wf_response_msg *m, char *why) {
       return "names";
     }
   }
-  if (m->coll == WF_COLL_ALLTOALL ? !is_square(m->nsizes) : m->nsizes > WF_MAX_RANKS) {
-    snprintf(why, WHY_LEN, "%u invalid for %s (alltoall: size*size, others: <= %u)", m->nsizes,
+  if (m->coll == WF_COLL_ALLTOALL && m->type == WF_RESP_OK ? !is_square(m->nsizes) : m->nsizes > WF_MAX_RANKS) {
+    snprintf(why, WHY_LEN, "%u invalid for %s (alltoall OK: size*size, others: <= %u)", m->nsizes,
              wf_coll_name((wf_coll)m->coll), (unsigned)WF_MAX_RANKS);
     return "nsizes";
   }

@@ -229,8 +229,8 @@ static void deliver(int k, int n) {
     memset(&r, 0, sizeof r);
     r.type = c->type, r.coll = c->coll, r.nnames = c->nnames, r.names = c->names;
     if (m->mc) wf_mcache_response(m->mc, &r, own_request, m);
-    for (uint32_t i = 0; i < c->nnames; i++) { /* those requests are done */
-      pend *p = pending(m, c->names[i]);
+    for (uint32_t i = 0; i < c->nnames; i++) { /* those requests are done (as the engine's exec.c decides) */
+      pend *p = c->without ? NULL : pending(m, c->names[i]);
       if (p) *p = m->pend[--m->npend], p->q.splits = p->splits;
       free(c->names[i]);
     }
@@ -246,6 +246,8 @@ static void broadcast(const wf_response_msg *r) {
     if (m->qlen == QMAX) deliver(k, 1);
     rcopy *c = &m->q[(m->qhead + m->qlen++) % QMAX];
     c->type = r->type, c->coll = r->coll, c->nnames = r->nnames;
+    c->without = 0;
+    for (uint32_t i = 0; r->type == WF_RESP_ERROR && i < r->nsizes; i++) c->without |= r->sizes[i] == k;
     c->names = malloc(sizeof(char *) * r->nnames);
     if (!c->names) fz_fail("out of memory");
     for (uint32_t i = 0; i < r->nnames; i++)
@@ -259,35 +261,15 @@ static void send_requests(int rank, wf_request_msg *reqs, uint32_t count);
  * holds exactly q, else in full; a RESEND (handled after `lag` of its
  * queued responses) sends it in full. An honest member never has two
  * requests for one name in flight: then nothing is sent. */
-/* Is a response for name on its way to rank k (the coordinator has it
- * ready, or k has not handled it yet)? */
-static int on_its_way(int k, const char *name) {
-  for (size_t i = 0; i < S.c->nready; i++)
-    if (S.c->ready[i].name && !strcmp(S.c->ready[i].name, name)) return 1;
-  const member *m = &g_mem[k];
-  for (int i = 0; k && i < m->qlen; i++) {
-    const rcopy *c = &m->q[(m->qhead + i) % QMAX];
-    for (uint32_t j = 0; j < c->nnames; j++)
-      if (!strcmp(c->names[j], name)) return 1;
-  }
-  return 0;
-}
-
-static int g_races; /* FZ_COORD_RACES=1: let members run into the known race below */
-
 static void member_submit(int k, const wf_request_msg *q, int lag) {
   member *m = &g_mem[k];
   if (S.departed[k] || S.joined_now[k]) return; /* gone, or has no more data */
   if (pending(m, q->name) || !get_rec(q->name)) return;
-  /* KNOWN RACE (tests/fuzz/known/fuzz_coord/README): a rank that submits a
-   * name while a response for it that is not about its request (a timeout
-   * or a departure that failed the name before the request arrived) is on
-   * its way takes that response for its request's; the coordinator keeps
-   * the request, and the next response for the name is taken for the
-   * rank's next request of it: mismatched shapes go unnoticed, and with
-   * the response cache the rank's cached description is not the one the
-   * coordinator holds. Members here do not submit then, unless asked. */
-  if (!g_races && on_its_way(k, q->name)) return;
+  /* A rank may submit a name while a response for it that is not about its
+   * request is on its way (a timeout or a departure that failed the name
+   * before the request arrived): that ERROR lists the rank among those it
+   * was decided without, and the rank keeps its request pending for the
+   * next negotiation (regress-timeout-race). */
   if (m->npend == MAX_PEND) deliver(k, QMAX);
   if (m->npend == MAX_PEND) return;
   pend *p = &m->pend[m->npend++];
@@ -671,7 +653,6 @@ static void fz_write_seeds(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   g_debug = getenv("FZ_COORD_DEBUG") != NULL;
-  g_races = getenv("FZ_COORD_RACES") != NULL;
   setenv("WEFT_LOG_LEVEL", "none", 1); /* stall reports and timeouts are expected here */
   fz_seed_init("fuzz_coord");
   return 0;

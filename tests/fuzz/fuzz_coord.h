@@ -79,6 +79,7 @@ typedef struct pend {
 } pend;
 typedef struct rcopy {
   uint8_t type, coll;
+  uint8_t without; /* an ERROR decided without this member: not about its request in flight */
   uint32_t nnames;
   char **names;
 } rcopy;

@@ -109,6 +109,10 @@ void check_response(const wf_response_msg *r) {
   const char *first = r->names[0];
   if (r->type == WF_RESP_ERROR) {
     if (r->nnames != 1) fz_fail("an ERROR response names %u tensors", r->nnames);
+    for (uint32_t i = 0; i < r->nsizes; i++) /* the ranks it was decided without: ascending group ranks */
+      if (r->sizes[i] < 0 || r->sizes[i] >= S.n || (i && r->sizes[i] <= r->sizes[i - 1]))
+        fz_fail("ERROR response for '%s' lists rank %lld at %u among those it was decided without", first,
+                (long long)r->sizes[i], i);
     rec *q = find_rec(first);
     int msg = r->error && r->error[0];
     if (!msg && !g_oom) fz_fail("ERROR response for '%s' without a message", first); /* no memory: members take "" */

@@ -370,6 +370,21 @@ static void test_responses(void) {
           k);
     CHECK(strstr(weft_last_error(), fields[k]), "case %d should name %s: %s", k, fields[k], weft_last_error());
   }
+  /* an ERROR lists the group ranks it was decided without (a timeout, a
+   * departure): any count, an alltoall's too (not a split matrix) */
+  int64_t without[2] = {1, 3};
+  wf_response_msg e = r[3];
+  e.coll = WF_COLL_ALLTOALL;
+  e.nnames = 1;
+  e.nsizes = 2;
+  e.sizes = without;
+  CHECK(wf_encode_responses(&b, 0, &e, 1) == WEFT_OK, "ERROR alltoall listing 2 ranks: %s", weft_last_error());
+  p = frame_payload(&b, 0, WF_MSG_RESPONSES, 0, &n);
+  CHECK(wf_decode_responses(p, n, &d, g_err, sizeof g_err) == WEFT_OK && d.count == 1 && d.resps[0].nsizes == 2 &&
+            d.resps[0].sizes[0] == 1 && d.resps[0].sizes[1] == 3,
+        "ERROR alltoall listing 2 ranks does not round-trip: %s", g_err);
+  wf_responses_msg_free(&d);
+  wf_buf_free(&b);
   wf_response_msg q = r[0];
   q.error = "oops";
   CHECK(wf_encode_responses(&b, 0, &q, 1) == WEFT_ERR_INVALID_ARGUMENT, "OK response with error text accepted");
