@@ -13,7 +13,9 @@ recursive halving: level 1 pairs (0,1), (2,3), ..., level 2 the pairs'
 results, and so on (the left operand the lower ranks). Results are compared
 bit for bit, and every rank must hold identical bits."""
 
+import math
 import struct
+from fractions import Fraction
 
 from conftest import ranks, require
 
@@ -127,15 +129,91 @@ def test_adasum_rejects():
             hvd.remove_process_set(ps)
 
 
-def test_adasum_float16_every_rank_identical():
+def round_f32(x):
+    """The float32 nearest to the exact rational x (ties to even), found with
+    exact arithmetic."""
+    c = np.float32(float(x))
+    best = None
+    for cand in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        key = (abs(Fraction(float(cand)) - x), int(np.float32(cand).view(np.uint32)) & 1)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    return np.float32(best[1])
+
+
+def lane_sum16(products):
+    """Horovod's AVX float16 reduction: 4 double lanes over blocks of 8, lane
+    j taking elements 8i+j then 8i+4+j in order; (l0 + l2) + (l1 + l3)."""
+    lanes = [0.0, 0.0, 0.0, 0.0]
+    for i in range(0, len(products), 8):
+        for j in range(4):
+            for k in (i + j, i + 4 + j):
+                if k < len(products):
+                    lanes[j] += products[k]
+    return (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+
+
+def ref_pair16(a, b):
+    """Horovod's float16 pair (a, b: the elements as floats): products in
+    double, lane sums, float32 coefficients, acoeff*a rounded to float32, then
+    bcoeff*b added in one fused multiply-add (rounded once, exactly), then
+    rounded to float16."""
+    dot = lane_sum16([x * y for x, y in zip(a, b)])
+    anorm = lane_sum16([x * x for x in a])
+    bnorm = lane_sum16([y * y for y in b])
+    af = np.float32(1.0 - dot / anorm * 0.5 if anorm >= 1e-8 else 1.0)
+    bf = np.float32(1.0 - dot / bnorm * 0.5 if bnorm >= 1e-8 else 1.0)
+    out = []
+    for x, y in zip(a, b):
+        scaled = af * np.float32(x)  # float32 * float32, rounded to float32
+        fused = round_f32(Fraction(float(bf)) * Fraction(y) + Fraction(float(scaled)))
+        out.append(float(np.float16(fused)))
+    return out
+
+
+def test_adasum_float16_bits():
+    """float16 Adasum bit for bit against Horovod's float16 rule (every rank
+    identical)."""
     me, n = ranks()
-    out = hvd.allreduce(rank_tensor(me, torch.float16, (37,)), op=hvd.Adasum)
-    assert out.dtype == torch.float16
-    check_same_everywhere(out)
-    # close to the float64 rule on the same (float16) inputs
-    vecs = [rank_tensor(k, torch.float16, (37,)).double().tolist() for k in range(n)]
-    ref = torch.tensor(ref_adasum(vecs, np.float64), dtype=torch.float64)
-    assert torch.allclose(out.double(), ref, rtol=2e-3, atol=2e-3)
+    for shape in ((37,), (5, 41)):
+        out = hvd.allreduce(rank_tensor(me, torch.float16, shape, seed=len(shape)), op=hvd.Adasum,
+                            name="a16.%d" % len(shape))
+        assert out.dtype == torch.float16
+        check_same_everywhere(out)
+        v = [rank_tensor(k, torch.float16, shape, seed=len(shape)).flatten().double().tolist() for k in range(n)]
+        level = 1
+        while level < n:
+            for k in range(0, n, 2 * level):
+                v[k] = ref_pair16(v[k], v[k + level])
+            level *= 2
+        want = torch.tensor(v[0], dtype=torch.float16).reshape(shape)
+        assert torch.equal(out.view(torch.int16), want.view(torch.int16)), (out, want)
+
+
+def test_adasum_fma_rounds_once():
+    """The float16 rule's multiply-add rounds once: products x*y of float32
+    and float16 operands that land a float64 sum exactly halfway between two
+    float32 values (a second rounding would pick the even one)."""
+    from weft.torch import adasum
+    cases = wrong = halfway = 0
+    for ym in range(1024, 2048):  # y's float16 mantissa
+        for base in (2 ** 33, 2 ** 34):
+            for xm in range(base // ym + 1, base // ym + 4):  # x's: the product just above a power of two
+                if not 2 ** 23 <= xm < 2 ** 24:
+                    continue
+                x = np.float32(xm * 2.0 ** -63)
+                y = np.array([ym * 2.0 ** -10], dtype=np.float16)
+                p = Fraction(float(x)) * Fraction(float(y[0]))
+                for sign in (1.0, -1.0):
+                    z = np.array([sign * 2.0 ** (math.frexp(float(p))[1] + 23)], dtype=np.float32)
+                    want = round_f32(p + Fraction(float(z[0])))
+                    got = adasum._fma32(x, y, z)[0]
+                    twice = np.float32(np.float64(x) * np.float64(y[0]) + np.float64(z[0]))
+                    cases += 1
+                    halfway += twice.view(np.uint32) != want.view(np.uint32)
+                    wrong += got.view(np.uint32) != want.view(np.uint32)
+    # the cases include ones where rounding twice goes wrong
+    assert cases > 1000 and halfway > 0 and wrong == 0, (cases, halfway, wrong)
 
 
 # ---------------------------------------------------------------- optimizer

@@ -25,8 +25,8 @@ Arithmetic, as Horovod's C++ on CPU writes it:
 - float16: products in double (exact), summed in 4 lanes over blocks of 8
   as Horovod's AVX code does (lane j gets elements 8i+j then 8i+4+j; the
   total is (l0+l2)+(l1+l3)); the combination in float32 with float32
-  coefficients, acoeff*a rounded to float32, then bcoeff*b added (Horovod
-  fuses that multiply-add; weft forms it in float64 and rounds to float32),
+  coefficients, acoeff*a rounded to float32, then bcoeff*b added in one
+  fused multiply-add (rounded once to float32, as Horovod's _mm256_fmadd_ps),
   rounded to float16.
 Horovod sums each dot product in pieces on different ranks (each rank holds
 a slice of the vector after each halving) and adds the pieces with an MPI
@@ -68,6 +68,28 @@ def _dots(a, b):
             _seqsum((b * b).astype(np.float64)))
 
 
+def _fma32(x, y, z):
+    """x * y + z rounded once to float32 (a fused multiply-add), elementwise:
+    x (float32 scalar), y, z float32/float16 arrays. The product is exact in
+    float64; the sum is rounded to float64 (s) with its error e (TwoSum), and
+    rounding s to float32 is wrong only when s lands exactly halfway between
+    two float32 values while the exact sum does not: then e says which side
+    the exact sum is on."""
+    p = np.float64(x) * y.astype(np.float64)
+    q = z.astype(np.float64)
+    s = p + q
+    bb = s - p
+    e = (p - (s - bb)) + (q - bb)
+    r = s.astype(np.float32)
+    r64 = r.astype(np.float64)
+    toward = np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32)
+    other = np.nextafter(r, toward)
+    halfway = (s != r64) & (2.0 * s == r64 + other.astype(np.float64)) & (e != 0)
+    # the exact sum is beyond s (away from r) when e has the sign of s - r64
+    beyond = np.sign(e) == np.sign(s - r64)
+    return np.where(halfway & beyond, other, r)
+
+
 def pair(a, b):
     """Horovod's pairwise Adasum of two 1-D numpy arrays of one dtype."""
     dot, anormsq, bnormsq = _dots(a, b)
@@ -76,8 +98,7 @@ def pair(a, b):
     if a.dtype == np.float16:
         af, bf = np.float32(acoeff), np.float32(bcoeff)
         scaled = (af * a.astype(np.float32)).astype(np.float32)
-        fused = np.float64(bf) * b.astype(np.float64) + scaled.astype(np.float64)
-        return fused.astype(np.float32).astype(np.float16)
+        return _fma32(bf, b, scaled).astype(np.float16)
     out = acoeff * a.astype(np.float64) + bcoeff * b.astype(np.float64)
     return out.astype(a.dtype)
 
