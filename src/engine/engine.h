@@ -1,10 +1,14 @@
-/* engine.h - the world, its requests, and the background engine thread.
+/* engine.h - the world and the background engine thread (the engine's own
+ * interface; api/ uses engine/submit.h, requests are engine/request.h's).
  *
  * Threads: any number of caller threads submit requests (api/) and wait on
  * them; one engine thread per world owns every socket, the local tensor
  * table, the coordinator state (rank 0) and the executing collective.
- * Shared between them, under world->mu: the submission queue, the in-flight
- * name set, the world's failure state. Request completion is published with
+ * The world's state is split by owner (the sections of struct weft_world):
+ * what is fixed at init; what is shared with callers under world->mu (the
+ * submission queue, the in-flight name set, the world's failure state);
+ * what only the engine thread touches; and the one-host path's state,
+ * opaque here (engine/onehost_impl.h). Request completion is published with
  * a release store of req->state and a broadcast of world->done_cv. */
 #ifndef WF_ENGINE_H
 #define WF_ENGINE_H
@@ -88,6 +92,7 @@ typedef struct wf_inbox {
 } wf_inbox;
 
 struct weft_world {
+  /* fixed at init (weft_init, before the engine starts); read-only after */
   uint32_t magic;
   int rank, size, local_rank, local_size, cross_rank, cross_size;
   wf_peer_info *peers;       /* size entries */
