@@ -68,7 +68,7 @@ static double residual(const double *x, const double *y, const double *w, int i)
 
 /* Averages buf (n doubles) over the ranks, in place; blocks. */
 static int average(weft_world *world, const char *name, double *buf, int64_t n) {
-  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, &n, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, &n, buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allreduce(weft_world_group(world), name, &t, &t, WEFT_OP_AVERAGE, NULL, &req);
   if (st < 0) {

@@ -111,13 +111,35 @@ WEFT_API const char *weft_reduce_op_name(weft_reduce_op op);
 #define WEFT_MAX_DIMS 16
 #define WEFT_DEVICE_CPU (-1)
 
-/* A tensor descriptor: dense, row-major, contiguous. */
+/* The kind of device a tensor with device >= 0 lives on. */
+#define WEFT_DEVICE_KIND_AUTO 0 /* CUDA (the default: a zeroed field) */
+#define WEFT_DEVICE_KIND_CUDA 1 /* CUDA, loaded at run time (no toolkit needed to build) */
+#define WEFT_DEVICE_KIND_SIM 2  /* weft's simulated accelerator, for tests without a GPU */
+
+/* A tensor descriptor: dense, row-major, contiguous.
+ *
+ * Device tensors (device >= 0): data is memory of that device (checked at
+ * submission: WEFT_ERR_INVALID_ARGUMENT if it is not, WEFT_ERR_NOT_SUPPORTED
+ * naming the tensor and the reason if the backend cannot be loaded). weft
+ * reads the input only after the work queued on stream before the call
+ * completes (an event recorded there; never a device-wide synchronize),
+ * copies it into pinned host memory, runs the host collective, and copies
+ * the result back into the device output; the request completes when the
+ * result is on the device (or see weft_op_options.consumer_stream). Input
+ * and output of one operation are on the same device; every rank must use
+ * the same device kind for a named tensor (CPU on one rank and a device on
+ * another is WEFT_ERR_MISMATCH naming both ranks). The caller must not
+ * write the input, nor touch the output, until the request completes.
+ * Fields after device are ignored for host tensors; a descriptor
+ * initialised with {dtype, ndim, shape, data, device} gets AUTO and NULL. */
 typedef struct weft_tensor {
   weft_dtype dtype;
   int ndim;              /* 0 .. WEFT_MAX_DIMS; 0 = a scalar (one element) */
   const int64_t *shape;  /* ndim entries, each >= 0; may be NULL when ndim == 0 */
   void *data;            /* may be NULL only when the tensor has 0 elements */
-  int device;            /* WEFT_DEVICE_CPU (host memory) */
+  int device;            /* WEFT_DEVICE_CPU (host memory), or the device index (>= 0) */
+  int device_kind;       /* device >= 0: WEFT_DEVICE_KIND_* (AUTO: CUDA) */
+  void *stream;          /* device >= 0: the producer's stream (a cudaStream_t); NULL: the default stream */
 } weft_tensor;
 
 /* ------------------------------------------------------------------ world */
@@ -225,11 +247,16 @@ typedef struct weft_op_options {
                              one-host group that complete in shared memory never queue (design.md section 3) */
   weft_done_fn callback;  /* NULL: none; poll or wait instead */
   void *user_data;        /* passed to callback */
-  weft_alloc_fn alloc;    /* NULL: outputs are library-owned */
+  weft_alloc_fn alloc;    /* NULL: outputs are library-owned (device inputs: device memory weft allocates
+                             with the backend and frees at weft_request_free); for a device input alloc must
+                             return memory of the input's device */
   void *alloc_ctx;        /* passed to alloc */
+  void *consumer_stream;  /* device tensors: NULL, the request completes when the result is on the device;
+                             else (a cudaStream_t) it completes as soon as the copy up is queued and this
+                             stream made to wait for it: work queued there afterwards sees the result */
 } weft_op_options;
 
-#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL}
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL}
 
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and
@@ -360,7 +387,9 @@ WEFT_API const char *weft_request_algorithm(const weft_request *req);
  * reducescatter the caller's tensor (or the library-owned reducescatter
  * output); for allgather/alltoall the gathered output. out->shape points
  * into the request (valid until free). If the output came from opt->alloc,
- * the caller owns out->data; otherwise the request does. */
+ * the caller owns out->data; otherwise the request does. For a device
+ * input, out->data is device memory and out->device/device_kind say which
+ * (out->stream is NULL). */
 WEFT_API weft_status weft_request_output(weft_request *req, weft_tensor *out);
 
 /* Grouped ops (weft_grouped_*): the output of tensor i (0..n-1) of a

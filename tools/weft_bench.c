@@ -344,7 +344,7 @@ static int wait_req(bench *b, weft_request *req, const char *what) {
 
 /* Blocking allreduce of one scalar (the time MAX, the wrong-count SUM). */
 static int allreduce_scalar(bench *b, const char *name, weft_dtype t, void *val, weft_reduce_op op) {
-  weft_tensor x = {t, 0, NULL, val, WEFT_DEVICE_CPU};
+  weft_tensor x = {t, 0, NULL, val, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allreduce(b->group, name, &x, &x, op, NULL, &req);
   if (st < 0) return fail(b, "weft_allreduce(%s): %s: %s", name, weft_status_string(st), weft_last_error());
@@ -365,8 +365,8 @@ static int barrier(bench *b, const char *name) {
 static weft_status submit(bench *b, const geom *gm, int k, const char *name, weft_request **req) {
   slot *s = &b->slots[k];
   int64_t in_shape[1] = {(int64_t)gm->in_elems}, out_shape[1] = {(int64_t)gm->out_elems};
-  weft_tensor in = {b->a.dtype, 1, in_shape, s->in, WEFT_DEVICE_CPU};
-  weft_tensor out = {b->a.dtype, 1, out_shape, s->out, WEFT_DEVICE_CPU};
+  weft_tensor in = {b->a.dtype, 1, in_shape, s->in, WEFT_DEVICE_CPU, 0, NULL};
+  weft_tensor out = {b->a.dtype, 1, out_shape, s->out, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   opt.alloc = slot_alloc;
   opt.alloc_ctx = s;

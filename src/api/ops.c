@@ -47,11 +47,20 @@ static weft_status check_tensor(const char *fn, const char *name, const char *wh
       return INVALID("%s('%s'): %s tensor is too large", fn, name, what);
   }
   if (n > 0 && !t->data) return INVALID("%s('%s'): %s tensor has %zu elements but data is NULL", fn, name, what, n);
-  if (t->device != WEFT_DEVICE_CPU)
-    return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s('%s'): %s tensor is on device %d; this build supports host memory only",
-                  fn, name, what, t->device);
+  if (t->device < WEFT_DEVICE_CPU)
+    return INVALID("%s('%s'): %s tensor has device %d (WEFT_DEVICE_CPU, or a device index >= 0)", fn, name, what,
+                   t->device);
+  if (t->device >= 0) WF_CHECK(wf_submit_check_device(fn, name, what, t, n * es)); /* loads, and is its memory */
   *elems = n;
   return WEFT_OK;
+}
+
+/* Input and output of one op live on the same device (kind and index). */
+static weft_status check_same_device(const char *fn, const char *name, const weft_tensor *in, const weft_tensor *out) {
+  if (wf_submit_device_code(in) == wf_submit_device_code(out)) return WEFT_OK;
+  char a[48], b[48];
+  return INVALID("%s('%s'): input is on %s but output is on %s: both must be on the same device", fn, name,
+                 wf_submit_device_str(in, a, sizeof a), wf_submit_device_str(out, b, sizeof b));
 }
 
 static weft_status check_opts(const char *fn, const char *name, const weft_op_options *o) {
@@ -78,6 +87,7 @@ static weft_status make_allreduce(weft_group *g, const char *name, const weft_te
   WF_CHECK(check_tensor("weft_allreduce", name, "input", in, &n));
   WF_CHECK(check_tensor("weft_allreduce", name, "output", out, &m));
   WF_CHECK(check_opts("weft_allreduce", name, opt));
+  WF_CHECK(check_same_device("weft_allreduce", name, in, out));
   if ((unsigned)op >= WEFT_OP_COUNT_) return INVALID("weft_allreduce('%s'): unknown reduce op %d", name, (int)op);
   if (in->dtype != out->dtype)
     return INVALID("weft_allreduce('%s'): input is %s but output is %s", name, weft_dtype_name(in->dtype),
@@ -194,6 +204,7 @@ static weft_status make_reducescatter(weft_group *g, const char *name, const wef
   weft_request *r = NULL;
   if (out && out->data && in->ndim > 0) {
     WF_CHECK(check_tensor("weft_reducescatter", name, "output", out, &m));
+    WF_CHECK(check_same_device("weft_reducescatter", name, in, out));
     int64_t rows = in->shape[0] / g->size + (g->rank < in->shape[0] % g->size);
     int ok = out->dtype == in->dtype && out->ndim == in->ndim && out->shape[0] == rows;
     for (int d = 1; ok && d < in->ndim; d++) ok = out->shape[d] == in->shape[d];
@@ -289,7 +300,8 @@ static weft_status abandon_grouped(weft_status st, weft_request *parent, weft_re
 /* The options a child of a grouped op gets: the parent's, without its
  * callback (it runs once, for the whole group). */
 static weft_op_options child_options(const weft_op_options *opt) {
-  weft_op_options o = opt ? *opt : (weft_op_options)WEFT_OP_OPTIONS_INIT;
+  weft_op_options o = WEFT_OP_OPTIONS_INIT;
+  if (opt) memcpy(&o, opt, opt->struct_size < sizeof o ? opt->struct_size : sizeof o); /* an older, smaller struct */
   o.struct_size = sizeof o;
   o.callback = NULL;
   o.user_data = NULL;

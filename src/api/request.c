@@ -59,14 +59,18 @@ weft_status weft_request_output(weft_request *r, weft_tensor *out) {
   switch (r->msg.coll) {
     case WF_COLL_ALLREDUCE:
       *out = r->out;
+      out->stream = NULL;
       return r->status;
     case WF_COLL_BROADCAST:
       *out = r->in;
+      out->stream = NULL;
       return r->status;
     case WF_COLL_ALLGATHER:
     case WF_COLL_ALLTOALL:
     case WF_COLL_REDUCESCATTER:
       /* reported even on failure, so memory from the caller's allocator can be freed */
+      out->device = r->in.device; /* a device input's output is on its device */
+      out->device_kind = r->in.device < 0 ? 0 : r->in.device_kind;
       out->data = r->result;
       out->ndim = r->result_ndim;
       out->shape = r->result_shape;

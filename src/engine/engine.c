@@ -5,6 +5,7 @@
  * ready, an eventfd wake-up arrives (new submission, abort, stop) or the
  * nearest deadline passes. Control frames are decoded and acted on in
  * inbox.c. */
+#include "engine/devstage.h"
 #include "engine/engine.h"
 #include "engine/onehost.h"
 #include "engine/local.h"
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bootstrap/launcher_link.h"
@@ -435,7 +437,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   int64_t d = now + (int64_t)(w->hb_interval * 1e9);
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
-    if (!gs->exec.active && gs->resps_pos < gs->nresps) return now;
+    if (!gs->exec.active && gs->resps_pos < gs->nresps && !gs->dev_wait) return now;
     if (gs->coord) {
       int64_t c = wf_coord_next_deadline(gs->coord);
       if (c < d) d = c;
@@ -444,6 +446,8 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
   int64_t f = wf_fast_next_scan(w, now);
+  if (f < d) d = f;
+  f = wf_devstage_next(w, now); /* device copies in flight: polled, never waited for */
   if (f < d) d = f;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
@@ -489,6 +493,13 @@ static void *engine_main(void *arg) {
     } else {
       /* [mpi] poll hook: pending MPI transfers bound the wait (spin, then 1 ms) */
       int ms = wf_mux_wait_ms(&w->mux, wf_ms_until(dl));
+      if (ms == 1 && dl - now < 1000000 && wf_devstage_next(w, now) != INT64_MAX) {
+        /* a device copy is polled sooner than epoll's millisecond: sleep
+         * that long, then look at the sockets without waiting */
+        struct timespec ts = {0, (long)(dl - now)};
+        nanosleep(&ts, NULL);
+        ms = 0;
+      }
       if (ms != 0 && now - w->last_busy < IDLE_SPIN_NS) {
         /* busy a moment ago: the next message (a response, the peer's
          * data) usually follows within microseconds, and waking from
@@ -540,6 +551,7 @@ static void *engine_main(void *arg) {
     }
     publish_responses(w);
     wf_exec_progress(w);
+    wf_devstage_poll(w); /* device tensors whose copy up is done complete */
     publish_responses(w);
     now = wf_now_ns();
     for (int gi = 0; gi < w->ngs; gi++)
@@ -562,6 +574,7 @@ static void *engine_main(void *arg) {
   /* Stopping: fail what remains, say goodbye, flush control frames briefly. */
   wf_world_fail(w, WEFT_ERR_SHUTDOWN, "weft_finalize was called with this operation in flight");
   fail_all(w);
+  wf_devstage_stop(w); /* device copies in flight: bounded */
   for (int p = 0; p < w->size; p++) {
     if (p == w->rank || !wf_tcp_alive(w->tcp, p)) continue;
     wf_buf b = {0};

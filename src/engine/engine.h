@@ -78,6 +78,7 @@ typedef struct wf_gstate {
   wf_topo topo;              /* members' hosts and pids (algorithms' view) */
   int *topo_arrays;          /* host_of and pid_of: 2 x group size */
   struct wf_mcache *mcache;  /* response cache, member side (negotiate/cache.h); NULL on the coordinator or off */
+  int dev_wait;              /* the next response waits for a device tensor's copy down (devstage.h) */
 } wf_gstate;
 
 /* A control message received, waiting for the engine to act on it. */
@@ -147,6 +148,8 @@ struct weft_world {
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
+  /* device tensors' staging (engine/devstage.c; opaque here) */
+  struct wf_dstage_world *dstage;
 };
 
 /* Engine lifecycle (world.c calls these). */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "engine/devstage.h"
 #include "engine/engine.h"
 #include "engine/fuse.h"
 #include "reduce/reduce.h"
@@ -63,6 +64,7 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
     msg = "the output allocator returned NULL: this rank took part in the collective but its result was discarded";
   }
   if (many) {
+    uint32_t now = 0; /* those that complete now (the others when their copy up is done: devstage.h) */
     for (uint32_t i = 0; i < n; i++) {
       weft_status sti = st;
       const char *msgi = msg;
@@ -74,16 +76,25 @@ static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char
         msgi = "the output allocator returned NULL: this rank took part in the collective but its result was "
                "discarded";
       }
-      wf_tl_end(&w->tl, many[i]->msg.name, sti == WEFT_OK ? NULL : msgi ? msgi : weft_status_string(sti));
       many[i]->algo = algo;
+      if (sti == WEFT_OK && many[i]->dstage && wf_devstage_upload(w, many[i], &sti, &msgi)) {
+        wf_tl_end(&w->tl, many[i]->msg.name, NULL);
+        continue;
+      }
+      wf_tl_end(&w->tl, many[i]->msg.name, sti == WEFT_OK ? NULL : msgi ? msgi : weft_status_string(sti));
       many[i]->status = sti;
       if (sti != WEFT_OK && msgi) many[i]->error = strdup(msgi);
+      many[now++] = many[i];
     }
-    wf_request_complete_many(w, many, n); /* one lock, one wake-up for all */
+    wf_request_complete_many(w, many, now); /* one lock, one wake-up for all */
     free(many);
   } else if (one) {
-    wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
     one->algo = algo;
+    if (st == WEFT_OK && one->dstage && wf_devstage_upload(w, one, &st, &msg)) {
+      wf_tl_end(&w->tl, one->msg.name, NULL);
+      return;
+    }
+    wf_tl_end(&w->tl, one->msg.name, st == WEFT_OK ? NULL : msg ? msg : weft_status_string(st));
     wf_request_complete(w, one, st, msg);
   }
 }
@@ -111,6 +122,7 @@ int64_t wf_exec_deadline(weft_world *w, const char **name) {
 }
 
 weft_status wf_alloc_result(weft_request *r, size_t bytes) {
+  if (r->dstage) return wf_devstage_host_result(r, bytes); /* a device tensor's: host, then copied up */
   if (r->alloc) {
     r->result = r->alloc(bytes, r->alloc_ctx);
     r->result_owned = 0;
@@ -359,8 +371,19 @@ static weft_request *phantom(weft_world *w, wf_gstate *gs, const wf_response_msg
 static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_request **fused, uint32_t nfused,
                        wf_response_msg *resp, const char *name);
 
+/* 1 when the next response's device tensors have their inputs on the host
+ * (devstage.h); else it stays queued and the engine looks again soon. */
+static int inputs_ready(weft_world *w, wf_gstate *gs) {
+  const wf_response_msg *resp = &gs->resps[gs->resps_pos];
+  gs->dev_wait = 0;
+  if (resp->type == WF_RESP_ERROR || !wf_devstage_used(w)) return 1;
+  for (uint32_t i = 0; i < resp->nnames; i++)
+    if (!wf_devstage_ready(w, wf_strmap_get(&gs->table, resp->names[i]))) return !(gs->dev_wait = 1);
+  return 1;
+}
+
 static int start_next(weft_world *w, wf_gstate *gs) {
-  if (gs->resps_pos >= gs->nresps) return 0;
+  if (gs->resps_pos >= gs->nresps || !inputs_ready(w, gs)) return 0;
   wf_response_msg resp = gs->resps[gs->resps_pos++];
   if (gs->resps_pos == gs->nresps) gs->resps_pos = gs->nresps = 0;
   if (resp.seq != gs->next_seq) {

@@ -11,8 +11,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/devstage.h"
 #include "engine/engine.h"
 #include "engine/onehost.h"
+#include "engine/submit.h"
 #include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"
@@ -165,13 +167,15 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
     r->msg.ndim = (uint8_t)in->ndim;
     for (int d = 0; d < in->ndim; d++) r->msg.shape[d] = r->in_shape[d] = in->shape[d];
     r->in.shape = r->in_shape;
-    r->msg.device = in->device;
+    r->msg.device = wf_submit_device_code(in); /* kind and index: the ranks compare both */
   }
   if (o) {
     r->callback = o->callback;
     r->user_data = o->user_data;
     r->alloc = o->alloc;
     r->alloc_ctx = o->alloc_ctx;
+    if (o->struct_size >= offsetof(weft_op_options, consumer_stream) + sizeof(void *))
+      r->consumer_stream = o->consumer_stream;
   }
   /* no deadline yet (wf_request_arm): a fast round that completes at
    * arrival never needs one, and a clock read is a noticeable part of a
@@ -189,6 +193,8 @@ void wf_request_unref(weft_request *r) {
   if (r->msg.splits) free(r->msg.splits);
   if (r->error) free(r->error);
   if (r->result_owned) free(r->result);
+  if (r->result_dev) wf_devstage_free_result(r);
+  if (r->dstage) wf_devstage_discard(r); /* never submitted */
   if (r->recv_splits) free(r->recv_splits);
   if (r->child_error) free(r->child_error);
   if (r->fast_msg) free(r->fast_msg);
@@ -221,6 +227,8 @@ static void complete_rest(weft_world *w, weft_request *r) {
 }
 
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (rs[i]->dstage) wf_devstage_detach(w, rs[i]); /* the caller's descriptors back; staging retires */
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < n; i++) {
     /* a detached request's name goes now: nobody will see it complete */

@@ -78,6 +78,11 @@ struct weft_request {
   int64_t *recv_splits;      /* alltoall: group size entries */
   int nrecv_splits;
 
+  /* device tensors (engine/devstage.c) */
+  struct wf_dstage *dstage;  /* its staging through pinned host memory: from submission until completion */
+  void *consumer_stream;     /* weft_op_options.consumer_stream */
+  struct wf_device *result_dev; /* result is device memory from this backend, freed with the request */
+
   /* one-host fast path (engine/onehost.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (onehost.c) */
   int fast_listed;           /* in w->fast, the engine's scan list (under w->mu) */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/devstage.h"
 #include "engine/onehost.h"
 #include "util/err.h"
 #include "util/strmap.h"
@@ -30,9 +31,22 @@ void wf_engine_submit(weft_world *w, weft_request *r) {
   wf_engine_wake(w);
 }
 
+/* Does r carry a device tensor to stage (devstage.h)? */
+static int on_device(const weft_request *r) {
+  return r->in.device >= 0 && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN;
+}
+
 /* Registers the name and enqueues, under one lock; on failure frees r. */
 weft_status wf_submit(weft_request *r, weft_request **out) {
   weft_world *w = r->world;
+  if (on_device(r)) { /* the copy down is queued before anything can read r's host view */
+    weft_status st = wf_devstage_in(r);
+    if (st != WEFT_OK) {
+      free(r->msg.splits);
+      free(r);
+      return st;
+    }
+  }
   int fast = wf_fast_wants(w, r); /* one-host fast path: register here, visit the board below */
   if (!fast) wf_request_arm(r); /* before the engine can see it */
   pthread_mutex_lock(&w->mu);
@@ -56,6 +70,7 @@ weft_status wf_submit(weft_request *r, weft_request **out) {
   }
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
+    wf_devstage_discard(r);
     free(r->msg.splits);
     free(r);
     return st;
@@ -66,6 +81,18 @@ weft_status wf_submit(weft_request *r, weft_request **out) {
   return WEFT_OK;
 }
 
+/* A grouped op that was not submitted after all: frees it, returns st. */
+static weft_status free_grouped(weft_status st, weft_request *parent, weft_request **kids, int n) {
+  for (int i = 0; i < n; i++) {
+    wf_devstage_discard(kids[i]);
+    free(kids[i]->msg.splits);
+    free(kids[i]);
+  }
+  free(kids);
+  free(parent);
+  return st;
+}
+
 /* Enqueues a grouped op: kids[0..n) (built and checked) under one lock,
  * so the engine sees them in one drain and they reach the coordinator in
  * one batch; parent completes with the last. The parent keeps a reference
@@ -74,6 +101,9 @@ weft_status wf_submit_grouped(const char *fn, weft_group *g, weft_request *paren
                               weft_request **req) {
   weft_world *w = g->world;
   weft_status st = WEFT_OK;
+  for (int i = 0; i < n && st == WEFT_OK; i++)
+    if (on_device(kids[i])) st = wf_devstage_in(kids[i]);
+  if (st != WEFT_OK) return free_grouped(st, parent, kids, n);
   wf_request_arm(parent);
   for (int i = 0; i < n; i++) {
     kids[i]->deadline = parent->deadline; /* armed: the engine reads them */
@@ -102,15 +132,7 @@ weft_status wf_submit_grouped(const char *fn, weft_group *g, weft_request *paren
   if (st != WEFT_OK)
     for (int i = 0; i < put; i++) wf_strmap_del_val_h(&w->inflight, kids[i]->key, kids[i]->key_hash, kids[i]);
   pthread_mutex_unlock(&w->mu);
-  if (st != WEFT_OK) {
-    for (int i = 0; i < n; i++) {
-      free(kids[i]->msg.splits);
-      free(kids[i]);
-    }
-    free(kids);
-    free(parent);
-    return st;
-  }
+  if (st != WEFT_OK) return free_grouped(st, parent, kids, n);
   /* each child visits the one-host board (keeping its counts in step)
    * before the engine can see it, as every submission does: a generation
    * may complete on another rank only after this rank's visit (board.h,

@@ -21,6 +21,18 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
  * requests seen complete stay usable. NULL is a no-op. */
 void wf_world_free(weft_world *w);
 
+/* A device tensor's checks at submission (t->device >= 0; bytes: its
+ * size): a known kind and index, the backend loads (else
+ * WEFT_ERR_NOT_SUPPORTED with its reason), data is memory of that device
+ * when bytes > 0 (else WEFT_ERR_INVALID_ARGUMENT; never touches it). fn,
+ * name and what ("input") name it in the message. */
+weft_status wf_submit_check_device(const char *fn, const char *name, const char *what, const weft_tensor *t,
+                                   size_t bytes);
+/* "host memory", "cuda:0", "sim:1": where t lives (messages). */
+const char *wf_submit_device_str(const weft_tensor *t, char *buf, size_t len);
+/* t's device as the wire has it (WF_DEVICE_CODE). */
+int32_t wf_submit_device_code(const weft_tensor *t);
+
 /* Registers r's name in flight and hands it to the one-host path or the
  * engine, under one lock (r from wf_request_make, described): WEFT_OK and
  * *out = r, or an error (the world failed or is finalizing, the name is in

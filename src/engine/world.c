@@ -3,18 +3,22 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "engine/devstage.h"
 #include "engine/submit.h"
 #include "util/log.h"
 
 weft_world *wf_world_new(int rank, int size, const wf_settings *set, double timeout_seconds, wf_mpi_comm *mpic) {
   weft_world *w = calloc(1, sizeof *w);
   int *ranks = malloc(sizeof(int) * (size_t)size);
-  if (!w || !ranks) {
+  struct wf_dstage_world *ds = wf_devstage_world_new();
+  if (!w || !ranks || !ds) {
+    wf_devstage_world_free(ds);
     free(w);
     free(ranks);
     wf_mpi_comm_close(mpic);
     return NULL;
   }
+  w->dstage = ds;
   w->mux.mpi_comm = mpic; /* [mpi] freed by wf_world_free */
   w->magic = WF_WORLD_MAGIC;
   w->rank = rank;
@@ -57,6 +61,7 @@ void wf_world_free(weft_world *w) {
     if (e->key && !e->tomb) atomic_store_explicit(&((weft_request *)e->val)->name_held, 0, memory_order_relaxed);
   }
   pthread_mutex_unlock(&w->mu);
+  wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
   free(w->peers);

@@ -17,6 +17,15 @@ static void shape_str(const wf_request_msg *m, char *out, size_t n) {
   if (k < n) snprintf(out + k, n - k, "]");
 }
 
+/* "host memory", "cuda:0", "sim:1" (wire.h, WF_DEVICE_CODE). */
+static void device_str(int32_t code, char *out, size_t n) {
+  int kind = WF_DEVICE_CODE_KIND(code), index = WF_DEVICE_CODE_INDEX(code);
+  if (code < 0) snprintf(out, n, "host memory");
+  else if (kind == WEFT_DEVICE_KIND_CUDA) snprintf(out, n, "cuda:%d", index);
+  else if (kind == WEFT_DEVICE_KIND_SIM) snprintf(out, n, "sim:%d", index);
+  else snprintf(out, n, "device kind %d:%d", kind, index);
+}
+
 /* Does m's shape hold more than INT64_MAX bytes (or elements), counting
  * dimension by dimension (as the API does: a zero after a huge product does
  * not make it fit)? No tensor does (the API refuses them), but a peer may
@@ -80,9 +89,14 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                W(r), ub);
       return WEFT_ERR_MISMATCH;
     }
-    if (b->device != a->device) {
-      snprintf(err, errlen, "tensor '%s': mismatched devices: rank %d has device %d, rank %d has device %d", name, W(0),
-               a->device, W(r), b->device);
+    /* kinds, not indices: ranks sharing a host use different devices
+     * (their local rank's), as in Horovod */
+    if (WF_DEVICE_CODE_KIND(b->device) != WF_DEVICE_CODE_KIND(a->device)) {
+      char da[48], db[48];
+      device_str(a->device, da, sizeof da);
+      device_str(b->device, db, sizeof db);
+      snprintf(err, errlen, "tensor '%s': mismatched devices: rank %d has %s, rank %d has %s", name, W(0), da, W(r),
+               db);
       return WEFT_ERR_MISMATCH;
     }
     if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_REDUCESCATTER) {

@@ -12,7 +12,7 @@
  *     u8  reduce_op      < WEFT_OP_COUNT_
  *     u8  ndim           0..WEFT_MAX_DIMS
  *     i32 root           broadcast: >= 0; others: >= -1
- *     i32 device         >= -1 (WEFT_DEVICE_CPU)
+ *     i32 device         >= -1: WEFT_DEVICE_CPU, or kind * 65536 + index (WF_DEVICE_CODE)
  *     i32 priority
  *     u32 unit           0..WF_UNIT_MAX: the grouped op's tensor count (0: none)
  *     f64 prescale, f64 postscale

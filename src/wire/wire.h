@@ -109,6 +109,13 @@ typedef struct wf_peers_msg {
 } wf_peers_msg;
 
 /* ---- REQUEST: one tensor a rank is ready to run. */
+/* A request's device on the wire: WEFT_DEVICE_CPU (-1) for host memory,
+ * else kind * 65536 + index (kind WEFT_DEVICE_KIND_CUDA or _SIM, never
+ * AUTO; index 0..65535), so that ranks compare kind and index at once. */
+#define WF_DEVICE_CODE(kind, index) ((int32_t)(kind) * 65536 + (int32_t)(index))
+#define WF_DEVICE_CODE_KIND(code) ((code) < 0 ? -1 : (int)((code) / 65536))
+#define WF_DEVICE_CODE_INDEX(code) ((code) < 0 ? -1 : (int)((code) % 65536))
+
 typedef struct wf_request_msg {
   uint32_t group_id;
   uint8_t coll;        /* wf_coll */
@@ -116,7 +123,7 @@ typedef struct wf_request_msg {
   uint8_t reduce_op;   /* weft_reduce_op */
   uint8_t ndim;        /* 0..WEFT_MAX_DIMS */
   int32_t root;        /* broadcast root (group rank), else -1 */
-  int32_t device;      /* WEFT_DEVICE_CPU or a device index */
+  int32_t device;      /* WEFT_DEVICE_CPU, or a device: WF_DEVICE_CODE(kind, index) */
   int32_t priority;
   uint32_t unit;       /* part of a grouped op of this many tensors, named "<op name>.<i>": negotiated as one
                           unit (0: a tensor of its own); at most WF_UNIT_MAX */

@@ -122,7 +122,7 @@ static int rank0(const fcase *fc, const char *addr, int rd, int wr) {
   weft_request_free(probe);
   float x[4] = {1, 2, 3, 4};
   int64_t shape[1] = {4};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, x, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, x, WEFT_DEVICE_CPU, 0, NULL};
   if (weft_allreduce(g, "victim", &t, &t, WEFT_OP_SUM, NULL, &victim) != WEFT_OK)
     fx_fail("submit: %s", weft_last_error());
   pipe_put(wr, "R", 1); /* a request is pending: send the bad frame */

@@ -58,7 +58,7 @@ static void big_alloc(void) {
 
 static weft_request *big_submit(const char *name) {
   int64_t shape[1] = {(int64_t)g_big_n};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, g_big, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, g_big, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &req);
   if (st != WEFT_OK) fr_fatal("submitting %s: %s: %s", name, weft_status_string(st), weft_last_error());
@@ -266,7 +266,7 @@ static int case_coordkill(void) {
   }
   float a[16] = {0};
   int64_t shape[1] = {16};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *ra = NULL, *rb = NULL;
   if (weft_allreduce(G, "neg.a", &t, &t, WEFT_OP_SUM, NULL, &ra) != WEFT_OK ||
       weft_allgather(G, "neg.b", &t, NULL, &rb) != WEFT_OK)
@@ -301,7 +301,7 @@ static int case_inflight(void) {
   barrier_ok("ready");
   float a[8] = {0};
   int64_t shape[1] = {8};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU, 0, NULL};
   char name[32];
   snprintf(name, sizeof name, "inflight.%d", R); /* no other rank submits it */
   weft_request *req = NULL, *detached = NULL;
@@ -433,7 +433,7 @@ static int case_abort(int then_exit) {
   barrier_ok("ready");
   float a[8] = {0};
   int64_t shape[1] = {8};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, a, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r1 = NULL, *r2 = NULL;
   if (R == aborter) {
     if (weft_allreduce(G, "abort.own", &t, &t, WEFT_OP_SUM, NULL, &r1) != WEFT_OK)
@@ -507,7 +507,7 @@ static int case_loop(const char *die) {
     int64_t v[4096];
     for (int k = 0; k < 4096; k++) v[k] = k;
     int64_t shape[1] = {4096};
-    weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *req = NULL;
     weft_status st = weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &req);
     if (st == WEFT_OK) st = weft_wait(req, 30);
@@ -537,7 +537,7 @@ static int case_partition(void) {
     char name[32];
     snprintf(name, sizeof name, "part.%d", i);
     int64_t shape[1] = {(int64_t)n};
-    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *req = NULL;
     weft_status st = weft_allreduce(G, name, &t, &t, WEFT_OP_AVERAGE, NULL, &req);
     if (st != WEFT_OK) {

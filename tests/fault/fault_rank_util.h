@@ -85,7 +85,7 @@ FX_FN int fr_allreduce_ok(const char *name, int n) {
   if (!v) fr_fatal("out of memory");
   for (int i = 0; i < n; i++) v[i] = (int64_t)R * 1000003 + i * 7 + 1;
   int64_t shape[1] = {n};
-  weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allreduce(G, name, &t, &t, WEFT_OP_SUM, NULL, &req);
   int ok = 0;
@@ -109,7 +109,7 @@ FX_FN int fr_allreduce_ok(const char *name, int n) {
 /* Every rank's 64-bit word into all[0..N) (a collective). 1 on success. */
 FX_FN int fr_exchange(const char *name, uint64_t mine, uint64_t *all) {
   int64_t shape[1] = {1};
-  weft_tensor in = {WEFT_DTYPE_INT64, 1, shape, &mine, WEFT_DEVICE_CPU};
+  weft_tensor in = {WEFT_DTYPE_INT64, 1, shape, &mine, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allgather(G, name, &in, NULL, &req);
   if (st != WEFT_OK) return fx_fail("%s: submit: %s: %s", name, weft_status_string(st), weft_last_error());

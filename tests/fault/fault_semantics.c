@@ -35,7 +35,7 @@
 #include "fault_rank_util.h"
 
 static weft_tensor tensor(weft_dtype t, int ndim, const int64_t *shape, void *data) {
-  return (weft_tensor){t, ndim, shape, data, WEFT_DEVICE_CPU};
+  return (weft_tensor){t, ndim, shape, data, WEFT_DEVICE_CPU, 0, NULL};
 }
 
 /* Waits for a request that must fail with `want` on every rank with one

@@ -156,7 +156,7 @@ static int allreduces(weft_group *g, int nranks, int count, int until_done, doub
   double t_end = -1;
   for (int it = 0; until_done || it < count; it++) {
     for (int i = 0; i < 64; i++) v[i] = (int64_t)R * 1000 + i + it;
-    weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *req = NULL;
     char name[32];
     snprintf(name, sizeof name, "fz.%d", it);

@@ -58,7 +58,7 @@ static void submit(op *o, int k, int s) {
   int64_t n = o->dim0 * o->row, shape[2] = {o->dim0, o->row};
   o->in = feat_alloc((size_t)n * es);
   for (int64_t i = 0; i < n; i++) feat_put(o->dt, o->in, (size_t)i, val(feat_rank, k, i));
-  weft_tensor in = {o->dt, 2, shape, o->in, WEFT_DEVICE_CPU};
+  weft_tensor in = {o->dt, 2, shape, o->in, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   opt.priority = (int)(feat_hash((uint64_t)k, (uint64_t)(s / 4), 5) % 3);
   o->req = NULL;

@@ -274,7 +274,7 @@ FEAT_FN void feat_put(weft_dtype t, void *buf, size_t i, double v) {
 
 /* A one-dimensional tensor descriptor over data. */
 FEAT_FN weft_tensor feat_tensor(weft_dtype t, const int64_t *shape1, void *data) {
-  weft_tensor x = {t, 1, shape1, data, WEFT_DEVICE_CPU};
+  weft_tensor x = {t, 1, shape1, data, WEFT_DEVICE_CPU, 0, NULL};
   return x;
 }
 

@@ -135,7 +135,7 @@ static void keep(int t, int world, const weft_tensor *out) {
 static weft_tensor desc(job *j, int64_t *shape) {
   shape[0] = j->dim0;
   shape[1] = j->row;
-  weft_tensor x = {j->dt, 2, shape, j->in, WEFT_DEVICE_CPU};
+  weft_tensor x = {j->dt, 2, shape, j->in, WEFT_DEVICE_CPU, 0, NULL};
   return x;
 }
 

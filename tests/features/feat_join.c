@@ -141,8 +141,8 @@ static void forbidden(void) {
   float *in = feat_alloc(sizeof(float) * (size_t)rows * 3);
   float *rs_out = feat_alloc(sizeof(float) * 6);
   int64_t rs_shape[2] = {2, 3};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape2, in, WEFT_DEVICE_CPU};
-  weft_tensor to = {WEFT_DTYPE_FLOAT32, 2, rs_shape, rs_out, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape2, in, WEFT_DEVICE_CPU, 0, NULL};
+  weft_tensor to = {WEFT_DTYPE_FLOAT32, 2, rs_shape, rs_out, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r[4] = {NULL, NULL, NULL, NULL};
   const char *what[4] = {"allgather", "broadcast", "alltoall", "reducescatter"};
   feat_submitted(weft_allgather(g, "ag.joined", &t, NULL, &r[0]), &r[0], what[0]);

@@ -39,7 +39,7 @@ static void run_op(int kind, const char *name) {
       break;
     }
     case 1: {
-      weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, s_ag, f, WEFT_DEVICE_CPU};
+      weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, s_ag, f, WEFT_DEVICE_CPU, 0, NULL};
       feat_submitted(weft_allgather(g, name, &t, NULL, &r), &r, name);
       break;
     }

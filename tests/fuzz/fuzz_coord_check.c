@@ -14,7 +14,8 @@
  * -Wl,--wrap=wf_validate): the real one decides, and this oracle, written
  * from the rules (design.md: "ranks disagree (dtype, shape, op, root,
  * scales, 0-d)"), must decide the same: OK exactly when every request
- * agrees with the first on the collective, dtype, grouped op and device,
+ * agrees with the first on the collective, dtype, grouped op and device kind
+ * (host memory, CUDA, sim: not the index, wire.h WF_DEVICE_CODE),
  * the collectives that need dimensions have some, no shape exceeds 2^63
  * bytes, allreduce / broadcast / reducescatter shapes are equal,
  * allgather / alltoall shapes equal but for the first dimension,
@@ -42,8 +43,9 @@ static int oracle_agree(const wf_request_msg *const *reqs, int n) {
     }
     if (c == WF_COLL_ALLTOALL && b->nsplits != (uint32_t)n) return 0;
     if (r == 0) continue;
-    if (b->dtype != a->dtype || b->unit != a->unit || b->device != a->device || b->ndim != a->ndim) {
-      if (b->dtype != a->dtype || b->unit != a->unit || b->device != a->device) return 0;
+    int kinds = WF_DEVICE_CODE_KIND(b->device) != WF_DEVICE_CODE_KIND(a->device);
+    if (b->dtype != a->dtype || b->unit != a->unit || kinds || b->ndim != a->ndim) {
+      if (b->dtype != a->dtype || b->unit != a->unit || kinds) return 0;
       if (c != WF_COLL_BARRIER) return 0; /* a barrier's shape is nobody's business */
     }
     int first = c == WF_COLL_ALLGATHER || c == WF_COLL_ALLTOALL; /* may differ */

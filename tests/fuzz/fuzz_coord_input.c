@@ -61,7 +61,7 @@ void build_request(fz_in *in, wf_request_msg *m, int64_t *splits) {
   m->root = m->coll == WF_COLL_BROADCAST ? (b < 240 ? (int32_t)(b % (unsigned)(S.n + 1)) : (int32_t)(fz_take(in, 4) >> 1))
                                          : -1;
   b = (unsigned)fz_take(in, 1);
-  m->device = b < 240 ? WEFT_DEVICE_CPU : (int32_t)(b % 4);
+  m->device = b < 240 ? WEFT_DEVICE_CPU : WF_DEVICE_CODE(1 + b % 2, (b / 2) % 2); /* cuda or sim, device 0 or 1 */
   b = (unsigned)fz_take(in, 1);
   m->priority = b < 200 ? (int32_t)(b % 5) - 2 : (int32_t)(uint32_t)fz_take(in, 4);
   b = (unsigned)fz_take(in, 1);

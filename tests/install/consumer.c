@@ -11,7 +11,7 @@ int main(void) {
   }
   int v[3] = {1, 2, 3};
   int64_t shape[1] = {3};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r;
   weft_status st = weft_allreduce(weft_world_group(w), "v", &t, &t, WEFT_OP_SUM, NULL, &r);
   if (st == WEFT_OK) st = weft_wait(r, 10);

@@ -176,7 +176,7 @@ static void run_allreduce(const red_case *rc, size_t n, int in_place) {
   unsigned char *in = mp_alloc(n * es), *out = in_place ? in : mp_alloc(n * es);
   for (size_t i = 0; i < n; i++) put_input(rc->dt, in, i, mp_rank, i);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU}, to = ti;
+  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL}, to = ti;
   to.data = out;
   char name[96];
   snprintf(name, sizeof name, "ar.%d.%d.%zu.%d", (int)rc->dt, (int)rc->op, n, in_place);
@@ -204,7 +204,7 @@ static void run_fused(void) {
   }
   for (int k = 0; k < 4; k++) {
     int64_t shape[1] = {(int64_t)ns[k]};
-    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf[k], WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf[k], WEFT_DEVICE_CPU, 0, NULL};
     char name[32];
     snprintf(name, sizeof name, "fused.%d", k);
     req[k] = NULL;
@@ -231,7 +231,7 @@ static void run_reducescatter(const red_case *rc, size_t n) {
   unsigned char *in = mp_alloc(n * es);
   for (size_t i = 0; i < n; i++) put_input(rc->dt, in, i, mp_rank, i);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor ti = {rc->dt, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   char name[96];
   snprintf(name, sizeof name, "rs.%d.%d.%zu", (int)rc->dt, (int)rc->op, n);
   weft_request *req = NULL;
@@ -260,7 +260,7 @@ static void run_allgather(size_t base) {
   float *in = mp_alloc(mine * inner * 4);
   mp_fill(WEFT_DTYPE_FLOAT32, in, 0, mine * inner, mp_rank, 0, g_seed);
   int64_t shape[2] = {(int64_t)mine, (int64_t)inner};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   char name[64];
   snprintf(name, sizeof name, "ag.%zu", base);
   weft_request *req = NULL;
@@ -290,7 +290,7 @@ static void run_broadcast(weft_dtype t, size_t n, int root) {
   if (mp_rank == root) mp_fill(t, buf, 0, n, root, 0, g_seed);
   else memset(buf, 0xA5, n * es);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor ti = {t, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor ti = {t, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   char name[64];
   snprintf(name, sizeof name, "bc.%d.%zu.%d", (int)t, n, root);
   weft_request *req = NULL;
@@ -324,7 +324,7 @@ static void run_alltoall(int variant) {
   float *in = mp_alloc(rows_in * 4);
   mp_fill(WEFT_DTYPE_FLOAT32, in, 0, rows_in, me, 0, g_seed);
   int64_t shape[1] = {(int64_t)rows_in};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   char name[64];
   snprintf(name, sizeof name, "a2a.%d", variant);
   weft_request *req = NULL;

@@ -77,7 +77,7 @@ static int64_t g_buf[2][256];
 static weft_status mm_submit(int k, int odd, const char *name, weft_request **req, char want[2][32]) {
   int64_t s37[2] = {37, 0}, s41[2] = {41, 0}, s4[1] = {4}, n_rows[2] = {mp_size, odd ? 37 : 41};
   int64_t ag[2] = {2, odd ? 37 : 41};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, odd ? s37 : s41, g_buf[0], WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, odd ? s37 : s41, g_buf[0], WEFT_DEVICE_CPU, 0, NULL};
   weft_tensor o = t;
   o.data = g_buf[1];
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
@@ -204,7 +204,7 @@ static weft_status mm_submit(int k, int odd, const char *name, weft_request **re
 static void followup_ok(const char *name) {
   int32_t v[3] = {mp_rank, 2 * mp_rank, 7};
   int64_t shape[1] = {3};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req);
   mp_submitted(st, &req, name);
@@ -262,7 +262,7 @@ static void test_mismatches(void) {
   mp_case("mismatch (%s) in flight between two valid allreduces", mm_names[bad_kind]);
   int32_t a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8};
   int64_t s4[1] = {4};
-  weft_tensor ta = {WEFT_DTYPE_INT32, 1, s4, a, WEFT_DEVICE_CPU}, tb = {WEFT_DTYPE_INT32, 1, s4, b, WEFT_DEVICE_CPU};
+  weft_tensor ta = {WEFT_DTYPE_INT32, 1, s4, a, WEFT_DEVICE_CPU, 0, NULL}, tb = {WEFT_DTYPE_INT32, 1, s4, b, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *ra = NULL, *rm = NULL, *rb = NULL;
   char want[2][32];
   mp_submitted(weft_allreduce(mp_group, "batch.before", &ta, &ta, WEFT_OP_SUM, NULL, &ra), &ra, "batch.before");
@@ -291,8 +291,8 @@ static void dup_round(const char *name, int checker_is_zero) {
   mp_case("duplicate in-flight name %s rejected on %s", name, checker_is_zero ? "rank 0" : "ranks != 0");
   int32_t v[2] = {mp_rank, 1}, w[2] = {0, 0};
   int64_t shape[1] = {2};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU},
-              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL},
+              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU, 0, NULL};
   if (!checker) mp_sleep_ms(300);
   weft_request *req = NULL;
   mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req), &req, name);
@@ -321,7 +321,7 @@ static void dup_round(const char *name, int checker_is_zero) {
   }
   /* Complete (not yet freed): no longer in flight, so the name is free. */
   weft_request *again = NULL;
-  weft_tensor t3 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_tensor t3 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU, 0, NULL};
   w[0] = 1;
   w[1] = mp_rank;
   weft_status st = weft_allreduce(mp_group, name, &t3, &t3, WEFT_OP_MAX, NULL, &again);
@@ -343,8 +343,8 @@ static void dup_unobserved(const char *name) {
   mp_case("name %s in use until its completion is seen", name);
   int32_t v[2] = {mp_rank, 1}, w[2] = {0, 0};
   int64_t shape[1] = {2};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU},
-              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL},
+              t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL, *dup = SENTINEL;
   mp_submitted(weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &req), &req, name);
   mp_sleep_ms(300); /* complete everywhere by now (it is not looked at) */
@@ -400,7 +400,7 @@ static void dup_round_held(const char *name) {
   atomic_store(&g_dups_tried, 0);
   int32_t v[2] = {7, 8}, w[2] = {0, 0};
   int64_t shape[1] = {2};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU}, t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL}, t2 = {WEFT_DTYPE_INT32, 1, shape, w, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   opt.alloc = held_alloc;
   weft_request *req = NULL;
@@ -455,7 +455,7 @@ static void test_misuse(void) {
   mp_case("local misuse -> WEFT_ERR_INVALID_ARGUMENT, nothing submitted");
   float data[8] = {0};
   int64_t s8[1] = {8}, neg[1] = {-1}, s2x4[2] = {2, 4};
-  weft_tensor good = {WEFT_DTYPE_FLOAT32, 1, s8, data, WEFT_DEVICE_CPU};
+  weft_tensor good = {WEFT_DTYPE_FLOAT32, 1, s8, data, WEFT_DEVICE_CPU, 0, NULL};
   weft_tensor t;
   weft_request *r;
   char longname[300];
@@ -577,7 +577,7 @@ static void test_misuse(void) {
   mp_case("legal boundaries: 255-byte name, NULL data with 0 elements");
   longname[255] = 0;
   int64_t zero[1] = {0};
-  weft_tensor empty = {WEFT_DTYPE_FLOAT64, 1, zero, NULL, WEFT_DEVICE_CPU};
+  weft_tensor empty = {WEFT_DTYPE_FLOAT64, 1, zero, NULL, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r1 = NULL, *r2 = NULL, *r3 = NULL;
   mp_submitted(weft_allreduce(mp_group, longname, &good, &good, WEFT_OP_SUM, NULL, &r1), &r1, "255-byte name");
   mp_submitted(weft_allreduce(mp_group, "empty.null", &empty, &empty, WEFT_OP_SUM, NULL, &r2), &r2, "NULL empty");

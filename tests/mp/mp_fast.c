@@ -205,7 +205,7 @@ static void case_mismatch(void) {
     static float buf[8192 / 4 + 1];
     memset(buf, 0, sizeof buf);
     int64_t shape[1] = {4};
-    weft_tensor x = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU};
+    weft_tensor x = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options o = WEFT_OP_OPTIONS_INIT;
     weft_reduce_op op = WEFT_OP_SUM;
     weft_request *r = NULL;
@@ -326,8 +326,8 @@ static void case_join(void) {
     int64_t s5[1] = {5}, s3[1] = {3};
     for (int i = 0; i < 5; i++) vi[i] = (int32_t)join_val(mp_rank, s, 0, i);
     for (int i = 0; i < 3; i++) vd[i] = (double)join_val(mp_rank, s, 1, i);
-    weft_tensor ti = {WEFT_DTYPE_INT32, 1, s5, vi, WEFT_DEVICE_CPU};
-    weft_tensor td = {WEFT_DTYPE_FLOAT64, 1, s3, vd, WEFT_DEVICE_CPU};
+    weft_tensor ti = {WEFT_DTYPE_INT32, 1, s5, vi, WEFT_DEVICE_CPU, 0, NULL};
+    weft_tensor td = {WEFT_DTYPE_FLOAT64, 1, s3, vd, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *r[3] = {NULL, NULL, NULL};
     mp_submitted(weft_allreduce(mp_group, "j.sum", &ti, &ti, WEFT_OP_SUM, NULL, &r[0]), &r[0], "j.sum");
     mp_submitted(weft_allreduce(mp_group, "j.avg", &td, &td, WEFT_OP_AVERAGE, NULL, &r[1]), &r[1], "j.avg");
@@ -386,7 +386,7 @@ static void case_detached(void) {
       for (size_t i = 0; i < 7; i++) put_input(&d2.s, 0, i, d2.in, i);
       d2.out = d2.in;
       d2.shape[0] = 7;
-      weft_tensor x = {WEFT_DTYPE_INT32, 1, d2.shape, d2.in, WEFT_DEVICE_CPU};
+      weft_tensor x = {WEFT_DTYPE_INT32, 1, d2.shape, d2.in, WEFT_DEVICE_CPU, 0, NULL};
       snprintf(d2.name, sizeof d2.name, "det");
       weft_status st = weft_allreduce(mp_group, "det", &x, &x, WEFT_OP_SUM, NULL, &d2.req);
       if (st == WEFT_OK) break;
@@ -433,7 +433,7 @@ static void case_detached(void) {
     for (size_t i = 0; i < 6; i++) put_input(&c.s, mp_rank, i, c.in, i);
     c.shape[0] = 6;
     snprintf(c.name, sizeof c.name, mix ? "cbmix" : "cb");
-    weft_tensor x = {WEFT_DTYPE_INT64, 1, c.shape, c.in, WEFT_DEVICE_CPU};
+    weft_tensor x = {WEFT_DTYPE_INT64, 1, c.shape, c.in, WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options o = WEFT_OP_OPTIONS_INIT;
     o.callback = with_cb ? on_done : NULL;
     mp_submitted(weft_allreduce(mp_group, c.name, &x, &x, WEFT_OP_MAX, &o, &c.req), &c.req, c.name);
@@ -473,7 +473,7 @@ static void *thread_main(void *p) {
       weft_tensor ins[3], outs[3];
       for (int k = 0; k < 3; k++) {
         for (int i = 0; i < 6; i++) gin[k][i] = grouped_val(mp_rank, k, i, seed);
-        ins[k] = (weft_tensor){WEFT_DTYPE_INT32, 1, gs[k], gin[k], WEFT_DEVICE_CPU};
+        ins[k] = (weft_tensor){WEFT_DTYPE_INT32, 1, gs[k], gin[k], WEFT_DEVICE_CPU, 0, NULL};
         outs[k] = ins[k];
         outs[k].data = gout[k];
       }

@@ -50,7 +50,7 @@ static void ag_check(weft_dtype t, size_t rows, int uneven, uint64_t seed, const
   int64_t shape[2] = {(int64_t)mine, (int64_t)row};
   void *in = mp_alloc(mine * row * mp_esize(t));
   mp_fill(t, in, 0, mine * row, mp_rank, 0, seed);
-  weft_tensor x = {t, 2, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor x = {t, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r = NULL;
   mp_submitted(weft_allgather(mp_group, name, &x, NULL, &r), &r, name);
   if (mp_wait_ok(r, name)) {
@@ -93,7 +93,7 @@ static void a2a_check(weft_dtype t, size_t per, int explicit_splits, int uneven,
     mp_fill(t, in, at, (size_t)splits[j] * row, mp_rank, (size_t)j * 1000000, seed);
     at += (size_t)splits[j] * row;
   }
-  weft_tensor x = {t, 2, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor x = {t, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r = NULL;
   mp_submitted(weft_alltoall(mp_group, name, &x, explicit_splits || uneven ? splits : NULL, NULL, &r), &r, name);
   if (mp_wait_ok(r, name)) {
@@ -134,7 +134,7 @@ static void rs_check(const arspec *s, size_t dim0, int with_out, const char *nam
   for (int q = 0; q < mp_rank; q++) first += dim0 / (size_t)n + ((size_t)q < dim0 % (size_t)n);
   int64_t shape[2] = {(int64_t)dim0, (int64_t)row}, oshape[2] = {(int64_t)rows, (int64_t)row};
   unsigned char *obuf = with_out ? mp_alloc(rows * row * es) : NULL;
-  weft_tensor x = {s->t, 2, shape, in, WEFT_DEVICE_CPU}, o = {s->t, 2, oshape, obuf, WEFT_DEVICE_CPU};
+  weft_tensor x = {s->t, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL}, o = {s->t, 2, oshape, obuf, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   opt.prescale = s->pre;
   opt.postscale = s->post;
@@ -251,7 +251,7 @@ static void case_colls(void) {
     int64_t shape[1] = {1000};
     int32_t *in = mp_alloc(1000 * 4);
     mp_fill(WEFT_DTYPE_INT32, in, 0, 1000, mp_rank, 0, 5);
-    weft_tensor x = {WEFT_DTYPE_INT32, 1, shape, in, WEFT_DEVICE_CPU};
+    weft_tensor x = {WEFT_DTYPE_INT32, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options o = WEFT_OP_OPTIONS_INIT;
     o.alloc = alloc_cb;
     o.alloc_ctx = &fa;
@@ -285,7 +285,7 @@ static void case_colls(void) {
       shape[k][0] = 16384;
       in[k] = mp_alloc(16384 * 4);
       mp_fill(WEFT_DTYPE_FLOAT32, in[k], 0, 16384, mp_rank, 0, (uint64_t)k);
-      weft_tensor x = {WEFT_DTYPE_FLOAT32, 1, shape[k], in[k], WEFT_DEVICE_CPU};
+      weft_tensor x = {WEFT_DTYPE_FLOAT32, 1, shape[k], in[k], WEFT_DEVICE_CPU, 0, NULL};
       r[k] = NULL;
       mp_submitted(weft_allgather(mp_group, name, &x, NULL, &r[k]), &r[k], name);
     }

@@ -21,7 +21,7 @@ static void case_stall(int poll, const char *dir) {
   } else {
     int32_t v = 1;
     int64_t one[1] = {1};
-    weft_tensor t = {WEFT_DTYPE_INT32, 1, one, &v, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, one, &v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *r = NULL;
     double t0 = mp_now();
     mp_submitted(weft_allreduce(mp_group, "stuck", &t, &t, WEFT_OP_SUM, NULL, &r), &r, "stuck");
@@ -119,7 +119,7 @@ static void split_stopped(int killer, const char *dead) {
   int32_t *v = mp_alloc(sizeof(int32_t) * N);
   for (size_t i = 0; i < N; i++) v[i] = mp_rank * 7 + (int32_t)(i % 1000);
   int64_t shape[1] = {N};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r = NULL;
   if (mp_rank != killer) mp_sleep_ms(200);
   double t0 = mp_now(); /* the last to arrive makes its first pass inside the submission */
@@ -161,7 +161,7 @@ static void done_then_killed(int killer, const char *dead) {
   int32_t v[16];
   for (int i = 0; i < 16; i++) v[i] = mp_rank * 100 + i;
   int64_t shape[1] = {16};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r = NULL;
   if (mp_rank == killer) mp_sleep_ms(100); /* usually the last to arrive */
   weft_status st = weft_allreduce(mp_group, "k.done", &t, &t, WEFT_OP_SUM, NULL, &r);
@@ -236,7 +236,7 @@ static int case_lost(int killer, int sig, int mode) {
   int32_t *ag = mp_alloc(sizeof(int32_t) * AG_ROWS);
   for (size_t i = 0; i < AG_ROWS; i++) ag[i] = mp_rank * 7 + (int32_t)i;
   int64_t ag_shape[1] = {AG_ROWS};
-  weft_tensor agt = {WEFT_DTYPE_INT32, 1, ag_shape, ag, WEFT_DEVICE_CPU};
+  weft_tensor agt = {WEFT_DTYPE_INT32, 1, ag_shape, ag, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *agr = NULL;
   if (mp_rank != killer) mp_sleep_ms(200);
   double ag0 = mp_now();
@@ -255,7 +255,7 @@ static int case_lost(int killer, int sig, int mode) {
     mp_case("kill: rank %d dies while this rank waits on a fast allreduce", killer);
     int32_t v[4] = {1, 2, 3, 4};
     int64_t s4[1] = {4};
-    weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *r = NULL;
     double t0 = mp_now();
     weft_status st = weft_allreduce(mp_group, "k.x", &t, &t, WEFT_OP_SUM, NULL, &r);
@@ -292,7 +292,7 @@ static int case_finalize(void) {
   mp_case("finalize with fast requests pending");
   static int32_t v[4];
   int64_t s4[1] = {4};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, s4, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *h = NULL, *r = NULL;
   barrier_wait(mp_group, "fin.sync");
   double t0 = mp_now();
@@ -338,7 +338,7 @@ static void case_deadline(const char *dir) {
   if (mp_rank == 0) {
     int32_t v = 1;
     int64_t one[1] = {1};
-    weft_tensor t = {WEFT_DTYPE_INT32, 1, one, &v, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, one, &v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *r = NULL;
     double t0 = mp_now();
     mp_submitted(weft_allreduce(mp_group, "lonely", &t, &t, WEFT_OP_SUM, NULL, &r), &r, "lonely");

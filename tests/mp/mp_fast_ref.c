@@ -174,7 +174,7 @@ static void ar_submit(arop *a, weft_group *g, int me, int separate_out, const ch
   for (size_t i = 0; i < a->count; i++) put_input(&a->s, me, i, a->in, i);
   if (separate_out) memset(a->out, 0xa5, a->count * es);
   a->shape[0] = (int64_t)a->count;
-  weft_tensor in = {a->s.t, 1, a->shape, a->in, WEFT_DEVICE_CPU}, out = in;
+  weft_tensor in = {a->s.t, 1, a->shape, a->in, WEFT_DEVICE_CPU, 0, NULL}, out = in;
   out.data = a->out;
   weft_op_options o = WEFT_OP_OPTIONS_INIT;
   o.prescale = a->s.pre;
@@ -227,7 +227,7 @@ static weft_request *bc_submit(weft_group *g, const char *name, weft_dtype t, vo
   shape[0] = (int64_t)count;
   if (me == root) mp_fill(t, buf, 0, count, root, 0, seed);
   else memset(buf, t == WEFT_DTYPE_BOOL ? 0 : 0x5a, count * mp_esize(t));
-  weft_tensor x = {t, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor x = {t, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *r = NULL;
   mp_submitted(weft_broadcast(g, name, &x, root, NULL, &r), &r, name);
   return r;

@@ -52,7 +52,7 @@ static int supervise(pid_t child, int rfd) {
 /* Submits the large allreduce every rank submits. */
 static weft_status big_allreduce(float *buf, size_t n, weft_request **req) {
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   *req = NULL;
   return weft_allreduce(mp_group, "fault.big", &t, &t, WEFT_OP_SUM, NULL, req);
 }

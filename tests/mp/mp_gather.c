@@ -85,7 +85,7 @@ static void ag_submit(ag_job *j, int idx) {
   size_t n = (size_t)j->shape[0] * j->inner;
   j->in = mp_alloc(n * mp_esize(j->c.dt));
   mp_fill(j->c.dt, j->in, 0, n, mp_rank, 0, j->seed);
-  weft_tensor in = {j->c.dt, j->c.ndim, j->shape, j->in, WEFT_DEVICE_CPU};
+  weft_tensor in = {j->c.dt, j->c.ndim, j->shape, j->in, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   if (j->c.use_alloc) {
     opt.alloc = rec_alloc;
@@ -217,7 +217,7 @@ static void test_broadcast(void) {
         else
           memset(buf[c], dt == WEFT_DTYPE_BOOL ? 0 : 0x5A, cnt[c] * mp_esize(dt));
         snprintf(name[c], sizeof name[c], "broadcast.r%d.%s.c%d", root, weft_dtype_name(dt), c);
-        weft_tensor t = {dt, ndims[c], shapes[c], buf[c], WEFT_DEVICE_CPU};
+        weft_tensor t = {dt, ndims[c], shapes[c], buf[c], WEFT_DEVICE_CPU, 0, NULL};
         weft_status st = weft_broadcast(mp_group, name[c], &t, root, NULL, &req[c]);
         mp_submitted(st, &req[c], name[c]);
       }
@@ -283,7 +283,7 @@ static void a2a_run(const a2a_case *c, int idx) {
   int64_t *splits = mp_alloc((size_t)mp_size * 8);
   for (int j = 0; j < mp_size; j++) splits[j] = a2a_split(c, mp_rank, j);
   int null_splits = c->kind == 1 || c->kind == 4;
-  weft_tensor t = {c->dt, c->ndim, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor t = {c->dt, c->ndim, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   alloc_rec rec;
   memset(&rec, 0, sizeof rec);

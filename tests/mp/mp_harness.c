@@ -403,7 +403,7 @@ MP_FN int mp_check_fill(weft_dtype t, const void *buf, size_t first, size_t n, i
  * success. */
 MP_FN int mp_allgather_u64(const char *name, uint64_t mine, uint64_t *all) {
   int64_t shape[1] = {1};
-  weft_tensor in = {WEFT_DTYPE_INT64, 1, shape, &mine, WEFT_DEVICE_CPU};
+  weft_tensor in = {WEFT_DTYPE_INT64, 1, shape, &mine, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   weft_status st = weft_allgather(mp_group, name, &in, NULL, &req);
   mp_submitted(st, &req, name);

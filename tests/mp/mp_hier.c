@@ -153,7 +153,7 @@ static void test_allreduce(const ar_kind *k, size_t n, uint64_t seed) {
   void *buf = mp_alloc(bytes);
   fill(k, buf, mp_rank, n, seed);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor t = {k->dt, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {k->dt, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   char name[96];
   snprintf(name, sizeof name, "ar.%s.%zu", k->name, n);
   weft_request *req = NULL;
@@ -182,7 +182,7 @@ static void test_fused(const ar_kind *k) {
     bufs[j] = mp_alloc(counts[j] * es);
     fill(k, bufs[j], mp_rank, counts[j], 100 + (uint64_t)j);
     shapes[j][0] = (int64_t)counts[j];
-    ts[j] = (weft_tensor){k->dt, 1, shapes[j], bufs[j], WEFT_DEVICE_CPU};
+    ts[j] = (weft_tensor){k->dt, 1, shapes[j], bufs[j], WEFT_DEVICE_CPU, 0, NULL};
   }
   char name[64];
   snprintf(name, sizeof name, "grouped.%s", k->name);
@@ -210,7 +210,7 @@ static void test_allgather(int large) {
   size_t n = (size_t)rows * 3;
   float *in = mp_alloc(n * sizeof(float));
   for (size_t i = 0; i < n; i++) in[i] = (float)(mp_hash((uint64_t)mp_rank, i, 77) % 1000000);
-  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   const char *name = large ? "ag.large" : "ag.small";
   weft_request *req = NULL;
   mp_submitted(weft_allgather(mp_group, name, &t, NULL, &req), &req, name);
@@ -243,7 +243,7 @@ static void test_broadcast(size_t n) {
   mp_case("broadcast count=%zu from every root", n);
   uint32_t *buf = mp_alloc(n * sizeof(uint32_t));
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   for (int root = 0; root < mp_size; root++) {
     for (size_t i = 0; i < n; i++) buf[i] = (uint32_t)mp_hash((uint64_t)mp_rank, i, (uint64_t)root);
     char name[64];

@@ -43,7 +43,7 @@ static void collective(int cycle) {
   int64_t v[5];
   for (int i = 0; i < 5; i++) v[i] = (int64_t)(cycle * 1000 + mp_rank * 10 + i);
   int64_t shape[1] = {5};
-  weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   char name[32];
   snprintf(name, sizeof name, "cycle.%d", cycle);
@@ -100,7 +100,7 @@ static void finalize_in_flight(int cycle, int first) {
     char name[64];
     /* A name no other rank submits: it stays in negotiation. */
     snprintf(name, sizeof name, "never.r%d.%d", mp_rank, i);
-    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, bufs[i], WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, bufs[i], WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options opt = WEFT_OP_OPTIONS_INIT;
     opt.callback = count_cb;
     opt.user_data = &slots[i];
@@ -110,7 +110,7 @@ static void finalize_in_flight(int cycle, int first) {
   }
   /* One more, detached at once: finalize must release it (ASan: no leak). */
   {
-    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, bufs[N], WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, shape, bufs[N], WEFT_DEVICE_CPU, 0, NULL};
     weft_request *req = NULL;
     char name[64];
     snprintf(name, sizeof name, "never.r%d.detached", mp_rank);
@@ -186,7 +186,7 @@ static void abort_world(int cycle) {
   else mp_case("cycle %d: weft_abort on the only rank: sticky, reported, then finalize", cycle);
   int32_t v[16] = {0};
   int64_t shape[1] = {16};
-  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   if (mp_rank != aborter) {
     mp_submitted(weft_allreduce(mp_group, "abort.pending", &t, &t, WEFT_OP_SUM, NULL, &req), &req, "abort.pending");

@@ -51,7 +51,7 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
       m->in = mp_alloc((size_t)m->shape[0] * 4);
       for (int64_t i = 0; i < m->shape[0]; i++)
         mp_set_i(WEFT_DTYPE_INT32, m->in, (size_t)i, mixed_val(mp_rank, (size_t)i, seed));
-      weft_tensor t = {WEFT_DTYPE_INT32, 1, m->shape, m->in, WEFT_DEVICE_CPU};
+      weft_tensor t = {WEFT_DTYPE_INT32, 1, m->shape, m->in, WEFT_DEVICE_CPU, 0, NULL};
       st = weft_allreduce(mp_group, name, &t, &t, WEFT_OP_SUM, NULL, &m->req);
       break;
     }
@@ -60,7 +60,7 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
       m->shape[1] = 2;
       m->in = mp_alloc((size_t)m->shape[0] * 2 * 8);
       mp_fill(WEFT_DTYPE_FLOAT64, m->in, 0, (size_t)m->shape[0] * 2, mp_rank, 0, seed);
-      weft_tensor t = {WEFT_DTYPE_FLOAT64, 2, m->shape, m->in, WEFT_DEVICE_CPU};
+      weft_tensor t = {WEFT_DTYPE_FLOAT64, 2, m->shape, m->in, WEFT_DEVICE_CPU, 0, NULL};
       st = weft_allgather(mp_group, name, &t, NULL, &m->req);
       break;
     }
@@ -72,7 +72,7 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
         mp_fill(WEFT_DTYPE_UINT8, m->in, 0, (size_t)m->shape[0], root, 0, seed);
       else
         memset(m->in, 0xEE, (size_t)m->shape[0]);
-      weft_tensor t = {WEFT_DTYPE_UINT8, 1, m->shape, m->in, WEFT_DEVICE_CPU};
+      weft_tensor t = {WEFT_DTYPE_UINT8, 1, m->shape, m->in, WEFT_DEVICE_CPU, 0, NULL};
       st = weft_broadcast(mp_group, name, &t, root, NULL, &m->req);
       break;
     }
@@ -82,7 +82,7 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
       m->shape[0] = rows;
       m->in = mp_alloc((size_t)rows * 2);
       mp_fill(WEFT_DTYPE_INT16, m->in, 0, (size_t)rows, mp_rank, 0, seed);
-      weft_tensor t = {WEFT_DTYPE_INT16, 1, m->shape, m->in, WEFT_DEVICE_CPU};
+      weft_tensor t = {WEFT_DTYPE_INT16, 1, m->shape, m->in, WEFT_DEVICE_CPU, 0, NULL};
       st = weft_alltoall(mp_group, name, &t, m->splits, NULL, &m->req);
       break;
     }
@@ -94,8 +94,8 @@ static void mixed_submit(mixed_op *m, int kind, int param, const char *name, uin
         mp_set_f(WEFT_DTYPE_FLOAT32, m->in, (size_t)i, (double)mixed_val(mp_rank, (size_t)i, seed));
       m->shape[1] = base + (mp_rank < extra); /* the output's rows */
       m->out = mp_alloc((size_t)m->shape[1] * 4);
-      weft_tensor in = {WEFT_DTYPE_FLOAT32, 1, m->shape, m->in, WEFT_DEVICE_CPU};
-      weft_tensor out = {WEFT_DTYPE_FLOAT32, 1, &m->shape[1], m->out, WEFT_DEVICE_CPU};
+      weft_tensor in = {WEFT_DTYPE_FLOAT32, 1, m->shape, m->in, WEFT_DEVICE_CPU, 0, NULL};
+      weft_tensor out = {WEFT_DTYPE_FLOAT32, 1, &m->shape[1], m->out, WEFT_DEVICE_CPU, 0, NULL};
       st = weft_reducescatter(mp_group, name, &in, &out, WEFT_OP_SUM, NULL, &m->req);
       break;
     }
@@ -267,7 +267,7 @@ static void test_callbacks(void) {
   for (int i = 0; i < N; i++) {
     for (int e = 0; e < 64; e++) bufs[i][e] = (int32_t)mixed_val(mp_rank, (size_t)e, (uint64_t)i);
     int64_t shape[1] = {1 + i};
-    weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, bufs[i], WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, bufs[i], WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options opt = WEFT_OP_OPTIONS_INIT;
     opt.callback = count_cb;
     opt.user_data = &slots[i];
@@ -302,7 +302,7 @@ static void test_callbacks(void) {
     for (int e = 0; e < 64; e++) bufs[i][e] = (int32_t)mixed_val(mp_rank, (size_t)e, 500u + (uint64_t)i);
     atomic_store(&slots[i].freed_self, 1);
     int64_t shape[1] = {64};
-    weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, bufs[i], WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_INT32, 1, shape, bufs[i], WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options opt = WEFT_OP_OPTIONS_INIT;
     opt.callback = count_cb;
     opt.user_data = &slots[i];
@@ -335,7 +335,7 @@ static void test_callbacks(void) {
             mp_size >= 2 ? "allreduce" : "allgather");
     memset(slots, 0, sizeof slots);
     int64_t shape[1] = {4};
-    weft_tensor t = {mp_rank == 0 ? WEFT_DTYPE_FLOAT32 : WEFT_DTYPE_INT32, 1, shape, bufs[0], WEFT_DEVICE_CPU};
+    weft_tensor t = {mp_rank == 0 ? WEFT_DTYPE_FLOAT32 : WEFT_DTYPE_INT32, 1, shape, bufs[0], WEFT_DEVICE_CPU, 0, NULL};
     weft_op_options opt = WEFT_OP_OPTIONS_INIT;
     opt.callback = count_cb;
     opt.user_data = &slots[0];

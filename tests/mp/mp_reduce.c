@@ -298,7 +298,7 @@ static void submit(const spec *s, int ci, size_t count, job *j) {
   }
   j->in = mp_alloc(count * es);
   fill_input(s, j->in, count);
-  weft_tensor in = {s->dt, j->ndim, j->in_shape, j->in, WEFT_DEVICE_CPU};
+  weft_tensor in = {s->dt, j->ndim, j->in_shape, j->in, WEFT_DEVICE_CPU, 0, NULL};
   weft_status st;
   if (s->coll == COLL_ALLREDUCE) {
     /* Alternate in place and out of place (the large count is in place). */
@@ -307,7 +307,7 @@ static void submit(const spec *s, int ci, size_t count, job *j) {
     if (!in_place) memset(j->out, 0xA5, count * es);
     j->first = 0;
     j->rows_out = count;
-    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU};
+    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU, 0, NULL};
     st = weft_allreduce(mp_group, j->name, &in, &out, s->op, &opt, &j->req);
   } else {
     int64_t first, rows;
@@ -319,7 +319,7 @@ static void submit(const spec *s, int ci, size_t count, job *j) {
     /* Alternate caller-owned and library-owned output. */
     j->out = (ci + (int)s->op) % 2 == 0 ? NULL : mp_alloc(j->rows_out * es);
     if (j->out) memset(j->out, 0xA5, j->rows_out * es);
-    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU};
+    weft_tensor out = {s->dt, j->ndim, j->out_shape, j->out, WEFT_DEVICE_CPU, 0, NULL};
     st = weft_reducescatter(mp_group, j->name, &in, &out, s->op, &opt, &j->req);
   }
   mp_submitted(st, &j->req, j->name);
@@ -354,8 +354,8 @@ static void run_bool_average(const spec *s) {
   mp_case("%s bool average is rejected locally", s->coll == COLL_ALLREDUCE ? "allreduce" : "reducescatter");
   uint8_t in[4] = {1, 0, 1, 0}, out[4];
   int64_t shape[1] = {(int64_t)mp_size}, oshape[1] = {1};
-  weft_tensor ti = {WEFT_DTYPE_BOOL, 1, shape, in, WEFT_DEVICE_CPU};
-  weft_tensor to = {WEFT_DTYPE_BOOL, 1, s->coll == COLL_ALLREDUCE ? shape : oshape, out, WEFT_DEVICE_CPU};
+  weft_tensor ti = {WEFT_DTYPE_BOOL, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
+  weft_tensor to = {WEFT_DTYPE_BOOL, 1, s->coll == COLL_ALLREDUCE ? shape : oshape, out, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = (weft_request *)(void *)in;
   weft_status st = s->coll == COLL_ALLREDUCE
                        ? weft_allreduce(mp_group, "bool.average", &ti, &to, WEFT_OP_AVERAGE, NULL, &req)

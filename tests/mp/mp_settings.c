@@ -24,7 +24,7 @@ int main(void) {
     float *x = malloc((size_t)n * sizeof *x);
     if (!x) return 1;
     for (int64_t i = 0; i < n; i++) x[i] = (float)(rank + 1) + (float)(i % 7);
-    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, &n, x, WEFT_DEVICE_CPU};
+    weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, &n, x, WEFT_DEVICE_CPU, 0, NULL};
     char name[32];
     snprintf(name, sizeof name, "settings.%lld", (long long)n);
     weft_request *req = NULL;

@@ -158,7 +158,7 @@ static void run_allreduce(weft_dtype t, weft_reduce_op op, size_t n) {
   unsigned char *buf = mp_alloc(n * es);
   for (size_t i = 0; i < n; i++) put_input(t, buf, i, mp_rank, i);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor tt = {t, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor tt = {t, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_allreduce(mp_group, name, &tt, &tt, op, NULL, &req), &req, name);
   if (mp_wait_ok(req, name)) {
@@ -181,7 +181,7 @@ static void run_reducescatter(weft_dtype t, weft_reduce_op op, size_t n) {
   unsigned char *in = mp_alloc(n * es);
   for (size_t i = 0; i < n; i++) put_input(t, in, i, mp_rank, i);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor ti = {t, 1, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor ti = {t, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_reducescatter(mp_group, name, &ti, NULL, op, NULL, &req), &req, name);
   if (mp_wait_ok(req, name)) {
@@ -205,7 +205,7 @@ static weft_request *submit_allgather(weft_dtype t, size_t base, const char *nam
   *in = mp_alloc(mine * 3 * mp_esize(t));
   mp_fill(t, *in, 0, mine * 3, mp_rank, 0, g_seed);
   int64_t shape[2] = {(int64_t)mine, 3};
-  weft_tensor tt = {t, 2, shape, *in, WEFT_DEVICE_CPU};
+  weft_tensor tt = {t, 2, shape, *in, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_allgather(mp_group, name, &tt, NULL, &req), &req, name);
   return req;
@@ -234,7 +234,7 @@ static weft_request *submit_broadcast(weft_dtype t, size_t n, int root, const ch
   if (mp_rank == root) mp_fill(t, *buf, 0, n, root, 0, g_seed);
   else memset(*buf, 0x5A, n * mp_esize(t));
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor tt = {t, 1, shape, *buf, WEFT_DEVICE_CPU};
+  weft_tensor tt = {t, 1, shape, *buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_broadcast(mp_group, name, &tt, root, NULL, &req), &req, name);
   return req;
@@ -247,7 +247,7 @@ static void run_alltoall_empty(void) {
   int64_t *splits = mp_alloc(sizeof(int64_t) * (size_t)mp_size), shape[2] = {2, 5};
   for (int j = 0; j < mp_size; j++) splits[j] = 0;
   int32_t in[10] = {0};
-  weft_tensor t = {WEFT_DTYPE_INT32, 2, shape, in, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_INT32, 2, shape, in, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_alltoall(mp_group, "a2a.empty", &t, splits, NULL, &req), &req, "a2a.empty");
   if (mp_wait_ok(req, "a2a.empty")) {
@@ -278,7 +278,7 @@ static void run_burst(int round) {
         float *b = mem[k] = mp_alloc(n[k] * 4);
         for (size_t i = 0; i < n[k]; i++) put_input(WEFT_DTYPE_FLOAT32, b, i, mp_rank, i + (size_t)k);
         int64_t shape[1] = {(int64_t)n[k]};
-        weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, b, WEFT_DEVICE_CPU};
+        weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, b, WEFT_DEVICE_CPU, 0, NULL};
         req[k] = NULL;
         mp_submitted(weft_allreduce(mp_group, name[k], &tt, &tt, WEFT_OP_SUM, NULL, &req[k]), &req[k], name[k]);
         break;
@@ -335,7 +335,7 @@ static int run_leave(void) {
   if (!mp_same_everywhere("leave.ready", 1)) mp_fatal("sync failed");
   mp_case_end();
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor tt = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   mp_submitted(weft_allreduce(mp_group, "leave.big", &tt, &tt, WEFT_OP_SUM, NULL, &req), &req, "leave.big");
   if (mp_rank == 1) {

@@ -35,7 +35,7 @@ static void interleave(int cycle, int it) {
   double *buf = mp_alloc(n * sizeof *buf);
   for (size_t k = 0; k < n; k++) buf[k] = (double)(mp_rank * 1000 + (int)(k % 1000) + it);
   int64_t shape[1] = {(int64_t)n};
-  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   char name[64];
   snprintf(name, sizeof name, "coexist.%d.%d", cycle, it);
   weft_request *req = NULL;

@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
   double buf[5] = {1.5, -2, 3, 1e6, 0}, want[5];
   memcpy(want, buf, sizeof want);
   int64_t shape[1] = {5};
-  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, shape, buf, WEFT_DEVICE_CPU};
+  weft_tensor t = {WEFT_DTYPE_FLOAT64, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
   weft_request *req = NULL;
   st = weft_allreduce(weft_world_group(w), "single", &t, &t, WEFT_OP_SUM, NULL, &req);
   if (st == WEFT_OK) st = weft_wait(req, 60);
