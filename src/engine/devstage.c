@@ -249,20 +249,29 @@ weft_status wf_devstage_host_result(weft_request *r, size_t bytes) {
 
 /* ------------------------------------------------------------- the gate */
 int wf_devstage_ready(weft_world *w, weft_request *r) {
-  (void)w;
   wf_dstage *s = r ? r->dstage : NULL;
   if (!s || s->down_done) return 1;
   weft_status st = s->dev->ops->event_query(s->dev, s->ev);
-  if (st == WEFT_IN_PROGRESS) {
-    if (wf_now_ns() < r->deadline) return 0;
-    /* the other ranks run it anyway: take part, then fail this request */
-    wf_err(WEFT_ERR_TIMEOUT, "the copy down did not complete within the operation's timeout");
-    fail(s, r, WEFT_ERR_TIMEOUT, "waiting for the producer's stream and the copy down");
-  } else if (st != WEFT_OK) {
-    fail(s, r, st, "copying down");
+  if (st == WEFT_OK) {
+    s->down_done = 1;
+    return 1;
   }
-  s->down_done = 1;
-  return 1;
+  if (st == WEFT_IN_PROGRESS && wf_now_ns() < r->deadline) return 0;
+  /* The other ranks would run the collective with whatever this rank's
+   * pinned buffer holds (a copy may still be writing it): their results
+   * would be wrong without an error. The world fails instead, naming the
+   * tensor and this rank; the request completes with it, and its staging
+   * is released once the copy's event completes. */
+  if (st == WEFT_IN_PROGRESS) {
+    wf_world_fail(w, WEFT_ERR_TIMEOUT, "'%s': rank %d's device input did not reach host memory within the "
+                  "operation's timeout (the producer's stream or the copy down is stuck)", r->msg.name, w->rank);
+  } else {
+    char why[512];
+    snprintf(why, sizeof why, "%s", wf_err_msg());
+    wf_world_fail(w, st, "'%s': copying rank %d's device input to host memory failed: %s", r->msg.name, w->rank,
+                  why);
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------- copy up */
@@ -295,7 +304,8 @@ static weft_status stage_up(wf_dstage *s, weft_request *r) {
     bytes = result_bytes(r);
     restore(r, s); /* r->result: the host result goes */
     if (s->user_out) {
-      dst = s->user_out; /* reducescatter into the caller's tensor */
+      dst = s->user_out; /* reducescatter into the caller's tensor: its output, as on the host path */
+      r->result = dst;
     } else if (r->alloc) {
       dst = r->alloc(bytes, r->alloc_ctx);
       r->result = dst; /* the caller's, even on failure (to free it) */
@@ -404,7 +414,7 @@ int64_t wf_devstage_next(weft_world *w, int64_t now) {
   struct wf_dstage_world *dw = w->dstage;
   if (dw->uploading || dw->retired) return now + POLL_NS;
   for (int gi = 0; gi < w->ngs; gi++)
-    if (w->gs[gi]->dev_wait) return now + POLL_NS;
+    if (w->gs[gi]->dev_wait && w->gs[gi]->resps_pos < w->gs[gi]->nresps) return now + POLL_NS;
   return INT64_MAX;
 }
 

@@ -411,6 +411,7 @@ static void fail_all(weft_world *w) {
     }
     for (size_t i = gs->resps_pos; i < gs->nresps; i++) wf_response_msg_free(&gs->resps[i]);
     gs->resps_pos = gs->nresps = 0;
+    gs->dev_wait = 0; /* no response waits for a copy down any more */
   }
 }
 
@@ -547,6 +548,7 @@ static void *engine_main(void *arg) {
     wf_engine_process_inbox(w);
     if (wf_world_failed(w)) {
       fail_all(w);
+      wf_devstage_poll(w); /* copies up already queued still complete their requests */
       continue;
     }
     publish_responses(w);

@@ -231,6 +231,8 @@ static int run_one(weft_group *g, const char *coll, weft_dtype t, size_t count, 
       ok = mp_fail("output reported on device %d kind %d", out.device, out.device_kind);
     else if (!dout && (size_t)mp_numel(out.ndim, out.shape) != nout)
       ok = mp_fail("output has %zu elements, expected %zu", mp_numel(out.ndim, out.shape), nout);
+    else if (dout && !strcmp(coll, "reducescatter") && out.data != dout)
+      ok = mp_fail("reducescatter into the caller's tensor reports output %p, not the tensor %p", out.data, dout);
     else {
       void *res = dout ? dout : out.data;
       ok = check(t, res, want, nout, name);
