@@ -19,6 +19,9 @@
 /* How soon the engine looks again while device work is pending: a copy of a
  * small tensor takes microseconds on a GPU. */
 #define POLL_NS (50 * 1000LL)
+/* Staging retired with its last copy still running (only memory to give
+ * back, nobody waits for it) is looked at this often. */
+#define RETIRED_POLL_NS (10 * 1000 * 1000LL)
 /* weft_finalize waits this long for copies in flight. */
 #define STOP_NS (1000 * 1000 * 1000LL)
 #define MAX_INDEX 16 /* devices per kind with a staging stream */
@@ -32,6 +35,7 @@ typedef struct wf_dstage {
   wf_dev_event *ev;           /* recorded after the copy down, then after the copy up */
   void *host;                 /* pinned: the input (allreduce, broadcast: the result too) */
   void *host_out;             /* pinned: allgather/alltoall/reducescatter host result */
+  int host_out_heap;          /* host_out is malloc'd (pinned memory ran out) */
   void *user_in, *user_out;   /* the caller's device pointers */
   int down_done, restored;
   weft_status st;             /* a failed device step (WEFT_OK: none) */
@@ -143,7 +147,8 @@ static void release(wf_dstage *s) {
   wf_device *d = s->dev;
   if (s->ev) d->ops->event_destroy(d, s->ev);
   if (s->host) d->ops->host_free(d, s->host); /* complete: the event was (stop: the backend defers or waits) */
-  if (s->host_out) d->ops->host_free(d, s->host_out);
+  if (s->host_out && s->host_out_heap) free(s->host_out);
+  else if (s->host_out) d->ops->host_free(d, s->host_out);
   free(s);
 }
 
@@ -239,10 +244,18 @@ weft_status wf_devstage_host_result(weft_request *r, size_t bytes) {
   wf_dstage *s = r->dstage;
   r->result = NULL;
   r->result_owned = 0;
-  if (s->host_out) s->dev->ops->host_free(s->dev, s->host_out); /* not reached: one result per request */
+  if (s->host_out && s->host_out_heap) free(s->host_out); /* not reached: one result per request */
+  else if (s->host_out) s->dev->ops->host_free(s->dev, s->host_out);
   s->host_out = NULL;
+  s->host_out_heap = 0;
   s->dev->ops->set_device(s->dev, s->index);
-  if (s->dev->ops->host_alloc(s->dev, bytes, &s->host_out) != WEFT_OK) return WEFT_ERR_NO_MEMORY;
+  if (s->dev->ops->host_alloc(s->dev, bytes, &s->host_out) != WEFT_OK) {
+    /* pinned memory ran out: ordinary memory (a slower copy up), so that
+     * this rank still takes part and nothing fails for it */
+    s->host_out = bytes ? malloc(bytes) : NULL;
+    if (bytes && !s->host_out) return WEFT_ERR_NO_MEMORY;
+    s->host_out_heap = 1;
+  }
   r->result = s->host_out;
   return WEFT_OK;
 }
@@ -412,10 +425,10 @@ void wf_devstage_poll(weft_world *w) {
 
 int64_t wf_devstage_next(weft_world *w, int64_t now) {
   struct wf_dstage_world *dw = w->dstage;
-  if (dw->uploading || dw->retired) return now + POLL_NS;
+  if (dw->uploading) return now + POLL_NS;
   for (int gi = 0; gi < w->ngs; gi++)
     if (w->gs[gi]->dev_wait && w->gs[gi]->resps_pos < w->gs[gi]->nresps) return now + POLL_NS;
-  return INT64_MAX;
+  return dw->retired ? now + RETIRED_POLL_NS : INT64_MAX;
 }
 
 void wf_devstage_stop(weft_world *w) {
