@@ -143,12 +143,19 @@ static weft_status staging_stream(struct wf_dstage_world *dw, wf_dstage *s) {
 }
 
 /* ------------------------------------------------------------- release */
+/* Gives s's host result back (pinned, or malloc'd when pinned memory ran out). */
+static void free_host_out(wf_dstage *s) {
+  if (s->host_out && s->host_out_heap) free(s->host_out);
+  else if (s->host_out) s->dev->ops->host_free(s->dev, s->host_out);
+  s->host_out = NULL;
+  s->host_out_heap = 0;
+}
+
 static void release(wf_dstage *s) {
   wf_device *d = s->dev;
   if (s->ev) d->ops->event_destroy(d, s->ev);
   if (s->host) d->ops->host_free(d, s->host); /* complete: the event was (stop: the backend defers or waits) */
-  if (s->host_out && s->host_out_heap) free(s->host_out);
-  else if (s->host_out) d->ops->host_free(d, s->host_out);
+  free_host_out(s);
   free(s);
 }
 
@@ -244,10 +251,7 @@ weft_status wf_devstage_host_result(weft_request *r, size_t bytes) {
   wf_dstage *s = r->dstage;
   r->result = NULL;
   r->result_owned = 0;
-  if (s->host_out && s->host_out_heap) free(s->host_out); /* not reached: one result per request */
-  else if (s->host_out) s->dev->ops->host_free(s->dev, s->host_out);
-  s->host_out = NULL;
-  s->host_out_heap = 0;
+  free_host_out(s); /* not reached: one result per request */
   s->dev->ops->set_device(s->dev, s->index);
   if (s->dev->ops->host_alloc(s->dev, bytes, &s->host_out) != WEFT_OK) {
     /* pinned memory ran out: ordinary memory (a slower copy up), so that

@@ -256,13 +256,19 @@ static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const met
   if (!wf_cd_unit_take(c, &q, unit)) wf_cd_push(c, &q);
 }
 
-void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit) {
+/* An ERROR response for coll with status st and message msg. */
+static wf_response_msg error_resp(uint8_t coll, weft_status st, const char *msg) {
   wf_response_msg resp;
   memset(&resp, 0, sizeof resp);
   resp.type = WF_RESP_ERROR;
   resp.coll = coll;
   resp.status = st;
   resp.error = strdup(msg);
+  return resp;
+}
+
+void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit) {
+  wf_response_msg resp = error_resp(coll, st, msg);
   emit(c, &resp, name, NULL, NULL, UINT32_MAX, unit);
 }
 
@@ -274,12 +280,7 @@ void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status s
 void wf_cd_fail_missing(wf_coord *c, const entry *e, weft_status st, const char *msg) {
   uint32_t unit = wf_cd_entry_unit(c, e);
   wf_cd_unit_break(c, e->name, unit);
-  wf_response_msg resp;
-  memset(&resp, 0, sizeof resp);
-  resp.type = WF_RESP_ERROR;
-  resp.coll = wf_cd_entry_coll(c, e);
-  resp.status = st;
-  resp.error = strdup(msg);
+  wf_response_msg resp = error_resp(wf_cd_entry_coll(c, e), st, msg);
   /* the ranks it was decided without (joined ones stand in for theirs):
    * a request of theirs still on its way is not answered by it */
   if ((resp.sizes = malloc(sizeof(int64_t) * (size_t)c->size)))
