@@ -11,6 +11,12 @@
 #               within the bound, names the rank and its host, exits 137
 #   partition   host 2's link goes down mid-job (no RST): the job fails within
 #               the bound, naming the lost peer; nothing is left behind
+#   ssh_keys    weftrun's default remote shell, real ssh to an sshd in each
+#               host: hosts missing from known_hosts are recorded and the job
+#               runs (accept-new); after host 2's key changes, the job fails
+#               promptly with ssh's refusal and known_hosts keeps the old key.
+#               known_hosts is a tmpfs over ~/.ssh in a mount namespace of its
+#               own: the user's is never read or written
 # Exit 0 = pass, 77 = skipped (no network namespaces here; a failure instead
 # with WEFT_TESTS_NO_SKIP=1 or CI set), else fail.
 set -u
@@ -23,6 +29,8 @@ NETNS="$HERE/netns.sh"
 D=$(mktemp -d "${TMPDIR:-/tmp}/weft_cluster.XXXXXX")
 SUB=""
 cleanup() {
+  local f
+  for f in "$D"/sshd.*.pid; do [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
   [ -n "$SUB" ] && bash "$NETNS" down "$SUB"
   [ -n "${KEEP:-}" ] && cp -r "$D" /tmp/cluster_keep; rm -rf "$D"
 }
@@ -138,6 +146,49 @@ expect_gone() {
   return 0
 }
 
+# ssh_keys: an sshd per host (sshd_start HOST), weftrun run in host 1 with
+# ssh's known_hosts kept in $D/known_hosts between runs (ssh_job)
+sshd_start() {
+  local h=$1 k
+  [ -f "$D/hk.$h" ] || ssh-keygen -q -t ed25519 -N '' -C "host $h" -f "$D/hk.$h" || fail "ssh-keygen"
+  printf '%s\n' "ListenAddress $h" "HostKey $D/hk.$h" "AuthorizedKeysFile $D/authorized_keys" \
+    "PermitRootLogin prohibit-password" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "UsePAM no" \
+    "StrictModes no" "PidFile $D/sshd.$h.pid" >"$D/sshd.$h"
+  rm -f "$D/sshd.$h.pid"
+  ip netns exec "$h" /usr/sbin/sshd -f "$D/sshd.$h" -E "$D/sshd.$h.log" || fail "sshd did not start in $h"
+  for k in $(seq 100); do
+    [ -s "$D/sshd.$h.pid" ] && ip netns exec "$h" timeout 1 bash -c "exec 3<>/dev/tcp/$h/22" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  fail "sshd in $h does not listen: $(cat "$D/sshd.$h.log")"
+}
+sshd_stop() {
+  local p
+  p=$(cat "$D/sshd.$1.pid" 2>/dev/null) && kill "$p" 2>/dev/null
+  for _ in $(seq 100); do { [ -n "$p" ] && [ -e "/proc/$p" ]; } || return 0; sleep 0.05; done
+  fail "sshd in $1 did not stop"
+}
+ssh_job() {
+  local t0
+  t0=$(now)
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  ip netns exec "$H1" unshare -m --propagation private bash -c '
+    home=$(getent passwd "$(id -un)" | cut -d: -f6)
+    mkdir -p "$home/.ssh" && mount -t tmpfs -o mode=700 tmpfs "$home/.ssh" || exit 97
+    [ -e "$1" ] && cp "$1" "$home/.ssh/known_hosts"
+    timeout -k 5 60 "$2" -np 2 -H "$3" -i "$4" --timeout 50 -x WEFT_TIMEOUT_SECONDS=30 "$5" --large 1001
+    rc=$?
+    cp "$home/.ssh/known_hosts" "$1" 2>/dev/null
+    exit $rc' _ "$D/known_hosts" "$WR" "$H1:1,$H2:1" "$D/id" "$MP/mp_reduce" >"$D/out" 2>"$D/err"
+  JOB_RC=$?
+  JOB_DT=$(calc "$(now) - $t0")
+  [ $JOB_RC = 97 ] && skip "cannot mount a tmpfs over ~/.ssh in a mount namespace"
+  return 0
+}
+# the key known_hosts holds for host $1 (empty: none), and a host's own key
+known_key() { ssh-keygen -F "$1" -f "$D/known_hosts" 2>/dev/null | grep -v '^#' | awk '{print $3}'; }
+host_key() { awk '{print $2}' "$D/hk.$1.pub"; }
+
 case $CASE in
 2x2_reduce) run_mp 2 mp_reduce ;;
 3x2_gather) run_mp 3 mp_gather ;;
@@ -175,6 +226,41 @@ partition)
   less "$dt" 10 || fail "the job took $dt s to fail (bound: heartbeat timeout 2 s + 8 s)"
   grep "^weftrun:" "$D/err"
   echo "job failed ${dt}s after the partition (bound 10 s)"
+  ;;
+ssh_keys)
+  [ -x /usr/sbin/sshd ] || skip "no /usr/sbin/sshd (Debian: openssh-server)"
+  { command -v ssh && command -v ssh-keygen; } >/dev/null || skip "no ssh client (Debian: openssh-client)"
+  command -v unshare >/dev/null || skip "no unshare(1)"
+  up 2
+  H1=${HOSTS%% *} H2=${HOSTS#* }
+  mkdir -p /run/sshd # sshd's privilege separation directory
+  ssh-keygen -q -t ed25519 -N '' -C weft-test -f "$D/id" || fail "ssh-keygen"
+  cp "$D/id.pub" "$D/authorized_keys"
+  sshd_start "$H1"
+  sshd_start "$H2"
+  # 1. neither host is known: both keys are recorded and the job runs
+  ssh_job
+  [ $JOB_RC = 0 ] || fail "the first job (hosts not in known_hosts) exited $JOB_RC"
+  for k in 0 1; do grep -q "^\[$k\] DONE rank $k: 0 failure" "$D/out" || fail "rank $k did not finish cleanly"; done
+  for h in "$H1" "$H2"; do
+    [ "$(known_key "$h")" = "$(host_key "$h")" ] || fail "known_hosts did not record $h's key: $(cat "$D/known_hosts")"
+  done
+  echo "1. hosts not in known_hosts: recorded, the job ran (${JOB_DT}s)"
+  # 2. host 2's key changes: ssh refuses it, the job fails promptly naming rank 1's host, the old key stays
+  old=$(host_key "$H2")
+  sshd_stop "$H2"
+  rm -f "$D/hk.$H2" "$D/hk.$H2.pub"
+  sshd_start "$H2"
+  [ "$(host_key "$H2")" != "$old" ] || fail "the new host key equals the old one"
+  ssh_job
+  [ $JOB_RC = 0 ] && fail "the job ran although host $H2's key changed"
+  grep -q "REMOTE HOST IDENTIFICATION HAS CHANGED\|Host key verification failed" "$D/err" ||
+    fail "ssh's refusal of the changed key is not in the job's output"
+  grep -q "^weftrun: rank 1 .*$H2" "$D/err" || fail "weftrun did not name rank 1 on $H2"
+  [ "$(known_key "$H2")" = "$old" ] || fail "known_hosts no longer holds $H2's old key"
+  less "$JOB_DT" 30 || fail "the refused job took $JOB_DT s to end (bound 30 s)"
+  grep "^weftrun:" "$D/err"
+  echo "2. a changed key: refused, the job exited $JOB_RC in ${JOB_DT}s, the old key kept"
   ;;
 *)
   echo "cluster_test.sh: unknown case '$CASE'" >&2
