@@ -282,7 +282,7 @@ void wf_engine_process_inbox(weft_world *w) {
             wf_response_msg_free(q);
             continue;
           }
-          if (gs->mcache) wf_mcache_response(gs->mcache, q, own_request, gs); /* in response order */
+          if (gs->mcache) wf_mcache_response(gs->mcache, q, gs->group->rank, own_request, gs); /* in response order */
           wf_gs_queue_responses(gs, q, 1);
         }
         free(m->resps.resps);

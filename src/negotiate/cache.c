@@ -228,9 +228,12 @@ int wf_mcache_lookup(wf_mcache *m, uint32_t group_id, const wf_request_msg *q, w
   return 1;
 }
 
-void wf_mcache_response(wf_mcache *m, const wf_response_msg *r,
+void wf_mcache_response(wf_mcache *m, const wf_response_msg *r, int rank,
                         const wf_request_msg *(*own)(void *ctx, const char *name), void *ctx) {
   wf_cache *c = m->c;
+  if (r->type == WF_RESP_ERROR)
+    for (uint32_t i = 0; i < r->nsizes; i++)
+      if (r->sizes[i] == rank) return; /* not about this rank's request (exec.c skips it too) */
   int assigns = wf_cache_assigns(r);
   for (uint32_t i = 0; i < r->nnames; i++) {
     const char *name = r->names[i];

@@ -87,8 +87,11 @@ void wf_mcache_destroy(wf_mcache *m);
 int wf_mcache_lookup(wf_mcache *m, uint32_t group_id, const wf_request_msg *q, wf_cache_ref *ref);
 /* A response for the group, in order: runs its assignments; own(ctx, name)
  * gives this rank's request for a name (NULL: none), asked only for names
- * this rank did not send as a cache hit. Forgets the references it answers. */
-void wf_mcache_response(wf_mcache *m, const wf_response_msg *r,
+ * this rank did not send as a cache hit. Forgets the references it answers.
+ * rank is this rank's group rank: an ERROR that lists it among the ranks it
+ * was decided without (its sizes) answers none of its requests, so its
+ * references stand (a RESEND for them may still come). */
+void wf_mcache_response(wf_mcache *m, const wf_response_msg *r, int rank,
                         const wf_request_msg *(*own)(void *ctx, const char *name), void *ctx);
 /* RESEND for ref: copies the name sent with it into name (WF_NAME_MAX + 1
  * bytes) and forgets it; 0 if no such reference is pending. */

@@ -439,6 +439,9 @@ static void add_join(wf_coord *c, int rank, const wf_request_msg *m) {
   c->last_joined = rank;
   snprintf(c->join_name, sizeof c->join_name, "%s", m->name);
   if (c->njoined == c->size) {
+    /* what grouped ops hold goes out first, and the take orders the JOIN
+     * after it: those responses may count on the joined ranks standing in */
+    wf_cd_units_flush(c);
     wf_response_msg resp;
     memset(&resp, 0, sizeof resp);
     resp.type = WF_RESP_OK;

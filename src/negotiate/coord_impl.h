@@ -146,6 +146,7 @@ void wf_cd_ready_free(ready *q);        /* its response's arrays, name and pin *
  * the op's held responses when the last is in; 0: not part of one. */
 int wf_cd_unit_take(wf_coord *c, ready *q, uint32_t unit);
 void wf_cd_units_sweep(wf_coord *c, int64_t now); /* publishes units idle for the timeout, as they are */
+void wf_cd_units_flush(wf_coord *c); /* publishes every unit as it is (every rank joined: no tensor can come) */
 int64_t wf_cd_units_next(const wf_coord *c);      /* when the sweep has something to look at */
 /* name (unit's tensor) failed without every rank: publish its unit as it is */
 void wf_cd_unit_break(wf_coord *c, const char *name, uint32_t unit);

@@ -86,6 +86,9 @@ static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
   return 0;
 }
 
+/* Where a ready response goes in the order of a take (higher first). */
+static int64_t order_key(const ready *r) { return r->resp.coll == WF_COLL_JOIN ? INT64_MIN : r->m.priority; }
+
 size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **out) {
   size_t n = c->nready;
   *out = NULL;
@@ -106,12 +109,14 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     return 0;
   }
   /* Higher priority first; among equals, the order they became ready
-   * (insertion sort: stable, and batches are small). */
+   * (insertion sort: stable, and batches are small). A JOIN comes after
+   * everything else: the responses it was taken with may count on the
+   * joined ranks standing in, and a rank whose join completed no longer does. */
   for (size_t i = 1; i < n; i++) {
-    if (c->ready[i - 1].m.priority >= c->ready[i].m.priority) continue;
+    if (order_key(&c->ready[i - 1]) >= order_key(&c->ready[i])) continue;
     ready r = c->ready[i];
     size_t j = i;
-    while (j > 0 && c->ready[j - 1].m.priority < r.m.priority) {
+    while (j > 0 && order_key(&c->ready[j - 1]) < order_key(&r)) {
       c->ready[j] = c->ready[j - 1];
       j--;
     }

@@ -17,7 +17,9 @@
  * second time means the unit is left over all the same: it is published as
  * it is and a new one starts. A unit idle for the
  * coordinator's timeout (its other tensors are not coming: ranks disagreed
- * on n) is published as it is too: nothing is held forever. */
+ * on n) is published as it is too: nothing is held forever. When every
+ * rank has joined, no tensor can come: every unit is published as it is,
+ * before the join's response. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +176,17 @@ void wf_cd_units_sweep(wf_coord *c, int64_t now) {
     publish(c, u);
   }
   c->units_sweep_at = next;
+}
+
+void wf_cd_units_flush(wf_coord *c) {
+  for (size_t s = 0; s < c->units.cap; s++) { /* publish only tombstones the unit's slot: the scan stays valid */
+    wf_strmap_entry *e = &c->units.slots[s];
+    if (!e->key || e->tomb) continue;
+    unit *u = e->val;
+    WF_DEBUG(WF_SUB_COORD, "grouped op '%s': every rank joined with %u of %u tensors resolved; the %u ready go out",
+             u->key, u->resolved, u->n, u->nheld);
+    publish(c, u);
+  }
 }
 
 void wf_cd_units_free(wf_coord *c) {

@@ -13,6 +13,11 @@
  * allgather, a broadcast, an alltoall and a reducescatter; each must fail on
  * every active rank with a message saying that rank 0 has joined.
  *
+ * The last rank submits one more allreduce, of a lower priority than the
+ * join, just before it joins: the coordinator may take both in one batch,
+ * and the others must still take part in it (the join's response comes
+ * after it, whatever the priorities).
+ *
  * weft_request_last_joined() must be size - 1 (the rank with the most
  * steps) on every rank. Afterwards the job keeps working: an allreduce, an
  * allgather and a broadcast on all ranks, then a second join that every
@@ -221,7 +226,20 @@ int main(void) {
     if (s == 2) forbidden();
   }
   feat_case("first join (rank %d joins after %d steps)", feat_rank, steps);
+  weft_request *late = NULL;
+  int32_t lv = feat_rank + 1;
+  int64_t one = 1;
+  weft_tensor tl = feat_tensor(WEFT_DTYPE_INT32, &one, &lv);
+  if (feat_rank == feat_size - 1) { /* the others have joined: they stand in with 0 */
+    weft_op_options o = WEFT_OP_OPTIONS_INIT;
+    o.priority = -5;
+    feat_submitted(weft_allreduce(weft_world_group(feat_world), "late", &tl, &tl, WEFT_OP_SUM, &o, &late), &late,
+                   "late");
+  }
   int last = do_join("join");
+  if (late && feat_wait_ok(late, "late") && lv != feat_size)
+    feat_fail("late: %d, expected %d (the joined ranks add 0)", lv, feat_size);
+  weft_request_free(late);
   if (last != feat_size - 1) feat_fail("weft_request_last_joined = %d, expected %d (the rank with the most steps)", last, feat_size - 1);
   feat_case_end();
   after();

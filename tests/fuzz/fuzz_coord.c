@@ -35,8 +35,9 @@
  * reference when its cache holds it, a RESEND (handled after some of the
  * responses on their way) sends it in full, each response updates the
  * member's cache when the member gets it (later than the coordinator: a
- * queue per member), and a member never has two requests for a name in
- * flight.
+ * queue per member), a member never has two requests for a name in
+ * flight, and a member that joined submits nothing until it has the join's
+ * response (weft_join blocks it).
  *
  * Properties checked on every response (a violation aborts, so libFuzzer
  * keeps the input), whatever the members send:
@@ -50,7 +51,10 @@
  *    count per tensor; allgather: one row count per rank per tensor;
  *    alltoall: size x size; others none); only allreduce, allgather and
  *    reducescatter fuse;
- *  - an OK JOIN comes once every rank joined, naming the last to join;
+ *  - an OK JOIN comes once every rank joined, naming the last to join; an
+ *    OK allreduce or barrier counts on a joined rank standing in only until
+ *    the OK of its join (after it, the rank has moved on: the response
+ *    would name a tensor it never submitted);
  *  - an ERROR names one tensor that some rank requested (or a join), and
  *    its message quotes that name (JOIN errors aside);
  *  - a CACHED reference resolves only to a name that was assigned; a
@@ -147,6 +151,7 @@ static void note_request(int rank, const wf_request_msg *m) {
   r->join = 1;
   if (S.joined_now[rank]) return; /* joined twice: an error for the join */
   S.joined_now[rank] = S.joined_ever[rank] = 1;
+  S.join_done[rank] = 0;
   S.last_joined = rank;
   if (++S.njoined == S.n) {
     S.last_joined_at[(S.join_head + S.join_oks++) % 2048] = rank;
@@ -228,7 +233,10 @@ static void deliver(int k, int n) {
     wf_response_msg r;
     memset(&r, 0, sizeof r);
     r.type = c->type, r.coll = c->coll, r.nnames = c->nnames, r.names = c->names;
-    if (m->mc) wf_mcache_response(m->mc, &r, own_request, m);
+    if (c->coll == WF_COLL_JOIN) m->joining = 0;
+    int64_t me = k; /* an ERROR decided without k lists it (the rest of its sizes do not matter here) */
+    if (c->without) r.nsizes = 1, r.sizes = &me;
+    if (m->mc) wf_mcache_response(m->mc, &r, k, own_request, m);
     for (uint32_t i = 0; i < c->nnames; i++) { /* those requests are done (as the engine's exec.c decides) */
       pend *p = c->without ? NULL : pending(m, c->names[i]);
       if (p) *p = m->pend[--m->npend], p->q.splits = p->splits;
@@ -263,7 +271,7 @@ static void send_requests(int rank, wf_request_msg *reqs, uint32_t count);
  * requests for one name in flight: then nothing is sent. */
 static void member_submit(int k, const wf_request_msg *q, int lag) {
   member *m = &g_mem[k];
-  if (S.departed[k] || S.joined_now[k]) return; /* gone, or has no more data */
+  if (S.departed[k] || S.joined_now[k] || m->joining) return; /* gone, or has no more data */
   if (pending(m, q->name) || !get_rec(q->name)) return;
   /* A rank may submit a name while a response for it that is not about its
    * request is on its way (a timeout or a departure that failed the name
@@ -315,7 +323,8 @@ static void member_submit(int k, const wf_request_msg *q, int lag) {
 /* A join: in members mode only from a rank that is still there and has
  * not joined already (weft_join is its last word). */
 static void send_join(int k, wf_request_msg *q) {
-  if (S.members && (S.departed[k] || S.joined_now[k])) return;
+  if (S.members && (S.departed[k] || S.joined_now[k] || g_mem[k].joining)) return;
+  if (S.members) g_mem[k].joining = 1;
   send_requests(k, q, 1);
 }
 
@@ -334,6 +343,7 @@ static size_t take(uint64_t threshold) {
   for (size_t i = 0; i < n; i++) {
     check_response(&out[i]);
     broadcast(&out[i]);
+    if (S.members && out[i].coll == WF_COLL_JOIN) g_mem[0].joining = 0; /* the coordinator's own rank: at once */
     for (uint32_t j = 0; S.members && j < out[i].nnames; j++) { /* the coordinator's own rank: at once */
       pend *p = pending(&g_mem[0], out[i].names[j]);
       if (p) *p = g_mem[0].pend[--g_mem[0].npend], p->q.splits = p->splits;
@@ -381,11 +391,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if ((f >> 6) & 1) wf_coord_set_unpacked_allreduce(S.c);
   S.mirror = S.cap ? wf_cache_create(S.cap, NULL) : NULL;
   S.members = (g >> 2) & 1;
-  g_mem[0].npend = g_mem[0].qlen = 0; /* the coordinator's own rank: requests in full, responses at once */
+  g_mem[0].npend = g_mem[0].qlen = g_mem[0].joining = 0; /* the coordinator's own rank: requests in full, responses at once */
   g_mem[0].mc = NULL;
   for (int k = 1; S.members && k < S.n; k++) { /* a capacity of its own, maybe not the coordinator's */
     uint32_t cap = caps[(g >> (3 + (k & 1) * 3)) & 7];
-    g_mem[k].npend = g_mem[k].qhead = g_mem[k].qlen = 0;
+    g_mem[k].npend = g_mem[k].qhead = g_mem[k].qlen = g_mem[k].joining = 0;
     g_mem[k].mc = wf_mcache_create(cap);
   }
   static const uint64_t thresholds[4] = {0, 64, 4096, (uint64_t)128 << 20};

@@ -54,6 +54,7 @@ typedef struct fz_model {
   uint64_t seq;      /* the next response's expected seq */
   uint64_t epoch;    /* assignments so far */
   int joined_ever[MAXN];
+  int join_done[MAXN]; /* the OK JOIN of the rank's last join was published: it no longer stands in */
   int joined_now[MAXN], njoined, last_joined;
   int join_oks;      /* OK JOINs due (every rank joined) */
   int last_joined_at[2048]; /* the rank each due OK JOIN must name (ring; MAX_OPS x 3 joins at most) */
@@ -89,6 +90,7 @@ typedef struct member {
   int npend;
   rcopy q[QMAX];
   int qhead, qlen;
+  int joining; /* sent a join and has not had its response: weft_join blocks the rank until then */
 } member;
 extern member g_mem[MAXN];
 

@@ -158,6 +158,8 @@ void check_response(const wf_response_msg *r) {
     S.join_head++, S.join_oks--;
     if (r->nsizes && r->sizes[0] != last)
       fz_fail("OK JOIN names rank %lld as the last to join, not %d", (long long)r->sizes[0], last);
+    for (int k = 0; k < S.n; k++) /* their weft_join returns (a rank that joined again since stands in again) */
+      if (!S.joined_now[k]) S.join_done[k] |= S.joined_ever[k];
     return;
   }
   int stand_in = r->coll == WF_COLL_ALLREDUCE || r->coll == WF_COLL_BARRIER;
@@ -169,7 +171,13 @@ void check_response(const wf_response_msg *r) {
      * (errors use some too: the check is weaker after one, never wrong);
      * a rank that joined may stand in instead: not counted either way */
     for (int k = 0; k < S.n; k++) {
-      if (stand_in && S.joined_ever[k]) continue;
+      if (stand_in && S.joined_ever[k]) {
+        /* with no request of its own left it stands in: only until its join's OK (then it has moved on) */
+        if (q->used[k] >= q->sub[k] && S.join_done[k])
+          fz_fail("OK %s response for '%s' counts on rank %d standing in, after the OK of its join", wf_coll_name(r->coll),
+                  r->names[i], k);
+        continue;
+      }
       if (q->used[k] >= q->sub[k])
         fz_fail("OK %s response for '%s', but rank %d's %d request(s) for it were used by %d earlier OK response(s)",
                 wf_coll_name(r->coll), r->names[i], k, q->sub[k], q->used[k]);
