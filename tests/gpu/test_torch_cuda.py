@@ -11,8 +11,8 @@ and large; completion on torch's current stream (a side stream as producer
 and consumer); a process set; DistributedOptimizer training a small model on
 CUDA equal to the same training on CPU; broadcast_parameters and
 broadcast_optimizer_state with CUDA state; SyncBatchNorm on CUDA equal to
-the CPU one; a CPU tensor on one rank where the others pass CUDA ones (a
-mismatch error naming both ranks)."""
+the CPU one; Adasum on CUDA equal to CPU; a CPU tensor on one rank where
+the others pass CUDA ones (a mismatch error naming both ranks)."""
 
 import pytest
 import torch
@@ -184,3 +184,12 @@ def test_sync_batch_norm_cuda_equals_cpu():
         return y.detach().cpu(), x.grad.cpu(), bn.running_mean.cpu(), bn.running_var.cpu()
     for a, b in zip(run("cpu"), run(DEV)):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_adasum_cuda_equals_cpu():
+    if SIZE & (SIZE - 1):
+        return
+    x = val(RANK, 33, torch.float32, 30)
+    a = hvd.allreduce(x, op=hvd.Adasum, name="adasum.cpu")
+    b = hvd.allreduce(x.to(DEV), op=hvd.Adasum, name="adasum.cuda")
+    assert b.device == DEV and torch.equal(a, b.cpu())
