@@ -31,6 +31,13 @@ say() { echo "[gpu_check $((SECONDS - t0))s] $*" | tee -a "$OUT/summary.txt"; }
 
 say "machine: $(uname -r), $(nproc) cores; python: $($PY -c 'import sys; print(sys.version.split()[0])' 2>&1)"
 say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>&1 | tail -1)"
+say "python modules: $($PY -c '
+import importlib
+for m in ("numpy", "pytest", "cloudpickle", "sklearn"):
+    try:
+        importlib.import_module(m); print(m, "yes", end="; ")
+    except ImportError:
+        print(m, "NO", end="; ")' 2>&1) (without pytest or numpy the py.* suite is not registered; gpu.torch needs neither)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/nvidia-smi.txt" 2>&1 &&
   say "gpu: $(head -1 "$OUT/nvidia-smi.txt")"
 

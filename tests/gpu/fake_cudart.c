@@ -26,7 +26,7 @@ static struct {
   size_t len;
   int type; /* 1 pinned, 2 device */
 } g_blocks[MAX_BLOCKS];
-static int g_last;
+static _Atomic int g_last; /* set by failing calls on any thread */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* the engine and the caller both allocate */
 
 static const char *mode(void) {

@@ -1,6 +1,15 @@
 """Exit 0 when torch sees a CUDA device and weft's CUDA backend loads in the
-same process, else print why and exit 77 (tests/gpu: skipped, no GPU)."""
+same process, else print why and exit 77 (tests/gpu: skipped, no GPU).
+Arguments: further modules the test needs (missing: exit 77, named)."""
+import importlib
 import sys
+
+for mod in sys.argv[1:]:
+    try:
+        importlib.import_module(mod)
+    except ImportError as e:
+        print("no %s: %s" % (mod, e))
+        sys.exit(77)
 
 try:
     import torch

@@ -12,16 +12,26 @@ and consumer); a process set; DistributedOptimizer training a small model on
 CUDA equal to the same training on CPU; broadcast_parameters and
 broadcast_optimizer_state with CUDA state; SyncBatchNorm on CUDA equal to
 the CPU one; Adasum on CUDA equal to CPU; a CPU tensor on one rank where
-the others pass CUDA ones (a mismatch error naming both ranks)."""
+the others pass CUDA ones (a mismatch error naming both ranks).
 
-import pytest
+Plain functions and asserts: it runs under pytest or, where pytest is
+missing (a bare GPU machine), as a script (python3 test_torch_cuda.py under
+weftrun: every test_* in order, exit 1 at the first failure, 77 without a
+GPU)."""
+
+import sys
+
 import torch
 
-import weft.torch as hvd  # noqa: E402
+import weft.torch as hvd
 
 hvd.init()
 RANK, SIZE = hvd.rank(), hvd.size()
 if not torch.cuda.is_available() or not hvd.cuda_built():
+    if __name__ == "__main__":
+        print("no GPU: torch sees %d, weft: %s" % (torch.cuda.device_count(), hvd.mpi_ops._cuda_status()[1]))
+        sys.exit(77)
+    import pytest
     pytest.skip("no GPU", allow_module_level=True)
 torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
 DEV = torch.device("cuda", torch.cuda.current_device())
@@ -39,9 +49,22 @@ def ref_sum(n, dtype, seed=0):
     return sum(val(r, n, torch.int64, seed) for r in range(SIZE)).to(dtype)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", COUNTS)
-def test_allreduce(dtype, n):
+def raises(fn, *args, **kw):
+    """The WeftError fn raises (an AssertionError if it returns)."""
+    try:
+        fn(*args, **kw)
+    except hvd.HorovodInternalError as e:
+        return e
+    raise AssertionError("%s did not raise" % fn.__name__)
+
+
+def test_allreduce():
+    for dtype in DTYPES:
+        for n in COUNTS:
+            allreduce_case(dtype, n)
+
+
+def allreduce_case(dtype, n):
     x = val(RANK, n, dtype, 1).to(DEV)
     y = hvd.allreduce(x, op=hvd.Sum, name="ar.%s.%d" % (dtype, n))
     assert y.device == DEV and y.dtype == dtype
@@ -51,9 +74,13 @@ def test_allreduce(dtype, n):
     assert torch.equal(x.cpu(), ref_sum(n, dtype, 1))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int32])
-@pytest.mark.parametrize("n", COUNTS)
-def test_allgather_broadcast_alltoall_reducescatter(dtype, n):
+def test_allgather_broadcast_alltoall_reducescatter():
+    for dtype in [torch.float16, torch.bfloat16, torch.float32, torch.int32]:
+        for n in COUNTS:
+            gather_case(dtype, n)
+
+
+def gather_case(dtype, n):
     rows = n + RANK  # ranks differ in dim 0
     x = val(RANK, rows, dtype, 2).to(DEV)
     g = hvd.allgather(x, name="ag.%s.%d" % (dtype, n))
@@ -129,9 +156,8 @@ def test_cpu_cuda_mismatch():
     if SIZE < 2:
         return
     t = torch.ones(4) if RANK == 0 else torch.ones(4, device=DEV)
-    with pytest.raises(hvd.HorovodInternalError) as e:
-        hvd.allreduce(t, name="kinds")
-    assert "rank 0" in str(e.value) and "rank 1" in str(e.value)
+    e = raises(hvd.allreduce, t, name="kinds")
+    assert "rank 0" in str(e) and "rank 1" in str(e), str(e)
 
 
 def make_model():
@@ -193,3 +219,12 @@ def test_adasum_cuda_equals_cpu():
     a = hvd.allreduce(x, op=hvd.Adasum, name="adasum.cpu")
     b = hvd.allreduce(x.to(DEV), op=hvd.Adasum, name="adasum.cuda")
     assert b.device == DEV and torch.equal(a, b.cpu())
+
+
+if __name__ == "__main__":
+    for name, fn in list(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            fn()
+            if RANK == 0:
+                print("ok", name, flush=True)
+    hvd.shutdown()
