@@ -132,6 +132,21 @@ def test_failing_allocator_fails_the_request_and_the_world_goes_on():
     assert np.array_equal(b.array(np.float32, 8), sum(vals(r, 8, 3) for r in range(SIZE)))
 
 
+def test_cuda_built_when_the_backend_loads():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return
+    import weft.torch as hvd
+    assert hvd.cuda_built()
+
+
+def test_device_available():
+    assert _weft.device_available(_weft.DEVICE_KIND_SIM)[0] >= 1
+    with pytest.raises(ValueError):
+        _weft.device_available(99)
+
+
 def test_host_and_device_kinds_mismatch():
     if SIZE < 2:
         return
