@@ -424,6 +424,16 @@ WEFT_API weft_status weft_timeline_stop(weft_world *world);
 /* "0.1.0" */
 WEFT_API const char *weft_version(void);
 
+/* WEFT_OK if tensors of device_kind (WEFT_DEVICE_KIND_*; AUTO: CUDA) can be
+ * used in this process: its backend loads and sees at least one device, and
+ * *count (may be NULL) receives the number of devices. Else
+ * WEFT_ERR_NOT_SUPPORTED with weft_last_error() saying why (CUDA: every
+ * library tried and dlerror's reason, or the runtime's own text, e.g. the
+ * driver is too old), the same answer every time in a process; an unknown
+ * kind is WEFT_ERR_INVALID_ARGUMENT. Loads the backend on first use (CUDA:
+ * dlopen); needs no world. Any thread. */
+WEFT_API weft_status weft_device_available(int device_kind, int *count);
+
 #ifdef __cplusplus
 }
 #endif

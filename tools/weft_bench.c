@@ -12,7 +12,9 @@
  * a float average may differ from sum/n by rounding (the division is a
  * postscale), so it is compared within two units in the last place.
  *
- * Uses only the public API (weft.h). */
+ * With --device sim|cuda the tensors live in device memory (weft_bench_dev.c,
+ * which uses weft's device backends; the rest uses only weft.h): filled and
+ * verified through host copies outside the timed part. */
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +26,7 @@
 #include <time.h>
 
 #include "weft.h"
+#include "weft_bench_dev.h"
 
 enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_COUNT };
 static const char *const k_op_names[OP_COUNT] = {"allreduce", "allgather", "broadcast", "alltoall",
@@ -38,6 +41,7 @@ typedef struct bench_args {
   size_t sizes[MAX_SIZES]; /* requested byte sizes */
   int nsizes;
   int iters, warmup, check, root, tensors, csv, out_of_place;
+  const char *device; /* NULL or "cpu": host memory; "sim", "cuda" */
   double time_target; /* > 0: choose iters so one size runs about this long */
 } bench_args;
 
@@ -47,6 +51,7 @@ typedef struct bench_args {
 typedef struct slot {
   void *in, *out;
   size_t out_cap; /* bytes */
+  void *host_in, *host_out; /* --device: host copies for filling and checking */
 } slot;
 
 /* Shape of one size: what the tensors hold. */
@@ -71,6 +76,7 @@ typedef struct bench {
   int reported;    /* mismatches printed for the current size */
   uint64_t seq;    /* iteration counter: makes every iteration's pattern distinct */
   int64_t lo, hi;  /* per-rank pattern range for this dtype and op */
+  bench_dev *dev;  /* --device sim|cuda, else NULL */
 } bench;
 
 /* ------------------------------------------------------------------ small helpers */
@@ -251,8 +257,10 @@ static int64_t reduce_expect(const bench *b, const uint64_t *seeds, uint64_t see
 /* Fills every input of tensor k for iteration it. */
 static void fill(bench *b, const geom *gm, int k, uint64_t it) {
   uint64_t seed = pat_seed(b->rank, it, k), seed_any = pat_seed(b->size, it, k);
-  void *in = b->slots[k].in;
+  void *in = b->dev ? b->slots[k].host_in : b->slots[k].in;
   for (size_t g = 0; g < gm->in_elems; g++) store(b->a.dtype, in, g, pat(b, seed, seed_any, b->rank, g));
+  if (b->dev && bdev_put(b->dev, b->slots[k].in, in, gm->in_elems * b->esize))
+    fprintf(stderr, "weft-bench: rank %d: filling device memory: %s\n", b->rank, weft_last_error());
 }
 
 static void report_wrong(bench *b, const geom *gm, int k, uint64_t it, size_t i, const char *got, const char *want) {
@@ -370,6 +378,10 @@ static weft_status submit(bench *b, const geom *gm, int k, const char *name, wef
   weft_op_options opt = WEFT_OP_OPTIONS_INIT;
   opt.alloc = slot_alloc;
   opt.alloc_ctx = s;
+  if (b->dev) {
+    bdev_tensor(b->dev, &in);
+    bdev_tensor(b->dev, &out);
+  }
   switch (b->a.op) {
   case OP_ALLREDUCE:
     return weft_allreduce(b->group, name, &in, b->a.out_of_place ? &out : &in, b->a.rop, &opt, req);
@@ -412,6 +424,13 @@ static int run_iter(bench *b, const geom *gm, double *elapsed) {
       nout = o.ndim == 1 ? (size_t)o.shape[0] : 0;
     } else if (b->a.op == OP_REDUCESCATTER || (b->a.op == OP_ALLREDUCE && b->a.out_of_place)) {
       out = b->slots[k].out;
+    }
+    if (b->dev) { /* read back outside the timed part */
+      if (bdev_get(b->dev, b->slots[k].host_out, out, nout * b->esize)) {
+        rc = fail(b, "reading device memory back: %s", weft_last_error());
+        break;
+      }
+      out = b->slots[k].host_out;
     }
     verify(b, gm, k, it, out, nout);
   }
@@ -543,6 +562,7 @@ static void usage(FILE *f) {
           "  -r, --root R         broadcast root (0)\n"
           "  -k, --tensors K      submit K tensors of the size per iteration, wait for all (1)\n"
           "      --out-of-place   allreduce into a separate output buffer (default: in place)\n"
+          "      --device NAME    cpu|sim|cuda: the tensors' memory (cpu: host memory)\n"
           "      --csv            comma-separated rows\n"
           "Size follows nccl-tests: allgather = total output, reducescatter = total input,\n"
           "alltoall = send buffer per rank. algbw = K*size/time; busbw = algbw * 2(n-1)/n\n"
@@ -571,7 +591,7 @@ static const char *op_name_i(int i) { return k_op_names[i]; }
 
 /* 0 ok, 1 help printed, -1 error (message printed). */
 static int parse_args(int argc, char **argv, bench_args *a) {
-  enum { O_OP = 256, O_CSV, O_SIZES, O_OOP };
+  enum { O_OP = 256, O_CSV, O_SIZES, O_OOP, O_DEVICE };
   static const struct option opts[] = {
       {"op", required_argument, NULL, O_OP},          {"min-bytes", required_argument, NULL, 'b'},
       {"max-bytes", required_argument, NULL, 'e'},    {"step-factor", required_argument, NULL, 'f'},
@@ -581,6 +601,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       {"check", no_argument, NULL, 'c'},              {"root", required_argument, NULL, 'r'},
       {"tensors", required_argument, NULL, 'k'},      {"out-of-place", no_argument, NULL, O_OOP},
       {"csv", no_argument, NULL, O_CSV},              {"help", no_argument, NULL, 'h'},
+      {"device", required_argument, NULL, O_DEVICE},
       {NULL, 0, NULL, 0}};
   size_t lo = 8, hi = 32u << 20;
   int factor = 2, c, v;
@@ -622,6 +643,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     case 'k': bad = parse_int(optarg, 1, 4096, &a->tensors) != 0; break;
     case O_OOP: a->out_of_place = 1; break;
     case O_CSV: a->csv = 1; break;
+    case O_DEVICE:
+      a->device = optarg;
+      bad = strcasecmp(optarg, "cpu") && strcasecmp(optarg, "sim") && strcasecmp(optarg, "cuda");
+      if (!strcasecmp(optarg, "cpu")) a->device = NULL;
+      break;
     case 'h': usage(stdout); return 1;
     default: usage(stderr); return -1;
     }
@@ -676,9 +702,18 @@ static int alloc_slots(bench *b) {
   if (!b->slots || !b->reqs || !b->names) return -1;
   for (int k = 0; k < b->a.tensors; k++) {
     slot *s = &b->slots[k];
+    s->out_cap = need_out ? max_out * b->esize : 0;
+    if (b->dev) { /* device buffers; host copies for filling and checking */
+      size_t most = (max_in > max_out ? max_in : max_out) * b->esize + 1;
+      s->in = bdev_alloc(b->dev, max_in * b->esize + 1);
+      s->out = need_out ? bdev_alloc(b->dev, s->out_cap + 1) : NULL;
+      s->host_in = malloc(most);
+      s->host_out = malloc(most);
+      if (!s->in || (need_out && !s->out) || !s->host_in || !s->host_out) return -1;
+      continue;
+    }
     /* at least one byte so a NULL from malloc(0) is never mistaken for failure */
     s->in = malloc(max_in * b->esize + 1);
-    s->out_cap = need_out ? max_out * b->esize : 0;
     s->out = need_out ? malloc(s->out_cap + 1) : NULL;
     if (!s->in || (need_out && !s->out)) return -1;
     /* touched now, so no page is first faulted inside the timed region */
@@ -709,14 +744,21 @@ int main(int argc, char **argv) {
     goto out;
   }
   pattern_range(&b);
+  if (b.a.device && bdev_open(b.a.device, weft_local_rank(b.world), &b.dev)) {
+    weft_abort(b.world, "weft-bench: --device unavailable");
+    goto out;
+  }
   if (alloc_slots(&b)) {
     fail(&b, "out of memory allocating the buffers");
     goto out;
   }
   const char *transport = getenv("WEFT_TRANSPORT");
   if (b.rank == 0) {
-    printf("# weft-bench: weft %s, world size %d, transport %s\n", weft_version(), b.size,
-           transport && *transport ? transport : "auto (shm between ranks of one host, tcp across hosts)");
+    char where[64] = "host memory";
+    if (b.dev) bdev_describe(b.dev, where, sizeof where);
+    printf("# weft-bench: weft %s, world size %d, transport %s, tensors on %s%s\n", weft_version(), b.size,
+           transport && *transport ? transport : "auto (shm between ranks of one host, tcp across hosts)", where,
+           b.dev ? " (rank 0's)" : "");
     char iters[48];
     if (b.a.time_target > 0)
       snprintf(iters, sizeof iters, "~%gs worth", b.a.time_target);
@@ -760,9 +802,17 @@ out:
   }
   if (b.slots)
     for (int k = 0; k < b.a.tensors; k++) {
-      free(b.slots[k].in);
-      free(b.slots[k].out);
+      if (b.dev) {
+        bdev_free(b.dev, b.slots[k].in);
+        bdev_free(b.dev, b.slots[k].out);
+      } else {
+        free(b.slots[k].in);
+        free(b.slots[k].out);
+      }
+      free(b.slots[k].host_in);
+      free(b.slots[k].host_out);
     }
+  bdev_close(b.dev);
   free(b.slots);
   free(b.reqs);
   free(b.names);

@@ -4,6 +4,11 @@ with weft.torch, used exactly like horovod.torch.
 
     weftrun -np 4 python3 examples/torch/train_digits.py
     python3 examples/torch/train_digits.py            # one process
+    weftrun -np 2 python3 examples/torch/train_digits.py --cuda   # on GPUs
+
+--cuda trains on the GPU (torch.cuda.set_device(hvd.local_rank() % the
+device count), as Horovod's examples do: ranks share a GPU when there are
+more ranks than GPUs); weft stages the CUDA gradients through host memory.
 
 Every step takes a global batch of --batch-size samples (the same samples,
 in the same order, whatever the number of ranks); each rank computes the
@@ -72,7 +77,8 @@ def evaluate(model, x, y):
         xs, ys = my_slice(x, hvd.rank(), hvd.size()), my_slice(y, hvd.rank(), hvd.size())
         correct = (model(xs).argmax(1) == ys).sum().to(torch.float64)
     model.train()
-    totals = hvd.allreduce(torch.stack([correct, torch.tensor(float(len(ys)), dtype=torch.float64)]), op=hvd.Sum,
+    count = torch.tensor(float(len(ys)), dtype=torch.float64, device=correct.device)
+    totals = hvd.allreduce(torch.stack([correct, count]), op=hvd.Sum,
                            name="eval")
     return (totals[0] / totals[1]).item()
 
@@ -105,6 +111,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--min-accuracy", type=float, default=0.0, help="exit 1 if the final accuracy is lower")
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="then time N more steps")
+    parser.add_argument("--cuda", action="store_true", help="train on the GPU (local rank mod the GPU count)")
     parser.add_argument("--no-overlap", action="store_true",
                         help="--bench steps: one grouped allreduce after backward instead of per-gradient hooks")
     args = parser.parse_args()
@@ -113,9 +120,18 @@ def main():
     torch.set_num_threads(args.threads)  # ranks share the machine's cores
     rank, size = hvd.rank(), hvd.size()
     x_train, y_train, x_test, y_test = load_digits_split()
+    device = torch.device("cpu")
+    if args.cuda:
+        if not torch.cuda.is_available() or not hvd.cuda_built():
+            print("--cuda: no usable GPU (torch: %s, weft: %s)" % (torch.cuda.is_available(), hvd.cuda_built()),
+                  file=sys.stderr)
+            return 77
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+        x_train, y_train, x_test, y_test = (t.to(device) for t in (x_train, y_train, x_test, y_test))
 
     torch.manual_seed(args.seed + rank)  # deliberately different: broadcast_parameters aligns them
-    model = make_model(args.hidden)
+    model = make_model(args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -128,7 +144,7 @@ def main():
     accuracy = 0.0
     for epoch in range(1, args.epochs + 1):
         order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        loss_sum, steps = torch.zeros(()), 0
+        loss_sum, steps = torch.zeros((), device=device), 0
         for b in range(0, len(order), args.batch_size):
             batch = order[b:b + args.batch_size]
             mine = my_slice(batch, rank, size)
@@ -144,7 +160,7 @@ def main():
     if args.bench:
         plain = None
         if args.no_overlap:  # a copy without DistributedOptimizer's hooks
-            copy = make_model(args.hidden)
+            copy = make_model(args.hidden).to(device)
             copy.load_state_dict(model.state_dict())
             model, plain = copy, torch.optim.SGD(copy.parameters(), lr=args.lr, momentum=0.9)
         step_times, sync_times = [], []

@@ -102,10 +102,27 @@ static int parse_tensor(PyObject *o, int writable, const char *what, wpy_tensor 
   t->t.device = WEFT_DEVICE_CPU;
   t->t.shape = t->shape;
   if (PyTuple_Check(o)) {
-    if (PyTuple_GET_SIZE(o) != 3) {
-      PyErr_Format(PyExc_TypeError, "%s: expected (data_ptr, dtype, shape), got a tuple of %zd", what,
-                   PyTuple_GET_SIZE(o));
+    Py_ssize_t nt = PyTuple_GET_SIZE(o);
+    if (nt != 3 && nt != 6) {
+      PyErr_Format(PyExc_TypeError,
+                   "%s: expected (data_ptr, dtype, shape) or (data_ptr, dtype, shape, device, device_kind, "
+                   "stream), got a tuple of %zd", what, nt);
       return -1;
+    }
+    if (nt == 6) { /* a device tensor: index, WEFT_DEVICE_KIND_*, the producer's stream (0: default) */
+      long dev = PyLong_AsLong(PyTuple_GET_ITEM(o, 3));
+      if (dev == -1 && PyErr_Occurred()) return -1;
+      long kind = PyLong_AsLong(PyTuple_GET_ITEM(o, 4));
+      if (kind == -1 && PyErr_Occurred()) return -1;
+      void *stream = PyLong_AsVoidPtr(PyTuple_GET_ITEM(o, 5));
+      if (!stream && PyErr_Occurred()) return -1;
+      if (dev < WEFT_DEVICE_CPU || dev > 1 << 20) {
+        PyErr_Format(PyExc_ValueError, "%s: device index %ld", what, dev);
+        return -1;
+      }
+      t->t.device = (int)dev;
+      t->t.device_kind = (int)kind;
+      t->t.stream = stream;
     }
     void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(o, 0));
     if (!ptr && PyErr_Occurred()) return -1;
@@ -190,6 +207,31 @@ static void options(weft_op_options *o, double prescale, double postscale, int p
   o->priority = priority;
 }
 
+/* The device keywords every operation takes: stream, the consumer stream (an
+ * int, a cudaStream_t; 0: complete only once the result is on the device),
+ * and alloc, a callable nbytes -> (data_ptr, owner) for the outputs weft
+ * sizes (allgather, alltoall, reducescatter without an output) of device
+ * tensors (None: host outputs come from malloc). 0 or -1 with an error. */
+static int device_options(wpy_op *op, weft_op_options *o, PyObject *stream, PyObject *alloc) {
+  if (stream && stream != Py_None) {
+    o->consumer_stream = PyLong_AsVoidPtr(stream);
+    if (!o->consumer_stream && PyErr_Occurred()) return -1;
+  }
+  if (alloc && alloc != Py_None) {
+    if (!PyCallable_Check(alloc)) {
+      PyErr_SetString(PyExc_TypeError, "alloc must be callable (nbytes -> (data_ptr, owner))");
+      return -1;
+    }
+    Py_INCREF(alloc);
+    op->dev_alloc = alloc;
+    op->dev_outs = PyDict_New();
+    if (!op->dev_outs) return -1;
+    o->alloc = wpy_device_alloc;
+    o->alloc_ctx = op;
+  }
+  return 0;
+}
+
 /* ------------------------------------------------------------------ operations */
 /* What every operation entry point starts with: a live world, the group
  * (None: the world), and a sweep of finished ops whose Python handle is gone.
@@ -204,13 +246,13 @@ static weft_group *op_group(PyObject *group) {
 static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
   static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", "group",
-                           NULL};
+                           "stream", NULL};
   const char *name;
-  PyObject *in, *out, *keep = NULL, *group = NULL;
+  PyObject *in, *out, *keep = NULL, *group = NULL, *stream = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
-                                   &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOOO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
+                                   &prio, &keep, &group, &stream))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -222,6 +264,10 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   }
   weft_op_options o;
   options(&o, pre, post, prio);
+  if (device_options(op, &o, stream, NULL) < 0) {
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = weft_allreduce(g, name, &op->in.t, &op->out.t, (weft_reduce_op)rop, &o,
                                   &req);
@@ -230,11 +276,12 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "priority", "keep", "group", NULL};
+  static char *kwlist[] = {"name", "input", "priority", "keep", "group", "stream", "alloc", NULL};
   const char *name;
-  PyObject *in, *keep = NULL, *group = NULL;
+  PyObject *in, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
   int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOO:allgather", kwlist, &name, &in, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOOOO:allgather", kwlist, &name, &in, &prio, &keep, &group, &stream,
+                                   &alloc))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -248,6 +295,10 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   options(&o, 1.0, 1.0, prio);
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
+  if (device_options(op, &o, stream, alloc) < 0) {
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = weft_allgather(g, name, &op->in.t, &o, &req);
   return submitted(op, st, req, name);
@@ -255,11 +306,12 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "tensor", "root", "priority", "keep", "group", NULL};
+  static char *kwlist[] = {"name", "tensor", "root", "priority", "keep", "group", "stream", NULL};
   const char *name;
-  PyObject *t, *keep = NULL, *group = NULL;
+  PyObject *t, *keep = NULL, *group = NULL, *stream = NULL;
   int root, prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iOO:broadcast", kwlist, &name, &t, &root, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iOOO:broadcast", kwlist, &name, &t, &root, &prio, &keep, &group,
+                                   &stream))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -271,6 +323,10 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   }
   weft_op_options o;
   options(&o, 1.0, 1.0, prio);
+  if (device_options(op, &o, stream, NULL) < 0) {
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = weft_broadcast(g, name, &op->in.t, root, &o, &req);
   return submitted(op, st, req, name);
@@ -278,11 +334,12 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
 
 static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "input", "splits", "priority", "keep", "group", NULL};
+  static char *kwlist[] = {"name", "input", "splits", "priority", "keep", "group", "stream", "alloc", NULL};
   const char *name;
-  PyObject *in, *splits = Py_None, *keep = NULL, *group = NULL;
+  PyObject *in, *splits = Py_None, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
   int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiOO:alltoall", kwlist, &name, &in, &splits, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiOOOO:alltoall", kwlist, &name, &in, &splits, &prio, &keep, &group,
+                                   &stream, &alloc))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -319,6 +376,11 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   options(&o, 1.0, 1.0, prio);
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
+  if (device_options(op, &o, stream, alloc) < 0) {
+    PyMem_Free(sp);
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = weft_alltoall(g, name, &op->in.t, sp, &o, &req);
   PyMem_Free(sp); /* copied at submission */
@@ -328,13 +390,13 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
 static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
   static char *kwlist[] = {"name", "input", "output", "op", "prescale", "postscale", "priority", "keep", "group",
-                           NULL};
+                           "stream", "alloc", NULL};
   const char *name;
-  PyObject *in, *out = Py_None, *keep = NULL, *group = NULL;
+  PyObject *in, *out = Py_None, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOO:reducescatter", kwlist, &name, &in, &out, &rop, &pre, &post,
-                                   &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOOOO:reducescatter", kwlist, &name, &in, &out, &rop, &pre,
+                                   &post, &prio, &keep, &group, &stream, &alloc))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -347,6 +409,11 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   }
   weft_op_options o;
   options(&o, pre, post, prio);
+  if (device_options(op, &o, stream, out == Py_None ? alloc : NULL) < 0) {
+    wpy_op_free(op);
+    return NULL;
+  }
+  if (op->dev_alloc) op->lib_alloc = 1; /* a device output weft sizes: from alloc */
   weft_request *req = NULL;
   weft_status st = weft_reducescatter(g, name, &op->in.t, out != Py_None ? &op->out.t : NULL,
                                       (weft_reduce_op)rop, &o, &req);
@@ -393,13 +460,13 @@ static int parse_tensors(PyObject *seq, Py_ssize_t n, int writable, const char *
 static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
   static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
-                           NULL};
+                           "stream", NULL};
   const char *name;
-  PyObject *ins, *outs, *keep = NULL, *group = NULL;
+  PyObject *ins, *outs, *keep = NULL, *group = NULL, *stream = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOO:grouped_allreduce", kwlist, &name, &ins, &outs, &rop, &pre,
-                                   &post, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOOO:grouped_allreduce", kwlist, &name, &ins, &outs, &rop, &pre,
+                                   &post, &prio, &keep, &group, &stream))
     return NULL;
   weft_group *g = op_group(group);
   if (!g) return NULL;
@@ -441,6 +508,12 @@ static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *
   }
   weft_op_options o;
   options(&o, pre, post, prio);
+  if (device_options(op, &o, stream, NULL) < 0) {
+    PyMem_Free(tin);
+    PyMem_Free(tout);
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = weft_grouped_allreduce(g, name, nin, tin, tout, (weft_reduce_op)rop, &o, &req);
   PyMem_Free(tin); /* descriptors are copied at submission */
@@ -454,7 +527,8 @@ static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *
  * collected per tensor at completion (the Handle's output and shape are then
  * lists). */
 static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObject *ins, PyObject *outs, int rop,
-                               double pre, double post, int prio, PyObject *keep, PyObject *group) {
+                               double pre, double post, int prio, PyObject *keep, PyObject *group, PyObject *stream,
+                               PyObject *alloc) {
   weft_group *g = op_group(group);
   if (!g) return NULL;
   char what[96];
@@ -506,6 +580,12 @@ static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObj
   weft_op_options o;
   options(&o, pre, post, prio);
   o.alloc = wpy_output_alloc;
+  if (device_options(op, &o, stream, alloc) < 0) {
+    PyMem_Free(tin);
+    PyMem_Free(tout);
+    wpy_op_free(op);
+    return NULL;
+  }
   weft_request *req = NULL;
   weft_status st = kind == WPY_ALLGATHER
                        ? weft_grouped_allgather(g, name, n, tin, &o, &req)
@@ -517,27 +597,30 @@ static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObj
 
 static PyObject *py_grouped_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
-  static char *kwlist[] = {"name", "inputs", "priority", "keep", "group", NULL};
+  static char *kwlist[] = {"name", "inputs", "priority", "keep", "group", "stream", "alloc", NULL};
   const char *name;
-  PyObject *ins, *keep = NULL, *group = NULL;
+  PyObject *ins, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
   int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOO:grouped_allgather", kwlist, &name, &ins, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOOOO:grouped_allgather", kwlist, &name, &ins, &prio, &keep, &group,
+                                   &stream, &alloc))
     return NULL;
-  return grouped_sized(WPY_ALLGATHER, "grouped_allgather", name, ins, NULL, WEFT_OP_SUM, 1.0, 1.0, prio, keep, group);
+  return grouped_sized(WPY_ALLGATHER, "grouped_allgather", name, ins, NULL, WEFT_OP_SUM, 1.0, 1.0, prio, keep, group,
+                       stream, alloc);
 }
 
 static PyObject *py_grouped_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
   (void)self;
   static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
-                           NULL};
+                           "stream", "alloc", NULL};
   const char *name;
-  PyObject *ins, *outs = Py_None, *keep = NULL, *group = NULL;
+  PyObject *ins, *outs = Py_None, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
   int rop = WEFT_OP_SUM, prio = 0;
   double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOO:grouped_reducescatter", kwlist, &name, &ins, &outs, &rop,
-                                   &pre, &post, &prio, &keep, &group))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOOOO:grouped_reducescatter", kwlist, &name, &ins, &outs, &rop,
+                                   &pre, &post, &prio, &keep, &group, &stream, &alloc))
     return NULL;
-  return grouped_sized(WPY_REDUCESCATTER, "grouped_reducescatter", name, ins, outs, rop, pre, post, prio, keep, group);
+  return grouped_sized(WPY_REDUCESCATTER, "grouped_reducescatter", name, ins, outs, rop, pre, post, prio, keep, group,
+                       stream, alloc);
 }
 
 /* ------------------------------------------------------------------ world */
@@ -646,6 +729,23 @@ static PyObject *py_dtype_size(PyObject *self, PyObject *args) {
   return PyLong_FromSize_t(weft_dtype_size((weft_dtype)dt));
 }
 
+/* device_available(kind) -> (count, None) when the backend of that
+ * WEFT_DEVICE_KIND_* loads, else (0, the reason). Needs no world. */
+static PyObject *py_device_available(PyObject *self, PyObject *args) {
+  (void)self;
+  int kind, count = 0;
+  if (!PyArg_ParseTuple(args, "i:device_available", &kind)) return NULL;
+  weft_status st;
+  char msg[1024];
+  Py_BEGIN_ALLOW_THREADS /* the first call dlopens a runtime */
+  st = weft_device_available(kind, &count);
+  snprintf(msg, sizeof msg, "%s", st == WEFT_OK ? "" : weft_last_error());
+  Py_END_ALLOW_THREADS
+  if (st == WEFT_ERR_INVALID_ARGUMENT) return wpy_raise(st, msg);
+  if (st != WEFT_OK) return Py_BuildValue("(is)", 0, msg);
+  return Py_BuildValue("(iO)", count, Py_None);
+}
+
 static PyObject *py_status_string(PyObject *self, PyObject *args) {
   (void)self;
   int st;
@@ -670,8 +770,13 @@ static PyMethodDef methods[] = {
     {"async_error", py_async_error, METH_NOARGS, "async_error() -> None or (status, message)"},
     {"dtype_size", py_dtype_size, METH_VARARGS, "dtype_size(dtype) -> bytes per element (0: unknown)"},
     {"status_string", py_status_string, METH_VARARGS, "status_string(status) -> 'WEFT_ERR_...'"},
+    {"device_available", py_device_available, METH_VARARGS,
+     "device_available(kind) -> (device count, None) when that WEFT_DEVICE_KIND_* can be used here, else\n"
+     "(0, the reason)"},
     {"allreduce", KW py_allreduce, METH_VARARGS | METH_KEYWORDS,
-     "allreduce(name, input, output, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None) -> Handle"},
+     "allreduce(name, input, output, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None) -> Handle\n"
+     "Every operation also takes group=None and, for device tensors, stream (the consumer stream as an int:\n"
+     "completion is then an event on it) and, where weft sizes the output, alloc (nbytes -> (data_ptr, owner))."},
     {"allgather", KW py_allgather, METH_VARARGS | METH_KEYWORDS,
      "allgather(name, input, priority=0, keep=None) -> Handle (output: Handle.output/.shape)"},
     {"broadcast", KW py_broadcast, METH_VARARGS | METH_KEYWORDS,
@@ -740,7 +845,9 @@ PyMODINIT_FUNC PyInit__weft(void) {
       {"ERR_INVALID_ARGUMENT", WEFT_ERR_INVALID_ARGUMENT}, {"ERR_MISUSE", WEFT_ERR_MISUSE},
       {"ERR_TIMEOUT", WEFT_ERR_TIMEOUT},     {"ERR_PEER_LOST", WEFT_ERR_PEER_LOST},
       {"ERR_MISMATCH", WEFT_ERR_MISMATCH},   {"ERR_ABORTED", WEFT_ERR_ABORTED},
-      {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},
+      {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},   {"ERR_NOT_SUPPORTED", WEFT_ERR_NOT_SUPPORTED},
+      {"DEVICE_CPU", WEFT_DEVICE_CPU},       {"DEVICE_KIND_CUDA", WEFT_DEVICE_KIND_CUDA},
+      {"DEVICE_KIND_SIM", WEFT_DEVICE_KIND_SIM},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;

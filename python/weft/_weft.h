@@ -5,8 +5,10 @@
  * The extension is written against weft.h only: no torch or numpy headers.
  * Tensors arrive either through the buffer protocol (numpy, bytearray, ...) or
  * as a (data pointer, weft dtype, shape) triple that the Python layer builds
- * from torch's tensor.data_ptr(). Every function here runs with the GIL held
- * unless it says otherwise. */
+ * from torch's tensor.data_ptr(), or a (data pointer, dtype, shape, device
+ * index, device kind, producer stream) 6-tuple for device tensors (CUDA:
+ * the stream is a cudaStream_t as an int, torch's current stream). Every
+ * function here runs with the GIL held unless it says otherwise. */
 #ifndef WEFT_PY_WEFT_H
 #define WEFT_PY_WEFT_H
 
@@ -41,6 +43,8 @@ typedef struct wpy_op {
   int n;
   int grouped;          /* a weft_grouped_* request: outputs per tensor (weft_request_output_at) */
   PyObject *keep;       /* objects kept alive until completion, or NULL */
+  PyObject *dev_alloc;  /* device outputs: a callable nbytes -> (data_ptr, owner), or NULL */
+  PyObject *dev_outs;   /* dict data_ptr -> owner of what dev_alloc returned (NULL until it runs) */
   struct wpy_op *next;  /* orphan list link */
 } wpy_op;
 
@@ -79,6 +83,14 @@ PyObject *wpy_raise(weft_status st, const char *msg);
 /* Allocator for library-sized outputs (engine thread, no GIL): plain malloc,
  * so the memory can later be handed to a Buffer object. */
 void *wpy_output_alloc(size_t bytes, void *ctx);
+/* Allocator for library-sized outputs of device tensors (engine thread):
+ * takes the GIL and calls op->dev_alloc (ctx is the op), which allocates
+ * through the framework (torch's caching allocator) and returns (data_ptr,
+ * owner); the owner is kept in op->dev_outs until the Handle collects it. */
+void *wpy_device_alloc(size_t bytes, void *ctx);
+/* The owner of device output memory p from wpy_device_alloc (a new
+ * reference), or None. */
+PyObject *wpy_device_owner(wpy_op *op, const void *p);
 
 /* Wraps a submitted request in a new Handle that owns op (and frees it on
  * failure). */

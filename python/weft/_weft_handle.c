@@ -6,7 +6,10 @@
  * Outputs whose size is only known after negotiation (allgather, alltoall)
  * are malloc'd by wpy_output_alloc on the engine thread and then adopted by a
  * Buffer object, which numpy.frombuffer / torch.frombuffer wrap without a
- * copy. */
+ * copy. Those of device tensors come from the framework instead
+ * (wpy_device_alloc: torch's caching allocator, called with the GIL from the
+ * engine thread); the Handle's output is then the owner the allocator
+ * returned (a torch tensor), and nothing here frees device memory. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,6 +64,42 @@ void *wpy_output_alloc(size_t bytes, void *ctx) {
   return malloc(bytes ? bytes : 1); /* never NULL for 0 bytes: NULL means failure */
 }
 
+void *wpy_device_alloc(size_t bytes, void *ctx) {
+  wpy_op *op = ctx;
+  void *p = NULL;
+  /* The engine thread blocks here until it gets the GIL: a Python thread
+   * holding it never waits on the engine (submission and weft_test do not
+   * block; weft_wait, group creation and finalize release the GIL). */
+  PyGILState_STATE g = PyGILState_Ensure();
+  PyObject *r = PyObject_CallFunction(op->dev_alloc, "n", (Py_ssize_t)bytes);
+  if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+    p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(r, 0));
+    PyObject *key = p ? PyLong_FromVoidPtr(p) : NULL;
+    if (key && PyDict_SetItem(op->dev_outs, key, PyTuple_GET_ITEM(r, 1)) < 0) p = NULL;
+    Py_XDECREF(key);
+  } else if (r) {
+    PyErr_SetString(PyExc_TypeError, "a device output allocator must return (data_ptr, owner)");
+  }
+  Py_XDECREF(r);
+  if (PyErr_Occurred()) { /* weft fails the request: the allocator returned NULL */
+    PyErr_WriteUnraisable(op->dev_alloc);
+    p = NULL;
+  }
+  PyGILState_Release(g);
+  return p;
+}
+
+PyObject *wpy_device_owner(wpy_op *op, const void *p) {
+  PyObject *key = PyLong_FromVoidPtr((void *)p);
+  if (!key) return NULL;
+  PyObject *owner = op->dev_outs && p ? PyDict_GetItemWithError(op->dev_outs, key) : NULL;
+  Py_DECREF(key);
+  if (!owner && PyErr_Occurred()) return NULL;
+  if (!owner) owner = Py_None; /* 0 bytes: nothing was allocated */
+  Py_INCREF(owner);
+  return owner;
+}
+
 /* ------------------------------------------------------------------ ops */
 void wpy_tensor_release(wpy_tensor *t) {
   if (t->has_view) PyBuffer_Release(&t->view);
@@ -79,6 +118,7 @@ static void release_tensors(wpy_op *op) {
 /* Frees the library-allocated outputs of a completed grouped op that no
  * Buffer adopted (those whose output tensor had no data). */
 static void free_grouped_outputs(wpy_op *op) {
+  if (op->dev_alloc) return; /* the framework's, held by op->dev_outs */
   for (int i = 0; i < op->n; i++) {
     weft_tensor o;
     if (!op->outs[i].t.data && weft_request_output_at(op->req, i, &o) != WEFT_ERR_MISUSE) free(o.data);
@@ -95,13 +135,15 @@ void wpy_op_free(wpy_op *op) {
   PyMem_Free(op->ins);
   PyMem_Free(op->outs);
   Py_CLEAR(op->keep);
+  Py_CLEAR(op->dev_outs);
   if (op->req) {
     weft_tensor o;
     /* output memory from wpy_output_alloc that no Buffer adopted */
-    if (op->lib_alloc && weft_test(op->req) != WEFT_IN_PROGRESS && weft_request_output(op->req, &o) != WEFT_ERR_MISUSE)
+    if (op->lib_alloc && !op->dev_alloc && weft_test(op->req) != WEFT_IN_PROGRESS && weft_request_output(op->req, &o) != WEFT_ERR_MISUSE)
       free(o.data);
     weft_request_free(op->req);
   }
+  Py_CLEAR(op->dev_alloc);
   PyMem_Free(op);
 }
 
@@ -180,7 +222,12 @@ static int collect_outputs(wpy_handle *h) {
   weft_tensor o;
   weft_request_output(op->req, &o);
   size_t bytes = tensor_bytes(&o);
-  if (op->lib_alloc) {
+  if (op->dev_alloc) { /* device memory from the framework's allocator: its owner is the output */
+    op->lib_alloc = 0;
+    if (h->status != WEFT_OK) return 0;
+    h->output = wpy_device_owner(op, o.data);
+    if (!h->output) return -1;
+  } else if (op->lib_alloc) {
     op->lib_alloc = 0; /* ours now, adopted or freed below */
     if (h->status != WEFT_OK) {
       free(o.data);
@@ -243,13 +290,15 @@ static int collect_grouped(wpy_handle *h) {
     int mine = !op->outs[i].t.data;
     PyObject *buf = NULL, *shape = NULL;
     if (rc == 0 && h->output && h->shape) {
-      buf = mine ? buffer_adopt(o.data, (Py_ssize_t)tensor_bytes(&o)) : (Py_INCREF(Py_None), Py_None);
+      if (!mine) buf = (Py_INCREF(Py_None), Py_None);
+      else if (op->dev_alloc) buf = wpy_device_owner(op, o.data);
+      else buf = buffer_adopt(o.data, (Py_ssize_t)tensor_bytes(&o));
       shape = shape_tuple(&o);
     }
     if (buf) {
       PyList_SET_ITEM(h->output, i, buf);
     } else {
-      if (mine) free(o.data);
+      if (mine && !op->dev_alloc) free(o.data);
       rc = -1;
     }
     if (shape) PyList_SET_ITEM(h->shape, i, shape);

@@ -32,6 +32,9 @@ weft_status wf_submit_check_device(const char *fn, const char *name, const char 
 const char *wf_submit_device_str(const weft_tensor *t, char *buf, size_t len);
 /* t's device as the wire has it (WF_DEVICE_CODE). */
 int32_t wf_submit_device_code(const weft_tensor *t);
+/* weft_device_available (engine/devavail.c): whether a WEFT_DEVICE_KIND_*'s
+ * backend loads and sees a device; *count (may be NULL) gets how many. */
+weft_status wf_submit_device_available(int device_kind, int *count);
 
 /* Registers r's name in flight and hands it to the one-host path or the
  * engine, under one lock (r from wf_request_make, described): WEFT_OK and

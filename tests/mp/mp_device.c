@@ -22,7 +22,17 @@
  * host pointer and a wild pointer marked as device memory; and, after
  * weft_finalize, no staging left behind (the sim's counts). Device index:
  * the rank's local index mod 2 (ranks need not agree on it, only on the
- * kind). Links weft_internal for the sim's test API. */
+ * kind). Links weft_internal for the sim's test API.
+ *
+ * With --device cuda (tests/gpu: a real GPU) the same suite runs on CUDA
+ * tensors: device memory is filled and read back with the backend's copies
+ * (the dlopen'ed runtime; no CUDA header), the producer's work is an
+ * asynchronous host-to-device copy on the rank's stream queued right before
+ * submission over stale values, and the consumer reads with a copy queued
+ * on the consumer stream. The sim-only cases (its leak counters, a CUDA
+ * tensor where CUDA is missing) are left out; without a usable CUDA
+ * runtime it exits 77 (skipped) before joining the job (--probe: only
+ * that check). */
 #include <unistd.h>
 
 #include "device/device.h"
@@ -30,7 +40,11 @@
 #include "mp_harness.c"
 
 static wf_device *g_dev;
-static wf_dev_stream *g_stream, *g_consumer;
+static wf_dev_stream *g_stream, *g_consumer, *g_helper;
+static int g_kind = WEFT_DEVICE_KIND_SIM; /* or WEFT_DEVICE_KIND_CUDA (--device cuda) */
+#define IS_SIM (g_kind == WEFT_DEVICE_KIND_SIM)
+static void *g_pending[4096]; /* CUDA: host sources of copies queued on g_stream, freed by stream_sync */
+static int g_npending;
 static int g_index;    /* this rank's sim device */
 static size_t g_large = 100003;
 static atomic_long g_user_allocs; /* from dev_alloc, not yet freed */
@@ -46,11 +60,27 @@ static void *dev_new(size_t bytes) {
   return p;
 }
 static void dev_free(void *p) { g_dev->ops->mem_free(g_dev, p); }
+static void stream_sync(wf_dev_stream *s);
+/* A copy queued on stream s (CUDA). */
+static void dev_copy(void *dst, const void *src, size_t n, wf_copy_dir dir, wf_dev_stream *s) {
+  if (n && g_dev->ops->copy(g_dev, dst, src, n, dir, s) != WEFT_OK) mp_fatal("copy: %s", weft_last_error());
+}
+/* Synchronous access: the sim's own path, or a copy on a private stream. */
 static void dev_put(void *d, const void *h, size_t n) {
-  if (n && wf_sim_write(g_dev, d, h, n) != WEFT_OK) mp_fatal("wf_sim_write: %s", weft_last_error());
+  if (!IS_SIM) {
+    dev_copy(d, h, n, WF_COPY_H2D, g_helper);
+    stream_sync(g_helper);
+  } else if (n && wf_sim_write(g_dev, d, h, n) != WEFT_OK) {
+    mp_fatal("wf_sim_write: %s", weft_last_error());
+  }
 }
 static void dev_get(void *h, const void *d, size_t n) {
-  if (n && wf_sim_read(g_dev, h, d, n) != WEFT_OK) mp_fatal("wf_sim_read: %s", weft_last_error());
+  if (!IS_SIM) {
+    dev_copy(h, d, n, WF_COPY_D2H, g_helper);
+    stream_sync(g_helper);
+  } else if (n && wf_sim_read(g_dev, h, d, n) != WEFT_OK) {
+    mp_fatal("wf_sim_read: %s", weft_last_error());
+  }
 }
 
 /* Waits (bounded) until the work queued on stream so far is done. */
@@ -64,6 +94,10 @@ static void stream_sync(wf_dev_stream *s) {
     mp_sleep_ms(1);
   }
   g_dev->ops->event_destroy(g_dev, e);
+  if (s == g_stream) { /* the copies queued there are done: their sources go */
+    for (int i = 0; i < g_npending; i++) free(g_pending[i]);
+    g_npending = 0;
+  }
 }
 
 /* A kernel writing bytes into device memory after a delay. */
@@ -92,6 +126,13 @@ static void produce(void *d, const void *host, size_t n) {
   j->src = stale;
   memcpy(stale, host, n);
   j->len = n;
+  if (!IS_SIM) { /* the producer's work: a copy queued on its stream */
+    free(j);
+    if (g_npending == (int)(sizeof g_pending / sizeof *g_pending)) stream_sync(g_stream);
+    g_pending[g_npending++] = stale;
+    dev_copy(d, stale, n, WF_COPY_H2D, g_stream);
+    return;
+  }
   if (wf_sim_launch(g_dev, g_stream, write_kernel, j) != WEFT_OK) mp_fatal("wf_sim_launch: %s", weft_last_error());
 }
 
@@ -122,7 +163,7 @@ static int check(weft_dtype t, const void *d, const int64_t *want, size_t n, con
 }
 
 static weft_tensor dtensor(weft_dtype t, int64_t *shape, void *data) {
-  return (weft_tensor){t, 1, shape, data, g_index, WEFT_DEVICE_KIND_SIM, g_stream};
+  return (weft_tensor){t, 1, shape, data, g_index, g_kind, g_stream};
 }
 
 /* 1 if device memory d still holds host[0..n) (an out-of-place input). */
@@ -227,7 +268,7 @@ static int run_one(weft_group *g, const char *coll, weft_dtype t, size_t count, 
   if (mp_wait_ok(req, name)) {
     weft_tensor out;
     if (weft_request_output(req, &out) != WEFT_OK) ok = mp_fail("weft_request_output: %s", weft_last_error());
-    else if (out.device != g_index || out.device_kind != WEFT_DEVICE_KIND_SIM)
+    else if (out.device != g_index || out.device_kind != g_kind)
       ok = mp_fail("output reported on device %d kind %d", out.device, out.device_kind);
     else if (!dout && (size_t)mp_numel(out.ndim, out.shape) != nout)
       ok = mp_fail("output has %zu elements, expected %zu", mp_numel(out.ndim, out.shape), nout);
@@ -358,7 +399,8 @@ static void consumer_case(size_t count) {
   mp_submitted(weft_allreduce(mp_group, "consumer", &x, &x, WEFT_OP_SUM, &opt, &req), &req, "consumer");
   if (mp_wait_ok(req, "consumer")) {
     read_job j = {d, back, count * 4};
-    wf_sim_launch(g_dev, g_consumer, read_kernel, &j);
+    if (IS_SIM) wf_sim_launch(g_dev, g_consumer, read_kernel, &j);
+    else dev_copy(back, d, count * 4, WF_COPY_D2H, g_consumer);
     stream_sync(g_consumer);
     for (size_t i = 0; i < count; i++) {
       int64_t w = 0;
@@ -387,8 +429,9 @@ static void error_cases(void) {
                                                                0, NULL};
   mp_case("device/host in one op");
   weft_status st = weft_allreduce(mp_group, "mixed", &x, &h, WEFT_OP_SUM, NULL, &req);
-  if (st != WEFT_ERR_INVALID_ARGUMENT || !strstr(weft_last_error(), "host memory") || !strstr(weft_last_error(), "sim:"))
-    mp_fail("input on sim, output on host: %s: %s", weft_status_string(st), weft_last_error());
+  if (st != WEFT_ERR_INVALID_ARGUMENT || !strstr(weft_last_error(), "host memory") ||
+      !strstr(weft_last_error(), IS_SIM ? "sim:" : "cuda:"))
+    mp_fail("input on the device, output on host: %s: %s", weft_status_string(st), weft_last_error());
   mp_case_end();
   mp_case("host pointer marked device");
   weft_tensor bad = dtensor(WEFT_DTYPE_FLOAT32, shape, host);
@@ -400,8 +443,10 @@ static void error_cases(void) {
   if (st != WEFT_ERR_INVALID_ARGUMENT) mp_fail("a wild pointer: %s: %s", weft_status_string(st), weft_last_error());
   bad = dtensor(WEFT_DTYPE_FLOAT32, shape, d);
   bad.device_kind = WEFT_DEVICE_KIND_CUDA;
-  st = weft_allreduce(mp_group, "cuda", &bad, &bad, WEFT_OP_SUM, NULL, &req);
-  if (st == WEFT_OK) {
+  st = IS_SIM ? weft_allreduce(mp_group, "cuda", &bad, &bad, WEFT_OP_SUM, NULL, &req) : WEFT_ERR_NOT_SUPPORTED;
+  if (!IS_SIM) {
+    /* sim memory marked CUDA: the sim's case only */
+  } else if (st == WEFT_OK) {
     weft_wait(req, 0); /* CUDA loaded here (a GPU machine): not this case */
     weft_request_free(req);
   } else if (!strstr(weft_last_error(), "'cuda'")) {
@@ -425,14 +470,38 @@ static void error_cases(void) {
 }
 
 int main(int argc, char **argv) {
-  for (int i = 1; i + 1 < argc; i++)
-    if (!strcmp(argv[i], "--large")) g_large = (size_t)strtoull(argv[++i], NULL, 10);
+  int probe = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--large") && i + 1 < argc) g_large = (size_t)strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+      const char *k = argv[++i];
+      if (strcmp(k, "sim") && strcmp(k, "cuda")) {
+        fprintf(stderr, "mp_device: --device %s (sim or cuda)\n", k);
+        return 2;
+      }
+      g_kind = strcmp(k, "cuda") ? WEFT_DEVICE_KIND_SIM : WEFT_DEVICE_KIND_CUDA;
+    }
+    else if (!strcmp(argv[i], "--probe")) probe = 1;
+  }
+  int ndev = 2;
+  if (!IS_SIM) { /* no usable CUDA here: skipped, before joining (every rank alike) */
+    if (weft_device_available(WEFT_DEVICE_KIND_CUDA, &ndev) != WEFT_OK) {
+      printf("SKIP: no usable CUDA: %s\n", weft_last_error());
+      return 77;
+    }
+    if (probe) {
+      printf("CUDA: %d device(s)\n", ndev);
+      return 0;
+    }
+  }
   mp_setup();
-  if (wf_device_get(WF_DEVICE_SIM, &g_dev) != WEFT_OK) mp_fatal("sim: %s", weft_last_error());
-  g_index = weft_local_rank(mp_world) % 2;
-  wf_sim_set_seed(g_dev, 1000 + (unsigned long long)mp_rank);
+  if (wf_device_get(IS_SIM ? WF_DEVICE_SIM : WF_DEVICE_CUDA, &g_dev) != WEFT_OK)
+    mp_fatal("device: %s", weft_last_error());
+  g_index = weft_local_rank(mp_world) % ndev;
+  if (IS_SIM) wf_sim_set_seed(g_dev, 1000 + (unsigned long long)mp_rank);
   g_dev->ops->set_device(g_dev, g_index);
-  if (g_dev->ops->stream_create(g_dev, &g_stream) != WEFT_OK || g_dev->ops->stream_create(g_dev, &g_consumer))
+  if (g_dev->ops->stream_create(g_dev, &g_stream) != WEFT_OK || g_dev->ops->stream_create(g_dev, &g_consumer) ||
+      g_dev->ops->stream_create(g_dev, &g_helper))
     mp_fatal("stream_create: %s", weft_last_error());
   const char *colls[] = {"allreduce", "broadcast", "allgather", "alltoall", "reducescatter"};
   size_t counts[] = {0, 1, 37, g_large};
@@ -467,7 +536,12 @@ int main(int argc, char **argv) {
   stream_sync(g_consumer);
   g_dev->ops->stream_destroy(g_dev, g_stream);
   g_dev->ops->stream_destroy(g_dev, g_consumer);
+  g_dev->ops->stream_destroy(g_dev, g_helper);
   int rc = mp_teardown();
+  if (!IS_SIM) {
+    if (!rc) mp_say("PASS rank %d: cuda", mp_rank);
+    return rc;
+  }
   /* nothing of weft's staging left behind: pinned buffers, events, streams,
    * device outputs (ours are freed, the allocator's counted) */
   mp_case("no leak after finalize");

@@ -69,8 +69,24 @@ def ccl_built():
     return False
 
 
+_cuda = None
+
+
 def cuda_built():
-    return False
+    """True when weft's CUDA backend loads here (the CUDA runtime, found at
+    run time, and at least one device): CUDA tensors can then be passed to
+    every operation. Unlike Horovod's (how it was compiled), weft's answer
+    is about this process: weft needs no CUDA to build."""
+    return _cuda_status()[0]
+
+
+def _cuda_status():
+    """(available, why not) of weft's CUDA backend, asked once."""
+    global _cuda
+    if _cuda is None:
+        count, why = _weft.device_available(_weft.DEVICE_KIND_CUDA)
+        _cuda = (count > 0, why)
+    return _cuda
 
 
 def rocm_built():
@@ -122,7 +138,8 @@ def join(device=-1):
     in the others' allreduces with zeros (Average still divides by the full
     size) and in their barriers; allgather, broadcast, alltoall and
     reducescatter fail while a rank has joined. Returns the rank that joined
-    last. device is accepted for Horovod compatibility (CPU only)."""
+    last. device is accepted for Horovod compatibility (the join itself
+    moves no tensor)."""
     request = Request(_weft.join(None), lambda h: h.last_joined)
     return request.synchronize()
 
@@ -235,9 +252,8 @@ def init(comm=None, process_sets=None):
 def _code(t, fn):
     if not isinstance(t, torch.Tensor):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (fn, type(t).__name__))
-    if t.device.type != "cpu":
-        raise ValueError("%s: weft supports CPU tensors only (cuda_built() is False); got a tensor on %s"
-                         % (fn, t.device))
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError("%s: weft supports CPU and CUDA tensors; got a tensor on %s" % (fn, t.device))
     if t.layout != torch.strided:
         raise ValueError("%s: sparse tensors are not supported; densify with .to_dense()" % fn)
     try:
@@ -248,13 +264,56 @@ def _code(t, fn):
 
 
 def _desc(t, code):
+    """weft's view of tensor t: (data_ptr, dtype code, shape), and for a CUDA
+    tensor its device index, the CUDA kind and torch's current stream there
+    (the producer: weft reads t only after the work queued on it so far)."""
+    if t.device.type == "cuda":
+        return (t.data_ptr(), code, tuple(t.shape), t.device.index, _weft.DEVICE_KIND_CUDA,
+                torch.cuda.current_stream(t.device).cuda_stream)
     return (t.data_ptr(), code, tuple(t.shape))
 
 
-def _from_buffer(buf, dtype, shape):
-    """A tensor over weft-allocated output memory (no copy)."""
-    if len(buf) == 0:
-        return torch.empty(shape, dtype=dtype)
+def _device_kw(t, alloc=False):
+    """The device keywords of a weft operation on tensor t (none for CPU
+    tensors). CUDA: stream, torch's current stream, is the consumer stream:
+    the request completes as soon as the copy of the result back to the GPU
+    is queued and that stream made to wait for it, so synchronize() does not
+    wait for the GPU and work queued on that stream afterwards sees the
+    result. alloc: outputs weft sizes come from torch's caching allocator
+    on that stream (an allocator weft calls, with the GIL, from its thread)."""
+    if t.device.type != "cuda":
+        return {}
+    stream = torch.cuda.current_stream(t.device)
+    kw = {"stream": stream.cuda_stream}
+    if alloc:
+        device = t.device
+
+        def allocate(nbytes):
+            with torch.cuda.stream(stream):
+                buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            return buf.data_ptr(), buf
+        kw["alloc"] = allocate
+    return kw
+
+
+def _record(*tensors):
+    """CUDA tensors weft writes after the request completes (the copy back
+    runs on weft's stream, ordered before the consumer stream's later work):
+    their memory is not reused before the current stream has passed that
+    point, even if they were allocated on another stream."""
+    for t in tensors:
+        if t is not None and t.device.type == "cuda":
+            t.record_stream(torch.cuda.current_stream(t.device))
+
+
+def _from_buffer(buf, dtype, shape, device=None):
+    """A tensor over weft-allocated output memory (no copy): a Buffer of host
+    memory, or for CUDA tensors the uint8 tensor _device_kw's allocator made
+    (None when the output has no bytes)."""
+    if isinstance(buf, torch.Tensor):
+        return buf.view(dtype).view(shape) if buf.numel() else torch.empty(shape, dtype=dtype, device=buf.device)
+    if buf is None or len(buf) == 0:
+        return torch.empty(shape, dtype=dtype, device=device)
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 

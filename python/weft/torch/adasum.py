@@ -128,7 +128,8 @@ def check(tensors, set_size, fn):
 
 def combine(gathered, shape, dtype):
     """gathered: the (set size, numel) allgather of the flattened tensors;
-    returns the Adasum as a tensor of shape/dtype."""
-    rows = gathered.numpy()
+    returns the Adasum as a tensor of shape/dtype, on gathered's device
+    (CUDA tensors are folded on the host: the fold is numpy's)."""
+    rows = gathered.cpu().numpy()
     out = fold([rows[k] for k in range(rows.shape[0])])
-    return torch.from_numpy(np.ascontiguousarray(out, dtype=_NP[dtype])).reshape(shape)
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=_NP[dtype])).reshape(shape).to(gathered.device)

@@ -116,10 +116,11 @@ def _initialise_state(optimizer):
 
 class _TensorSlot(object):
     """Where a tensor was in a pickled structure: its index among the
-    tensors sent separately, its dtype and shape."""
+    tensors sent separately, its dtype, shape and device type ('cpu',
+    'cuda': the receivers place it on their own device of that type)."""
 
-    def __init__(self, index, dtype, shape):
-        self.index, self.dtype, self.shape = index, dtype, shape
+    def __init__(self, index, dtype, shape, device_type="cpu"):
+        self.index, self.dtype, self.shape, self.device_type = index, dtype, shape, device_type
 
 
 def _map_structure(obj, fn):
@@ -139,7 +140,7 @@ def _split_tensors(obj, tensors):
     def leaf(x):
         if isinstance(x, torch.Tensor):
             tensors.append(x)
-            return _TensorSlot(len(tensors) - 1, x.dtype, tuple(x.shape))
+            return _TensorSlot(len(tensors) - 1, x.dtype, tuple(x.shape), x.device.type)
         return x
     return _map_structure(obj, leaf)
 
@@ -157,6 +158,16 @@ def _slots(obj):
 
 def _join_tensors(obj, tensors):
     return _map_structure(obj, lambda x: tensors[x.index] if isinstance(x, _TensorSlot) else x)
+
+
+def _cuda_device(optimizer):
+    """Where this rank receives the root's CUDA state: the device of its
+    optimizer's first CUDA parameter, else the current CUDA device."""
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if p.device.type == "cuda":
+                return p.device
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=global_process_set):
@@ -191,8 +202,10 @@ def broadcast_optimizer_state(optimizer, root_rank=0, model=None, process_set=gl
     if not is_root:
         slots = _slots(skeleton)
         tensors = [None] * len(slots)
+        cuda = _cuda_device(optimizer)
         for slot in slots:
-            tensors[slot.index] = torch.empty(slot.shape, dtype=slot.dtype)
+            tensors[slot.index] = torch.empty(slot.shape, dtype=slot.dtype,
+                                              device=cuda if slot.device_type == "cuda" else "cpu")
     requests = []
     for i, t in enumerate(tensors):
         t = t.detach()

@@ -1,8 +1,15 @@
-"""weft.torch's collectives with Horovod's signatures and semantics (CPU
-tensors). Tensors go to weft without copies when contiguous (their
+"""weft.torch's collectives with Horovod's signatures and semantics (CPU and
+CUDA tensors). Tensors go to weft without copies when contiguous (their
 data_ptr() is passed as it is); non-contiguous ones are made contiguous
 first, and in-place operations copy the result back. Every Request keeps the
 tensors it uses alive until the operation completes.
+
+CUDA tensors (_basics._desc, _device_kw): weft reads the input after the
+work queued so far on torch's current stream, and the request completes
+once the result's copy back is queued with that stream made to wait for it,
+so synchronize() returns without waiting for the GPU and later work on the
+stream sees the result; outputs weft sizes (allgather, alltoall,
+reducescatter) come from torch's caching allocator on that stream.
 
 The differentiable forms (allreduce, allgather, broadcast, alltoall,
 reducescatter and their grouped forms) have Horovod 0.28's gradients
@@ -35,7 +42,7 @@ from ._basics import (  # noqa: F401
     nccl_built, ddl_built, ccl_built, cuda_built, rocm_built, _cross_set, cross_rank, cross_size, is_homogeneous,
     start_timeline, stop_timeline, join, ProcessSet, global_process_set, _process_sets, add_process_set,
     remove_process_set, _resolve_set, _check_process_set, init, _code, _desc, _from_buffer, _resolve_op, _copy_back,
-    _returns, poll, synchronize, barrier)
+    _returns, poll, synchronize, barrier, _device_kw, _record, _cuda_status)
 
 
 # ---------------------------------------------------------------- allreduce
@@ -60,7 +67,8 @@ def _allreduce_async(tensor, inplace, name, op, prescale, postscale, process_set
         dst = torch.empty_like(src)
         finish = _returns(dst)
     h = _weft.allreduce(wname, _desc(src, code), _desc(dst, code), _WEFT_OPS[op], float(prescale), float(postscale),
-                        0, (src, dst), group)
+                        0, (src, dst), group, **_device_kw(src))
+    _record(dst)
     return Request(h, finish)
 
 
@@ -125,7 +133,8 @@ def _grouped_allreduce_async(tensors, inplace, name, op, prescale, postscale, pr
     dsts = srcs if inplace else [torch.empty_like(t) for t in srcs]
     h = _weft.grouped_allreduce(op_name("grouped_allreduce", name, group), [_desc(t, c) for t, c in zip(srcs, codes)],
                                 [_desc(t, c) for t, c in zip(dsts, codes)], _WEFT_OPS[op], float(prescale),
-                                float(postscale), 0, (srcs, dsts), group)
+                                float(postscale), 0, (srcs, dsts), group, **_device_kw(srcs[0]))
+    _record(*dsts)
 
     def finish(_h):
         if not inplace:
@@ -271,9 +280,9 @@ def _allgather_async(tensor, name, process_set, fn, prefix="allgather"):
     group, _, _ = _resolve_set(process_set, fn)
     wname = _weft_name(prefix, name, group)
     src = tensor.contiguous()
-    h = _weft.allgather(wname, _desc(src, code), 0, (src,), group)
-    dtype = tensor.dtype
-    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape))
+    h = _weft.allgather(wname, _desc(src, code), 0, (src,), group, **_device_kw(src, alloc=True))
+    dtype, device = tensor.dtype, tensor.device
+    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape, device))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -322,9 +331,10 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     codes = [_code(t, fn) for t in tensors]
     srcs = [t.contiguous() for t in tensors]
     h = _weft.grouped_allgather(op_name("grouped_allgather", name, group), [_desc(t, c) for t, c in zip(srcs, codes)],
-                                0, (srcs,), group)
+                                0, (srcs,), group, **_device_kw(srcs[0], alloc=True))
     dtypes = [t.dtype for t in tensors]
-    return Request(h, lambda h: [_from_buffer(b, d, s) for b, d, s in zip(h.output, dtypes, h.shape)])
+    device = srcs[0].device
+    return Request(h, lambda h: [_from_buffer(b, d, s, device) for b, d, s in zip(h.output, dtypes, h.shape)])
 
 
 class _GroupedAllgatherFn(torch.autograd.Function):
@@ -360,7 +370,8 @@ def _broadcast_async(tensor, inplace, root_rank, name, process_set, fn, prefix="
     else:
         buf = tensor.detach().clone(memory_format=torch.contiguous_format)
         finish = _returns(buf)
-    h = _weft.broadcast(wname, _desc(buf, code), root, 0, (buf,), group)
+    h = _weft.broadcast(wname, _desc(buf, code), root, 0, (buf,), group, **_device_kw(buf))
+    _record(buf)
     return Request(h, finish)
 
 
@@ -418,9 +429,10 @@ def _alltoall_async(tensor, splits, name, process_set, fn, prefix="alltoall"):
     group, _, _ = _resolve_set(process_set, fn)
     wname = _weft_name(prefix, name, group)
     src = tensor.contiguous()
-    h = _weft.alltoall(wname, _desc(src, code), _split_list(splits, fn), 0, (src,), group)
-    dtype = tensor.dtype
-    return Request(h, lambda h: (_from_buffer(h.output, dtype, h.shape),
+    h = _weft.alltoall(wname, _desc(src, code), _split_list(splits, fn), 0, (src,), group,
+                       **_device_kw(src, alloc=True))
+    dtype, device = tensor.dtype, tensor.device
+    return Request(h, lambda h: (_from_buffer(h.output, dtype, h.shape, device),
                                  torch.tensor(h.recv_splits, dtype=torch.int32)))
 
 
@@ -468,13 +480,15 @@ def _reducescatter_async(tensor, name, op, prescale, postscale, process_set, fn,
     out = None
     if src.dim() > 0:
         rows = reducescatter_rows(src.shape[0], set_size, set_rank)
-        out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+        out = torch.empty((rows,) + tuple(src.shape[1:]), dtype=src.dtype, device=src.device)
     h = _weft.reducescatter(wname, _desc(src, code), None if out is None else _desc(out, code), _WEFT_OPS[op],
-                            float(prescale), float(postscale), 0, (src, out), group)
+                            float(prescale), float(postscale), 0, (src, out), group,
+                            **_device_kw(src, alloc=out is None))
+    _record(out)
     if out is not None:
         return Request(h, _returns(out))
-    dtype = src.dtype
-    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape))
+    dtype, device = src.dtype, src.device
+    return Request(h, lambda h: _from_buffer(h.output, dtype, h.shape, device))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
@@ -536,16 +550,18 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     codes = [_code(t, fn) for t in tensors]
     srcs = [t.contiguous() for t in tensors]
     # 0-d tensors get no output here: the library sizes it (the ranks reject them anyway)
-    outs = [torch.empty((reducescatter_rows(t.shape[0], set_size, set_rank),) + tuple(t.shape[1:]), dtype=t.dtype)
+    outs = [torch.empty((reducescatter_rows(t.shape[0], set_size, set_rank),) + tuple(t.shape[1:]), dtype=t.dtype,
+                        device=t.device)
             if t.dim() > 0 else None for t in srcs]
     h = _weft.grouped_reducescatter(op_name("grouped_reducescatter", name, group),
                                     [_desc(t, c) for t, c in zip(srcs, codes)],
                                     [None if o is None else _desc(o, c) for o, c in zip(outs, codes)],
                                     _WEFT_OPS[op], float(prescale_factor), float(postscale_factor), 0, (srcs, outs),
-                                    group)
+                                    group, **_device_kw(srcs[0], alloc=any(o is None for o in outs)))
+    _record(*outs)
 
     def finish(h):
-        return [o if o is not None else _from_buffer(h.output[i], t.dtype, h.shape[i])
+        return [o if o is not None else _from_buffer(h.output[i], t.dtype, h.shape[i], t.device)
                 for i, (t, o) in enumerate(zip(srcs, outs))]
     return Request(h, finish)
 

@@ -27,7 +27,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         c = x.shape[1]
         dims = [0] + list(range(2, x.dim()))
         shape = [1, c] + [1] * (x.dim() - 2)
-        local_count = torch.full((1,), x.numel() // c if c else 0, dtype=torch.float64)
+        local_count = torch.full((1,), x.numel() // c if c else 0, dtype=torch.float64, device=x.device)
         stats = _channel_sums([x.sum(dims, dtype=torch.float64), (x * x).sum(dims, dtype=torch.float64),
                                local_count], None)
         count = stats[-1]
