@@ -65,6 +65,7 @@ static weft_status pool_make(weft_world *w, wf_dpool *p, wf_device *d, int index
 static int slot_idle(wf_device *d, wf_dslot *sl) {
   for (int i = 0; i < WF_DS_MAX_INDEX; i++) {
     if (!(sl->used & (1u << i))) continue;
+    d->ops->set_device(d, i); /* the event's device current before the call (CUDA: no stray context) */
     weft_status st = d->ops->event_query(d, sl->ev[i]);
     if (st == WEFT_IN_PROGRESS) return 0;
     if (st != WEFT_OK) return -1;
@@ -270,6 +271,7 @@ weft_status wf_devpipe_begin(weft_world *w, wf_gstate *gs, struct wf_dpipe **out
   wf_exec *x = &gs->exec;
   const wf_request_msg *m = &x->req->msg;
   wf_dstage *s0 = NULL;
+  const weft_request *q0 = NULL;
   *out = NULL;
   struct wf_dpipe *p = calloc(1, sizeof *p);
   if (!p || !(p->pc = calloc(x->nfused, sizeof *p->pc))) {
@@ -291,7 +293,16 @@ weft_status wf_devpipe_begin(weft_world *w, wf_gstate *gs, struct wf_dpipe **out
   for (uint32_t i = 0; i < x->nfused; i++) {
     weft_request *q = x->fused ? x->fused[i] : x->req;
     size_t k = (size_t)wf_elems(q->msg.shape, 0, q->msg.ndim);
-    if (q->dstage && !s0) s0 = q->dstage;
+    if (q->dstage && !s0) {
+      s0 = q->dstage;
+      q0 = q;
+    }
+    if (q->dstage && q->dstage->bk != s0->bk) {
+      free(p->pc);
+      free(p);
+      return wf_err(WEFT_ERR_NOT_SUPPORTED, "tensors '%s' and '%s' are on devices of different kinds in one fused "
+                    "response", q0->msg.name, q->msg.name);
+    }
     if (!k) continue;
     p->pc[p->npc++] = (dpiece){q, p->total, k, p->coll == WF_COLL_ALLREDUCE || root,
                                 p->coll == WF_COLL_ALLREDUCE || !root};

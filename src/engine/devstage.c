@@ -133,7 +133,9 @@ static void release(wf_dstage *s) {
 /* 1 while copies queued for s may still run. */
 static int pending(wf_dstage *s) {
   wf_dev_event *e = s->done ? s->done : s->ready;
-  return e && s->dev->ops->event_query(s->dev, e) == WEFT_IN_PROGRESS;
+  if (!e) return 0;
+  s->dev->ops->set_device(s->dev, s->index); /* before any device call on the engine thread */
+  return s->dev->ops->event_query(s->dev, e) == WEFT_IN_PROGRESS;
 }
 
 static void retire(weft_world *w, wf_dstage *s) {
@@ -207,7 +209,8 @@ void wf_devstage_discard(weft_request *r) {
 int wf_devstage_ready(weft_world *w, weft_request *r) {
   wf_dstage *s = r ? r->dstage : NULL;
   if (!s || s->ready_done) return 1;
-  weft_status st = s->dev->ops->event_query(s->dev, s->ready);
+  weft_status st = s->dev->ops->set_device(s->dev, s->index); /* before any device call on this thread */
+  if (st == WEFT_OK) st = s->dev->ops->event_query(s->dev, s->ready);
   if (st == WEFT_OK) {
     s->ready_done = 1;
     return 1;
@@ -351,7 +354,8 @@ void wf_devstage_poll(weft_world *w) {
   while (up) {
     wf_dstage *s = up;
     up = s->next;
-    weft_status st = s->dev->ops->event_query(s->dev, s->done);
+    weft_status st = s->dev->ops->set_device(s->dev, s->index);
+    if (st == WEFT_OK) st = s->dev->ops->event_query(s->dev, s->done);
     if (st == WEFT_IN_PROGRESS && now < s->req->deadline) {
       s->next = keep;
       keep = s;
