@@ -525,7 +525,7 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   if (st != WEFT_OK) {
     /* The other ranks run this collective: one that cannot leaves them
      * waiting, so the whole world fails, naming the tensor and the cause. */
-    char msg[768];
+    char msg[1024];
     snprintf(msg, sizeof msg, "tensor '%s' cannot run on rank %d: %s", name, w->rank,
              err[0] ? err : weft_status_string(st));
     exec_finish(w, gs, st, msg);
