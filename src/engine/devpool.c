@@ -83,8 +83,10 @@ static weft_status slot_record(wf_device *d, wf_dslot *sl, int index, wf_dev_str
 }
 
 static void slot_destroy(wf_device *d, wf_dslot *sl) {
-  for (int i = 0; i < WF_DS_MAX_INDEX; i++)
+  for (int i = 0; i < WF_DS_MAX_INDEX; i++) {
     if (sl->ev[i]) d->ops->event_destroy(d, sl->ev[i]);
+    if (sl->ev_up[i]) d->ops->event_destroy(d, sl->ev_up[i]);
+  }
   if (sl->heap) free(sl->buf);
   else if (sl->buf) d->ops->host_free(d, sl->buf);
 }
@@ -311,7 +313,7 @@ weft_status wf_devpipe_begin(weft_world *w, wf_gstate *gs, struct wf_dpipe **out
   *out = p;
   p->dev = s0->dev;
   p->pool = &w->dstage->pools[s0->bk];
-  wf_dev_stream *stream;
+  wf_dev_stream *stream = NULL;
   WF_CHECK(wf_ds_stream(w, s0->dev, s0->bk, s0->index, &stream)); /* makes the device current */
   WF_CHECK(pool_make(w, p->pool, s0->dev, s0->index));
   p->celems = p->pool->chunk / p->es;
@@ -369,7 +371,7 @@ static int queue_down(weft_world *w, struct wf_dpipe *p, size_t k) {
     dpiece *c = &p->pc[i];
     wf_dstage *s = c->r->dstage;
     if (!c->down || !s || !overlap(p, c, k, &lo, &hi)) continue;
-    wf_dev_stream *stream;
+    wf_dev_stream *stream = NULL;
     weft_status st = wf_ds_stream(w, s->dev, s->bk, s->index, &stream);
     if (st == WEFT_OK)
       st = s->dev->ops->copy(s->dev, (char *)sl->buf + (lo - k * p->celems) * p->es,
@@ -418,10 +420,15 @@ int wf_devpipe_chunk(weft_world *w, struct wf_dpipe *p, void **buf, size_t *coun
   return 1;
 }
 
+/* The copies up of chunk k run on the up stream, beside the copies down of
+ * later chunks on the staging stream; the staging stream then waits for
+ * them (the slot's next copy down, its ev and the done events follow). */
 int wf_devpipe_chunk_done(weft_world *w, struct wf_dpipe *p) {
   wf_dslot *sl = p->sl[p->k % (size_t)p->ns];
   size_t base = p->k * p->celems, cnt = p->total - base < p->celems ? p->total - base : p->celems, lo, hi;
   if (p->coll == WF_COLL_ALLREDUCE) wf_post_scale(p->dtype, p->op, p->postscale, sl->buf, cnt, p->n);
+  uint32_t idx = 0;
+  const dpiece *named[WF_DS_MAX_INDEX] = {0};
   for (uint32_t i = 0; i < p->npc; i++) {
     dpiece *c = &p->pc[i];
     if (!c->up || !overlap(p, c, p->k, &lo, &hi)) continue;
@@ -432,11 +439,24 @@ int wf_devpipe_chunk_done(weft_world *w, struct wf_dpipe *p) {
       memcpy(dst, src, (hi - lo) * p->es);
       continue;
     }
-    wf_dev_stream *stream;
-    weft_status st = wf_ds_stream(w, s->dev, s->bk, s->index, &stream);
-    if (st == WEFT_OK) st = s->dev->ops->copy(s->dev, dst, src, (hi - lo) * p->es, WF_COPY_H2D, stream);
-    if (st == WEFT_OK) st = slot_record(s->dev, sl, s->index, stream);
+    wf_dev_stream *up = NULL;
+    weft_status st = wf_ds_up_stream(w, s->dev, s->bk, s->index, &up);
+    if (st == WEFT_OK) st = s->dev->ops->copy(s->dev, dst, src, (hi - lo) * p->es, WF_COPY_H2D, up);
     if (st != WEFT_OK) return pipe_fail(w, p, c, st, "copying its result up");
+    idx |= 1u << s->index;
+    if (!named[s->index]) named[s->index] = c;
+  }
+  for (int i = 0; i < WF_DS_MAX_INDEX; i++) {
+    if (!(idx & (1u << i))) continue;
+    wf_dstage *s = named[i]->r->dstage;
+    wf_dev_stream *up = NULL, *stream = NULL;
+    weft_status st = wf_ds_up_stream(w, s->dev, s->bk, i, &up);
+    if (st == WEFT_OK) st = wf_ds_stream(w, s->dev, s->bk, i, &stream);
+    if (st == WEFT_OK && !sl->ev_up[i]) st = s->dev->ops->event_create(s->dev, &sl->ev_up[i]);
+    if (st == WEFT_OK) st = s->dev->ops->event_record(s->dev, sl->ev_up[i], up);
+    if (st == WEFT_OK) st = s->dev->ops->stream_wait_event(s->dev, stream, sl->ev_up[i]);
+    if (st == WEFT_OK) st = slot_record(s->dev, sl, i, stream);
+    if (st != WEFT_OK) return pipe_fail(w, p, named[i], st, "ordering its copies up before the slot's reuse");
   }
   p->k++;
   return p->k < p->nchunks;
@@ -448,7 +468,7 @@ void wf_devpipe_end(weft_world *w, struct wf_dpipe *p) {
     wf_dstage *s = p->reqs[i]->dstage;
     if (!s || s->piped) continue;
     s->piped = 1;
-    wf_dev_stream *stream;
+    wf_dev_stream *stream = NULL;
     weft_status st = wf_ds_stream(w, s->dev, s->bk, s->index, &stream);
     if (st == WEFT_OK && !s->done) st = s->dev->ops->event_create(s->dev, &s->done);
     if (st == WEFT_OK) st = s->dev->ops->event_record(s->dev, s->done, stream);

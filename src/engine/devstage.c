@@ -85,14 +85,16 @@ struct wf_dstage_world *wf_devstage_world_new(void) {
 static void destroy_streams(struct wf_dstage_world *dw) {
   for (int k = 0; k < WF_DEVICE_KINDS; k++)
     for (int i = 0; i < MAX_INDEX; i++)
-      if (dw->streams[k][i]) {
+      for (int u = 0; u < 2; u++) {
+        wf_dev_stream **sp = u ? &dw->up_streams[k][i] : &dw->streams[k][i];
+        if (!*sp) continue;
         wf_device *d = dw->sdev[k][i];
         int old = 0;
         d->ops->get_device(d, &old);
         d->ops->set_device(d, i);
-        d->ops->stream_destroy(d, dw->streams[k][i]); /* queued work completes first (bounded) */
+        d->ops->stream_destroy(d, *sp); /* queued work completes first (bounded) */
         d->ops->set_device(d, old);
-        dw->streams[k][i] = NULL;
+        *sp = NULL;
       }
 }
 
@@ -105,12 +107,12 @@ void wf_devstage_world_free(struct wf_dstage_world *dw) {
 
 int wf_devstage_used(weft_world *w) { return atomic_load_explicit(&w->dstage->used, memory_order_relaxed); }
 
-weft_status wf_ds_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out) {
+static weft_status ds_stream(weft_world *w, wf_device *d, int bk, int index, int up, wf_dev_stream **out) {
   struct wf_dstage_world *dw = w->dstage;
   weft_status st = d->ops->set_device(d, index); /* before any device call on this thread */
   if (st != WEFT_OK) return st;
   pthread_mutex_lock(&dw->mu);
-  wf_dev_stream **sp = &dw->streams[bk][index];
+  wf_dev_stream **sp = up ? &dw->up_streams[bk][index] : &dw->streams[bk][index];
   if (!*sp) {
     st = d->ops->stream_create(d, sp);
     if (st == WEFT_OK) dw->sdev[bk][index] = d;
@@ -118,6 +120,14 @@ weft_status wf_ds_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_
   *out = *sp;
   pthread_mutex_unlock(&dw->mu);
   return st;
+}
+
+weft_status wf_ds_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out) {
+  return ds_stream(w, d, bk, index, 0, out);
+}
+
+weft_status wf_ds_up_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out) {
+  return ds_stream(w, d, bk, index, 1, out);
 }
 
 /* ------------------------------------------------------------- release */
@@ -302,7 +312,7 @@ static weft_status stage_up(weft_world *w, wf_dstage *s, weft_request *r) {
   }
   r->result_owned = 0;
   WF_CHECK(fail(s, r, wf_dpool_move(w, s, dst, (void *)src, bytes, WF_COPY_H2D, r->deadline), "copying up"));
-  wf_dev_stream *stream;
+  wf_dev_stream *stream = NULL;
   WF_CHECK(fail(s, r, wf_ds_stream(w, s->dev, s->bk, s->index, &stream), "making the staging stream"));
   if (!s->done) WF_CHECK(fail(s, r, o->event_create(s->dev, &s->done), "creating an event"));
   return fail(s, r, o->event_record(s->dev, s->done, stream), "recording the copy-up event");

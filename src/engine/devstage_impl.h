@@ -13,15 +13,17 @@
 #define WF_DS_MAX_INDEX 16 /* devices per kind with a staging stream */
 
 /* One chunk buffer of a pool. Its device-side users are copies queued on
- * staging streams; ev[i] is recorded after the latest ones on device i's
- * stream (used: the devices whose ev counts). The host may touch buf only
+ * staging streams; ev[i] is recorded on device i's staging stream after
+ * the latest ones (copies up on the up stream included: the staging stream
+ * waits for them first), used: the devices whose ev counts. The host may touch buf only
  * once every counted ev completed (wf_dslot_idle). */
 typedef struct wf_dslot {
   void *buf;
   int heap;                          /* ordinary memory: pinned memory ran out */
   int overflow;                      /* not the pool's: made because none was free, freed once idle */
   int held;                          /* taken by a pipeline or a move */
-  wf_dev_event *ev[WF_DS_MAX_INDEX]; /* made on first use on that device */
+  wf_dev_event *ev[WF_DS_MAX_INDEX]; /* made on first use on that device, recorded on its staging stream */
+  wf_dev_event *ev_up[WF_DS_MAX_INDEX]; /* after the pipeline's copies up (up stream); the staging stream waits on it */
   uint32_t used;                     /* bit i: ev[i] was recorded by the latest use */
   struct wf_dslot *next;             /* a pool's released overflow slots */
 } wf_dslot;
@@ -54,7 +56,8 @@ typedef struct wf_dstage {
 
 struct wf_dstage_world {
   pthread_mutex_t mu;         /* streams */
-  wf_dev_stream *streams[WF_DEVICE_KINDS][WF_DS_MAX_INDEX];
+  wf_dev_stream *streams[WF_DEVICE_KINDS][WF_DS_MAX_INDEX];    /* copies down, moves; done events */
+  wf_dev_stream *up_streams[WF_DEVICE_KINDS][WF_DS_MAX_INDEX]; /* the pipeline's copies up */
   wf_device *sdev[WF_DEVICE_KINDS][WF_DS_MAX_INDEX];
   wf_dpool pools[WF_DEVICE_KINDS]; /* by backend kind, engine thread only */
   _Atomic int used;           /* relaxed: only skips the executor's look when 0 */
@@ -66,6 +69,9 @@ struct wf_dstage_world {
 /* devstage.c: the world's staging stream of device (bk, index), made on
  * first use; makes index current. */
 weft_status wf_ds_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out);
+/* Its second stream, for the pipeline's copies up (so that they run beside
+ * the copies down), made on first use; makes index current. */
+weft_status wf_ds_up_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out);
 /* Records a failed step of s (the first one) with the thread's message. */
 weft_status wf_ds_fail(wf_dstage *s, const weft_request *r, weft_status st, const char *step);
 
