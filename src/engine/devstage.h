@@ -6,8 +6,9 @@
  * (WEFT_DEVICE_POOL_BYTES in slots of WEFT_DEVICE_CHUNK_BYTES, at least one
  * slot), pinned, made on first use, reused, freed at finalize: no device
  * operation allocates or frees pinned memory (a CUDA free synchronises the
- * whole device). Every copy runs on the world's staging stream of the
- * tensor's device (engine thread, after setting that device current).
+ * whole device). Copies run on the world's staging stream of the tensor's
+ * device (the pipeline's copies up on a second one), queued by the engine
+ * thread after setting that device current.
  *
  * A request's life with a device input:
  *  1. submission (caller thread, wf_devstage_in): an event recorded on the
@@ -21,11 +22,12 @@
  *     are cut into chunks of the chunk size (the same on every rank: the
  *     setting is agreed, the response is the same), chunk k goes into
  *     pool slot k mod S: the copies down of the next S chunks are queued
- *     ahead, the host collective runs on chunk k once its copies are done,
- *     then its copies up are queued, then the copy down of chunk k + S into
- *     the same slot (ordered after them by the stream). So the copy down of
- *     chunk k+1, the host collective of chunk k and the copy up of chunk
- *     k-1 overlap. A slot is reused across streams only once idle.
+ *     ahead on the staging stream, the host collective runs on chunk k once
+ *     its copies are done, then its copies up are queued on the device's
+ *     second (up) stream, the staging stream is made to wait for them, and
+ *     the copy down of chunk k + S into the same slot follows there. So the
+ *     copy down of chunk k+1, the host collective of chunk k and the copy
+ *     up of chunk k-1 overlap. A slot passes between devices only idle.
  *     Allgather, alltoall and reducescatter copy the input down through the
  *     pool into ordinary memory when the response starts
  *     (wf_devstage_bounce_in), run the host collective, and copy the
