@@ -2,7 +2,9 @@
  * coordinator's order: prepares buffers (prescale, outputs whose size the
  * response revealed), asks the registry for a schedule, runs its rounds on
  * the transport without blocking, applies postscale/average, completes the
- * request. Engine thread only. */
+ * request. An allreduce or broadcast of device tensors runs once per chunk
+ * of the device pipeline (devstage.h), each chunk's schedule built when its
+ * input is in host memory. Engine thread only. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,7 +508,7 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
     }
     if (st == WEFT_OK) st = prepare(gs, &a, err, sizeof err);
   }
-  if (st == WEFT_OK && !piped) {
+  if (st == WEFT_OK) {
     x->send_idx = calloc((size_t)w->size, sizeof *x->send_idx);
     x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
     if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
@@ -517,11 +519,6 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
   }
   if (st == WEFT_OK && !piped) st = wf_sched_finish(&x->sched);
-  if (st == WEFT_OK && piped) {
-    x->send_idx = calloc((size_t)w->size, sizeof *x->send_idx);
-    x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
-    if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
-  }
   if (st != WEFT_OK) {
     /* The other ranks run this collective: one that cannot leaves them
      * waiting, so the whole world fails, naming the tensor and the cause. */
