@@ -356,6 +356,7 @@ static weft_status sim_alloc_any(wf_sim *s, size_t len, int pinned, void **out) 
     rc = wf_err(WEFT_ERR_NO_MEMORY, "sim device: out of memory");
   else
     s->allocs[s->nallocs++] = x;
+  if (rc == WEFT_OK && pinned) s->host_allocs++;
   pthread_mutex_unlock(&s->mu);
   if (rc != WEFT_OK) {
     free(p);

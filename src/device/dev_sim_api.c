@@ -95,6 +95,7 @@ weft_status wf_sim_stats_get(wf_device *d, wf_sim_stats *out) {
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&s->mu);
   out->outstanding = s->outstanding;
+  out->host_allocs = s->host_allocs;
   for (size_t i = 0; i < s->nallocs; i++) {
     if (s->allocs[i]->freed) continue;
     if (s->allocs[i]->pinned) out->pinned++;

@@ -49,6 +49,7 @@ typedef struct wf_sim_stats {
   long pinned;      /* live pinned host buffers */
   long streams;     /* live streams made by stream_create */
   long events;      /* live events (destroyed but pending ones count until done) */
+  long host_allocs; /* host_alloc calls that succeeded since the sim was made (a pool's bound) */
 } wf_sim_stats;
 weft_status wf_sim_stats_get(wf_device *d, wf_sim_stats *out);
 

@@ -72,6 +72,7 @@ typedef struct wf_sim {
   unsigned delay_min, delay_max;
   int count;
   long outstanding;
+  long host_allocs;            /* host_alloc calls that succeeded, ever */
   unsigned long long streams_made;
   sim_alloc **allocs;
   size_t nallocs, cap_allocs;

@@ -1,7 +1,8 @@
-/* devstage.c - device tensors staged through pinned host memory in stream
- * order (devstage.h has the life of a staged request): the checks at
- * submission, the copy down on the caller's thread, the executor's gate,
- * the copy up and the engine's lists of uploads and retired staging. */
+/* devstage.c - device tensors staged through host memory in stream order
+ * (devstage.h has the life of a staged request): the checks and the ready
+ * event at submission, the executor's gate, the gathers' copies down and
+ * up (through the pool, devpool.c), the engine's lists of uploads and
+ * retired staging, the world's staging streams. */
 #include "engine/devstage.h"
 
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 
 #include "device/device.h"
+#include "engine/devstage_impl.h"
 #include "engine/submit.h"
 #include "util/err.h"
 #include "util/time.h"
@@ -24,32 +26,7 @@
 #define RETIRED_POLL_NS (10 * 1000 * 1000LL)
 /* weft_finalize waits this long for copies in flight. */
 #define STOP_NS (1000 * 1000 * 1000LL)
-#define MAX_INDEX 16 /* devices per kind with a staging stream */
-
-typedef struct wf_dstage {
-  struct wf_dstage *next;     /* uploading or retired list */
-  weft_request *req;          /* uploading: the request it completes */
-  wf_device *dev;
-  int kind, index;            /* WEFT_DEVICE_KIND_CUDA / _SIM, device index */
-  wf_dev_stream *stream;      /* the world's staging stream of the device */
-  wf_dev_event *ev;           /* recorded after the copy down, then after the copy up */
-  void *host;                 /* pinned: the input (allreduce, broadcast: the result too) */
-  void *host_out;             /* pinned: allgather/alltoall/reducescatter host result */
-  int host_out_heap;          /* host_out is malloc'd (pinned memory ran out) */
-  void *user_in, *user_out;   /* the caller's device pointers */
-  int down_done, restored;
-  weft_status st;             /* a failed device step (WEFT_OK: none) */
-  char msg[512];
-} wf_dstage;
-
-struct wf_dstage_world {
-  pthread_mutex_t mu;         /* streams (made by caller threads) */
-  wf_dev_stream *streams[3][MAX_INDEX];
-  wf_device *sdev[3][MAX_INDEX];
-  _Atomic int used;           /* relaxed: only skips the executor's look when 0 */
-  wf_dstage *uploading;       /* engine thread only */
-  wf_dstage *retired;         /* engine thread only */
-};
+#define MAX_INDEX WF_DS_MAX_INDEX
 
 static wf_device_kind backend_kind(int kind) { return kind == WEFT_DEVICE_KIND_SIM ? WF_DEVICE_SIM : WF_DEVICE_CUDA; }
 static int public_kind(const weft_tensor *t) {
@@ -98,6 +75,7 @@ weft_status wf_submit_check_device(const char *fn, const char *name, const char 
 }
 
 /* ------------------------------------------------------------- world */
+/* ------------------------------------------------------------- world */
 struct wf_dstage_world *wf_devstage_world_new(void) {
   struct wf_dstage_world *dw = calloc(1, sizeof *dw);
   if (dw) pthread_mutex_init(&dw->mu, NULL);
@@ -105,16 +83,18 @@ struct wf_dstage_world *wf_devstage_world_new(void) {
 }
 
 static void destroy_streams(struct wf_dstage_world *dw) {
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < WF_DEVICE_KINDS; k++)
     for (int i = 0; i < MAX_INDEX; i++)
-      if (dw->streams[k][i]) {
+      for (int u = 0; u < 2; u++) {
+        wf_dev_stream **sp = u ? &dw->up_streams[k][i] : &dw->streams[k][i];
+        if (!*sp) continue;
         wf_device *d = dw->sdev[k][i];
         int old = 0;
         d->ops->get_device(d, &old);
         d->ops->set_device(d, i);
-        d->ops->stream_destroy(d, dw->streams[k][i]); /* queued work completes first (bounded) */
+        d->ops->stream_destroy(d, *sp); /* queued work completes first (bounded) */
         d->ops->set_device(d, old);
-        dw->streams[k][i] = NULL;
+        *sp = NULL;
       }
 }
 
@@ -127,40 +107,46 @@ void wf_devstage_world_free(struct wf_dstage_world *dw) {
 
 int wf_devstage_used(weft_world *w) { return atomic_load_explicit(&w->dstage->used, memory_order_relaxed); }
 
-/* The world's staging stream of s's device (made on first use; the device
- * is current). */
-static weft_status staging_stream(struct wf_dstage_world *dw, wf_dstage *s) {
-  weft_status st = WEFT_OK;
+static weft_status ds_stream(weft_world *w, wf_device *d, int bk, int index, int up, wf_dev_stream **out) {
+  struct wf_dstage_world *dw = w->dstage;
+  weft_status st = d->ops->set_device(d, index); /* before any device call on this thread */
+  if (st != WEFT_OK) return st;
   pthread_mutex_lock(&dw->mu);
-  wf_dev_stream **sp = &dw->streams[s->kind][s->index];
+  wf_dev_stream **sp = up ? &dw->up_streams[bk][index] : &dw->streams[bk][index];
   if (!*sp) {
-    st = s->dev->ops->stream_create(s->dev, sp);
-    if (st == WEFT_OK) dw->sdev[s->kind][s->index] = s->dev;
+    st = d->ops->stream_create(d, sp);
+    if (st == WEFT_OK) dw->sdev[bk][index] = d;
   }
-  s->stream = *sp;
+  *out = *sp;
   pthread_mutex_unlock(&dw->mu);
   return st;
 }
 
-/* ------------------------------------------------------------- release */
-/* Gives s's host result back (pinned, or malloc'd when pinned memory ran out). */
-static void free_host_out(wf_dstage *s) {
-  if (s->host_out && s->host_out_heap) free(s->host_out);
-  else if (s->host_out) s->dev->ops->host_free(s->dev, s->host_out);
-  s->host_out = NULL;
-  s->host_out_heap = 0;
+weft_status wf_ds_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out) {
+  return ds_stream(w, d, bk, index, 0, out);
 }
 
+weft_status wf_ds_up_stream(weft_world *w, wf_device *d, int bk, int index, wf_dev_stream **out) {
+  return ds_stream(w, d, bk, index, 1, out);
+}
+
+/* ------------------------------------------------------------- release */
 static void release(wf_dstage *s) {
   wf_device *d = s->dev;
-  if (s->ev) d->ops->event_destroy(d, s->ev);
-  if (s->host) d->ops->host_free(d, s->host); /* complete: the event was (stop: the backend defers or waits) */
-  free_host_out(s);
+  if (s->ready) d->ops->event_destroy(d, s->ready); /* pending: it goes when it completes */
+  if (s->done) d->ops->event_destroy(d, s->done);
+  free(s->host); /* ordinary memory, never a copy's: the pool's buffers are */
+  free(s->host_out);
   free(s);
 }
 
-/* 1 while s's last recorded event has not completed. */
-static int pending(wf_dstage *s) { return s->ev && s->dev->ops->event_query(s->dev, s->ev) == WEFT_IN_PROGRESS; }
+/* 1 while copies queued for s may still run. */
+static int pending(wf_dstage *s) {
+  wf_dev_event *e = s->done ? s->done : s->ready;
+  if (!e) return 0;
+  s->dev->ops->set_device(s->dev, s->index); /* before any device call on the engine thread */
+  return s->dev->ops->event_query(s->dev, e) == WEFT_IN_PROGRESS;
+}
 
 static void retire(weft_world *w, wf_dstage *s) {
   if (!pending(s)) {
@@ -171,39 +157,19 @@ static void retire(weft_world *w, wf_dstage *s) {
   w->dstage->retired = s;
 }
 
-/* Records a failed step of s (the first one) with the backend's message. */
-static weft_status fail(wf_dstage *s, const weft_request *r, weft_status st, const char *step) {
-  if (s->st == WEFT_OK) {
+weft_status wf_ds_fail(wf_dstage *s, const weft_request *r, weft_status st, const char *step) {
+  if (st != WEFT_OK && s->st == WEFT_OK) {
     s->st = st;
     snprintf(s->msg, sizeof s->msg, "tensor '%s' on %s:%d: %s: %s", r->msg.name,
              s->kind == WEFT_DEVICE_KIND_SIM ? "sim" : "cuda", s->index, step, wf_err_msg());
   }
   return st;
 }
+#define fail wf_ds_fail
 
-/* ------------------------------------------------------------- copy down */
+/* ------------------------------------------------------------- submission */
 static size_t in_bytes(const weft_request *r) {
   return (size_t)wf_elems(r->msg.shape, 0, r->msg.ndim) * weft_dtype_size((weft_dtype)r->msg.dtype);
-}
-
-/* The steps of wf_devstage_in, the device current. */
-static weft_status stage_down(weft_world *w, weft_request *r, wf_dstage *s) {
-  const wf_device_ops *o = s->dev->ops;
-  size_t bytes = in_bytes(r);
-  wf_dev_event *ready = NULL;
-  WF_CHECK(fail(s, r, staging_stream(w->dstage, s), "creating the staging stream"));
-  WF_CHECK(fail(s, r, o->host_alloc(s->dev, bytes, &s->host), "allocating pinned host memory"));
-  WF_CHECK(fail(s, r, o->event_create(s->dev, &ready), "creating an event"));
-  /* nothing is read before the producer's queued work is done */
-  weft_status st = o->event_record(s->dev, ready, (wf_dev_stream *)r->in.stream);
-  if (st != WEFT_OK) fail(s, r, st, "recording the ready event on the producer's stream");
-  else if ((st = o->stream_wait_event(s->dev, s->stream, ready)) != WEFT_OK)
-    fail(s, r, st, "making the staging stream wait for the producer");
-  o->event_destroy(s->dev, ready); /* pending: it goes when it completes */
-  if (st != WEFT_OK) return st;
-  if (bytes) WF_CHECK(fail(s, r, o->copy(s->dev, s->host, s->user_in, bytes, WF_COPY_D2H, s->stream), "copying down"));
-  WF_CHECK(fail(s, r, o->event_create(s->dev, &s->ev), "creating an event"));
-  return fail(s, r, o->event_record(s->dev, s->ev, s->stream), "recording the copy-down event");
 }
 
 weft_status wf_devstage_in(weft_request *r) {
@@ -211,6 +177,7 @@ weft_status wf_devstage_in(weft_request *r) {
   wf_dstage *s = calloc(1, sizeof *s);
   if (!s) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory staging '%s'", r->msg.name);
   s->kind = public_kind(&r->in);
+  s->bk = (int)backend_kind(s->kind);
   s->index = r->in.device;
   s->user_in = r->in.data;
   s->user_out = r->out.data;
@@ -219,24 +186,25 @@ weft_status wf_devstage_in(weft_request *r) {
     free(s);
     return st;
   }
-  atomic_store_explicit(&w->dstage->used, 1, memory_order_relaxed);
+  /* Only the ready event, on the caller's own stream: the copies are the
+   * engine's, on the world's staging stream, when the response runs. */
+  const wf_device_ops *o = s->dev->ops;
   int old = 0;
-  s->dev->ops->get_device(s->dev, &old);
-  if ((st = s->dev->ops->set_device(s->dev, s->index)) == WEFT_OK) {
-    st = stage_down(w, r, s);
-    s->dev->ops->set_device(s->dev, old); /* the caller's current device is its own */
-  } else {
+  o->get_device(s->dev, &old);
+  if ((st = o->set_device(s->dev, s->index)) != WEFT_OK) {
     fail(s, r, st, "making the device current");
+  } else {
+    if (fail(s, r, o->event_create(s->dev, &s->ready), "creating an event") == WEFT_OK)
+      fail(s, r, o->event_record(s->dev, s->ready, (wf_dev_stream *)r->in.stream),
+           "recording the ready event on the producer's stream");
+    o->set_device(s->dev, old); /* the caller's current device is its own */
   }
-  if (st != WEFT_OK) {
-    st = wf_err(st, "%s: %s", wf_coll_name(r->msg.coll), s->msg);
-    release(s); /* the backend defers freeing memory a queued copy uses */
+  if (s->st != WEFT_OK) {
+    st = wf_err(s->st, "%s: %s", wf_coll_name(r->msg.coll), s->msg);
+    release(s);
     return st;
   }
-  /* the host view from here on: every later stage sees host memory */
-  r->in.data = s->host;
-  if (r->msg.coll == WF_COLL_ALLREDUCE) r->out.data = s->host; /* in place on the host */
-  else if (r->msg.coll == WF_COLL_REDUCESCATTER) r->out.data = NULL; /* a host result (wf_devstage_host_result) */
+  atomic_store_explicit(&w->dstage->used, 1, memory_order_relaxed);
   r->dstage = s;
   return WEFT_OK;
 }
@@ -247,48 +215,57 @@ void wf_devstage_discard(weft_request *r) {
   r->dstage = NULL;
 }
 
+/* ------------------------------------------------------------- the gate */
+int wf_devstage_ready(weft_world *w, weft_request *r) {
+  wf_dstage *s = r ? r->dstage : NULL;
+  if (!s || s->ready_done) return 1;
+  weft_status st = s->dev->ops->set_device(s->dev, s->index); /* before any device call on this thread */
+  if (st == WEFT_OK) st = s->dev->ops->event_query(s->dev, s->ready);
+  if (st == WEFT_OK) {
+    s->ready_done = 1;
+    return 1;
+  }
+  if (st == WEFT_IN_PROGRESS && wf_now_ns() < r->deadline) return 0;
+  /* The other ranks would wait in the collective for this rank: the world
+   * fails instead, naming the tensor and this rank. */
+  if (st == WEFT_IN_PROGRESS) {
+    wf_world_fail(w, WEFT_ERR_TIMEOUT, "'%s': rank %d's device input was not ready within the operation's timeout "
+                  "(the producer's stream is stuck)", r->msg.name, w->rank);
+  } else {
+    char why[512];
+    snprintf(why, sizeof why, "%s", wf_err_msg());
+    wf_world_fail(w, st, "'%s': rank %d's producer stream failed: %s", r->msg.name, w->rank, why);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------- copy down (gathers) */
+weft_status wf_devstage_bounce_in(weft_world *w, weft_request *r, int64_t deadline) {
+  wf_dstage *s = r->dstage;
+  size_t bytes = in_bytes(r);
+  s->host = malloc(bytes ? bytes : 1);
+  if (!s->host) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory staging '%s' (%zu bytes)", r->msg.name, bytes);
+  weft_status st = wf_dpool_move(w, s, s->user_in, s->host, bytes, WF_COPY_D2H, deadline);
+  if (st != WEFT_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", wf_err_msg());
+    return wf_err(st, "copying its device input to host memory: %s", why);
+  }
+  s->bounced = 1;
+  r->in.data = s->host; /* the host view: the algorithms see host memory only */
+  if (r->msg.coll == WF_COLL_REDUCESCATTER) r->out.data = NULL; /* a host result (wf_devstage_host_result) */
+  return WEFT_OK;
+}
+
 weft_status wf_devstage_host_result(weft_request *r, size_t bytes) {
   wf_dstage *s = r->dstage;
   r->result = NULL;
   r->result_owned = 0;
-  free_host_out(s); /* not reached: one result per request */
-  s->dev->ops->set_device(s->dev, s->index);
-  if (s->dev->ops->host_alloc(s->dev, bytes, &s->host_out) != WEFT_OK) {
-    /* pinned memory ran out: ordinary memory (a slower copy up), so that
-     * this rank still takes part and nothing fails for it */
-    s->host_out = bytes ? malloc(bytes) : NULL;
-    if (bytes && !s->host_out) return WEFT_ERR_NO_MEMORY;
-    s->host_out_heap = 1;
-  }
+  free(s->host_out); /* not reached: one result per request */
+  s->host_out = malloc(bytes ? bytes : 1);
+  if (!s->host_out) return WEFT_ERR_NO_MEMORY;
   r->result = s->host_out;
   return WEFT_OK;
-}
-
-/* ------------------------------------------------------------- the gate */
-int wf_devstage_ready(weft_world *w, weft_request *r) {
-  wf_dstage *s = r ? r->dstage : NULL;
-  if (!s || s->down_done) return 1;
-  weft_status st = s->dev->ops->event_query(s->dev, s->ev);
-  if (st == WEFT_OK) {
-    s->down_done = 1;
-    return 1;
-  }
-  if (st == WEFT_IN_PROGRESS && wf_now_ns() < r->deadline) return 0;
-  /* The other ranks would run the collective with whatever this rank's
-   * pinned buffer holds (a copy may still be writing it): their results
-   * would be wrong without an error. The world fails instead, naming the
-   * tensor and this rank; the request completes with it, and its staging
-   * is released once the copy's event completes. */
-  if (st == WEFT_IN_PROGRESS) {
-    wf_world_fail(w, WEFT_ERR_TIMEOUT, "'%s': rank %d's device input did not reach host memory within the "
-                  "operation's timeout (the producer's stream or the copy down is stuck)", r->msg.name, w->rank);
-  } else {
-    char why[512];
-    snprintf(why, sizeof why, "%s", wf_err_msg());
-    wf_world_fail(w, st, "'%s': copying rank %d's device input to host memory failed: %s", r->msg.name, w->rank,
-                  why);
-  }
-  return 0;
 }
 
 /* ------------------------------------------------------------- copy up */
@@ -305,57 +282,51 @@ static void restore(weft_request *r, wf_dstage *s) {
   if (r->result && r->result == s->host_out) r->result = NULL; /* never report staging memory */
 }
 
-/* Queues the copy up of r's result; the device is current. */
-static weft_status stage_up(wf_dstage *s, weft_request *r) {
+/* Copies a gathered result up through the pool (allgather, alltoall,
+ * reducescatter; allreduce and broadcast were copied up chunk by chunk). */
+static weft_status stage_up(weft_world *w, wf_dstage *s, weft_request *r) {
   const wf_device_ops *o = s->dev->ops;
-  const void *src = s->host;
+  const void *src = s->host_out;
+  size_t bytes = result_bytes(r);
   void *dst;
-  size_t bytes;
-  int gathered = r->msg.coll == WF_COLL_ALLGATHER || r->msg.coll == WF_COLL_ALLTOALL ||
-                 r->msg.coll == WF_COLL_REDUCESCATTER;
-  if (!gathered) {
-    bytes = in_bytes(r);
-    dst = r->msg.coll == WF_COLL_BROADCAST ? s->user_in : s->user_out;
-  } else {
-    src = s->host_out;
-    bytes = result_bytes(r);
-    restore(r, s); /* r->result: the host result goes */
-    if (s->user_out) {
-      dst = s->user_out; /* reducescatter into the caller's tensor: its output, as on the host path */
-      r->result = dst;
-    } else if (r->alloc) {
-      dst = r->alloc(bytes, r->alloc_ctx);
-      r->result = dst; /* the caller's, even on failure (to free it) */
-      if (!dst && bytes) {
-        wf_err(WEFT_ERR_NO_MEMORY, "the output allocator returned NULL for %zu bytes", bytes);
-        return fail(s, r, WEFT_ERR_NO_MEMORY, "allocating the output");
-      }
-      if (bytes) {
-        char what[300];
-        snprintf(what, sizeof what, "the output allocator's memory for '%s'", r->msg.name);
-        WF_CHECK(fail(s, r, wf_device_check_ptr(s->dev, dst, bytes, what), "checking the allocator's output"));
-      }
-    } else {
-      WF_CHECK(fail(s, r, o->mem_alloc(s->dev, bytes, &dst), "allocating the output"));
-      r->result = dst;
-      r->result_dev = s->dev;
+  restore(r, s); /* r->result: the host result goes */
+  if (s->user_out) {
+    dst = s->user_out; /* reducescatter into the caller's tensor: its output, as on the host path */
+    r->result = dst;
+  } else if (r->alloc) {
+    dst = r->alloc(bytes, r->alloc_ctx);
+    r->result = dst; /* the caller's, even on failure (to free it) */
+    if (!dst && bytes) {
+      wf_err(WEFT_ERR_NO_MEMORY, "the output allocator returned NULL for %zu bytes", bytes);
+      return fail(s, r, WEFT_ERR_NO_MEMORY, "allocating the output");
     }
-    r->result_owned = 0;
+    if (bytes) {
+      char what[300];
+      snprintf(what, sizeof what, "the output allocator's memory for '%s'", r->msg.name);
+      WF_CHECK(fail(s, r, wf_device_check_ptr(s->dev, dst, bytes, what), "checking the allocator's output"));
+    }
+  } else {
+    WF_CHECK(fail(s, r, o->mem_alloc(s->dev, bytes, &dst), "allocating the output"));
+    r->result = dst;
+    r->result_dev = s->dev;
   }
-  if (bytes) WF_CHECK(fail(s, r, o->copy(s->dev, dst, src, bytes, WF_COPY_H2D, s->stream), "copying up"));
-  WF_CHECK(fail(s, r, o->event_record(s->dev, s->ev, s->stream), "recording the copy-up event"));
-  if (r->consumer_stream)
-    WF_CHECK(fail(s, r, o->stream_wait_event(s->dev, (wf_dev_stream *)r->consumer_stream, s->ev),
-                  "making the consumer stream wait for the copy up"));
-  return WEFT_OK;
+  r->result_owned = 0;
+  WF_CHECK(fail(s, r, wf_dpool_move(w, s, dst, (void *)src, bytes, WF_COPY_H2D, r->deadline), "copying up"));
+  wf_dev_stream *stream = NULL;
+  WF_CHECK(fail(s, r, wf_ds_stream(w, s->dev, s->bk, s->index, &stream), "making the staging stream"));
+  if (!s->done) WF_CHECK(fail(s, r, o->event_create(s->dev, &s->done), "creating an event"));
+  return fail(s, r, o->event_record(s->dev, s->done, stream), "recording the copy-up event");
 }
 
 int wf_devstage_upload(weft_world *w, weft_request *r, weft_status *st, const char **msg) {
   wf_dstage *s = r->dstage;
   if (!s) return 0;
-  if (s->st == WEFT_OK && s->dev->ops->set_device(s->dev, s->index) != WEFT_OK)
-    fail(s, r, WEFT_ERR_INTERNAL, "making the device current");
-  if (s->st == WEFT_OK) stage_up(s, r);
+  if (s->st == WEFT_OK && !s->piped) stage_up(w, s, r);
+  if (s->st == WEFT_OK && r->consumer_stream) {
+    if (fail(s, r, s->dev->ops->set_device(s->dev, s->index), "making the device current") == WEFT_OK)
+      fail(s, r, s->dev->ops->stream_wait_event(s->dev, (wf_dev_stream *)r->consumer_stream, s->done),
+           "making the consumer stream wait for the copy up");
+  }
   if (s->st != WEFT_OK) {
     *st = s->st;
     *msg = s->msg;
@@ -386,14 +357,15 @@ static void upload_done(weft_world *w, wf_dstage *s, weft_status st) {
 
 void wf_devstage_poll(weft_world *w) {
   struct wf_dstage_world *dw = w->dstage;
-  if (!dw->uploading && !dw->retired) return;
+  if (!dw->uploading && !dw->retired && !wf_dpool_poll(w)) return;
   int64_t now = wf_now_ns();
   wf_dstage *up = dw->uploading, *keep = NULL;
   dw->uploading = NULL;
   while (up) {
     wf_dstage *s = up;
     up = s->next;
-    weft_status st = s->dev->ops->event_query(s->dev, s->ev);
+    weft_status st = s->dev->ops->set_device(s->dev, s->index);
+    if (st == WEFT_OK) st = s->dev->ops->event_query(s->dev, s->done);
     if (st == WEFT_IN_PROGRESS && now < s->req->deadline) {
       s->next = keep;
       keep = s;
@@ -430,9 +402,14 @@ void wf_devstage_poll(weft_world *w) {
 int64_t wf_devstage_next(weft_world *w, int64_t now) {
   struct wf_dstage_world *dw = w->dstage;
   if (dw->uploading) return now + POLL_NS;
-  for (int gi = 0; gi < w->ngs; gi++)
-    if (w->gs[gi]->dev_wait && w->gs[gi]->resps_pos < w->gs[gi]->nresps) return now + POLL_NS;
-  return dw->retired ? now + RETIRED_POLL_NS : INT64_MAX;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    if (gs->dev_wait && gs->resps_pos < gs->nresps) return now + POLL_NS;
+    if (gs->exec.active && gs->exec.chunk_wait) return now + POLL_NS; /* a pipeline's next chunk */
+  }
+  int over = 0;
+  for (int k = 0; k < WF_DEVICE_KINDS; k++) over |= dw->pools[k].overflow != NULL;
+  return dw->retired || over ? now + RETIRED_POLL_NS : INT64_MAX;
 }
 
 void wf_devstage_stop(weft_world *w) {
@@ -456,6 +433,7 @@ void wf_devstage_stop(weft_world *w) {
     dw->retired = s->next;
     release(s);
   }
+  wf_dpool_free_all(w, end);
   destroy_streams(dw);
 }
 

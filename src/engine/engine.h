@@ -57,6 +57,8 @@ typedef struct wf_exec {
   int segmented;             /* the fused allreduce runs on segs */
   const char *algo;
   int64_t deadline;
+  struct wf_dpipe *dpipe;    /* device tensors' allreduce/broadcast, chunk by chunk (devstage.h) */
+  int chunk_wait;            /* the pipeline's next chunk is not in host memory yet */
 } wf_exec;
 
 /* Engine-side state of one group (the world group or a process set). */

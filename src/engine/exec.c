@@ -2,7 +2,9 @@
  * coordinator's order: prepares buffers (prescale, outputs whose size the
  * response revealed), asks the registry for a schedule, runs its rounds on
  * the transport without blocking, applies postscale/average, completes the
- * request. Engine thread only. */
+ * request. An allreduce or broadcast of device tensors runs once per chunk
+ * of the device pipeline (devstage.h), each chunk's schedule built when its
+ * input is in host memory. Engine thread only. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,8 @@ static void exec_clear(wf_gstate *gs) {
  * or cancelled (wf_exec_abort cancels them all first). */
 static void exec_finish(weft_world *w, wf_gstate *gs, weft_status st, const char *msg) {
   wf_exec *x = &gs->exec;
+  if (x->dpipe) wf_devpipe_end(w, x->dpipe); /* each device tensor's done event after its last copy */
+  x->dpipe = NULL;
   weft_request *one = x->req, **many = x->fused;
   uint32_t n = x->nfused;
   const char *algo = x->algo; /* the registry's choice, static (NULL: none was built) */
@@ -142,6 +146,23 @@ weft_status wf_alloc_result(weft_request *r, size_t bytes) {
 static const char *forced_algo(const weft_world *w, wf_coll c);
 
 /* Fills args for the response's collective; allocates outputs. */
+/* The arguments every collective has. */
+static void base_args(wf_gstate *gs, wf_coll_args *a) {
+  const wf_request_msg *m = &gs->exec.req->msg;
+  const weft_world *w = gs->group->world;
+  memset(a, 0, sizeof *a);
+  a->coll = m->coll;
+  a->dtype = m->dtype;
+  a->op = m->reduce_op;
+  a->elem_size = weft_dtype_size(m->dtype);
+  a->rank = gs->group->rank;
+  a->size = gs->group->size;
+  a->root = m->root;
+  a->segment_bytes = (size_t)w->set.ring_segment_bytes;
+  a->set = &w->set;
+  a->topo = &gs->topo;
+}
+
 static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t errlen) {
   wf_exec *x = &gs->exec;
   weft_request *r = x->req;
@@ -150,17 +171,7 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
   const weft_world *w = g->world;
   int n = g->size, me = g->rank;
   size_t es = weft_dtype_size(m->dtype);
-  memset(a, 0, sizeof *a);
-  a->coll = m->coll;
-  a->dtype = m->dtype;
-  a->op = m->reduce_op;
-  a->elem_size = es;
-  a->rank = me;
-  a->size = n;
-  a->root = m->root;
-  a->segment_bytes = (size_t)w->set.ring_segment_bytes;
-  a->set = &w->set;
-  a->topo = &gs->topo;
+  base_args(gs, a);
   size_t row = m->ndim ? (size_t)wf_elems(m->shape, 1, m->ndim) : 1;
   size_t total = (size_t)wf_elems(m->shape, 0, m->ndim);
   x->arrays = calloc((size_t)n * 6, sizeof(size_t));
@@ -478,22 +489,40 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   x->deadline = wf_deadline_after(w->timeout_seconds);
   char err[512] = "";
   wf_coll_args a;
-  weft_status st = prepare(gs, &a, err, sizeof err);
+  weft_status st = WEFT_OK;
+  int piped = r->dstage || fused ? wf_devpipe_wants(x) : 0;
+  if (piped) {
+    /* device tensors' allreduce/broadcast: chunk by chunk (chunk_start) */
+    st = wf_devpipe_begin(w, gs, &x->dpipe);
+    if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
+    x->chunk_wait = 1;
+  } else {
+    for (uint32_t i = 0; i < nfused && st == WEFT_OK; i++) { /* gathers: the inputs into host memory first */
+      weft_request *q = fused ? fused[i] : r;
+      if (!q->dstage) continue;
+      st = wf_devstage_bounce_in(w, q, x->deadline);
+      if (st != WEFT_OK) {
+        snprintf(err, sizeof err, "device tensor '%s': %s", q->msg.name, wf_err_msg());
+        name = q->msg.name;
+      }
+    }
+    if (st == WEFT_OK) st = prepare(gs, &a, err, sizeof err);
+  }
   if (st == WEFT_OK) {
     x->send_idx = calloc((size_t)w->size, sizeof *x->send_idx);
     x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
     if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
   }
-  wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
-  if (st == WEFT_OK && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
+  if (!piped) wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
+  if (st == WEFT_OK && !piped && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
     st = wf_algo_build(&a, forced_algo(w, r->msg.coll), &x->sched, &x->algo);
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
   }
-  if (st == WEFT_OK) st = wf_sched_finish(&x->sched);
+  if (st == WEFT_OK && !piped) st = wf_sched_finish(&x->sched);
   if (st != WEFT_OK) {
     /* The other ranks run this collective: one that cannot leaves them
      * waiting, so the whole world fails, naming the tensor and the cause. */
-    char msg[768];
+    char msg[1024];
     snprintf(msg, sizeof msg, "tensor '%s' cannot run on rank %d: %s", name, w->rank,
              err[0] ? err : weft_status_string(st));
     exec_finish(w, gs, st, msg);
@@ -504,11 +533,53 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
     for (uint32_t i = 0; i < x->nfused; i++) {
       weft_request *q = x->fused ? x->fused[i] : r;
       wf_tl_end(&w->tl, q->msg.name, NULL);
-      wf_tl_begin(&w->tl, q->msg.name, wf_phase_run(q->msg.coll), wf_request_bytes(q), x->algo ? x->algo : "-");
+      wf_tl_begin(&w->tl, q->msg.name, wf_phase_run(q->msg.coll), wf_request_bytes(q),
+                  piped ? "device-pipeline" : x->algo ? x->algo : "-");
     }
   }
-  WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' group %u seq %llu with %s (%zu rounds)", wf_coll_name(r->msg.coll), name,
-           gs->id, (unsigned long long)x->seq, x->algo ? x->algo : "-", x->sched.nrounds);
+  WF_DEBUG(WF_SUB_ENGINE, "run %s '%s' group %u seq %llu with %s (%zu rounds; %zu device chunks)",
+           wf_coll_name(r->msg.coll), name, gs->id, (unsigned long long)x->seq, x->algo ? x->algo : "-",
+           x->sched.nrounds, x->dpipe ? wf_devpipe_chunks(x->dpipe) : (size_t)0);
+  return 1;
+}
+
+/* The pipeline's current chunk: once its input is in host memory, builds
+ * its schedule (the response's algorithm on the chunk). 1: built (post its
+ * first round), 0: not yet, -1: nothing more to do here (finished, or
+ * failed: the world's failure ends it). */
+static int chunk_start(weft_world *w, wf_gstate *gs) {
+  wf_exec *x = &gs->exec;
+  if (!wf_devpipe_chunks(x->dpipe)) { /* nothing to move: an empty tensor */
+    x->chunk_wait = 0;
+    exec_finish(w, gs, WEFT_OK, NULL);
+    return -1;
+  }
+  void *buf = NULL;
+  size_t count = 0;
+  int rc = wf_devpipe_chunk(w, x->dpipe, &buf, &count);
+  if (rc == 0) return 0;
+  x->chunk_wait = 0;
+  if (rc < 0) {
+    x->pending = 1; /* stuck until the world's failure ends it */
+    return -1;
+  }
+  wf_coll_args a;
+  base_args(gs, &a);
+  a.buf = buf;
+  a.count = count;
+  wf_sched_free(&x->sched);
+  x->round = x->round_first = x->local_done = 0;
+  x->pending = 0;
+  wf_sched_init(&x->sched, x->req->msg.dtype, (weft_reduce_op)x->req->msg.reduce_op);
+  weft_status st = wf_algo_build(&a, forced_algo(w, x->req->msg.coll), &x->sched, &x->algo);
+  if (st == WEFT_OK) st = wf_sched_finish(&x->sched);
+  if (st != WEFT_OK) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "tensor '%s' cannot run on rank %d: %s", x->req->msg.name, w->rank, wf_err_msg());
+    exec_finish(w, gs, st, msg);
+    wf_world_fail(w, st, "%s", msg);
+    return -1;
+  }
   return 1;
 }
 
@@ -585,9 +656,14 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
   wf_exec *x = &gs->exec;
   for (;;) {
     weft_status st = WEFT_OK;
-    if (!x->active) {
-      if (!start_next(w, gs)) return;
+    if (!x->active || x->chunk_wait) {
+      if (!x->active && !start_next(w, gs)) return;
       if (!x->active) continue;
+      if (x->chunk_wait) {
+        int rc = chunk_start(w, gs);
+        if (rc < 0) continue; /* finished (the next response), or stuck until the failure ends it */
+        if (rc == 0) return;
+      }
       if (x->sched.nrounds > 0) st = post_round(w, gs);
     } else if (x->pending > 0) {
       return;
@@ -630,7 +706,12 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
       wf_world_fail(w, st, "%s", msg);
       return;
     }
-    if (x->round >= x->sched.nrounds) {
+    if (x->round >= x->sched.nrounds && x->dpipe) {
+      int rc = wf_devpipe_chunk_done(w, x->dpipe); /* post-scaled there, chunk by chunk */
+      if (rc > 0) x->chunk_wait = 1;
+      else if (rc == 0) exec_finish(w, gs, WEFT_OK, NULL);
+      else x->pending = 1; /* stuck until the world's failure ends it */
+    } else if (x->round >= x->sched.nrounds) {
       finalize_output(gs);
       exec_finish(w, gs, WEFT_OK, NULL);
     }

@@ -139,6 +139,11 @@ static const wf_param g_params[] = {
      WF_SCOPE_AGREED, F(cma), "0|1"},
     {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms",
      WF_SCOPE_AGREED, F(ring_segment_bytes), NULL},
+    {"WEFT_DEVICE_CHUNK_BYTES", NULL, WF_PARAM_INT, "4194304",
+     "device tensors (CUDA, sim) move through pinned host memory in chunks of this many bytes (at least 64; "
+     "rounded down to whole elements); an allreduce or broadcast of device tensors runs its host collective chunk by "
+     "chunk, overlapping the copies down and up",
+     WF_SCOPE_AGREED, F(device_chunk_bytes), NULL},
     {"WEFT_SMALL_BROADCAST_BYTES", NULL, WF_PARAM_INT, "262144", "broadcast at most this size uses a binomial tree",
      WF_SCOPE_AGREED, F(small_broadcast_bytes), NULL},
     {"WEFT_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", WF_PARAM_INT, "134217728",
@@ -147,6 +152,10 @@ static const wf_param g_params[] = {
     {"WEFT_FUSION_PACK_MAX_BYTES", NULL, WF_PARAM_INT, "1048576",
      "a larger tensor runs alone where fusing means packing it (all but the world group's allreduces on one host, fused in place) (0: no limit)",
      WF_SCOPE_AGREED, F(fusion_pack_max_bytes), NULL},
+    {"WEFT_DEVICE_POOL_BYTES", NULL, WF_PARAM_INT, "33554432",
+     "pinned host memory per device kind for staging device tensors, allocated on first use and kept until finalize, "
+     "in slots of WEFT_DEVICE_CHUNK_BYTES (at least one slot); a tensor larger than the pool streams through it",
+     WF_SCOPE_RANK, F(device_pool_bytes), NULL},
     {"WEFT_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", WF_PARAM_INT, "1024", "response cache entries per group: tensors negotiated before are requested by id (0: off; at most 65536)",
      WF_SCOPE_RANK, F(cache_capacity), NULL},
     {"WEFT_CYCLE_TIME_US", NULL, WF_PARAM_INT, "0",

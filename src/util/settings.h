@@ -49,6 +49,7 @@ typedef struct wf_settings {
   double cycle_time_ms;                  /* WEFT_CYCLE_TIME_MS */
   int64_t max_message_bytes;             /* WEFT_MAX_MESSAGE_BYTES */
   int64_t tcp_chunk_bytes;               /* WEFT_TCP_CHUNK_BYTES */
+  int64_t device_chunk_bytes;            /* WEFT_DEVICE_CHUNK_BYTES */
   double heartbeat_interval;             /* WEFT_HEARTBEAT_INTERVAL */
   double heartbeat_timeout;              /* WEFT_HEARTBEAT_TIMEOUT */
   /* ---- per rank */
@@ -59,6 +60,7 @@ typedef struct wf_settings {
   int64_t mpi_spin_us;                   /* WEFT_MPI_SPIN_US */
   double fast_wait_seconds;              /* WEFT_FAST_WAIT_SECONDS */
   int64_t cache_capacity;                /* WEFT_CACHE_CAPACITY */
+  int64_t device_pool_bytes;             /* WEFT_DEVICE_POOL_BYTES */
   int64_t stall_check_disable;           /* WEFT_STALL_CHECK_DISABLE */
   double stall_check_seconds;            /* WEFT_STALL_CHECK_SECONDS */
   double stall_shutdown_seconds;         /* WEFT_STALL_SHUTDOWN_SECONDS */

@@ -12,10 +12,9 @@
  *               names the tensor and the runtime's text;
  *   fake        fake_cudart working: a host pointer marked CUDA is an error
  *               naming the tensor; an allreduce of fake device memory gives
- *               the right result; with pinned memory that cannot be
- *               allocated (no_pinned) the allreduce fails with an error
- *               naming the tensor, and the world goes on (a host allreduce
- *               after it succeeds).
+ *               the right result, also when pinned memory cannot be
+ *               allocated (no_pinned: the staging pool is ordinary memory
+ *               then), and a host allreduce after them succeeds.
  * Usage: gpu_nocuda CASE [FAKE_LIBRARY]. Exit 0 on success. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -118,18 +117,21 @@ int main(int argc, char **argv) {
       fprintf(stderr, "FAIL: the fake runtime is not loaded from %s\n", argc > 2 ? argv[2] : "(none given)");
       return 1;
     }
+    /* pinned memory that cannot be allocated (the staging pool is made at
+     * the first device operation): not an abort, and not even a failure:
+     * the pool falls back to ordinary memory, with a warning */
+    setenv("FAKE_CUDART_MODE", "no_pinned", 1);
+    memcpy(d, buf, sizeof buf);
+    st = cuda_allreduce(w, "no.pinned", d, 4, msg, sizeof msg);
+    printf("no_pinned: %s: %s\n", weft_status_string(st), msg);
+    CHECK(st == WEFT_OK && ((float *)d)[3] == 4, "pinned memory that cannot be allocated: %s: %s",
+          weft_status_string(st), msg);
+    setenv("FAKE_CUDART_MODE", "ok", 1);
     memcpy(d, buf, sizeof buf);
     st = cuda_allreduce(w, "fake.ok", d, 4, msg, sizeof msg);
     CHECK(st == WEFT_OK && ((float *)d)[3] == 4, "an allreduce on fake CUDA memory: %s: %s", weft_status_string(st),
           msg);
-    /* pinned memory that cannot be allocated: an error, not an abort */
-    setenv("FAKE_CUDART_MODE", "no_pinned", 1);
-    st = cuda_allreduce(w, "no.pinned", d, 4, msg, sizeof msg);
-    printf("no_pinned: %s: %s\n", weft_status_string(st), msg);
-    CHECK(st == WEFT_ERR_NO_MEMORY && has(msg, "'no.pinned'") && has(msg, "out of memory"),
-          "pinned memory that cannot be allocated: %s: %s", weft_status_string(st), msg);
-    setenv("FAKE_CUDART_MODE", "ok", 1);
-    CHECK(host_allreduce_ok(w), "a host allreduce after the failure");
+    CHECK(host_allreduce_ok(w), "a host allreduce after the device ones");
     void *fsym = dlsym(lib, "cudaFree");
     int (*fake_free)(void *);
     memcpy(&fake_free, &fsym, sizeof fsym);

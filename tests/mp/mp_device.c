@@ -30,9 +30,19 @@
  * asynchronous host-to-device copy on the rank's stream queued right before
  * submission over stale values, and the consumer reads with a copy queued
  * on the consumer stream. The sim-only cases (its leak counters, a CUDA
- * tensor where CUDA is missing) are left out; without a usable CUDA
- * runtime it exits 77 (skipped) before joining the job (--probe: only
- * that check). */
+ * tensor where CUDA is missing, --pool's allocation count) are left out;
+ * without a usable CUDA runtime it exits 77 (skipped) before joining the
+ * job (--probe: only that check).
+ *
+ * --pool (run with a small WEFT_DEVICE_POOL_BYTES and WEFT_DEVICE_CHUNK_BYTES,
+ * tests/mp/CMakeLists.txt): the large counts are many chunks and several
+ * times the pool, so allreduce and broadcast run chunk by chunk through it
+ * and the gathers copy through it; more cases then: large fused and grouped
+ * allreduces, a host tensor and device tensors in flight together, a
+ * process set's large allreduce running while the world's takes every slot
+ * (an overflow buffer), and the bound: the sim's count of pinned
+ * allocations is at most the pool's slots and does not grow after the
+ * first operation, however many run. */
 #include <unistd.h>
 
 #include "device/device.h"
@@ -48,6 +58,7 @@ static int g_npending;
 static int g_index;    /* this rank's sim device */
 static size_t g_large = 100003;
 static atomic_long g_user_allocs; /* from dev_alloc, not yet freed */
+static int g_pool;                /* --pool */
 
 static const weft_dtype k_dtypes[] = {WEFT_DTYPE_FLOAT32, WEFT_DTYPE_FLOAT64, WEFT_DTYPE_INT32, WEFT_DTYPE_FLOAT16,
                                       WEFT_DTYPE_BFLOAT16};
@@ -469,6 +480,107 @@ static void error_cases(void) {
   dev_free(d);
 }
 
+/* --pool: a host tensor and two device tensors allreduced at once (the
+ * coordinator may fuse them: host and device pieces in one chunk). */
+static void mixed_case(size_t count, uint64_t seed) {
+  mp_case("host and device tensors in flight together %zu", count);
+  weft_dtype t = WEFT_DTYPE_FLOAT32;
+  float *h = mp_alloc(count * 4), *hd = mp_alloc(count * 4);
+  void *d[2];
+  weft_request *req[3] = {0};
+  int64_t shape[1] = {(int64_t)count};
+  for (int k = 0; k < 2; k++) {
+    fill(t, hd, count, mp_rank, 0, seed + (uint64_t)k);
+    d[k] = dev_new(count * 4);
+    produce(d[k], hd, count * 4);
+  }
+  fill(t, h, count, mp_rank, 0, seed + 2);
+  weft_tensor th = {t, 1, shape, h, WEFT_DEVICE_CPU, 0, NULL};
+  for (int k = 0; k < 3; k++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "mixed.%zu.%d", count, k);
+    weft_tensor td = dtensor(t, shape, k < 2 ? d[k] : NULL);
+    weft_tensor *x = k < 2 ? &td : &th;
+    mp_submitted(weft_allreduce(mp_group, nm, x, x, WEFT_OP_SUM, NULL, &req[k]), &req[k], nm);
+  }
+  int64_t *want = mp_alloc(sizeof(int64_t) * count);
+  for (int k = 0; k < 3; k++) {
+    if (!mp_wait_ok(req[k], "mixed")) continue;
+    for (size_t i = 0; i < count; i++) {
+      want[i] = 0;
+      for (int r = 0; r < mp_size; r++) want[i] += val(r, i, seed + (uint64_t)k);
+    }
+    if (k < 2) {
+      check(t, d[k], want, count, "mixed device");
+    } else {
+      for (size_t i = 0; i < count; i++)
+        if ((int64_t)h[i] != want[i]) {
+          mp_fail("mixed host: element %zu is %g, expected %lld", i, h[i], (long long)want[i]);
+          break;
+        }
+    }
+    weft_request_free(req[k]);
+  }
+  stream_sync(g_stream);
+  dev_free(d[0]);
+  dev_free(d[1]);
+  free(h);
+  free(hd);
+  free(want);
+  mp_case_end();
+}
+
+/* --pool: a large allreduce on g submitted with the world's own, so that
+ * one of them finds the pool's slots taken (world: every rank; g: all but
+ * rank 1). */
+static void concurrent_case(weft_group *g, size_t count, uint64_t seed) {
+  mp_case("world and process set at once %zu", count);
+  weft_dtype t = WEFT_DTYPE_INT32;
+  int32_t *hw = mp_alloc(count * 4), *hg = mp_alloc(count * 4);
+  fill(t, hw, count, mp_rank, 0, seed);
+  fill(t, hg, count, mp_rank, 0, seed + 1);
+  void *dw = dev_new(count * 4), *dg = g ? dev_new(count * 4) : NULL;
+  produce(dw, hw, count * 4);
+  if (g) produce(dg, hg, count * 4);
+  int64_t shape[1] = {(int64_t)count};
+  weft_tensor tw = dtensor(t, shape, dw), tg = dtensor(t, shape, dg);
+  weft_request *rw = NULL, *rg = NULL;
+  mp_submitted(weft_allreduce(mp_group, "conc.world", &tw, &tw, WEFT_OP_SUM, NULL, &rw), &rw, "conc.world");
+  if (g) mp_submitted(weft_allreduce(g, "conc.set", &tg, &tg, WEFT_OP_SUM, NULL, &rg), &rg, "conc.set");
+  int64_t *want = mp_alloc(sizeof(int64_t) * count);
+  if (mp_wait_ok(rw, "conc.world")) {
+    for (size_t i = 0; i < count; i++) {
+      want[i] = 0;
+      for (int r = 0; r < mp_size; r++) want[i] += val(r, i, seed);
+    }
+    check(t, dw, want, count, "conc.world");
+  }
+  if (g && mp_wait_ok(rg, "conc.set")) {
+    for (size_t i = 0; i < count; i++) {
+      want[i] = 0;
+      for (int r = 0; r < mp_size; r++)
+        if (r != 1) want[i] += val(r, i, seed + 1);
+    }
+    check(t, dg, want, count, "conc.set");
+  }
+  stream_sync(g_stream);
+  weft_request_free(rw);
+  if (rg) weft_request_free(rg);
+  dev_free(dw);
+  if (dg) dev_free(dg);
+  free(hw);
+  free(hg);
+  free(want);
+  mp_case_end();
+}
+
+/* The sim's pinned allocations so far. */
+static long pinned_made(void) {
+  wf_sim_stats s = {0};
+  wf_sim_stats_get(g_dev, &s);
+  return s.host_allocs;
+}
+
 int main(int argc, char **argv) {
   int probe = 0;
   for (int i = 1; i < argc; i++) {
@@ -482,6 +594,11 @@ int main(int argc, char **argv) {
       g_kind = strcmp(k, "cuda") ? WEFT_DEVICE_KIND_SIM : WEFT_DEVICE_KIND_CUDA;
     }
     else if (!strcmp(argv[i], "--probe")) probe = 1;
+    else if (!strcmp(argv[i], "--pool")) g_pool = 1;
+  }
+  if (g_pool && !IS_SIM) {
+    fprintf(stderr, "mp_device: --pool counts the sim's allocations (--device sim)\n");
+    return 2;
   }
   int ndev = 2;
   if (!IS_SIM) { /* no usable CUDA here: skipped, before joining (every rank alike) */
@@ -506,6 +623,11 @@ int main(int argc, char **argv) {
   const char *colls[] = {"allreduce", "broadcast", "allgather", "alltoall", "reducescatter"};
   size_t counts[] = {0, 1, 37, g_large};
   uint64_t seed = 1;
+  long pinned_warm = -1; /* pinned allocations after the first operation */
+  if (g_pool) {
+    run_one(mp_group, "allreduce", WEFT_DTYPE_FLOAT32, g_large, 0, seed++);
+    pinned_warm = pinned_made();
+  }
   for (size_t c = 0; c < sizeof colls / sizeof *colls; c++)
     for (size_t k = 0; k < sizeof k_dtypes / sizeof *k_dtypes; k++)
       for (size_t z = 0; z < sizeof counts / sizeof *counts; z++) {
@@ -517,19 +639,43 @@ int main(int argc, char **argv) {
   many("allgather", 1, 4, 17, 700);
   many("reducescatter", 1, 3, 9, 800);
   consumer_case(4099);
+  if (g_pool) {
+    many("allreduce", 0, 6, g_large / 3 + 1, 1500);
+    many("allreduce", 1, 4, g_large / 2 + 3, 1600);
+    many("reducescatter", 1, 3, g_large / 4 + 1, 1700);
+    mixed_case(g_large / 2 + 5, 1800);
+    consumer_case(g_large);
+  }
   /* a process set: every rank but rank 1 */
   if (mp_size >= 3) {
     int *m = mp_alloc(sizeof(int) * (size_t)mp_size), nm = 0;
     for (int r = 0; r < mp_size; r++)
       if (r != 1) m[nm++] = r;
+    weft_group *g = NULL;
     if (mp_rank != 1) {
-      weft_group *g = NULL;
       if (weft_group_create(mp_world, m, nm, &g) != WEFT_OK) mp_fatal("group: %s", weft_last_error());
       run_one(g, "allreduce", WEFT_DTYPE_FLOAT32, 1001, 1, 900);
       run_one(g, "allgather", WEFT_DTYPE_BFLOAT16, 7, 0, 901);
-      weft_group_destroy(g);
+      if (g_pool) {
+        run_one(g, "allreduce", WEFT_DTYPE_BFLOAT16, g_large, 1, 902);
+        run_one(g, "broadcast", WEFT_DTYPE_FLOAT16, g_large, 0, 903);
+        run_one(g, "alltoall", WEFT_DTYPE_FLOAT64, g_large / 3, 0, 904);
+      }
     }
+    if (g_pool) concurrent_case(g, g_large, 950); /* rank 1: the world's only */
+    if (g) weft_group_destroy(g);
     free(m);
+  }
+  if (g_pool) {
+    mp_case("pinned allocations bounded");
+    long slots = 0, made = pinned_made();
+    const char *pb = getenv("WEFT_DEVICE_POOL_BYTES"), *cb = getenv("WEFT_DEVICE_CHUNK_BYTES");
+    if (pb && cb && atol(cb) > 0) slots = atol(pb) / atol(cb);
+    if (slots < 1) slots = 1;
+    if (made != pinned_warm || made > slots || made < 1)
+      mp_fail("%ld pinned allocations after every operation, %ld after the first (the pool has %ld slots)", made,
+              pinned_warm, slots);
+    mp_case_end();
   }
   error_cases();
   stream_sync(g_stream);

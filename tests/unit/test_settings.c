@@ -30,6 +30,7 @@ static const char *const k_per_rank[] = {
     "WEFT_MPI_SPIN_US",            /* how long this rank polls MPI */
     "WEFT_FAST_WAIT_SECONDS",      /* when this rank diverts a board round: the protocol handles any mix */
     "WEFT_CACHE_CAPACITY",         /* response cache: mixed capacities only cost RESENDs (features.cache_mixed) */
+    "WEFT_DEVICE_POOL_BYTES",      /* this rank's pinned memory: the chunks (agreed) do not depend on it */
     "WEFT_STALL_CHECK_DISABLE",    /* reports: the coordinator's and each waiting rank's own */
     "WEFT_STALL_CHECK_SECONDS",    /* likewise */
     "WEFT_STALL_SHUTDOWN_SECONDS", /* the coordinator's (rank 0's) value decides */
