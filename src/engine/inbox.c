@@ -98,8 +98,7 @@ void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg) {
     /* it said goodbye: closing is expected, but a transfer with it still
      * waiting now never completes (a receive posted after its BYE was
      * handled, sends dropped with the socket) */
-    wf_exec_peer_departed(w, peer);
-    wf_p2p_peer_departed(w, peer);
+    wf_exec_peer_departed(w, peer); /* (point-to-point: at its BYE, in order after what it sent) */
     return;
   }
   wf_world_fail(w, st, "%s (rank %d on host %s)", msg, peer, w->peers[peer].host);

@@ -61,6 +61,7 @@ struct wf_p2p {
   int size;
   uint64_t *next_id;   /* per peer: the last message number sent to it */
   uint64_t *credit;    /* per peer: inline bytes sent to it, not yet acknowledged */
+  uint8_t *gone;       /* per peer: its BYE was handled (everything it sent is here) */
   op *sends;           /* waiting for their P2P_REPLY */
   op *posted, *posted_tail; /* receives not matched yet, post order */
   op *moving;          /* transfers in the transports */
@@ -73,7 +74,8 @@ wf_p2p *wf_p2p_new(int size) {
   p->size = size;
   p->next_id = calloc((size_t)size, sizeof *p->next_id);
   p->credit = calloc((size_t)size, sizeof *p->credit);
-  if (!p->next_id || !p->credit) {
+  p->gone = calloc((size_t)size, 1);
+  if (!p->next_id || !p->credit || !p->gone) {
     wf_p2p_free(p);
     return NULL;
   }
@@ -99,6 +101,7 @@ void wf_p2p_free(wf_p2p *p) {
   }
   free(p->next_id);
   free(p->credit);
+  free(p->gone);
   free(p);
 }
 
@@ -236,6 +239,10 @@ static void start_recv(weft_world *w, op *o) {
     match(w, o, a);
     return;
   }
+  if (o->peer >= 0 && p->gone[o->peer]) { /* it finalized: nothing more comes */
+    fail_departed_op(w, o, o->peer, "recv");
+    return;
+  }
   if (p->posted_tail) p->posted_tail->next = o;
   else p->posted = o;
   p->posted_tail = o;
@@ -288,6 +295,10 @@ static void start_send(weft_world *w, op *o) {
   wf_p2p *p = w->p2p;
   weft_request *r = o->r;
   int peer = o->peer;
+  if (p->gone[peer]) {
+    fail_departed_op(w, o, peer, "send");
+    return;
+  }
   int64_t eager_max = w->set.max_message_bytes - 64;
   if (eager_max > WF_P2P_EAGER_MAX) eager_max = WF_P2P_EAGER_MAX;
   o->id = ++p->next_id[peer];
@@ -426,6 +437,7 @@ void wf_p2p_check_deadlines(weft_world *w, int64_t now) {
 
 void wf_p2p_peer_departed(weft_world *w, int peer) {
   wf_p2p *p = w->p2p;
+  p->gone[peer] = 1;
   for (op **pp = &p->sends; *pp;) {
     op *o = *pp;
     if (o->peer != peer) {

@@ -40,8 +40,8 @@ int wf_p2p_moving(weft_world *w);
  * wf_p2p_check_deadlines fails the world naming the operation. */
 int64_t wf_p2p_next_deadline(weft_world *w);
 void wf_p2p_check_deadlines(weft_world *w, int64_t now);
-/* peer finalized (its BYE, after everything it sent): what still needs it
- * fails. */
+/* peer finalized (its BYE, handled in order after everything it sent):
+ * what still needs it fails, and so do later transfers with it. */
 void wf_p2p_peer_departed(weft_world *w, int peer);
 /* The world failed: every pending operation completes with st/msg. */
 void wf_p2p_fail_all(weft_world *w, weft_status st, const char *msg);

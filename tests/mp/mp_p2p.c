@@ -20,7 +20,8 @@
  * and a send to it: both fail with WEFT_ERR_ABORTED naming the reason.
  * With --timeout, instead (run with a short WEFT_TIMEOUT_SECONDS): rank 0's
  * recv that no one matches fails with WEFT_ERR_TIMEOUT naming the peer and
- * the key. */
+ * the key. With --bye, instead: rank 1 finalizes while rank 0 waits in a
+ * recv from it and a send to it: both fail (WEFT_ERR_PEER_LOST, "shut down"). */
 #include "mp_harness.c"
 
 static size_t g_large_mib = 40;
@@ -301,12 +302,41 @@ static int timeout_mode(void) {
   return n ? 1 : 0;
 }
 
+/* Rank 1 finalizes while rank 0 waits in a recv from it and a send to it:
+ * both fail with WEFT_ERR_PEER_LOST saying rank 1 shut down. */
+static int bye_mode(void) {
+  mp_case("a peer's finalize fails pending transfers with it");
+  if (!mp_same_everywhere("p2p.bye.ready", 1)) mp_fatal("sync failed");
+  if (mp_rank == 0) {
+    int32_t v[3] = {0};
+    int64_t s[3][1];
+    weft_tensor t[3];
+    weft_request *r[3];
+    for (int i = 0; i < 3; i++) t[i] = tens(WEFT_DTYPE_INT32, s[i], 1, &v[i]);
+    irecv(mp_group, &t[0], 1, 5, &r[0], "recv"); /* pending when rank 1 leaves */
+    mp_sleep_ms(500);                            /* and these after its BYE was handled */
+    isend(mp_group, &t[1], 1, 6, &r[1], "send");
+    irecv(mp_group, &t[2], 1, 7, &r[2], "recv");
+    static const char *what[3] = {"pending recv", "later send", "later recv"};
+    for (int i = 0; i < 3; i++) {
+      weft_status st = weft_wait(r[i], 10.0);
+      const char *msg = weft_request_error(r[i]);
+      if (st != WEFT_ERR_PEER_LOST || !mp_contains(msg, "rank 1") || !mp_contains(msg, "shut down"))
+        mp_fail("%s: %s \"%s\", want PEER_LOST: rank 1 shut down", what[i], weft_status_string(st), msg);
+      weft_request_free(r[i]);
+    }
+  }
+  mp_case_end();
+  return mp_teardown();
+}
+
 int main(int argc, char **argv) {
   int mode = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--large-mib") && i + 1 < argc) g_large_mib = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "--abort")) mode = 1;
     else if (!strcmp(argv[i], "--timeout")) mode = 2;
+    else if (!strcmp(argv[i], "--bye")) mode = 3;
   }
   mp_setup();
   if (mp_size < 2) {
@@ -316,6 +346,7 @@ int main(int argc, char **argv) {
   }
   if (mode == 1) return abort_mode();
   if (mode == 2) return timeout_mode();
+  if (mode == 3) return bye_mode();
   argument_case();
   uint64_t seed = 1000;
   static const size_t sizes[] = {0, 1, 7, 1000};
