@@ -96,6 +96,7 @@ typedef struct wf_hello_msg {
   char listen_addr[WF_HOST_MAX + 1]; /* "ip:port" where this rank accepts peers */
   uint8_t settings_digest[WF_SETTINGS_DIGEST]; /* SHA-256 of the agreed settings' canonical text (util/settings.h) */
   char settings[WF_SETTINGS_TEXT_MAX + 1];      /* that text, cut at a line end to fit ("" allowed) */
+  uint64_t incarnation;           /* random per weft_init: a restarted rank differs (0: none) */
 } wf_hello_msg;
 
 /* ---- PEERS (bootstrap): one entry per rank, in rank order. */

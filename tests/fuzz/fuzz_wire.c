@@ -203,6 +203,7 @@ static void build_hello(fz_in *in, wf_buf *b) {
   fz_take_name(in, m.listen_addr, WF_HOST_MAX);
   for (size_t i = 0; i < sizeof m.settings_digest; i++) m.settings_digest[i] = (uint8_t)fz_take(in, 1);
   if (fz_take(in, 1) % 2) fz_take_name(in, m.settings, WF_SETTINGS_TEXT_MAX);
+  m.incarnation = fz_take(in, 8);
   if (wf_encode_hello(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid HELLO was rejected");
 }
 
@@ -219,6 +220,7 @@ static void build_peers(fz_in *in, wf_buf *b) {
     e->local_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->local_size);
     e->cross_size = 1 + (int32_t)(fz_take(in, 1) % m.size);
     e->cross_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->cross_size);
+    e->incarnation = fz_take(in, 8);
   }
   if (wf_encode_peers(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid PEERS was rejected");
 }
@@ -379,7 +381,7 @@ typedef struct fz_type {
 
 /* In wf_msg_type order, from 1. A new message type: add its row here. */
 static const fz_type k_types[] = {
-    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX},
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8},
     {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
     {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
     {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},
