@@ -369,16 +369,17 @@ WEFT_API weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_r
  * reused. A peer that dies fails the world (WEFT_ERR_PEER_LOST naming it); a
  * peer that finalizes fails what is pending with it; weft_abort fails all.
  * An operation not complete by the world's timeout fails with
- * WEFT_ERR_TIMEOUT, and so does the world (the peer's state is unknown). */
+ * WEFT_ERR_TIMEOUT, and so does the world (the peer's state is unknown).
+ * The group must not be destroyed while transfers in it are pending. */
 WEFT_API weft_status weft_send(weft_group *g, const weft_tensor *in, int dst, uint64_t key,
                                const weft_op_options *opt, weft_request **req);
 /* Receives into out (its buffer, dtype and element count) from group rank
  * src of g, or WEFT_ANY_SOURCE, under key; as weft_send. */
 WEFT_API weft_status weft_recv(weft_group *g, const weft_tensor *out, int src, uint64_t key,
                                const weft_op_options *opt, weft_request **req);
-/* A completed weft_recv: the group rank it received from (WEFT_ANY_SOURCE
- * tells which); WEFT_ERR_INVALID_ARGUMENT for another request or a pending
- * one. */
+/* A completed weft_recv: the group rank it received from (what
+ * WEFT_ANY_SOURCE resolved to) and its status; WEFT_IN_PROGRESS while it
+ * is pending; WEFT_ERR_INVALID_ARGUMENT for a request that is not a recv. */
 WEFT_API weft_status weft_request_source(weft_request *req, int *src);
 
 /* ------------------------------------------------------------------ requests */
