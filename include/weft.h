@@ -351,6 +351,37 @@ WEFT_API weft_status weft_barrier(weft_group *g, const char *name, const weft_op
  * that joined last. One join in flight per rank and group. Non-blocking. */
 WEFT_API weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **req);
 
+/* ------------------------------------------------------------------ point-to-point */
+/* weft_recv's src: a message from any member of the group. */
+#define WEFT_ANY_SOURCE (-2)
+
+/* Sends in to group rank dst of g (not this rank) under key (any number:
+ * torch.distributed's tag). Non-blocking, as the collectives: *req receives
+ * a request (weft_wait/weft_test/weft_request_free; opt: only callback and
+ * user_data apply). Host tensors only (a device tensor is
+ * WEFT_ERR_NOT_SUPPORTED). No name and no coordinator: the receiver matches
+ * messages itself. The k-th send from rank a to rank b under (g, key) meets
+ * the k-th weft_recv that b posts for (g, key) from a or from any source;
+ * messages under different keys may be received in any order. Both sides
+ * must agree on dtype and element count (shapes may differ): otherwise
+ * both requests fail with WEFT_ERR_MISMATCH naming both sides' values. The
+ * send completes once the receiver has matched it and in's buffer may be
+ * reused. A peer that dies fails the world (WEFT_ERR_PEER_LOST naming it); a
+ * peer that finalizes fails what is pending with it; weft_abort fails all.
+ * An operation not complete by the world's timeout fails with
+ * WEFT_ERR_TIMEOUT, and so does the world (the peer's state is unknown).
+ * The group must not be destroyed while transfers in it are pending. */
+WEFT_API weft_status weft_send(weft_group *g, const weft_tensor *in, int dst, uint64_t key,
+                               const weft_op_options *opt, weft_request **req);
+/* Receives into out (its buffer, dtype and element count) from group rank
+ * src of g, or WEFT_ANY_SOURCE, under key; as weft_send. */
+WEFT_API weft_status weft_recv(weft_group *g, const weft_tensor *out, int src, uint64_t key,
+                               const weft_op_options *opt, weft_request **req);
+/* A completed weft_recv: the group rank it received from (what
+ * WEFT_ANY_SOURCE resolved to) and its status; WEFT_IN_PROGRESS while it
+ * is pending; WEFT_ERR_INVALID_ARGUMENT for a request that is not a recv. */
+WEFT_API weft_status weft_request_source(weft_request *req, int *src);
+
 /* ------------------------------------------------------------------ requests */
 /* Non-blocking: WEFT_IN_PROGRESS while pending, else the final status. */
 WEFT_API weft_status weft_test(weft_request *req);

@@ -27,10 +27,11 @@
 
 #include "weft.h"
 #include "weft_bench_dev.h"
+#include "weft_bench_p2p.h"
 
-enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_COUNT };
-static const char *const k_op_names[OP_COUNT] = {"allreduce", "allgather", "broadcast", "alltoall",
-                                                 "reducescatter"};
+enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_SENDRECV, OP_PINGPONG, OP_COUNT };
+static const char *const k_op_names[OP_COUNT] = {"allreduce", "allgather",     "broadcast", "alltoall",
+                                                 "reducescatter", "sendrecv", "pingpong"};
 #define MAX_SIZES 64
 #define MAX_REPORTED 5 /* mismatches printed per rank and size */
 
@@ -548,7 +549,8 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: weftrun -np N weft-bench [options]\n"
-          "  --op NAME            allreduce|allgather|broadcast|alltoall|reducescatter (allreduce)\n"
+          "  --op NAME            allreduce|allgather|broadcast|alltoall|reducescatter|sendrecv|pingpong\n"
+          "                       (allreduce; sendrecv: ring shift, pingpong: ranks 0 and 1, one-way time)\n"
           "  -b, --min-bytes B    smallest size (8); K/M/G suffixes (powers of 1024)\n"
           "  -e, --max-bytes B    largest size (32M)\n"
           "  -f, --step-factor F  multiply the size by F between runs (2)\n"
@@ -741,6 +743,12 @@ int main(int argc, char **argv) {
   b.size = weft_size(b.world);
   if (b.a.root >= b.size) {
     if (b.rank == 0) fprintf(stderr, "weft-bench: --root %d is not a rank (world size %d)\n", b.a.root, b.size);
+    goto out;
+  }
+  if (b.a.op == OP_SENDRECV || b.a.op == OP_PINGPONG) { /* point-to-point: weft_bench_p2p.c */
+    p2p_bench_args pa = {b.a.op == OP_PINGPONG, b.a.dtype, b.a.sizes, b.a.nsizes, b.a.iters, b.a.warmup,
+                         b.a.check, b.a.csv, b.a.time_target};
+    rc = weft_bench_p2p(b.world, &pa) != 0;
     goto out;
   }
   pattern_range(&b);

@@ -449,6 +449,31 @@ static PyObject *py_join(PyObject *self, PyObject *args, PyObject *kw) {
   return submitted(op, st, req, "join");
 }
 
+/* send(tensor, dst, key=0, keep=None, group=None) / recv(tensor, src, key=0,
+ * keep=None, group=None): weft_send / weft_recv (src -2: any source). */
+static PyObject *p2p(PyObject *args, PyObject *kw, int recv) {
+  static char *kwlist[] = {"tensor", "peer", "key", "keep", "group", NULL};
+  PyObject *t, *keep = NULL, *group = NULL;
+  int peer;
+  unsigned long long key = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, recv ? "Oi|KOO:recv" : "Oi|KOO:send", kwlist, &t, &peer, &key, &keep,
+                                   &group))
+    return NULL;
+  weft_group *g = op_group(group);
+  if (!g) return NULL;
+  wpy_op *op = op_new(recv ? WPY_RECV : WPY_SEND, keep);
+  if (!op) return NULL;
+  if (parse_tensor(t, recv, recv ? "recv tensor" : "send tensor", &op->in) < 0) {
+    wpy_op_free(op);
+    return NULL;
+  }
+  weft_request *req = NULL;
+  weft_status st = recv ? weft_recv(g, &op->in.t, peer, key, NULL, &req) : weft_send(g, &op->in.t, peer, key, NULL, &req);
+  return submitted(op, st, req, recv ? "recv" : "send");
+}
+static PyObject *py_send(PyObject *self, PyObject *args, PyObject *kw) { return (void)self, p2p(args, kw, 0); }
+static PyObject *py_recv(PyObject *self, PyObject *args, PyObject *kw) { return (void)self, p2p(args, kw, 1); }
+
 /* Parses a sequence of n tensor arguments into ts (zeroed, n entries):
  * entries not parsed keep no view, so releasing all n is always right. */
 static int parse_tensors(PyObject *seq, Py_ssize_t n, int writable, const char *what, wpy_tensor *ts) {
@@ -785,6 +810,11 @@ static PyMethodDef methods[] = {
      "alltoall(name, input, splits=None, priority=0, keep=None) -> Handle (output, recv_splits)"},
     {"reducescatter", KW py_reducescatter, METH_VARARGS | METH_KEYWORDS,
      "reducescatter(name, input, output=None, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None) -> Handle"},
+    {"send", KW py_send, METH_VARARGS | METH_KEYWORDS,
+     "send(tensor, dst, key=0, keep=None, group=None) -> Handle: weft_send to group rank dst"},
+    {"recv", KW py_recv, METH_VARARGS | METH_KEYWORDS,
+     "recv(tensor, src, key=0, keep=None, group=None) -> Handle: weft_recv from group rank src (ANY_SOURCE: any);\n"
+     "Handle.source names the sender once complete"},
     {"barrier", KW py_barrier, METH_VARARGS | METH_KEYWORDS, "barrier(name=None, group=None) -> Handle"},
     {"join", KW py_join, METH_VARARGS | METH_KEYWORDS,
      "join(group=None) -> Handle: this rank has no more data; Handle.last_joined once all have joined"},
@@ -847,7 +877,7 @@ PyMODINIT_FUNC PyInit__weft(void) {
       {"ERR_MISMATCH", WEFT_ERR_MISMATCH},   {"ERR_ABORTED", WEFT_ERR_ABORTED},
       {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},   {"ERR_NOT_SUPPORTED", WEFT_ERR_NOT_SUPPORTED},
       {"DEVICE_CPU", WEFT_DEVICE_CPU},       {"DEVICE_KIND_CUDA", WEFT_DEVICE_KIND_CUDA},
-      {"DEVICE_KIND_SIM", WEFT_DEVICE_KIND_SIM},
+      {"DEVICE_KIND_SIM", WEFT_DEVICE_KIND_SIM}, {"ANY_SOURCE", WEFT_ANY_SOURCE},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;

@@ -18,7 +18,8 @@
 #include "weft.h"
 
 /* Operation kinds, as the handle needs to know how to collect results. */
-enum { WPY_ALLREDUCE, WPY_ALLGATHER, WPY_BROADCAST, WPY_ALLTOALL, WPY_REDUCESCATTER, WPY_BARRIER, WPY_JOIN };
+enum { WPY_ALLREDUCE, WPY_ALLGATHER, WPY_BROADCAST, WPY_ALLTOALL, WPY_REDUCESCATTER, WPY_BARRIER, WPY_JOIN, WPY_SEND,
+       WPY_RECV };
 
 /* One tensor argument while its operation runs. When it came through the
  * buffer protocol, `view` is held (keeping the exporter alive and, for numpy,

@@ -179,6 +179,7 @@ typedef struct {
   PyObject *shape;    /* the output's shape (tuple) for those */
   PyObject *splits;   /* alltoall: rows received from each rank (tuple) */
   int last_joined;    /* join: the rank that joined last */
+  int source;         /* recv: the group rank it received from */
 } wpy_handle;
 
 PyObject *wpy_handle_new(wpy_op *op, const char *name) {
@@ -191,6 +192,7 @@ PyObject *wpy_handle_new(wpy_op *op, const char *name) {
   h->status = WEFT_IN_PROGRESS;
   h->waiters = 0;
   h->last_joined = -1;
+  h->source = -1;
   h->error = h->output = h->shape = h->splits = NULL;
   h->name = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
   if (!h->name) {
@@ -337,6 +339,7 @@ static int complete(wpy_handle *h, weft_status st) {
   } else if (library_sized && collect_outputs(h) < 0) {
     rc = -1;
   }
+  if (op->kind == WPY_RECV && st == WEFT_OK) weft_request_source(op->req, &h->source);
   if (op->kind == WPY_JOIN && st == WEFT_OK) {
     int last = -1;
     weft_request_last_joined(op->req, &last);
@@ -496,6 +499,13 @@ static PyObject *handle_last_joined(PyObject *self, void *c) {
   return PyLong_FromLong(h->last_joined);
 }
 
+static PyObject *handle_source(PyObject *self, void *c) {
+  (void)c;
+  wpy_handle *h = (wpy_handle *)self;
+  if (h->source < 0) Py_RETURN_NONE;
+  return PyLong_FromLong(h->source);
+}
+
 static PyGetSetDef handle_getset[] = {
     {"name", handle_name, NULL, "the operation's name, as every rank submitted it", NULL},
     {"done", handle_done, NULL, "True once completion has been observed (poll or wait)", NULL},
@@ -507,6 +517,7 @@ static PyGetSetDef handle_getset[] = {
     {"shape", handle_shape, NULL, "shape of that output, or None; grouped: a list of shapes", NULL},
     {"recv_splits", handle_splits, NULL, "alltoall: rows received from each rank, or None", NULL},
     {"last_joined", handle_last_joined, NULL, "join: the group rank that joined last, or None", NULL},
+    {"source", handle_source, NULL, "recv: the group rank it received from, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

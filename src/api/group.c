@@ -21,7 +21,7 @@ static uint32_t group_id(const char *key, intptr_t k) {
   for (const char *s = key; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
   for (int i = 0; i < 8; i++) h = (h ^ (uint8_t)(k >> (8 * i))) * 1099511628211ull;
   uint32_t id = (uint32_t)(h ^ (h >> 24) ^ (h >> 48)) & 0xffffffu; /* 24 bits: see exec.c's data tags */
-  return id ? id : 1;
+  return id && id != WF_P2P_TAG_GROUP ? id : 1; /* that one tags point-to-point data */
 }
 
 /* Runs a barrier named name in g and waits for it. */

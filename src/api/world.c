@@ -205,6 +205,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .timeout_seconds = set.init_timeout_seconds,
         .handshake_timeout = set.handshake_timeout,
         .settings = &w->set,
+        .incarnation = w->incarnation,
     };
     if (!mpic && rank == 0) inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
     char mpi_addr[64];

@@ -139,9 +139,20 @@ static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have)
   if (h->rank != r)
     return wf_err(WEFT_ERR_AUTH, "rank 0: connection from %s authenticated as rank %u but its HELLO says rank %u",
                   pd->addr, r, h->rank);
-  if (r == 0 || b->fds[r] >= 0)
-    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "rank %u registered twice (pids %u and %u; hosts %s and %s)", r,
-                  b->peers[r].pid, h->pid, b->peers[r].host, h->host);
+  if (r == 0 || b->fds[r] >= 0) {
+    char probe;
+    if (r != 0 && h->incarnation != b->peers[r].incarnation &&
+        recv(b->fds[r], &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0) /* the first one's connection closed */
+      return wf_err(WEFT_ERR_PEER_LOST,
+                    "rank %u restarted: pid %u on %s (incarnation %016llx) registered and left, then pid %u on %s "
+                    "(incarnation %016llx) registered as rank %u; a restarted rank cannot rejoin a job: start it again",
+                    r, b->peers[r].pid, b->peers[r].host, (unsigned long long)b->peers[r].incarnation, h->pid, h->host,
+                    (unsigned long long)h->incarnation, r);
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "rank %u registered twice (pids %u and %u; hosts %s and %s; incarnations %016llx and %016llx)", r,
+                  b->peers[r].pid, h->pid, b->peers[r].host, h->host,
+                  (unsigned long long)b->peers[r].incarnation, (unsigned long long)h->incarnation);
+  }
   struct sockaddr_in la;
   char err[256];
   if (wf_sock_parse_addr(h->listen_addr, 1, &la, err, sizeof err) != WEFT_OK)
@@ -156,6 +167,7 @@ static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have)
   wf_boot_copy_str(p->host, sizeof p->host, h->host);
   wf_boot_copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
   p->pid = h->pid;
+  p->incarnation = h->incarnation;
   wf_boot_copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
   if (b->set_text) {
     b->set_text[r] = strdup(h->settings);
@@ -481,6 +493,7 @@ static weft_status run_rank0(boot *b) {
   wf_boot_copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
   wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
   b->peers[0].pid = (uint32_t)getpid();
+  b->peers[0].incarnation = b->cfg->incarnation;
   wf_boot_copy_str(b->boot_ids[0], sizeof b->boot_ids[0], b->boot_id);
 
   WF_CHECK(wf_boot_serve(b, MODE_REGISTER, b->size - 1));
@@ -573,6 +586,7 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
     wf_boot_copy_str(b->peers[0].host, sizeof b->peers[0].host, b->host);
     wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");
     b->peers[0].pid = (uint32_t)getpid();
+    b->peers[0].incarnation = cfg->incarnation;
     b->peers[0].local_size = b->peers[0].cross_size = 1;
   } else if (st == WEFT_OK) {
     st = b->rank == 0 ? run_rank0(b) : wf_boot_join(b);

@@ -44,6 +44,9 @@ typedef struct wf_boot_cfg {
                                   differ (WEFT_ERR_MISMATCH naming the setting, both
                                   values and ranks; the others get it in an ABORT).
                                   NULL: none sent, none checked (tests) */
+  uint64_t incarnation;        /* random per weft_init (HELLO, the peer table): a
+                                  restarted rank is told apart ("rank N restarted");
+                                  0: none (tests) */
 } wf_boot_cfg;
 
 typedef struct wf_boot_result {

@@ -92,6 +92,7 @@ static weft_status send_hello(boot *b) {
   h.rank = (uint32_t)b->rank;
   h.size = (uint32_t)b->size;
   h.pid = (uint32_t)getpid();
+  h.incarnation = b->cfg->incarnation;
   wf_boot_copy_str(h.host, sizeof h.host, b->host);
   wf_boot_copy_str(h.boot_id, sizeof h.boot_id, b->boot_id);
   wf_boot_copy_str(h.listen_addr, sizeof h.listen_addr, b->listen_str);
@@ -159,6 +160,12 @@ static weft_status recv_peers(boot *b) {
     st = wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank 0's peer table has %u ranks (this rank: pid %u) but this is pid %u "
                 "of %d ranks", b->rank, pm.size, pm.size == (uint32_t)b->size ? pm.peers[b->rank].pid : 0,
                 (unsigned)getpid(), b->size);
+    goto out;
+  }
+  if (pm.peers[b->rank].incarnation != b->cfg->incarnation) {
+    st = wf_err(WEFT_ERR_PROTOCOL, "rank %d: rank 0's peer table knows this rank as incarnation %016llx, but this is "
+                "incarnation %016llx (another process registered as rank %d)", b->rank,
+                (unsigned long long)pm.peers[b->rank].incarnation, (unsigned long long)b->cfg->incarnation, b->rank);
     goto out;
   }
   memcpy(b->peers, pm.peers, (size_t)b->size * sizeof *b->peers);

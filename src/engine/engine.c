@@ -7,6 +7,7 @@
  * inbox.c. */
 #include "engine/devstage.h"
 #include "engine/engine.h"
+#include "engine/p2p.h"
 #include "engine/onehost.h"
 #include "engine/local.h"
 
@@ -238,6 +239,11 @@ static int drain_submissions(weft_world *w) {
   for (weft_request *next; r; r = next) {
     next = r->next;
     r->next = NULL;
+    if (r->p2p) { /* point-to-point: no coordinator (p2p.c) */
+      if (fail != WEFT_OK) wf_request_complete(w, r, fail, msg);
+      else wf_p2p_start(w, r);
+      continue;
+    }
     wf_gstate *gs = wf_gs_find(w, r->msg.group_id);
     if (fail != WEFT_OK || !gs) {
       wf_request_complete(w, r, fail != WEFT_OK ? fail : WEFT_ERR_MISUSE,
@@ -398,6 +404,7 @@ static void fail_all(weft_world *w) {
     }
   }
   wf_exec_abort(w, st, msg);
+  wf_p2p_fail_all(w, st, msg);
   wf_fast_fail_all(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {
@@ -450,6 +457,8 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   if (f < d) d = f;
   f = wf_devstage_next(w, now); /* device copies in flight: polled, never waited for */
   if (f < d) d = f;
+  f = wf_p2p_next_deadline(w);
+  if (f < d) d = f;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
   return x < d ? x : d;
@@ -482,7 +491,7 @@ static void *engine_main(void *arg) {
        * sockets and the segment without waiting, then go on with them */
       if (w->shm) wf_shm_progress(w->shm);
       n = epoll_wait(w->epfd, evs, 64, 0);
-    } else if (w->shm && exec_active(w)) {
+    } else if (w->shm && (exec_active(w) || wf_p2p_moving(w))) {
       /* a collective runs: its shared-memory peers do not wake epoll, so
        * wait on the segment (spin, then futex) for at most a millisecond,
        * then look at the sockets without blocking */
@@ -552,6 +561,7 @@ static void *engine_main(void *arg) {
       continue;
     }
     publish_responses(w);
+    wf_p2p_progress(w);
     wf_exec_progress(w);
     wf_devstage_poll(w); /* device tensors whose copy up is done complete */
     publish_responses(w);
@@ -564,6 +574,7 @@ static void *engine_main(void *arg) {
       w->later_at = 0;
       wf_world_fail(w, w->later_st, "%s", w->later_msg);
     }
+    wf_p2p_check_deadlines(w, now);
     const char *late;
     if (wf_exec_deadline(w, &late) <= now)
       wf_world_fail(w, WEFT_ERR_TIMEOUT, "collective '%s' timed out after %g s: its data did not arrive", late,

@@ -92,6 +92,9 @@ typedef struct wf_inbox {
   wf_responses_msg resps;    /* WF_MSG_RESPONSES */
   wf_cache_refs_msg refs;    /* WF_MSG_CACHED, WF_MSG_RESEND */
   char reason[512];          /* WF_MSG_ABORT */
+  wf_p2p_send_msg p2p_send;  /* WF_MSG_P2P_SEND (its inline bytes in p2p_data) */
+  uint8_t *p2p_data;
+  wf_p2p_reply_msg p2p_reply; /* WF_MSG_P2P_REPLY */
 } wf_inbox;
 
 struct weft_world {
@@ -150,6 +153,9 @@ struct weft_world {
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
+  /* point-to-point transfers (engine/p2p.c; engine thread; opaque here) */
+  struct wf_p2p *p2p;
+  uint64_t incarnation;      /* random per weft_init, never 0: told to peers (HELLO) and in P2P_SEND */
   /* device tensors' staging (engine/devstage.c; opaque here) */
   struct wf_dstage_world *dstage;
 };

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/p2p.h"
 #include "negotiate/cache.h"
 #include "util/err.h"
 #include "util/log.h"
@@ -62,6 +63,22 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
     case WF_MSG_BYE:
       w->departed[peer] = 1; /* now: its EOF may follow in the same read */
       break;
+    case WF_MSG_P2P_SEND:
+      st = wf_decode_p2p_send(p, n, &m->p2p_send, err, sizeof err);
+      if (st == WEFT_OK && m->p2p_send.data) { /* the payload is only valid during this call */
+        size_t b = (size_t)(n - 40);
+        if (!(m->p2p_data = malloc(b))) {
+          st = WEFT_ERR_NO_MEMORY;
+          snprintf(err, sizeof err, "out of memory (%zu bytes)", b);
+        } else {
+          memcpy(m->p2p_data, m->p2p_send.data, b);
+          m->p2p_send.data = m->p2p_data;
+        }
+      }
+      break;
+    case WF_MSG_P2P_REPLY:
+      st = wf_decode_p2p_reply(p, n, &m->p2p_reply, err, sizeof err);
+      break;
     default:
       st = WEFT_ERR_PROTOCOL;
       snprintf(err, sizeof err, "unexpected message type %u", h->type);
@@ -81,7 +98,7 @@ void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg) {
     /* it said goodbye: closing is expected, but a transfer with it still
      * waiting now never completes (a receive posted after its BYE was
      * handled, sends dropped with the socket) */
-    wf_exec_peer_departed(w, peer);
+    wf_exec_peer_departed(w, peer); /* (point-to-point: at its BYE, in order after what it sent) */
     return;
   }
   wf_world_fail(w, st, "%s (rank %d on host %s)", msg, peer, w->peers[peer].host);
@@ -99,6 +116,7 @@ static const wf_request_msg *own_request(void *ctx, const char *name) {
  * queued. */
 static void peer_departed(weft_world *w, int peer) {
   wf_exec_peer_departed(w, peer);
+  wf_p2p_peer_departed(w, peer);
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
     int gr = wf_group_index(gs->group, peer);
@@ -220,6 +238,7 @@ void wf_engine_process_inbox(weft_world *w) {
       wf_requests_msg_free(&m->reqs);
       wf_responses_msg_free(&m->resps);
       wf_cache_refs_msg_free(&m->refs);
+      free(m->p2p_data);
       free(m);
       continue;
     }
@@ -322,10 +341,17 @@ void wf_engine_process_inbox(weft_world *w) {
       case WF_MSG_BYE:
         peer_departed(w, m->peer);
         break;
+      case WF_MSG_P2P_SEND:
+        wf_p2p_on_send(w, m->peer, &m->p2p_send);
+        break;
+      case WF_MSG_P2P_REPLY:
+        wf_p2p_on_reply(w, m->peer, &m->p2p_reply);
+        break;
       case WF_MSG_STALL:
         WF_WARN(WF_SUB_COORD, "this rank waits: %s (reported by rank %d)", m->reason, m->peer);
         break;
     }
+    free(m->p2p_data);
     free(m);
   }
 }

@@ -20,6 +20,7 @@
 #define WF_REQ_FREED 0xdeadbeefu
 #define WF_GROUP_MAGIC 0x67727570u   /* "grup" */
 
+enum { WF_P2P_REQ_SEND = 1, WF_P2P_REQ_RECV = 2 };
 enum wf_req_state { WF_REQ_QUEUED = 0, WF_REQ_NEGOTIATING = 1, WF_REQ_RUNNING = 2, WF_REQ_DONE = 3 };
 
 struct weft_group {
@@ -82,6 +83,11 @@ struct weft_request {
   struct wf_dstage *dstage;  /* its staging through pinned host memory: from submission until completion */
   void *consumer_stream;     /* weft_op_options.consumer_stream */
   struct wf_device *result_dev; /* result is device memory from this backend, freed with the request */
+
+  /* point-to-point (engine/p2p.c): what was asked, and (recv) who sent it */
+  int p2p;                   /* 0, WF_P2P_REQ_SEND or WF_P2P_REQ_RECV */
+  int p2p_peer;              /* the peer's world rank; a recv from any source: -1 until matched */
+  uint64_t p2p_key;
 
   /* one-host fast path (engine/onehost.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (onehost.c) */

@@ -3,7 +3,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include "engine/devstage.h"
+#include "engine/p2p.h"
+#include "util/time.h"
 #include "engine/submit.h"
 #include "util/log.h"
 
@@ -11,7 +16,9 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
   weft_world *w = calloc(1, sizeof *w);
   int *ranks = malloc(sizeof(int) * (size_t)size);
   struct wf_dstage_world *ds = wf_devstage_world_new();
-  if (!w || !ranks || !ds) {
+  wf_p2p *p2p = wf_p2p_new(size);
+  if (!w || !ranks || !ds || !p2p) {
+    wf_p2p_free(p2p);
     wf_devstage_world_free(ds);
     free(w);
     free(ranks);
@@ -19,6 +26,10 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
     return NULL;
   }
   w->dstage = ds;
+  w->p2p = p2p;
+  while (!w->incarnation) /* a restarted rank is not mistaken for its former self */
+    if (getrandom(&w->incarnation, sizeof w->incarnation, 0) != (ssize_t)sizeof w->incarnation)
+      w->incarnation = (uint64_t)wf_now_ns() ^ ((uint64_t)getpid() << 32);
   w->mux.mpi_comm = mpic; /* [mpi] freed by wf_world_free */
   w->magic = WF_WORLD_MAGIC;
   w->rank = rank;
@@ -62,6 +73,7 @@ void wf_world_free(weft_world *w) {
   }
   pthread_mutex_unlock(&w->mu);
   wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
+  wf_p2p_free(w->p2p);
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
   free(w->peers);

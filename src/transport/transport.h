@@ -23,6 +23,9 @@ typedef struct wf_transport wf_transport;
 static inline uint64_t wf_data_tag(uint32_t group_id, uint64_t seq) {
   return ((uint64_t)group_id << WF_TAG_GROUP_SHIFT) | (seq & ((1ull << WF_TAG_GROUP_SHIFT) - 1));
 }
+/* The tag group of point-to-point data (engine/p2p.c): its seq is the
+ * sender's message number; no process set gets this id (api/group.c). */
+#define WF_P2P_TAG_GROUP 0xffffffu
 static inline int wf_tag_same_group(uint64_t a, uint64_t b) {
   return (a >> WF_TAG_GROUP_SHIFT) == (b >> WF_TAG_GROUP_SHIFT);
 }

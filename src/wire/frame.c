@@ -44,10 +44,10 @@ const char *wf_coll_name(wf_coll c) {
 
 /* ------------------------------------------------------------------ limits */
 /* host, listen >= 1 byte; then the settings digest and text */
-#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2)
+#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2 + 8)
 #define WF_HELLO_MAX \
-  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX) /* boot_id < 64 */
-#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 5 * 4)
+  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 8) /* boot_id < 64 */
+#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 5 * 4 + 8)
 
 typedef struct wf_type_info {
   const char *name;
@@ -66,6 +66,8 @@ static const wf_type_info k_types[WF_MSG_TYPE_MAX_] = {
     [WF_MSG_STALL] = {"STALL", 2, 2 + WF_ERRMSG_MAX},
     [WF_MSG_CACHED] = {"CACHED", 4, UINT64_MAX},
     [WF_MSG_RESEND] = {"RESEND", 4, UINT64_MAX},
+    [WF_MSG_P2P_SEND] = {"P2P_SEND", 40, 40 + WF_P2P_EAGER_MAX},
+    [WF_MSG_P2P_REPLY] = {"P2P_REPLY", 20, 20},
 };
 
 /* ------------------------------------------------------------------ header */

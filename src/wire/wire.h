@@ -41,7 +41,9 @@ typedef enum wf_msg_type {
   WF_MSG_STALL = 9,      /* coordinator -> waiting ranks: a stall report (a string, like ABORT) */
   WF_MSG_CACHED = 10,    /* rank -> coordinator: tensors ready here, named by response-cache id */
   WF_MSG_RESEND = 11,    /* coordinator -> rank: cache ids it could not resolve: send them in full */
-  WF_MSG_TYPE_MAX_ = 12
+  WF_MSG_P2P_SEND = 12,  /* sender -> receiver: a point-to-point message is ready (small ones inline) */
+  WF_MSG_P2P_REPLY = 13, /* receiver -> sender: matched (clear to send / received) or mismatched */
+  WF_MSG_TYPE_MAX_ = 14
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -94,6 +96,7 @@ typedef struct wf_hello_msg {
   char listen_addr[WF_HOST_MAX + 1]; /* "ip:port" where this rank accepts peers */
   uint8_t settings_digest[WF_SETTINGS_DIGEST]; /* SHA-256 of the agreed settings' canonical text (util/settings.h) */
   char settings[WF_SETTINGS_TEXT_MAX + 1];      /* that text, cut at a line end to fit ("" allowed) */
+  uint64_t incarnation;           /* random per weft_init: a restarted rank differs (0: none) */
 } wf_hello_msg;
 
 /* ---- PEERS (bootstrap): one entry per rank, in rank order. */
@@ -102,6 +105,7 @@ typedef struct wf_peer_info {
   char listen_addr[WF_HOST_MAX + 1];
   uint32_t pid;
   int32_t local_rank, local_size, cross_rank, cross_size;
+  uint64_t incarnation; /* the rank's random number for this weft_init (0: unknown) */
 } wf_peer_info;
 typedef struct wf_peers_msg {
   uint32_t size;
@@ -177,6 +181,27 @@ typedef struct wf_cache_refs_msg {
   wf_cache_ref *refs;  /* count entries; malloc'd by the decoder */
 } wf_cache_refs_msg;
 
+/* ---- P2P_SEND / P2P_REPLY: point-to-point transfers (engine/p2p.c),
+ * matched by the receiver without the coordinator. */
+#define WF_P2P_EAGER_MAX (64 * 1024) /* bytes a P2P_SEND may carry inline */
+typedef struct wf_p2p_send_msg {
+  uint64_t msg_id;      /* the sender's number of this message to this receiver, from 1 */
+  uint64_t incarnation; /* the sender's (random per weft_init; never 0) */
+  uint32_t group_id;
+  uint64_t key;         /* the user's key (torch's tag) */
+  uint8_t dtype;        /* weft_dtype */
+  uint8_t eager;        /* 1: the count * dtype-size bytes follow inline (at most WF_P2P_EAGER_MAX) */
+  uint64_t count;       /* elements */
+  const uint8_t *data;  /* eager: the bytes (decoded: points into the payload, not owned) */
+} wf_p2p_send_msg;
+typedef enum wf_p2p_reply_status { WF_P2P_OK = 0, WF_P2P_MISMATCH = 1 } wf_p2p_reply_status;
+typedef struct wf_p2p_reply_msg {
+  uint64_t msg_id;      /* the P2P_SEND's */
+  uint8_t status;       /* wf_p2p_reply_status */
+  uint8_t dtype;        /* the receiver's dtype and element count (for the sender's mismatch message) */
+  uint64_t count;
+} wf_p2p_reply_msg;
+
 /* Growable output buffer for encoders. */
 typedef struct wf_buf {
   uint8_t *data;
@@ -199,6 +224,9 @@ weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report);
 weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,
                                  uint32_t count);
 
+weft_status wf_encode_p2p_send(wf_buf *out, uint32_t src, const wf_p2p_send_msg *m);
+weft_status wf_encode_p2p_reply(wf_buf *out, uint32_t src, const wf_p2p_reply_msg *m);
+
 /* Decoders take a payload (without the frame header) and fill *m, allocating
  * arrays as documented above. On error they free what they allocated, leave
  * *m zeroed, and return WEFT_ERR_PROTOCOL (or WEFT_ERR_NO_MEMORY) with a
@@ -213,6 +241,10 @@ weft_status wf_decode_cache_refs(const uint8_t *p, size_t n, const char *what, w
                                  size_t errlen);
 /* ABORT and STALL payloads (one string). */
 weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t reason_len, char *err, size_t errlen);
+
+/* P2P_SEND: m->data points into p (valid while p is). */
+weft_status wf_decode_p2p_send(const uint8_t *p, size_t n, wf_p2p_send_msg *m, char *err, size_t errlen);
+weft_status wf_decode_p2p_reply(const uint8_t *p, size_t n, wf_p2p_reply_msg *m, char *err, size_t errlen);
 
 void wf_peers_msg_free(wf_peers_msg *m);
 void wf_request_msg_free(wf_request_msg *m);     /* frees splits */

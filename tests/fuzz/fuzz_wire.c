@@ -164,6 +164,26 @@ static int dec_refs(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
 static int dec_cached(const uint8_t *p, size_t n, char *err) { return dec_refs(p, n, err, WF_MSG_CACHED); }
 static int dec_resend(const uint8_t *p, size_t n, char *err) { return dec_refs(p, n, err, WF_MSG_RESEND); }
 
+/* P2P_SEND: the inline bytes point into the payload. */
+static int dec_p2p_send(const uint8_t *p, size_t n, char *err) {
+  wf_p2p_send_msg m;
+  wf_buf b = {0};
+  if (wf_decode_p2p_send(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "P2P_SEND"), 0;
+  if (m.data && (m.data < p || m.data > p + n)) fz_fail("P2P_SEND: data points outside the payload");
+  if (wf_encode_p2p_send(&b, 0, &m) != WEFT_OK) fz_fail("a decoded P2P_SEND does not encode");
+  same_payload(&b, p, n, "P2P_SEND");
+  return 1;
+}
+
+static int dec_p2p_reply(const uint8_t *p, size_t n, char *err) {
+  wf_p2p_reply_msg m;
+  wf_buf b = {0};
+  if (wf_decode_p2p_reply(p, n, &m, err, g_errlen) != WEFT_OK) return check_zero(&m, sizeof m, "P2P_REPLY"), 0;
+  if (wf_encode_p2p_reply(&b, 0, &m) != WEFT_OK) fz_fail("a decoded P2P_REPLY does not encode");
+  same_payload(&b, p, n, "P2P_REPLY");
+  return 1;
+}
+
 /* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
 static int dec_empty(const uint8_t *p, size_t n, char *err) {
   (void)p, (void)err;
@@ -183,6 +203,7 @@ static void build_hello(fz_in *in, wf_buf *b) {
   fz_take_name(in, m.listen_addr, WF_HOST_MAX);
   for (size_t i = 0; i < sizeof m.settings_digest; i++) m.settings_digest[i] = (uint8_t)fz_take(in, 1);
   if (fz_take(in, 1) % 2) fz_take_name(in, m.settings, WF_SETTINGS_TEXT_MAX);
+  m.incarnation = fz_take(in, 8);
   if (wf_encode_hello(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid HELLO was rejected");
 }
 
@@ -199,6 +220,7 @@ static void build_peers(fz_in *in, wf_buf *b) {
     e->local_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->local_size);
     e->cross_size = 1 + (int32_t)(fz_take(in, 1) % m.size);
     e->cross_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->cross_size);
+    e->incarnation = fz_take(in, 8);
   }
   if (wf_encode_peers(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid PEERS was rejected");
 }
@@ -320,6 +342,33 @@ static void build_refs(fz_in *in, wf_buf *b, wf_msg_type type) {
 static void build_cached(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_CACHED); }
 static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }
 
+static void build_p2p_send(fz_in *in, wf_buf *b) {
+  static uint8_t data[256];
+  wf_p2p_send_msg m = {.msg_id = 1 + fz_take(in, 8) % UINT64_MAX,
+                       .incarnation = 1 + fz_take(in, 8) % UINT64_MAX,
+                       .group_id = (uint32_t)fz_take(in, 4),
+                       .key = fz_take(in, 8),
+                       .dtype = (uint8_t)(fz_take(in, 1) % WEFT_DTYPE_COUNT_),
+                       .eager = (uint8_t)(fz_take(in, 1) & 1)};
+  size_t es = weft_dtype_size((weft_dtype)m.dtype);
+  if (m.eager) {
+    m.count = fz_take(in, 1) % (sizeof data / es + 1);
+    fz_take_bytes(in, data, (size_t)m.count * es);
+    m.data = data;
+  } else {
+    m.count = fz_take(in, 8) % ((UINT64_MAX >> 2) / es);
+  }
+  if (wf_encode_p2p_send(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid P2P_SEND was rejected");
+}
+
+static void build_p2p_reply(fz_in *in, wf_buf *b) {
+  wf_p2p_reply_msg m = {.msg_id = 1 + fz_take(in, 8) % UINT64_MAX,
+                        .status = (uint8_t)(fz_take(in, 1) % 2),
+                        .dtype = (uint8_t)(fz_take(in, 1) % WEFT_DTYPE_COUNT_)};
+  m.count = fz_take(in, 8) % ((UINT64_MAX >> 2) / weft_dtype_size((weft_dtype)m.dtype));
+  if (wf_encode_p2p_reply(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid P2P_REPLY was rejected");
+}
+
 /* ------------------------------------------------------------ the table */
 
 typedef struct fz_type {
@@ -332,7 +381,7 @@ typedef struct fz_type {
 
 /* In wf_msg_type order, from 1. A new message type: add its row here. */
 static const fz_type k_types[] = {
-    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX},
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8},
     {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
     {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
     {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},
@@ -343,6 +392,8 @@ static const fz_type k_types[] = {
     {WF_MSG_STALL, "stall", dec_stall, build_stall, 2 + WF_ERRMSG_MAX},
     {WF_MSG_CACHED, "cached", dec_cached, build_cached, UINT64_MAX},
     {WF_MSG_RESEND, "resend", dec_resend, build_resend, UINT64_MAX},
+    {WF_MSG_P2P_SEND, "p2p_send", dec_p2p_send, build_p2p_send, 40 + WF_P2P_EAGER_MAX},
+    {WF_MSG_P2P_REPLY, "p2p_reply", dec_p2p_reply, build_p2p_reply, 20},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
 _Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,

@@ -45,6 +45,7 @@ typedef struct slot {
   int mesh_ok;                  /* 1: every fd carried the right rank both ways */
   char mesh_err[256];
   uint32_t peer_pid[MAXP];
+  uint64_t peer_inc[MAXP];      /* the peer table's incarnations */
   char peer_host[MAXP][WF_HOST_MAX + 1];
   int local_rank, local_size, cross_rank, cross_size;
   double secs;
@@ -56,6 +57,7 @@ typedef struct spec {
   const char *host;             /* NULL: gethostname */
   const char *bind;
   double delay, timeout, hs;
+  uint64_t incarnation;         /* 0: none */
 } spec;
 
 static slot *g_slots;
@@ -142,7 +144,8 @@ static pid_t spawn(const spec *s, slot *sl, const char *addr) {
                      .hostname = s->host,
                      .bind_addr = s->bind,
                      .timeout_seconds = s->timeout > 0 ? s->timeout : 20,
-                     .handshake_timeout = s->hs > 0 ? s->hs : 5};
+                     .handshake_timeout = s->hs > 0 ? s->hs : 5,
+                     .incarnation = s->incarnation};
   wf_boot_result r;
   int64_t t0 = wf_now_ns();
   sl->status = wf_bootstrap(&cfg, &r);
@@ -152,6 +155,7 @@ static pid_t spawn(const spec *s, slot *sl, const char *addr) {
     sl->mesh_ok = r.size == s->size && check_mesh(&r, s->rank, sl);
     for (int j = 0; j < r.size && j < MAXP; j++) {
       sl->peer_pid[j] = r.peers[j].pid;
+      sl->peer_inc[j] = r.peers[j].incarnation;
       snprintf(sl->peer_host[j], sizeof sl->peer_host[j], "%s", r.peers[j].host);
     }
     sl->local_rank = r.local_rank, sl->local_size = r.local_size;
@@ -212,8 +216,10 @@ static void check_success(const spec *specs, int n, const pid_t *pids, const cha
     for (int j = 0; j < n; j++)
       CHECK(s->peer_pid[j] == (uint32_t)pids[j], "%s: rank %d thinks rank %d is pid %u, it is %d", what, i, j,
             s->peer_pid[j], (int)pids[j]);
+    for (int j = 0; j < n; j++) /* every rank's HELLO incarnation reaches every peer table */
+      CHECK(s->peer_inc[j] == specs[j].incarnation, "%s: rank %d has rank %d's incarnation %llx, not %llx", what, i,
+            j, (unsigned long long)s->peer_inc[j], (unsigned long long)specs[j].incarnation);
   }
-  (void)specs;
 }
 
 static void test_mesh(int n, const char *secret) {
@@ -223,7 +229,8 @@ static void test_mesh(int n, const char *secret) {
   spec specs[MAXP];
   pid_t pids[MAXP];
   memset(specs, 0, sizeof specs);
-  for (int i = 0; i < n; i++) specs[i] = (spec){.rank = i, .size = n, .secret = secret};
+  for (int i = 0; i < n; i++)
+    specs[i] = (spec){.rank = i, .size = n, .secret = secret, .incarnation = 0x5eed000000000000ull + (uint64_t)i};
   run_all(specs, n, addr, pids);
   check_success(specs, n, pids, what);
   for (int i = 0; i < n; i++) {
@@ -277,13 +284,16 @@ static void test_wrong_size(void) {
 static void test_duplicate(void) {
   char addr[64];
   addr_of(addr, sizeof addr);
-  spec specs[3] = {{.rank = 0, .size = 3, .secret = "k", .timeout = 8},
-                   {.rank = 1, .size = 3, .secret = "k", .timeout = 8},
-                   {.rank = 1, .size = 3, .secret = "k", .timeout = 8, .delay = 0.5}};
+  spec specs[3] = {{.rank = 0, .size = 3, .secret = "k", .timeout = 8, .incarnation = 0xa0},
+                   {.rank = 1, .size = 3, .secret = "k", .timeout = 8, .incarnation = 0xa1},
+                   {.rank = 1, .size = 3, .secret = "k", .timeout = 8, .delay = 0.5, .incarnation = 0xb1}};
   pid_t pids[3];
   run_all(specs, 3, addr, pids);
   char want[128];
   snprintf(want, sizeof want, "rank 1 registered twice (pids %d and %d", (int)pids[1], (int)pids[2]);
+  /* the processes' incarnations (weft_init's random numbers) tell the two apart */
+  CHECK(strstr(g_slots[0].msg, "incarnations 00000000000000a1 and 00000000000000b1"), "duplicate: %s",
+        g_slots[0].msg);
   CHECK(g_slots[0].status == WEFT_ERR_INVALID_ARGUMENT && strstr(g_slots[0].msg, want), "duplicate, rank 0: %s: %s",
         weft_status_string(g_slots[0].status), g_slots[0].msg);
   for (int i = 1; i < 3; i++)

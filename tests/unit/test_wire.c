@@ -74,14 +74,16 @@ static void test_hello(void) {
   strcpy(m.listen_addr, "192.168.100.200:65535");
   for (int i = 0; i < WF_SETTINGS_DIGEST; i++) m.settings_digest[i] = (uint8_t)(0xa0 + i);
   fill_str(m.settings, WF_SETTINGS_TEXT_MAX, 'S');
+  m.incarnation = 0x8877665544332211ull;
   wf_buf b = {0};
   CHECK(wf_encode_hello(&b, 7, &m) == WEFT_OK, "encode hello");
   size_t n;
   const uint8_t *p = frame_payload(&b, 0, WF_MSG_HELLO, 7, &n);
-  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21 + 32 + 2 + WF_SETTINGS_TEXT_MAX, "HELLO payload %zu bytes", n);
+  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21 + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8, "HELLO payload %zu bytes", n);
   wf_hello_msg d;
   CHECK(wf_decode_hello(p, n, &d, g_err, sizeof g_err) == WEFT_OK, "decode hello: %s", g_err);
-  CHECK(d.rank == m.rank && d.size == m.size && d.pid == m.pid, "hello ints %u %u %u", d.rank, d.size, d.pid);
+  CHECK(d.rank == m.rank && d.size == m.size && d.pid == m.pid && d.incarnation == m.incarnation,
+        "hello ints %u %u %u %llx", d.rank, d.size, d.pid, (unsigned long long)d.incarnation);
   CHECK(!strcmp(d.host, m.host) && !strcmp(d.boot_id, m.boot_id) && !strcmp(d.listen_addr, m.listen_addr),
         "hello strings");
   CHECK(!memcmp(d.settings_digest, m.settings_digest, WF_SETTINGS_DIGEST) && !strcmp(d.settings, m.settings),
@@ -99,11 +101,13 @@ static void test_hello(void) {
   m.settings_digest[0] = 0xee;
   m.settings_digest[31] = 0x11;
   strcpy(m.settings, "X=1\n");
+  m.incarnation = 0x0807060504030201ull;
   CHECK(wf_encode_hello(&b, 1, &m) == WEFT_OK, "encode small hello");
-  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0, 0, 0,
+  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 68, 0, 0, 0, 0, 0, 0, 0,
                                  1, 0, 0, 0, 2, 0, 0, 0, 4, 3, 2, 1, 1, 0, 'h', 0, 0, 3, 0, 'a', ':', '1',
                                  0xee, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11, 4, 0, 'X', '=', '1', '\n'};
+                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11, 4, 0, 'X', '=', '1', '\n',
+                                 1, 2, 3, 4, 5, 6, 7, 8};
   CHECK(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0, "small HELLO bytes differ (len %zu)", b.len);
   CHECK(wf_decode_hello(b.data + 24, b.len - 24, &d, g_err, sizeof g_err) == WEFT_OK && d.boot_id[0] == 0,
         "empty boot_id: %s", g_err);
@@ -147,6 +151,7 @@ static void test_peers(void) {
     peers[i].local_size = 3;
     peers[i].cross_rank = i / 3;
     peers[i].cross_size = 2;
+    peers[i].incarnation = 0x1000000000000001ull * (uint64_t)(i + 1);
   }
   wf_peers_msg m = {N, peers};
   wf_buf b = {0};
@@ -160,7 +165,7 @@ static void test_peers(void) {
     const wf_peer_info *a = &peers[i], *c = &d.peers[i];
     CHECK(!strcmp(a->host, c->host) && !strcmp(a->listen_addr, c->listen_addr) && a->pid == c->pid &&
               a->local_rank == c->local_rank && a->local_size == c->local_size && a->cross_rank == c->cross_rank &&
-              a->cross_size == c->cross_size,
+              a->cross_size == c->cross_size && a->incarnation == c->incarnation,
           "peer %d differs", i);
   }
   wf_peers_msg_free(&d);

@@ -10,7 +10,7 @@ Launch with `weftrun -np N python3 train.py`. Beyond Horovod: bfloat16
 tensors, errors that carry the real cause (which tensor, which ranks, which
 values) on every rank, and a pure-C extension that never needs rebuilding for
 a new torch. Process sets (add_process_set), join and timelines map to weft's
-groups, join and timeline. Not available (NotImplementedError or absent):
+groups, join and timeline; send/recv/isend/irecv follow torch.distributed. Not available (NotImplementedError or absent):
 elastic training, GPU tensors.
 """
 
@@ -27,6 +27,7 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, Product, 
                       reducescatter, reducescatter_async, remove_process_set, rocm_built, shutdown, size,
                       sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
+from .p2p import Work, irecv, isend, recv, send
 from .sync_batch_norm import SyncBatchNorm
 from .._core import WeftError
 
@@ -43,4 +44,6 @@ __all__ = [
     "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter", "reducescatter_async",
     "remove_process_set", "rocm_built", "shutdown", "size", "sparse_allreduce_async", "start_timeline",
     "stop_timeline", "synchronize",
+    # beyond Horovod: torch.distributed-style point-to-point (p2p.py)
+    "Work", "irecv", "isend", "recv", "send",
 ]

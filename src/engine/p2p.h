@@ -1,0 +1,49 @@
+/* p2p.h - point-to-point transfers (weft_send / weft_recv) in the engine,
+ * matched by the receiver without the coordinator (engine/p2p.c has the
+ * protocol). Callers use wf_p2p_submit; the rest is the engine thread's. */
+#ifndef WF_ENGINE_P2P_H
+#define WF_ENGINE_P2P_H
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+/* Bytes sent inline (eager) to one peer and not yet acknowledged: beyond
+ * this a send waits for the receiver's clear-to-send (the receiver buffers
+ * at most this much early data per peer; the same 32 MiB as TCP's cap on
+ * early data, transport/tcp.c). */
+#define WF_P2P_EAGER_CREDIT (32u << 20)
+
+typedef struct wf_p2p wf_p2p;
+
+/* State for a world of size ranks; NULL: out of memory. */
+wf_p2p *wf_p2p_new(int size);
+/* Frees what is left (after the engine stopped). NULL: no-op. */
+void wf_p2p_free(wf_p2p *p);
+
+/* Any thread: queues r (weft_send/weft_recv's request, described) for the
+ * engine. WEFT_OK and *out = r, or the world's failure (r freed). */
+weft_status wf_p2p_submit(weft_request *r, weft_request **out);
+
+/* Engine thread. */
+/* A p2p request taken from the submission queue. */
+void wf_p2p_start(weft_world *w, weft_request *r);
+/* A P2P_SEND from peer (data: its inline bytes, or NULL; copied). */
+void wf_p2p_on_send(weft_world *w, int peer, const wf_p2p_send_msg *m);
+/* A P2P_REPLY from peer. */
+void wf_p2p_on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m);
+/* Completes transfers the transports finished. */
+void wf_p2p_progress(weft_world *w);
+/* 1 while data moves through the transports (the engine waits on the
+ * shared-memory segment then, which does not wake epoll). */
+int wf_p2p_moving(weft_world *w);
+/* The earliest deadline of a pending operation (INT64_MAX: none); past it,
+ * wf_p2p_check_deadlines fails the world naming the operation. */
+int64_t wf_p2p_next_deadline(weft_world *w);
+void wf_p2p_check_deadlines(weft_world *w, int64_t now);
+/* peer finalized (its BYE, handled in order after everything it sent):
+ * what still needs it fails, and so do later transfers with it. */
+void wf_p2p_peer_departed(weft_world *w, int peer);
+/* The world failed: every pending operation completes with st/msg. */
+void wf_p2p_fail_all(weft_world *w, weft_status st, const char *msg);
+
+#endif

@@ -1,0 +1,114 @@
+/* mp_p2p_fault.c - the last rank dies by SIGKILL in the middle of a large
+ * point-to-point send to rank 0; every survivor's pending transfers with it
+ * (rank 0: the recv in flight and an unmatched send; the others: an
+ * unmatched recv) fail within 10 s with WEFT_ERR_PEER_LOST or a message
+ * naming the dead rank, and finalize returns within 2 s.
+ *
+ * As mp_fault.c: every rank forks, the weft rank runs in the child, and the
+ * killer's parent exits 0 when its child died of SIGKILL as announced. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mp_harness.c"
+
+static int g_pipe = -1;
+
+static int supervise(pid_t child, int rfd) {
+  char note = 0;
+  ssize_t n;
+  do n = read(rfd, &note, 1);
+  while (n < 0 && errno == EINTR);
+  int ws = 0;
+  while (waitpid(child, &ws, 0) < 0)
+    if (errno != EINTR) return 1;
+  if (WIFSIGNALED(ws)) {
+    if (WTERMSIG(ws) == SIGKILL && n == 1 && note == 'K') {
+      printf("PASS: the sender killed itself with SIGKILL as planned\n");
+      return 0;
+    }
+    printf("FAIL: a weft rank (pid %d) died of signal %d unplanned\n", (int)child, WTERMSIG(ws));
+    return 1;
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+static void expect_lost(weft_request *r, double t0, const char *dead, const char *what) {
+  weft_status st = weft_wait(r, 12.0);
+  double dt = mp_now() - t0;
+  const char *msg = weft_request_error(r);
+  if (st == WEFT_IN_PROGRESS) mp_fail("%s: no error %.1f s after the kill", what, dt);
+  else if (st >= 0) mp_fail("%s: completed (%s) although the peer died", what, weft_status_string(st));
+  else if (!mp_contains(msg, dead)) mp_fail("%s: \"%s\" does not name %s", what, msg, dead);
+  else if (dt > 10.0) mp_fail("%s: failed only after %.1f s", what, dt);
+  else mp_say("INFO rank %d: %s failed after %.2f s: %s: %s", mp_rank, what, dt, weft_status_string(st), msg);
+  weft_request_free(r);
+}
+
+static int run_rank(void) {
+  mp_setup();
+  int killer = mp_size - 1;
+  char dead[32];
+  snprintf(dead, sizeof dead, "rank %d", killer);
+  size_t n = (size_t)256 << 20 >> 2; /* 256 MiB of float32: still moving when the kill lands */
+  float *buf = mp_alloc(n * 4);
+  memset(buf, 0, n * 4);
+  int64_t shape[1] = {(int64_t)n}, one[1] = {1};
+  weft_tensor big = {WEFT_DTYPE_FLOAT32, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
+  float x = 1;
+  weft_tensor small = {WEFT_DTYPE_FLOAT32, 1, one, &x, WEFT_DEVICE_CPU, 0, NULL};
+  mp_case("ready");
+  if (!mp_same_everywhere("p2pfault.ready", 1)) mp_fatal("sync failed");
+  mp_case_end();
+  if (mp_rank == killer) {
+    mp_case("rank %d: SIGKILL during a 256 MiB send to rank 0", mp_rank);
+    weft_request *r;
+    mp_submitted(weft_send(mp_group, &big, 0, 1, NULL, &r), &r, "big send");
+    mp_sleep_ms(100);
+    char k = 'K';
+    if (write(g_pipe, &k, 1) != 1) perror("write");
+    raise(SIGKILL);
+    mp_fatal("still alive after raise(SIGKILL)");
+  }
+  mp_case("survivor: pending transfers with %s fail naming it", dead);
+  double t0 = mp_now();
+  weft_request *r = NULL, *s = NULL;
+  if (mp_rank == 0) {
+    mp_submitted(weft_recv(mp_group, &big, killer, 1, NULL, &r), &r, "big recv");
+    mp_submitted(weft_send(mp_group, &small, killer, 2, NULL, &s), &s, "unmatched send");
+    expect_lost(r, t0, dead, "recv in flight");
+    expect_lost(s, t0, dead, "unmatched send");
+  } else {
+    mp_submitted(weft_recv(mp_group, &small, killer, 3, NULL, &r), &r, "unmatched recv");
+    expect_lost(r, t0, dead, "unmatched recv");
+  }
+  mp_case_end();
+  free(buf);
+  mp_case("survivor: finalize within 2 s");
+  double f0 = mp_now();
+  weft_world *w = mp_world;
+  mp_world = NULL;
+  weft_finalize(w);
+  if (mp_now() - f0 > 2.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
+  mp_case_end();
+  int nf = atomic_load(&mp_failures);
+  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
+  return nf ? 1 : 0;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  fflush(NULL);
+  pid_t child = fork();
+  if (child < 0) return 1;
+  if (child > 0) {
+    close(fds[1]);
+    return supervise(child, fds[0]);
+  }
+  close(fds[0]);
+  g_pipe = fds[1];
+  return run_rank();
+}
