@@ -27,6 +27,7 @@
 
 #include "weft.h"
 #include "weft_bench_dev.h"
+#include "weft_bench_num.h"
 #include "weft_bench_p2p.h"
 
 enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_SENDRECV, OP_PINGPONG, OP_COUNT };
@@ -87,139 +88,22 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-/* Exact for every value this file encodes (small integers); rounds to nearest
- * even otherwise, so a decoded average is compared fairly. */
-static uint16_t f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
-  if (e == 0xff) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
-  int32_t he = (int32_t)e - 127 + 15;
-  if (he >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (he <= 0) { /* subnormal half, or zero */
-    if (he < -10) return (uint16_t)sign;
-    m |= 0x800000u;
-    uint32_t shift = (uint32_t)(14 - he), h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = sign | ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  return (uint16_t)h;
-}
-
-static double f16_to_double(uint16_t h) {
-  int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400, e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* NaN */
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-
-static double bf16_to_double(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-
-static int is_float(weft_dtype t) {
-  return t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16 || t == WEFT_DTYPE_FLOAT32 || t == WEFT_DTYPE_FLOAT64;
-}
-static int is_signed(weft_dtype t) {
-  return t == WEFT_DTYPE_INT8 || t == WEFT_DTYPE_INT16 || t == WEFT_DTYPE_INT32 || t == WEFT_DTYPE_INT64 ||
-         is_float(t);
-}
-
-/* Largest integer magnitude held exactly (and without overflow) by t. */
-static int64_t exact_limit(weft_dtype t) {
-  switch (t) {
-  case WEFT_DTYPE_UINT8: return 255;
-  case WEFT_DTYPE_INT8: return 127;
-  case WEFT_DTYPE_UINT16: return 65535;
-  case WEFT_DTYPE_INT16: return 32767;
-  case WEFT_DTYPE_INT32: return INT32_MAX;
-  case WEFT_DTYPE_INT64: return INT64_C(1) << 62;
-  case WEFT_DTYPE_FLOAT16: return 2048;
-  case WEFT_DTYPE_BFLOAT16: return 256;
-  case WEFT_DTYPE_FLOAT32: return INT64_C(1) << 24;
-  case WEFT_DTYPE_FLOAT64: return INT64_C(1) << 53;
-  default: return 1; /* bool */
-  }
-}
-
-/* Relative rounding unit of a float dtype (for the average's tolerance). */
-static double float_eps(weft_dtype t) {
-  return t == WEFT_DTYPE_FLOAT16 ? 0x1p-10 : t == WEFT_DTYPE_BFLOAT16 ? 0x1p-7 : t == WEFT_DTYPE_FLOAT32 ? 0x1p-23 : 0x1p-52;
-}
-
-static void store(weft_dtype t, void *buf, size_t i, int64_t v) {
-  switch (t) {
-  case WEFT_DTYPE_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-  case WEFT_DTYPE_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-  case WEFT_DTYPE_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
-  case WEFT_DTYPE_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
-  case WEFT_DTYPE_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case WEFT_DTYPE_INT64: ((int64_t *)buf)[i] = v; break;
-  case WEFT_DTYPE_FLOAT16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
-  case WEFT_DTYPE_BFLOAT16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
-  case WEFT_DTYPE_FLOAT32: ((float *)buf)[i] = (float)v; break;
-  case WEFT_DTYPE_FLOAT64: ((double *)buf)[i] = (double)v; break;
-  default: ((uint8_t *)buf)[i] = (uint8_t)(v != 0); break;
-  }
-}
-
-/* Element i as a double (floats) or an exact integer (the rest). */
-static double load_f(weft_dtype t, const void *buf, size_t i) {
-  switch (t) {
-  case WEFT_DTYPE_FLOAT16: return f16_to_double(((const uint16_t *)buf)[i]);
-  case WEFT_DTYPE_BFLOAT16: return bf16_to_double(((const uint16_t *)buf)[i]);
-  case WEFT_DTYPE_FLOAT32: return ((const float *)buf)[i];
-  default: return ((const double *)buf)[i];
-  }
-}
-
-static int64_t load_i(weft_dtype t, const void *buf, size_t i) {
-  switch (t) {
-  case WEFT_DTYPE_UINT8: return ((const uint8_t *)buf)[i];
-  case WEFT_DTYPE_INT8: return ((const int8_t *)buf)[i];
-  case WEFT_DTYPE_UINT16: return ((const uint16_t *)buf)[i];
-  case WEFT_DTYPE_INT16: return ((const int16_t *)buf)[i];
-  case WEFT_DTYPE_INT32: return ((const int32_t *)buf)[i];
-  case WEFT_DTYPE_INT64: return ((const int64_t *)buf)[i];
-  default: return ((const uint8_t *)buf)[i]; /* bool: the raw byte, so 2 is caught */
-  }
-}
-
 /* ------------------------------------------------------------------ the check pattern */
 /* Pattern range per rank: the dtype's whole exact range for data movement;
  * for reductions 1/size of it, so the sum of all ranks stays exact. */
 static void pattern_range(bench *b) {
-  int64_t lim = exact_limit(b->a.dtype);
+  int64_t lim = wb_exact_limit(b->a.dtype);
   int reduces = b->a.op == OP_ALLREDUCE || b->a.op == OP_REDUCESCATTER;
   if (reduces) lim /= b->size;
   if (b->a.dtype == WEFT_DTYPE_BOOL) lim = 1;
   b->hi = lim;
-  b->lo = is_signed(b->a.dtype) ? -lim : 0;
+  b->lo = wb_is_signed(b->a.dtype) ? -lim : 0;
 }
 
 /* Per-(rank, iteration, tensor) seed; rank == size gives the rank-free seed
  * used by the product pattern. */
 static uint64_t pat_seed(int rank, uint64_t it, int k) {
-  return mix64(mix64(0x5eedull ^ (it << 20) ^ ((uint64_t)k << 48)) + (uint64_t)rank);
+  return wb_mix64(wb_mix64(0x5eedull ^ (it << 20) ^ ((uint64_t)k << 48)) + (uint64_t)rank);
 }
 
 /* Value of element g of rank r's input. Product inputs are 1 except one
@@ -227,12 +111,12 @@ static uint64_t pat_seed(int rank, uint64_t it, int k) {
 static int64_t pat(const bench *b, uint64_t seed_r, uint64_t seed_any, int r, size_t g) {
   if (b->a.rop == WEFT_OP_PRODUCT && (b->a.op == OP_ALLREDUCE || b->a.op == OP_REDUCESCATTER) &&
       b->a.dtype != WEFT_DTYPE_BOOL) {
-    uint64_t h = mix64(seed_any + g);
+    uint64_t h = wb_mix64(seed_any + g);
     int64_t v = (uint64_t)r == h % (uint64_t)b->size ? 2 : 1;
-    if (is_signed(b->a.dtype) && (uint64_t)r == (h >> 32) % (uint64_t)b->size) v = -v;
+    if (wb_is_signed(b->a.dtype) && (uint64_t)r == (h >> 32) % (uint64_t)b->size) v = -v;
     return v;
   }
-  uint64_t h = mix64(seed_r + g), span = (uint64_t)b->hi - (uint64_t)b->lo + 1; /* 0: all 2^64 */
+  uint64_t h = wb_mix64(seed_r + g), span = (uint64_t)b->hi - (uint64_t)b->lo + 1; /* 0: all 2^64 */
   return span ? (int64_t)((uint64_t)b->lo + h % span) : (int64_t)h;
 }
 
@@ -259,7 +143,7 @@ static int64_t reduce_expect(const bench *b, const uint64_t *seeds, uint64_t see
 static void fill(bench *b, const geom *gm, int k, uint64_t it) {
   uint64_t seed = pat_seed(b->rank, it, k), seed_any = pat_seed(b->size, it, k);
   void *in = b->dev ? b->slots[k].host_in : b->slots[k].in;
-  for (size_t g = 0; g < gm->in_elems; g++) store(b->a.dtype, in, g, pat(b, seed, seed_any, b->rank, g));
+  for (size_t g = 0; g < gm->in_elems; g++) wb_store(b->a.dtype, in, g, pat(b, seed, seed_any, b->rank, g));
   if (b->dev && bdev_put(b->dev, b->slots[k].in, in, gm->in_elems * b->esize))
     fprintf(stderr, "weft-bench: rank %d: filling device memory: %s\n", b->rank, weft_last_error());
 }
@@ -278,8 +162,8 @@ static void verify(bench *b, const geom *gm, int k, uint64_t it, const void *out
   uint64_t seeds[b->size];
   for (int r = 0; r < b->size; r++) seeds[r] = pat_seed(r, it, k);
   uint64_t seed_any = pat_seed(b->size, it, k);
-  int fl = is_float(t), favg = fl && b->a.rop == WEFT_OP_AVERAGE;
-  double tol = 2 * float_eps(t);
+  int fl = wb_is_float(t), favg = fl && b->a.rop == WEFT_OP_AVERAGE;
+  double tol = 2 * wb_float_eps(t);
   if (n != gm->out_elems) {
     fprintf(stderr, "weft-bench: rank %d: %s size %zu tensor %d: output has %zu elements, expected %zu\n", b->rank,
             k_op_names[b->a.op], gm->bytes, k, n, gm->out_elems);
@@ -309,13 +193,13 @@ static void verify(bench *b, const geom *gm, int k, uint64_t it, const void *out
     int redop = b->a.op == OP_ALLREDUCE || b->a.op == OP_REDUCESCATTER;
     char gs[32], ws[32];
     if (fl) {
-      double got = load_f(t, out, i), w = favg && redop ? want_avg : (double)want;
+      double got = wb_load_f(t, out, i), w = favg && redop ? want_avg : (double)want;
       int ok = favg && redop ? fabs(got - w) <= tol * fabs(w) : got == w;
       if (ok) continue;
       snprintf(gs, sizeof gs, "%.17g", got);
       snprintf(ws, sizeof ws, "%.17g", w);
     } else {
-      int64_t got = load_i(t, out, i);
+      int64_t got = wb_load_i(t, out, i);
       if (got == want) continue;
       snprintf(gs, sizeof gs, "%lld", (long long)got);
       snprintf(ws, sizeof ws, "%lld", (long long)want);
