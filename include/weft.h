@@ -64,7 +64,8 @@ typedef enum weft_status {
   WEFT_ERR_PROTOCOL = -10,         /* malformed or unexpected message from a peer */
   WEFT_ERR_AUTH = -11,             /* authentication failed */
   WEFT_ERR_SHUTDOWN = -12,         /* the world was finalized with this in flight */
-  WEFT_ERR_INTERNAL = -13          /* a bug in weft: please report */
+  WEFT_ERR_INTERNAL = -13,         /* a bug in weft: please report */
+  WEFT_ERR_NOT_FOUND = -14         /* no such name: an algorithm (WEFT_ALGO_<COLL>, weft_algorithm_lookup) */
 } weft_status;
 
 /* A static string naming the status ("WEFT_ERR_TIMEOUT" ...). Never NULL. */
@@ -419,6 +420,44 @@ WEFT_API weft_status weft_request_free(weft_request *req);
 WEFT_API weft_status weft_timeline_start(weft_world *world, const char *path, int mark_cycles);
 /* Finishes and closes the timeline (valid JSON from then on). Idempotent. */
 WEFT_API weft_status weft_timeline_stop(weft_world *world);
+
+/* ------------------------------------------------------------------ algorithms by name */
+/* The collectives that have algorithms to choose from (a barrier and a join
+ * move no data). */
+typedef enum weft_collective {
+  WEFT_COLLECTIVE_ALLREDUCE = 0,
+  WEFT_COLLECTIVE_ALLGATHER = 1,
+  WEFT_COLLECTIVE_BROADCAST = 2,
+  WEFT_COLLECTIVE_ALLTOALL = 3,
+  WEFT_COLLECTIVE_REDUCESCATTER = 4,
+  WEFT_COLLECTIVE_COUNT_ = 5
+} weft_collective;
+
+/* "allreduce" ...; "unknown" for an unknown collective. */
+WEFT_API const char *weft_collective_name(weft_collective c);
+
+/* The algorithms of collective c are numbered 0 .. weft_algorithm_count(c) - 1,
+ * in the registry's table order; numbers are stable within one build of the
+ * library only, names across builds (store names, not numbers). These are
+ * the names WEFT_ALGO_<COLL> takes and weft_request_algorithm() reports
+ * ("board", the one-host fast path, is not among them: it is chosen at
+ * submission, never forced; see WEFT_FAST). Whether a listed algorithm
+ * runs a given call depends on where the group lives and the sizes: a forced
+ * one that declines a call gives way to the automatic choice with one
+ * warning, and weft_request_algorithm() names what ran. A WEFT_ALGO_<COLL>
+ * naming no algorithm of its collective fails weft_init with
+ * WEFT_ERR_NOT_FOUND, naming the setting and the names it takes.
+ * All three: no world needed, any thread, non-blocking. */
+/* The number of algorithms of c; -1 for an unknown collective. */
+WEFT_API int weft_algorithm_count(weft_collective c);
+/* The name of c's algorithm number index (a static string), or NULL when
+ * index is out of range or c unknown. */
+WEFT_API const char *weft_algorithm_name(weft_collective c, int index);
+/* *index = the number of c's algorithm named name (exact match, as
+ * WEFT_ALGO_<COLL> compares). WEFT_ERR_NOT_FOUND, with a message listing
+ * c's names, when there is none (*index = -1); WEFT_ERR_INVALID_ARGUMENT for
+ * an unknown c or a NULL name or index. */
+WEFT_API weft_status weft_algorithm_lookup(weft_collective c, const char *name, int *index);
 
 /* ------------------------------------------------------------------ info */
 /* "0.1.0" */

@@ -96,7 +96,8 @@ static const char *const LSIZE_VARS[] = {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"
 static const char *const CRANK_VARS[] = {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", NULL};
 static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", NULL};
 
-/* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty). */
+/* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty);
+ * else WEFT_ERR_NOT_FOUND, naming the ones it has. */
 static weft_status check_algorithms(const wf_settings *s, char *err, size_t errlen) {
   for (int c = 0; c < WF_SET_ALGO_COLLS; c++) {
     if (!s->algo[c][0] || wf_algo_find((wf_coll)c, s->algo[c])) continue;
@@ -106,7 +107,7 @@ static weft_status check_algorithms(const wf_settings *s, char *err, size_t errl
                                                           "REDUCESCATTER"};
     snprintf(err, errlen, "WEFT_ALGO_%s=%s: %s has no algorithm of that name (it has: %s)", upper[c], s->algo[c],
              wf_coll_name((wf_coll)c), names);
-    return WEFT_ERR_INVALID_ARGUMENT;
+    return WEFT_ERR_NOT_FOUND;
   }
   return WEFT_OK;
 }
