@@ -459,6 +459,38 @@ WEFT_API const char *weft_algorithm_name(weft_collective c, int index);
  * an unknown c or a NULL name or index. */
 WEFT_API weft_status weft_algorithm_lookup(weft_collective c, const char *name, int *index);
 
+/* ------------------------------------------------------------------ locality */
+/* Where a rank of the world runs, as the rendezvous at weft_init learned it
+ * (seed 004's device locality; nothing is asked of the peer at call time).
+ * Fill with WEFT_LOCALITY_INIT: weft writes only the fields that fit in
+ * struct_size, so a caller built against an older header keeps working. */
+#define WEFT_HOST_NAME_MAX 255
+typedef struct weft_locality {
+  size_t struct_size;   /* sizeof(weft_locality), set by WEFT_LOCALITY_INIT */
+  char host[WEFT_HOST_NAME_MAX + 1]; /* its host name (WEFT_HOSTNAME, else gethostname) */
+  int host_index;       /* its host among the world's hosts (as weft_cross_rank counts them:
+                           hosts are (name, boot id) pairs) */
+  int host_count;       /* the world's hosts (as weft_cross_size) */
+  int local_rank;       /* its rank among its host's ranks (as the rendezvous computed it: a launcher's
+                           WEFT_LOCAL_RANK may make weft_local_rank() say otherwise on that rank) */
+  int local_size;       /* ranks on its host */
+  int64_t pid;          /* its process id, on its host */
+  uint64_t incarnation; /* identifies the process holding the rank in this world: two processes that
+                           held the same rank (a restart) differ. Never 0 */
+  unsigned device_kinds; /* bit (1u << WEFT_DEVICE_KIND_*) for each kind of device its process could
+                           stage tensors from at weft_init without loading anything: SIM (built in)
+                           always; CUDA when a CUDA runtime was loaded in the process */
+} weft_locality;
+
+#define WEFT_LOCALITY_INIT {sizeof(weft_locality), "", -1, -1, -1, -1, -1, 0, 0u}
+
+/* Fills *out with where world rank rank (0 .. weft_size() - 1, this rank
+ * included) runs. WEFT_ERR_MISUSE for an invalid world;
+ * WEFT_ERR_INVALID_ARGUMENT for a rank out of range, a NULL out or a
+ * struct_size below the first two fields. Non-blocking, any thread; the
+ * answer never changes while the world lives (also after a failure). */
+WEFT_API weft_status weft_peer_locality(const weft_world *world, int rank, weft_locality *out);
+
 /* ------------------------------------------------------------------ info */
 /* "0.1.0" */
 WEFT_API const char *weft_version(void);

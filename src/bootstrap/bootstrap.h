@@ -44,6 +44,7 @@ typedef struct wf_boot_cfg {
                                   differ (WEFT_ERR_MISMATCH naming the setting, both
                                   values and ranks; the others get it in an ABORT).
                                   NULL: none sent, none checked (tests) */
+  uint32_t device_kinds;       /* this rank's, for the peer table (WF_DEVICE_KINDS_MASK bits) */
 } wf_boot_cfg;
 
 typedef struct wf_boot_result {

@@ -30,6 +30,9 @@ weft_status wf_submit_check_device(const char *fn, const char *name, const char 
                                    size_t bytes);
 /* "host memory", "cuda:0", "sim:1": where t lives (messages). */
 const char *wf_submit_device_str(const weft_tensor *t, char *buf, size_t len);
+/* This process's device kinds for the rendezvous (weft_locality's
+ * device_kinds: wf_device_kinds_present). */
+uint32_t wf_submit_device_kinds(void);
 /* t's device as the wire has it (WF_DEVICE_CODE). */
 int32_t wf_submit_device_code(const weft_tensor *t);
 

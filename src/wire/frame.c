@@ -10,8 +10,8 @@
  *   off 12  u32 reserved, must be 0
  *   off 16  u64 payload length
  * Payload length limits, checked before anything is read or allocated:
- *   HELLO      54 .. 3697 (the largest valid HELLO), and <= max_ctrl
- *   PEERS      30 .. max_ctrl          (size + one minimal entry)
+ *   HELLO      58 .. 3701 (the largest valid HELLO), and <= max_ctrl
+ *   PEERS      34 .. max_ctrl          (size + one minimal entry)
  *   REQUESTS    4 .. max_ctrl          (count; 0 requests is valid)
  *   RESPONSES   4 .. max_ctrl
  *   DATA       16 .. max_data          (sub-header included)
@@ -43,11 +43,11 @@ const char *wf_coll_name(wf_coll c) {
 }
 
 /* ------------------------------------------------------------------ limits */
-/* host, listen >= 1 byte; then the settings digest and text */
-#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2)
+/* host, listen >= 1 byte; then the settings digest and text, the device kinds */
+#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2 + 4)
 #define WF_HELLO_MAX \
-  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX) /* boot_id < 64 */
-#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 5 * 4)
+  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 4) /* boot_id < 64 */
+#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 6 * 4)
 
 typedef struct wf_type_info {
   const char *name;

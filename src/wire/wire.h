@@ -94,7 +94,11 @@ typedef struct wf_hello_msg {
   char listen_addr[WF_HOST_MAX + 1]; /* "ip:port" where this rank accepts peers */
   uint8_t settings_digest[WF_SETTINGS_DIGEST]; /* SHA-256 of the agreed settings' canonical text (util/settings.h) */
   char settings[WF_SETTINGS_TEXT_MAX + 1];      /* that text, cut at a line end to fit ("" allowed) */
+  uint32_t device_kinds;          /* bit 1 << WEFT_DEVICE_KIND_* per kind it has (WF_DEVICE_KINDS_MASK) */
 } wf_hello_msg;
+
+/* The device kinds a HELLO or PEERS entry may carry (weft_locality). */
+#define WF_DEVICE_KINDS_MASK ((1u << WEFT_DEVICE_KIND_CUDA) | (1u << WEFT_DEVICE_KIND_SIM))
 
 /* ---- PEERS (bootstrap): one entry per rank, in rank order. */
 typedef struct wf_peer_info {
@@ -102,6 +106,7 @@ typedef struct wf_peer_info {
   char listen_addr[WF_HOST_MAX + 1];
   uint32_t pid;
   int32_t local_rank, local_size, cross_rank, cross_size;
+  uint32_t device_kinds; /* as HELLO's */
 } wf_peer_info;
 typedef struct wf_peers_msg {
   uint32_t size;
