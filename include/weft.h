@@ -196,11 +196,40 @@ WEFT_API weft_group *weft_world_group(weft_world *world);
 /* Process sets. Creates a group of the listed world ranks (any order, no
  * duplicates; this rank must be one of them). Collective over the members
  * only: each member calls it with the same list; it returns when all have
- * (a barrier in the new group; deadline WEFT_TIMEOUT_SECONDS). Operations on
- * the group involve only its members, and each group negotiates on its own,
- * so a stalled group never blocks another. Blocking; must not be called from
- * a completion callback. */
+ * (matched by the list's lowest member, then a barrier in the new group;
+ * deadline WEFT_TIMEOUT_SECONDS, after which every caller gets
+ * WEFT_ERR_TIMEOUT naming the ranks that did arrive). Ranks that list
+ * different members with the same lowest rank and so wait for each other
+ * (rank 2 creating {0,1,2,3} while ranks 0 and 1 create {0,1,2}) all get
+ * WEFT_ERR_MISMATCH at once, naming the ranks and both lists. A rank
+ * creates one group at a time.
+ * Operations on the group involve only its members, and each group
+ * negotiates on its own, so a stalled group never blocks another. Blocking;
+ * must not be called from a completion callback. */
 WEFT_API weft_status weft_group_create(weft_world *world, const int *ranks, int n, weft_group **out);
+/* Keyed groups (seed 004's group resolution): every member calls it with
+ * the same group_key, group_size (1 .. weft_size()) and device_type
+ * (WEFT_DEVICE_CPU, or the WEFT_DEVICE_KIND_* of the tensors it will use;
+ * AUTO means CUDA); the group is the first group_size ranks to call it,
+ * ordered by world rank. The first call of a key on a rank asks the group
+ * leader (world rank 0, which must not have finalized: else
+ * WEFT_ERR_PEER_LOST naming it) and returns when every member has; later calls of
+ * that key on the rank return the same handle at once, without a message.
+ * Errors reach every rank that called, with a message naming ranks and
+ * values: WEFT_ERR_MISMATCH when ranks give different sizes or device types
+ * ("group 7: rank 2 gives group size 4, rank 0 gave 3") or a rank calls a
+ * group that is already complete without it; WEFT_ERR_TIMEOUT when members
+ * are missing at the deadline (WEFT_TIMEOUT_SECONDS from the first call, the
+ * leader's: "group 7: waiting for 4 members, have ranks 0, 2");
+ * WEFT_ERR_INVALID_ARGUMENT for a size or device type out of range (local,
+ * nothing sent). A key that failed stays failed in this world (later calls
+ * get the same error). The group lives as long as the world (never destroy
+ * it: WEFT_ERR_MISUSE); *out is owned by the world. Blocking; any thread
+ * (two threads resolving one key get one group); must not be called from a
+ * completion callback. */
+WEFT_API weft_status weft_group_resolve(weft_world *world, int group_key, int group_size, int device_type,
+                                        weft_group **out);
+
 /* Collective over the members (a barrier), then frees the group. No
  * operation may be in flight in it. The handle is invalid afterwards. */
 WEFT_API weft_status weft_group_destroy(weft_group *group);

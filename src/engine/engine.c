@@ -399,6 +399,7 @@ static void fail_all(weft_world *w) {
   }
   wf_exec_abort(w, st, msg);
   wf_fast_fail_all(w, st, msg);
+  wf_resolve_fail_all(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
@@ -446,7 +447,9 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
-  int64_t f = wf_fast_next_scan(w, now);
+  int64_t f = wf_resolve_next(w); /* a JOIN to send, the group leader's deadlines */
+  if (f < d) d = f < now ? now : f;
+  f = wf_fast_next_scan(w, now);
   if (f < d) d = f;
   f = wf_devstage_next(w, now); /* device copies in flight: polled, never waited for */
   if (f < d) d = f;
@@ -559,6 +562,7 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
+    wf_resolve_progress(w, now);
     wf_fast_scan_due(w, now);
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;
@@ -577,6 +581,7 @@ static void *engine_main(void *arg) {
   wf_world_fail(w, WEFT_ERR_SHUTDOWN, "weft_finalize was called with this operation in flight");
   fail_all(w);
   wf_devstage_stop(w); /* device copies in flight: bounded */
+  wf_resolve_stop(w);
   for (int p = 0; p < w->size; p++) {
     if (p == w->rank || !wf_tcp_alive(w->tcp, p)) continue;
     wf_buf b = {0};

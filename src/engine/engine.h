@@ -90,6 +90,7 @@ typedef struct wf_inbox {
   wf_responses_msg resps;    /* WF_MSG_RESPONSES */
   wf_cache_refs_msg refs;    /* WF_MSG_CACHED, WF_MSG_RESEND */
   char reason[512];          /* WF_MSG_ABORT */
+  wf_group_msg group;        /* WF_MSG_GROUP_JOIN, WF_MSG_GROUP_REPLY */
 } wf_inbox;
 
 struct weft_world {
@@ -117,6 +118,8 @@ struct weft_world {
   char abort_reason[512];
   pthread_cond_t done_cv;    /* broadcast on a completion when someone waits */
   int waiters;               /* threads blocked on done_cv */
+  struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
+  struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
 
   /* engine thread only */
   pthread_t thread;
@@ -145,6 +148,7 @@ struct weft_world {
   int64_t next_hb_check;
   int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
+  struct wf_resolver *leader; /* rank 0: the group leader (negotiate/resolve.h), made at the first JOIN */
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
@@ -229,5 +233,18 @@ int wf_world_failed(weft_world *w);
 void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p, size_t n);
 void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg);
 void wf_engine_process_inbox(weft_world *w);
+
+/* resolve.c: groups resolved through the leader, engine side (engine
+ * thread): sends the JOINs callers queued and runs the leader's deadlines;
+ * the earliest time it needs the loop (0: now, INT64_MAX: never); a JOIN
+ * (rank 0 only) or a REPLY (from rank 0 only) received; the world's
+ * failure completes every wait; the leader goes when the engine stops. */
+void wf_resolve_progress(weft_world *w, int64_t now);
+int64_t wf_resolve_next(weft_world *w);
+void wf_resolve_on_join(weft_world *w, int peer, const wf_group_msg *m);
+void wf_resolve_on_reply(weft_world *w, int peer, const wf_group_msg *m);
+void wf_resolve_fail_all(weft_world *w, weft_status st, const char *msg);
+void wf_resolve_peer_departed(weft_world *w, int peer);
+void wf_resolve_stop(weft_world *w);
 
 #endif

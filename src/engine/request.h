@@ -28,6 +28,7 @@ struct weft_group {
   weft_world *world;
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
+  int keyed;          /* made by weft_group_resolve: lives as long as the world */
   _Atomic uint64_t barrier_count; /* unnamed barriers so far */
   _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (engine/onehost.c) */
   struct weft_group *next; /* registration list (new_groups; reversed by the engine) */

@@ -62,6 +62,10 @@ void wf_world_free(weft_world *w) {
   }
   pthread_mutex_unlock(&w->mu);
   wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
+  for (wf_keyed *k = w->keyed, *next; k; k = next) { /* their groups went with the engine */
+    next = k->next;
+    free(k);
+  }
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
   free(w->peers);

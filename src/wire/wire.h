@@ -41,7 +41,9 @@ typedef enum wf_msg_type {
   WF_MSG_STALL = 9,      /* coordinator -> waiting ranks: a stall report (a string, like ABORT) */
   WF_MSG_CACHED = 10,    /* rank -> coordinator: tensors ready here, named by response-cache id */
   WF_MSG_RESEND = 11,    /* coordinator -> rank: cache ids it could not resolve: send them in full */
-  WF_MSG_TYPE_MAX_ = 12
+  WF_MSG_GROUP_JOIN = 12,  /* rank -> group leader (rank 0): join a keyed group, or create one by members */
+  WF_MSG_GROUP_REPLY = 13, /* group leader -> joiner: the group's members, or why not */
+  WF_MSG_TYPE_MAX_ = 14
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -200,6 +202,28 @@ weft_status wf_encode_responses(wf_buf *out, uint32_t src, const wf_response_msg
 weft_status wf_encode_simple(wf_buf *out, uint32_t src, wf_msg_type type); /* HEARTBEAT, BYE */
 weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason);
 weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report);
+/* ---- GROUP_JOIN / GROUP_REPLY (groupmsg.c): a group resolved through the
+ * leader (negotiate/resolve.h). A keyed group (kind WF_GROUP_KEYED) is named
+ * by key; a group by members (WF_GROUP_LISTED) by its sorted member list. */
+#define WF_GROUP_KEYED 0
+#define WF_GROUP_LISTED 1
+typedef struct wf_group_msg {
+  uint8_t kind;        /* WF_GROUP_KEYED or WF_GROUP_LISTED */
+  int32_t key;         /* KEYED: the group key (any value); LISTED: 0 */
+  int32_t size;        /* KEYED: the group size the joiner expects, 1..WF_MAX_RANKS; LISTED: nranks */
+  int32_t device;      /* KEYED: WEFT_DEVICE_CPU (-1) or a WEFT_DEVICE_KIND_* other than AUTO; LISTED: -1 */
+  int32_t status;      /* REPLY: WEFT_OK or an error status (< 0); JOIN: 0 */
+  uint32_t id;         /* REPLY, KEYED, OK: the group's id (1..2^24-1); else 0 */
+  uint32_t nranks;     /* JOIN LISTED: the members; REPLY: KEYED OK the members, LISTED the list answered */
+  uint32_t *ranks;     /* nranks world ranks, ascending, distinct (malloc'd by the decoder) */
+  char *error;         /* REPLY with an error: the message (<= WF_ERRMSG_MAX); else NULL (malloc'd) */
+} wf_group_msg;
+weft_status wf_encode_group_join(wf_buf *out, uint32_t src, const wf_group_msg *m);
+weft_status wf_encode_group_reply(wf_buf *out, uint32_t src, const wf_group_msg *m);
+weft_status wf_decode_group_join(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
+weft_status wf_decode_group_reply(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
+void wf_group_msg_free(wf_group_msg *m);
+
 /* type: WF_MSG_CACHED or WF_MSG_RESEND. */
 weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,
                                  uint32_t count);
