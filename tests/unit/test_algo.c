@@ -374,7 +374,9 @@ static void test_registry(void) {
   CHECK(PICKS(&a, big, "ring", "ring"), "forced ring not honoured for a 64 MiB tensor");
   CHECK(PICKS(&a, 10, "direct", "direct"), "forced direct not honoured");
   fprintf(stderr, "test_algo: three warnings (unknown name, declined name, unknown name) are expected next\n");
-  CHECK(PICKS(&a, 10, "bogus", "direct"), "unknown name did not fall back to direct");
+  weft_status bogus_st;
+  CHECK(!strcmp(pick(&a, 10, "bogus", &bogus_st), "") && bogus_st == WEFT_ERR_NOT_FOUND,
+        "an unknown name: %s, not NOT_FOUND", weft_status_string(bogus_st));
   CHECK(PICKS(&a, 10, "tree", "direct"), "another collective's algorithm was accepted");
   CHECK(PICKS(&a, big, "rd", "direct"), "rd did not decline above 64 MiB (it needs a scratch that large)");
 
