@@ -389,7 +389,8 @@ static void test_registry(void) {
   CHECK(PICKS(&r, 0, NULL, "direct"), "reducescatter: not direct by default");
   CHECK(PICKS(&r, 0, "ring", "ring"), "reducescatter: forced ring not honoured");
   CHECK(PICKS(&r, 0, "direct", "direct"), "reducescatter: forced direct not honoured");
-  CHECK(PICKS(&r, 0, "rd", "direct"), "reducescatter: unknown name did not fall back to direct");
+  CHECK(!strcmp(pick(&r, 0, "rd", &bogus_st), "") && bogus_st == WEFT_ERR_NOT_FOUND,
+        "reducescatter: an unknown name: %s, not NOT_FOUND", weft_status_string(bogus_st));
 
   wf_coll_args b = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_UINT8, .elem_size = 1, .rank = 0, .size = 5,
                     .buf = buf, .root = 3, .segment_bytes = 1 << 20};
