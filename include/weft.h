@@ -65,7 +65,8 @@ typedef enum weft_status {
   WEFT_ERR_AUTH = -11,             /* authentication failed */
   WEFT_ERR_SHUTDOWN = -12,         /* the world was finalized with this in flight */
   WEFT_ERR_INTERNAL = -13,         /* a bug in weft: please report */
-  WEFT_ERR_NOT_FOUND = -14         /* no such name: an algorithm (WEFT_ALGO_<COLL>, weft_algorithm_lookup) */
+  WEFT_ERR_NOT_FOUND = -14,        /* no such name: an algorithm (WEFT_ALGO_<COLL>, weft_algorithm_lookup) */
+  WEFT_ERR_CANCELLED = -15         /* weft_request_cancel() here or on a peer withdrew the operation */
 } weft_status;
 
 /* A static string naming the status ("WEFT_ERR_TIMEOUT" ...). Never NULL. */
@@ -390,6 +391,20 @@ WEFT_API weft_status weft_test(weft_request *req);
  * or WEFT_IN_PROGRESS if the wait timed out (the request keeps running).
  * Must not be called from a completion callback. */
 WEFT_API weft_status weft_wait(weft_request *req, double timeout_seconds);
+
+/* Withdraws an operation whose collective has not started: non-blocking,
+ * any thread. WEFT_OK means the group's coordinator is asked: if no
+ * response for the name was out yet, the request completes with
+ * WEFT_ERR_CANCELLED ("tensor 'x': cancelled by rank R"), and so does every
+ * other rank's matching request, now or when it is submitted (each once,
+ * within WEFT_TIMEOUT_SECONDS); the world stays healthy and the name may be
+ * used again. If every rank's request had already met, the request runs and
+ * completes as usual (cancellation raced with the agreement). Errors:
+ * WEFT_ERR_MISUSE for a complete or running request ("it cannot be
+ * cancelled"), or an invalid handle; WEFT_ERR_NOT_SUPPORTED for a grouped
+ * operation, a join, or an operation pending on the one-host board (design.md
+ * section 3; WEFT_FAST=0 avoids the board). The handle stays the caller's. */
+WEFT_API weft_status weft_request_cancel(weft_request *req);
 
 /* The error message of a completed request ("" if none or still pending).
  * Owned by the request. */

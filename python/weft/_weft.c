@@ -740,7 +740,7 @@ PyMODINIT_FUNC PyInit__weft(void) {
       {"ERR_INVALID_ARGUMENT", WEFT_ERR_INVALID_ARGUMENT}, {"ERR_MISUSE", WEFT_ERR_MISUSE},
       {"ERR_TIMEOUT", WEFT_ERR_TIMEOUT},     {"ERR_PEER_LOST", WEFT_ERR_PEER_LOST},
       {"ERR_MISMATCH", WEFT_ERR_MISMATCH},   {"ERR_ABORTED", WEFT_ERR_ABORTED},
-      {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},
+      {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},   {"ERR_CANCELLED", WEFT_ERR_CANCELLED},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;

@@ -548,6 +548,7 @@ static void *engine_main(void *arg) {
     if (fail != WEFT_OK) fail_all(w);
     if (stopping) break;
     if (drain_submissions(w)) w->last_busy = now;
+    wf_cancel_progress(w); /* after the drain: a cancelled request's REQUESTS went first */
     wf_engine_process_inbox(w);
     if (wf_world_failed(w)) {
       fail_all(w);

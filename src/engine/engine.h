@@ -89,6 +89,7 @@ typedef struct wf_inbox {
   wf_requests_msg reqs;      /* WF_MSG_REQUESTS */
   wf_responses_msg resps;    /* WF_MSG_RESPONSES */
   wf_cache_refs_msg refs;    /* WF_MSG_CACHED, WF_MSG_RESEND */
+  wf_cancel_msg cancel;      /* WF_MSG_CANCEL */
   char reason[512];          /* WF_MSG_ABORT */
   wf_group_msg group;        /* WF_MSG_GROUP_JOIN, WF_MSG_GROUP_REPLY */
 } wf_inbox;
@@ -120,6 +121,7 @@ struct weft_world {
   int waiters;               /* threads blocked on done_cv */
   struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
   struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
+  struct wf_cancel_ask *cancels; /* weft_request_cancel: for the engine to pass on (cancel.c) */
 
   /* engine thread only */
   pthread_t thread;
@@ -245,6 +247,13 @@ void wf_resolve_on_join(weft_world *w, int peer, const wf_group_msg *m);
 void wf_resolve_on_reply(weft_world *w, int peer, const wf_group_msg *m);
 void wf_resolve_fail_all(weft_world *w, weft_status st, const char *msg);
 void wf_resolve_peer_departed(weft_world *w, int peer);
+
+/* cancel.c (engine thread): passes the callers' cancellations to the
+ * coordinators; a CANCEL received (this rank coordinates the group); the
+ * world's list freed. */
+void wf_cancel_progress(weft_world *w);
+void wf_cancel_on_msg(weft_world *w, int peer, const wf_cancel_msg *m);
+void wf_cancel_free(weft_world *w);
 void wf_resolve_stop(weft_world *w);
 
 #endif

@@ -68,6 +68,9 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
     case WF_MSG_GROUP_REPLY:
       st = wf_decode_group_reply(p, n, &m->group, err, sizeof err);
       break;
+    case WF_MSG_CANCEL:
+      st = wf_decode_cancel(p, n, &m->cancel, err, sizeof err);
+      break;
     default:
       st = WEFT_ERR_PROTOCOL;
       snprintf(err, sizeof err, "unexpected message type %u", h->type);
@@ -340,6 +343,9 @@ void wf_engine_process_inbox(weft_world *w) {
       case WF_MSG_GROUP_REPLY:
         wf_resolve_on_reply(w, m->peer, &m->group);
         wf_group_msg_free(&m->group);
+        break;
+      case WF_MSG_CANCEL:
+        wf_cancel_on_msg(w, m->peer, &m->cancel);
         break;
     }
     free(m);

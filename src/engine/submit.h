@@ -75,6 +75,11 @@ weft_status wf_group_register_id(weft_world *w, weft_group *g, uint32_t id);
  * set, *reply holding it), or the world's failure. Any thread but the
  * engine's. */
 weft_status wf_resolve_wait(weft_world *w, const wf_group_msg *join, wf_group_msg *reply);
+/* weft_request_cancel: WEFT_OK when the engine will ask r's coordinator to
+ * withdraw it (r then completes CANCELLED, or as usual when its collective
+ * was agreed first); MISUSE when r is complete or running; NOT_SUPPORTED
+ * for a grouped op, a join or an operation on the one-host board. */
+weft_status wf_submit_cancel(weft_request *r);
 /* g goes: the engine forgets and frees it. */
 void wf_group_unregister(weft_world *w, weft_group *g);
 /* weft_abort: fails the world (sticky, ABORTED) and has the engine tell

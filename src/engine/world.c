@@ -62,6 +62,7 @@ void wf_world_free(weft_world *w) {
   }
   pthread_mutex_unlock(&w->mu);
   wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
+  wf_cancel_free(w);
   for (wf_keyed *k = w->keyed, *next; k; k = next) { /* their groups went with the engine */
     next = k->next;
     free(k);

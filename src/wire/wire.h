@@ -43,7 +43,8 @@ typedef enum wf_msg_type {
   WF_MSG_RESEND = 11,    /* coordinator -> rank: cache ids it could not resolve: send them in full */
   WF_MSG_GROUP_JOIN = 12,  /* rank -> group leader (rank 0): join a keyed group, or create one by members */
   WF_MSG_GROUP_REPLY = 13, /* group leader -> joiner: the group's members, or why not */
-  WF_MSG_TYPE_MAX_ = 14
+  WF_MSG_CANCEL = 14,    /* rank -> coordinator: withdraw this rank's request for a name (weft_request_cancel) */
+  WF_MSG_TYPE_MAX_ = 15
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -223,6 +224,14 @@ weft_status wf_encode_group_reply(wf_buf *out, uint32_t src, const wf_group_msg 
 weft_status wf_decode_group_join(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
 weft_status wf_decode_group_reply(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
 void wf_group_msg_free(wf_group_msg *m);
+
+/* ---- CANCEL (cancelmsg.c): u32 group_id, str name (1..WF_NAME_MAX). */
+typedef struct wf_cancel_msg {
+  uint32_t group_id;
+  char name[WF_NAME_MAX + 1];
+} wf_cancel_msg;
+weft_status wf_encode_cancel(wf_buf *out, uint32_t src, const wf_cancel_msg *m);
+weft_status wf_decode_cancel(const uint8_t *p, size_t n, wf_cancel_msg *m, char *err, size_t errlen);
 
 /* type: WF_MSG_CACHED or WF_MSG_RESEND. */
 weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,

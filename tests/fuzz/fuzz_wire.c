@@ -187,6 +187,20 @@ static int dec_group(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
 static int dec_group_join(const uint8_t *p, size_t n, char *err) { return dec_group(p, n, err, WF_MSG_GROUP_JOIN); }
 static int dec_group_reply(const uint8_t *p, size_t n, char *err) { return dec_group(p, n, err, WF_MSG_GROUP_REPLY); }
 
+/* CANCEL (cancelmsg.c). */
+static int dec_cancel(const uint8_t *p, size_t n, char *err) {
+  wf_cancel_msg m;
+  wf_buf b = {0};
+  if (wf_decode_cancel(p, n, &m, err, g_errlen) != WEFT_OK) {
+    check_zero(&m, sizeof m, "CANCEL");
+    if (g_errlen > 8 && strncmp(err, "CANCEL", 6) != 0) fz_fail("CANCEL: the error does not name the message: %s", err);
+    return 0;
+  }
+  if (wf_encode_cancel(&b, 0, &m) != WEFT_OK) fz_fail("a decoded CANCEL does not encode");
+  same_payload(&b, p, n, "CANCEL");
+  return 1;
+}
+
 /* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
 static int dec_empty(const uint8_t *p, size_t n, char *err) {
   (void)p, (void)err;
@@ -376,6 +390,11 @@ static void build_group(fz_in *in, wf_buf *b, wf_msg_type type) {
 }
 static void build_group_join(fz_in *in, wf_buf *b) { build_group(in, b, WF_MSG_GROUP_JOIN); }
 static void build_group_reply(fz_in *in, wf_buf *b) { build_group(in, b, WF_MSG_GROUP_REPLY); }
+static void build_cancel(fz_in *in, wf_buf *b) {
+  wf_cancel_msg m = {.group_id = (uint32_t)fz_take(in, 4)};
+  fz_take_name(in, m.name, WF_NAME_MAX);
+  if (wf_encode_cancel(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid CANCEL was rejected");
+}
 static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }
 
 /* ------------------------------------------------------------ the table */
@@ -403,6 +422,7 @@ static const fz_type k_types[] = {
     {WF_MSG_RESEND, "resend", dec_resend, build_resend, UINT64_MAX},
     {WF_MSG_GROUP_JOIN, "group_join", dec_group_join, build_group_join, UINT64_MAX},
     {WF_MSG_GROUP_REPLY, "group_reply", dec_group_reply, build_group_reply, UINT64_MAX},
+    {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
 _Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,

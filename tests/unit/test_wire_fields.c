@@ -45,7 +45,7 @@ static void test_headers(void) {
   expect_bad_hdr(hdr(M, 0, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 0");
   expect_bad_hdr(hdr(M, 1, 0, 0, 30, 1000, 1000, &h), &h, "type 0", "type 0");
   expect_bad_hdr(hdr(M, 1, 200, 0, 30, 1000, 1000, &h), &h, "type 200", "type 200");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 14", "type 14");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_TYPE_MAX_, 0, 30, 1000, 1000, &h), &h, "type 15", "type 15");
   CHECK(hdr(M, 1, WF_MSG_CACHED, 0, 20, 1000, 1000, &h) == WEFT_OK && h.type == WF_MSG_CACHED, "CACHED header");
   CHECK(hdr(M, 1, WF_MSG_RESEND, 0, 20, 1000, 1000, &h) == WEFT_OK && h.type == WF_MSG_RESEND, "RESEND header");
   expect_bad_hdr(hdr(M, 1, WF_MSG_REQUESTS, 0, 1ull << 40, UINT64_MAX >> 30, 1000, &h), &h, "1099511627776",
