@@ -45,8 +45,8 @@ const char *wf_coll_name(wf_coll c) {
 /* ------------------------------------------------------------------ limits */
 /* host, listen >= 1 byte; then the settings digest and text, the device kinds */
 #define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2 + 4)
-#define WF_HELLO_MAX \
-  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 4) /* boot_id < 64 */
+#define WF_HELLO_MAX /* boot_id < 64 */ \
+  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 4)
 #define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 6 * 4)
 
 typedef struct wf_type_info {

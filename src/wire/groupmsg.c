@@ -98,7 +98,8 @@ static weft_status encode(wf_buf *out, uint32_t src, const wf_group_msg *m, int 
   const char *fn = reply ? "wf_encode_group_reply" : "wf_encode_group_join";
   if (!m) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: NULL message", fn);
   const char *bad = check(m, reply, why);
-  if (bad) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %s.%s: %s", fn, reply ? "GROUP_REPLY" : "GROUP_JOIN", bad, why);
+  if (bad)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: %s.%s: %s", fn, reply ? "GROUP_REPLY" : "GROUP_JOIN", bad, why);
   size_t start = wf_frame_begin(out);
   wf_buf_uint(out, m->kind, 1);
   wf_buf_uint(out, (uint32_t)m->key, 4);

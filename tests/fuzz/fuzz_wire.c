@@ -171,7 +171,8 @@ static int dec_group(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
   wf_buf b = {0};
   int reply = type == WF_MSG_GROUP_REPLY;
   const char *what = reply ? "GROUP_REPLY" : "GROUP_JOIN";
-  weft_status st = reply ? wf_decode_group_reply(p, n, &m, err, g_errlen) : wf_decode_group_join(p, n, &m, err, g_errlen);
+  weft_status st =
+      reply ? wf_decode_group_reply(p, n, &m, err, g_errlen) : wf_decode_group_join(p, n, &m, err, g_errlen);
   if (st != WEFT_OK) {
     check_zero(&m, sizeof m, what);
     if (g_errlen > 8 && strncmp(err, what, strlen(what) < g_errlen - 1 ? strlen(what) : g_errlen - 1) != 0)
@@ -409,7 +410,8 @@ typedef struct fz_type {
 
 /* In wf_msg_type order, from 1. A new message type: add its row here. */
 static const fz_type k_types[] = {
-    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 4},
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello,
+     12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 4},
     {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
     {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
     {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},

