@@ -90,8 +90,15 @@ void wf_cancel_progress(weft_world *w) {
 
 void wf_cancel_on_msg(weft_world *w, int peer, const wf_cancel_msg *m) {
   wf_gstate *gs = wf_gs_find(w, m->group_id);
-  int gr = gs ? wf_group_index(gs->group, peer) : -1;
-  if (!gs || !gs->coord || gr < 0) {
+  if (!gs) {
+    /* not registered here yet (a keyed group has no creation barrier): its
+     * request waits with the orphans, and is negotiated as usual */
+    WF_WARN(WF_SUB_COORD, "rank %d cancelled '%s' in group %u before this rank registered the group: not cancelled",
+            peer, m->name, m->group_id);
+    return;
+  }
+  int gr = wf_group_index(gs->group, peer);
+  if (!gs->coord || gr < 0) {
     wf_world_fail(w, WEFT_ERR_PROTOCOL, "rank %d cancelled '%s' in group %u, which rank %d does not coordinate", peer,
                   m->name, m->group_id, w->rank);
     wf_tcp_close(w->tcp, peer);
