@@ -285,9 +285,16 @@ typedef struct weft_op_options {
   void *consumer_stream;  /* device tensors: NULL, the request completes when the result is on the device;
                              else (a cudaStream_t) it completes as soon as the copy up is queued and this
                              stream made to wait for it: work queued there afterwards sees the result */
+  double timeout_seconds; /* > 0: this operation's own deadline, from its submission, instead of
+                             WEFT_TIMEOUT_SECONDS: when it passes before every rank submitted the name, every
+                             rank that did fails with WEFT_ERR_TIMEOUT naming the missing ranks (a rank
+                             submitting it later too, once); the world stays healthy. 0: the world's */
+  int timeout_aborts;     /* 1: that timeout fails the world instead (WEFT_ERR_TIMEOUT on every rank,
+                             sticky; to recover, weft_finalize and weft_init on every rank), as TensorFlow's
+                             collective timeout aborts its collective executor. Needs timeout_seconds > 0 */
 } weft_op_options;
 
-#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL}
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0}
 
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and

@@ -75,9 +75,9 @@ void wf_cancel_progress(weft_world *w) {
     if (gs && wf_strmap_get(&gs->table, a->name)) {
       WF_DEBUG(WF_SUB_COORD, "cancelling '%s' in group %u (coordinator rank %d)", a->name, gs->id, gs->coord_rank);
       if (gs->coord) {
-        wf_coord_cancel(gs->coord, gs->group->rank, a->name);
+        wf_coord_withdraw(gs->coord, gs->group->rank, a->name, 0, 0);
       } else {
-        wf_cancel_msg m = {.group_id = gs->id};
+        wf_cancel_msg m = {.group_id = gs->id, .reason = WF_CANCEL_ASKED};
         snprintf(m.name, sizeof m.name, "%s", a->name);
         wf_buf b = {0};
         if (wf_encode_cancel(&b, (uint32_t)w->rank, &m) == WEFT_OK) wf_engine_send_frame(w, gs->coord_rank, &b);
@@ -104,7 +104,53 @@ void wf_cancel_on_msg(weft_world *w, int peer, const wf_cancel_msg *m) {
     wf_tcp_close(w->tcp, peer);
     return;
   }
-  wf_coord_cancel(gs->coord, gr, m->name);
+  wf_coord_withdraw(gs->coord, gr, m->name, m->reason == WF_CANCEL_TIMEOUT, m->seconds);
+}
+
+/* ------------------------------------------------------------ own deadlines */
+/* Requests with their own timeout (weft_op_options.timeout_seconds) still
+ * negotiating: when one's deadline passes, the coordinator is told (a
+ * withdrawal with reason TIMEOUT), or, with timeout_aborts, the world fails. */
+static void timed_one(weft_world *w, wf_gstate *gs, weft_request *r, int64_t now) {
+  if (r->timed_sent || !r->op_timeout || !r->deadline || now < r->deadline) return;
+  r->timed_sent = 1;
+  if (r->timeout_aborts) {
+    wf_world_fail(w, WEFT_ERR_TIMEOUT, "operation '%s' timed out after %g s (timeout_aborts: the world is aborted; to "
+                  "recover, call weft_finalize and weft_init again on every rank)", r->msg.name, r->op_timeout);
+    return;
+  }
+  if (gs->coord) {
+    wf_coord_withdraw(gs->coord, gs->group->rank, r->msg.name, 1, r->op_timeout);
+    return;
+  }
+  wf_cancel_msg m = {.group_id = gs->id, .reason = WF_CANCEL_TIMEOUT, .seconds = r->op_timeout};
+  snprintf(m.name, sizeof m.name, "%s", r->msg.name);
+  wf_buf b = {0};
+  if (wf_encode_cancel(&b, (uint32_t)w->rank, &m) == WEFT_OK) wf_engine_send_frame(w, gs->coord_rank, &b);
+  wf_buf_free(&b);
+}
+
+int64_t wf_timed_progress(weft_world *w, int64_t now) {
+  int64_t next = INT64_MAX;
+  if (!w->ntimed) return next;
+  int left = 0;
+  for (int gi = 0; gi < w->ngs; gi++) {
+    wf_gstate *gs = w->gs[gi];
+    for (size_t i = 0; i < gs->table.cap; i++) {
+      wf_strmap_entry *e = &gs->table.slots[i];
+      if (!e->key || e->tomb) continue;
+      weft_request *r = e->val;
+      if (!r->op_timeout || r->timed_sent) continue;
+      if (atomic_load_explicit(&r->state, memory_order_relaxed) != WF_REQ_NEGOTIATING) continue;
+      timed_one(w, gs, r, now);
+      if (!r->timed_sent) {
+        left++;
+        if (r->deadline < next) next = r->deadline;
+      }
+    }
+  }
+  w->ntimed = left;
+  return next;
 }
 
 void wf_cancel_free(weft_world *w) {

@@ -259,6 +259,11 @@ static int drain_submissions(weft_world *w) {
       continue;
     }
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
+    if (r->op_timeout > 0) { /* its own deadline: cancel.c watches it */
+      wf_request_arm(r);
+      w->ntimed++;
+      if (r->deadline < w->timed_next) w->timed_next = r->deadline;
+    }
     wf_tl_begin(&w->tl, r->msg.name, wf_phase_negotiate(r->msg.coll), wf_request_bytes(r), NULL);
     if (gs->coord) {
       if (wf_tl_on(&w->tl)) { /* the coordinator's own request: this rank, by its world rank */
@@ -447,6 +452,7 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
+  if (w->ntimed && w->timed_next < d) d = w->timed_next < now ? now : w->timed_next;
   int64_t f = wf_resolve_next(w); /* a JOIN to send, the group leader's deadlines */
   if (f < d) d = f < now ? now : f;
   f = wf_fast_next_scan(w, now);
@@ -549,6 +555,7 @@ static void *engine_main(void *arg) {
     if (stopping) break;
     if (drain_submissions(w)) w->last_busy = now;
     wf_cancel_progress(w); /* after the drain: a cancelled request's REQUESTS went first */
+    if (w->ntimed && now >= w->timed_next) w->timed_next = wf_timed_progress(w, now);
     wf_engine_process_inbox(w);
     if (wf_world_failed(w)) {
       fail_all(w);

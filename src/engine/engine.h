@@ -151,6 +151,8 @@ struct weft_world {
   int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
   struct wf_resolver *leader; /* rank 0: the group leader (negotiate/resolve.h), made at the first JOIN */
+  int ntimed;                /* requests with their own timeout still negotiating (cancel.c), at most */
+  int64_t timed_next;        /* the earliest of their deadlines (INT64_MAX: none) */
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
@@ -254,6 +256,10 @@ void wf_resolve_peer_departed(weft_world *w, int peer);
 void wf_cancel_progress(weft_world *w);
 void wf_cancel_on_msg(weft_world *w, int peer, const wf_cancel_msg *m);
 void wf_cancel_free(weft_world *w);
+/* Requests with their own timeout (engine thread): passes on those whose
+ * deadline passed; returns the next such deadline (INT64_MAX: none). Scans
+ * only while some are known (w->ntimed, counted as they are drained). */
+int64_t wf_timed_progress(weft_world *w, int64_t now);
 void wf_resolve_stop(weft_world *w);
 
 #endif

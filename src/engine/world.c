@@ -24,6 +24,7 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
   w->rank = rank;
   w->size = size;
   w->epfd = w->evfd = -1;
+  w->timed_next = INT64_MAX;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->done_cv, NULL);
   wf_strmap_init(&w->inflight);

@@ -225,10 +225,15 @@ weft_status wf_decode_group_join(const uint8_t *p, size_t n, wf_group_msg *m, ch
 weft_status wf_decode_group_reply(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
 void wf_group_msg_free(wf_group_msg *m);
 
-/* ---- CANCEL (cancelmsg.c): u32 group_id, str name (1..WF_NAME_MAX). */
+/* ---- CANCEL (cancelmsg.c): u32 group_id, str name (1..WF_NAME_MAX), u8
+ * reason, f64 seconds (TIMEOUT: the request's own timeout, > 0; else 0). */
+#define WF_CANCEL_ASKED 0   /* weft_request_cancel */
+#define WF_CANCEL_TIMEOUT 1 /* the request's own deadline passed (weft_op_options.timeout_seconds) */
 typedef struct wf_cancel_msg {
   uint32_t group_id;
   char name[WF_NAME_MAX + 1];
+  uint8_t reason;
+  double seconds;
 } wf_cancel_msg;
 weft_status wf_encode_cancel(wf_buf *out, uint32_t src, const wf_cancel_msg *m);
 weft_status wf_decode_cancel(const uint8_t *p, size_t n, wf_cancel_msg *m, char *err, size_t errlen);

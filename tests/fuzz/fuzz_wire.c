@@ -394,6 +394,10 @@ static void build_group_reply(fz_in *in, wf_buf *b) { build_group(in, b, WF_MSG_
 static void build_cancel(fz_in *in, wf_buf *b) {
   wf_cancel_msg m = {.group_id = (uint32_t)fz_take(in, 4)};
   fz_take_name(in, m.name, WF_NAME_MAX);
+  if (fz_take(in, 1) % 2) {
+    m.reason = WF_CANCEL_TIMEOUT;
+    m.seconds = 0.001 * (double)(1 + fz_take(in, 4));
+  }
   if (wf_encode_cancel(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid CANCEL was rejected");
 }
 static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }

@@ -10,6 +10,10 @@
  *    others possibly already agreed: either all get CANCELLED naming it, or
  *    all complete with the right sum (the race the contract allows), and the
  *    ranks agree on which;
+ *  - weft_op_options.timeout_seconds (0.5 s) while the last rank submits
+ *    late: TIMEOUT naming it on the others, well before the world's 30 s;
+ *    the same for it when it submits; then reuse;
+ *  - --aborts (own run): timeout_aborts fails the world on every rank;
  *  - cancelling a completed request and one twice (MISUSE), a NULL handle
  *    (MISUSE); a join cannot be cancelled (NOT_SUPPORTED). */
 #include <stdio.h>
@@ -110,6 +114,67 @@ static void cancel_racing(void) {
   mp_case_end();
 }
 
+/* weft_op_options.timeout_seconds: the last rank submits late */
+static void own_deadline(void) {
+  if (mp_size == 1) return;
+  mp_case("an operation's own timeout; the late rank gets it too; then reuse");
+  int last = mp_size - 1;
+  int64_t n = 4;
+  float x[4] = {1, 1, 1, 1};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, &n, x, WEFT_DEVICE_CPU, 0, NULL};
+  weft_op_options o = WEFT_OP_OPTIONS_INIT;
+  o.timeout_seconds = 0.5;
+  char want[96];
+  snprintf(want, sizeof want, "waiting for rank(s) %d to submit it", last);
+  if (mp_rank != last) {
+    weft_request *r = NULL;
+    double t0 = mp_now();
+    mp_submitted(weft_allreduce(mp_group, "t1", &t, &t, WEFT_OP_SUM, &o, &r), &r, "t1");
+    weft_status st = mp_wait(r, "t1");
+    const char *msg = weft_request_error(r);
+    if (st != WEFT_ERR_TIMEOUT || !strstr(msg, "tensor 't1': timed out after 0.5 s (the timeout of rank ") ||
+        !strstr(msg, want))
+      mp_fail("t1: %s (%s)", weft_status_string(st), msg);
+    if (mp_now() - t0 > 20) mp_fail("t1 took %.1f s: not its own 0.5 s timeout", mp_now() - t0);
+    weft_request_free(r);
+  }
+  barrier("t1.timed_out");
+  if (mp_rank == last) {
+    weft_request *r = submit_sum("t1", x, &n);
+    weft_status st = mp_wait(r, "t1 late");
+    if (st != WEFT_ERR_TIMEOUT || !strstr(weft_request_error(r), want))
+      mp_fail("t1 late: %s (%s)", weft_status_string(st), weft_request_error(r));
+    weft_request_free(r);
+  }
+  barrier("t1.late");
+  sum_ok("t1");
+  mp_case_end();
+}
+
+/* --aborts: rank 0's operation has timeout_aborts; the others never submit
+ * it: every rank's world fails with TIMEOUT, the message saying how to
+ * recover. */
+static void own_deadline_aborts(void) {
+  mp_case("an operation's own timeout with timeout_aborts");
+  int64_t n = 4;
+  float x[4] = {1, 1, 1, 1};
+  weft_tensor t = {WEFT_DTYPE_FLOAT32, 1, &n, x, WEFT_DEVICE_CPU, 0, NULL};
+  weft_op_options o = WEFT_OP_OPTIONS_INIT;
+  o.timeout_seconds = 0.5;
+  o.timeout_aborts = 1;
+  weft_request *r = NULL;
+  if (mp_rank == 0) mp_submitted(weft_allreduce(mp_group, "ta", &t, &t, WEFT_OP_SUM, &o, &r), &r, "ta");
+  else mp_submitted(weft_barrier(mp_group, "never", NULL, &r), &r, "never");
+  weft_status st = weft_wait(r, 25.0);
+  const char *msg = weft_request_error(r);
+  if (st != WEFT_ERR_TIMEOUT || !strstr(msg, "operation 'ta' timed out after 0.5 s (timeout_aborts") ||
+      !strstr(msg, "weft_finalize and weft_init"))
+    mp_fail("%s: %s (%s)", mp_rank == 0 ? "ta" : "never", weft_status_string(st), msg);
+  if (weft_async_error(mp_world) != WEFT_ERR_TIMEOUT) mp_fail("the world did not fail with TIMEOUT");
+  weft_request_free(r);
+  mp_case_end();
+}
+
 static void misuse(void) {
   mp_case("what cannot be cancelled");
   int64_t n = 4;
@@ -131,9 +196,14 @@ static void misuse(void) {
   mp_case_end();
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   mp_setup();
+  if (argc > 1 && !strcmp(argv[1], "--aborts")) {
+    own_deadline_aborts();
+    return mp_teardown();
+  }
   cancel_before_all();
+  own_deadline();
   cancel_racing();
   misuse();
   mp_case("the world after it all");
