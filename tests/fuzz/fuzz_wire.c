@@ -428,7 +428,7 @@ static const fz_type k_types[] = {
     {WF_MSG_RESEND, "resend", dec_resend, build_resend, UINT64_MAX},
     {WF_MSG_GROUP_JOIN, "group_join", dec_group_join, build_group_join, UINT64_MAX},
     {WF_MSG_GROUP_REPLY, "group_reply", dec_group_reply, build_group_reply, UINT64_MAX},
-    {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX},
+    {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX + 1 + 8},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
 _Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,
