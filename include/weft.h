@@ -64,7 +64,9 @@ typedef enum weft_status {
   WEFT_ERR_PROTOCOL = -10,         /* malformed or unexpected message from a peer */
   WEFT_ERR_AUTH = -11,             /* authentication failed */
   WEFT_ERR_SHUTDOWN = -12,         /* the world was finalized with this in flight */
-  WEFT_ERR_INTERNAL = -13          /* a bug in weft: please report */
+  WEFT_ERR_INTERNAL = -13,         /* a bug in weft: please report */
+  WEFT_ERR_NOT_FOUND = -14,        /* no such name: an algorithm (WEFT_ALGO_<COLL>, weft_algorithm_lookup) */
+  WEFT_ERR_CANCELLED = -15         /* weft_request_cancel() here or on a peer withdrew the operation */
 } weft_status;
 
 /* A static string naming the status ("WEFT_ERR_TIMEOUT" ...). Never NULL. */
@@ -195,11 +197,40 @@ WEFT_API weft_group *weft_world_group(weft_world *world);
 /* Process sets. Creates a group of the listed world ranks (any order, no
  * duplicates; this rank must be one of them). Collective over the members
  * only: each member calls it with the same list; it returns when all have
- * (a barrier in the new group; deadline WEFT_TIMEOUT_SECONDS). Operations on
- * the group involve only its members, and each group negotiates on its own,
- * so a stalled group never blocks another. Blocking; must not be called from
- * a completion callback. */
+ * (matched by the list's lowest member, then a barrier in the new group;
+ * deadline WEFT_TIMEOUT_SECONDS, after which every caller gets
+ * WEFT_ERR_TIMEOUT naming the ranks that did arrive). Ranks that list
+ * different members with the same lowest rank and so wait for each other
+ * (rank 2 creating {0,1,2,3} while ranks 0 and 1 create {0,1,2}) all get
+ * WEFT_ERR_MISMATCH at once, naming the ranks and both lists. A rank
+ * creates one group at a time.
+ * Operations on the group involve only its members, and each group
+ * negotiates on its own, so a stalled group never blocks another. Blocking;
+ * must not be called from a completion callback. */
 WEFT_API weft_status weft_group_create(weft_world *world, const int *ranks, int n, weft_group **out);
+/* Keyed groups (seed 004's group resolution): every member calls it with
+ * the same group_key, group_size (1 .. weft_size()) and device_type
+ * (WEFT_DEVICE_CPU, or the WEFT_DEVICE_KIND_* of the tensors it will use;
+ * AUTO means CUDA); the group is the first group_size ranks to call it,
+ * ordered by world rank. The first call of a key on a rank asks the group
+ * leader (world rank 0, which must not have finalized: else
+ * WEFT_ERR_PEER_LOST naming it) and returns when every member has; later calls of
+ * that key on the rank return the same handle at once, without a message.
+ * Errors reach every rank that called, with a message naming ranks and
+ * values: WEFT_ERR_MISMATCH when ranks give different sizes or device types
+ * ("group 7: rank 2 gives group size 4, rank 0 gave 3") or a rank calls a
+ * group that is already complete without it; WEFT_ERR_TIMEOUT when members
+ * are missing at the deadline (WEFT_TIMEOUT_SECONDS from the first call, the
+ * leader's: "group 7: waiting for 4 members, have ranks 0, 2");
+ * WEFT_ERR_INVALID_ARGUMENT for a size or device type out of range (local,
+ * nothing sent). A key that failed stays failed in this world (later calls
+ * get the same error). The group lives as long as the world (never destroy
+ * it: WEFT_ERR_MISUSE); *out is owned by the world. Blocking; any thread
+ * (two threads resolving one key get one group); must not be called from a
+ * completion callback. */
+WEFT_API weft_status weft_group_resolve(weft_world *world, int group_key, int group_size, int device_type,
+                                        weft_group **out);
+
 /* Collective over the members (a barrier), then frees the group. No
  * operation may be in flight in it. The handle is invalid afterwards. */
 WEFT_API weft_status weft_group_destroy(weft_group *group);
@@ -254,9 +285,16 @@ typedef struct weft_op_options {
   void *consumer_stream;  /* device tensors: NULL, the request completes when the result is on the device;
                              else (a cudaStream_t) it completes as soon as the copy up is queued and this
                              stream made to wait for it: work queued there afterwards sees the result */
+  double timeout_seconds; /* > 0: this operation's own deadline, from its submission, instead of
+                             WEFT_TIMEOUT_SECONDS: when it passes before every rank submitted the name, every
+                             rank that did fails with WEFT_ERR_TIMEOUT naming the missing ranks (a rank
+                             submitting it later too, once); the world stays healthy. 0: the world's */
+  int timeout_aborts;     /* 1: that timeout fails the world instead (WEFT_ERR_TIMEOUT on every rank,
+                             sticky; to recover, weft_finalize and weft_init on every rank), as TensorFlow's
+                             collective timeout aborts its collective executor. Needs timeout_seconds > 0 */
 } weft_op_options;
 
-#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL}
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0}
 
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and
@@ -392,6 +430,20 @@ WEFT_API weft_status weft_test(weft_request *req);
  * Must not be called from a completion callback. */
 WEFT_API weft_status weft_wait(weft_request *req, double timeout_seconds);
 
+/* Withdraws an operation whose collective has not started: non-blocking,
+ * any thread. WEFT_OK means the group's coordinator is asked: if no
+ * response for the name was out yet, the request completes with
+ * WEFT_ERR_CANCELLED ("tensor 'x': cancelled by rank R"), and so does every
+ * other rank's matching request, now or when it is submitted (each once,
+ * within WEFT_TIMEOUT_SECONDS); the world stays healthy and the name may be
+ * used again. If every rank's request had already met, the request runs and
+ * completes as usual (cancellation raced with the agreement). Errors:
+ * WEFT_ERR_MISUSE for a complete or running request ("it cannot be
+ * cancelled"), or an invalid handle; WEFT_ERR_NOT_SUPPORTED for a grouped
+ * operation, a join, or an operation pending on the one-host board (design.md
+ * section 3; WEFT_FAST=0 avoids the board). The handle stays the caller's. */
+WEFT_API weft_status weft_request_cancel(weft_request *req);
+
 /* The error message of a completed request ("" if none or still pending).
  * Owned by the request. */
 WEFT_API const char *weft_request_error(weft_request *req);
@@ -450,6 +502,76 @@ WEFT_API weft_status weft_request_free(weft_request *req);
 WEFT_API weft_status weft_timeline_start(weft_world *world, const char *path, int mark_cycles);
 /* Finishes and closes the timeline (valid JSON from then on). Idempotent. */
 WEFT_API weft_status weft_timeline_stop(weft_world *world);
+
+/* ------------------------------------------------------------------ algorithms by name */
+/* The collectives that have algorithms to choose from (a barrier and a join
+ * move no data). */
+typedef enum weft_collective {
+  WEFT_COLLECTIVE_ALLREDUCE = 0,
+  WEFT_COLLECTIVE_ALLGATHER = 1,
+  WEFT_COLLECTIVE_BROADCAST = 2,
+  WEFT_COLLECTIVE_ALLTOALL = 3,
+  WEFT_COLLECTIVE_REDUCESCATTER = 4,
+  WEFT_COLLECTIVE_COUNT_ = 5
+} weft_collective;
+
+/* "allreduce" ...; "unknown" for an unknown collective. */
+WEFT_API const char *weft_collective_name(weft_collective c);
+
+/* The algorithms of collective c are numbered 0 .. weft_algorithm_count(c) - 1,
+ * in the registry's table order; numbers are stable within one build of the
+ * library only, names across builds (store names, not numbers). These are
+ * the names WEFT_ALGO_<COLL> takes and weft_request_algorithm() reports
+ * ("board", the one-host fast path, is not among them: it is chosen at
+ * submission, never forced; see WEFT_FAST). Whether a listed algorithm
+ * runs a given call depends on where the group lives and the sizes: a forced
+ * one that declines a call gives way to the automatic choice with one
+ * warning, and weft_request_algorithm() names what ran. A WEFT_ALGO_<COLL>
+ * naming no algorithm of its collective fails weft_init with
+ * WEFT_ERR_NOT_FOUND, naming the setting and the names it takes.
+ * All three: no world needed, any thread, non-blocking. */
+/* The number of algorithms of c; -1 for an unknown collective. */
+WEFT_API int weft_algorithm_count(weft_collective c);
+/* The name of c's algorithm number index (a static string), or NULL when
+ * index is out of range or c unknown. */
+WEFT_API const char *weft_algorithm_name(weft_collective c, int index);
+/* *index = the number of c's algorithm named name (exact match, as
+ * WEFT_ALGO_<COLL> compares). WEFT_ERR_NOT_FOUND, with a message listing
+ * c's names, when there is none (*index = -1); WEFT_ERR_INVALID_ARGUMENT for
+ * an unknown c or a NULL name or index. */
+WEFT_API weft_status weft_algorithm_lookup(weft_collective c, const char *name, int *index);
+
+/* ------------------------------------------------------------------ locality */
+/* Where a rank of the world runs, as the rendezvous at weft_init learned it
+ * (seed 004's device locality; nothing is asked of the peer at call time).
+ * Fill with WEFT_LOCALITY_INIT: weft writes only the fields that fit in
+ * struct_size, so a caller built against an older header keeps working. */
+#define WEFT_HOST_NAME_MAX 255
+typedef struct weft_locality {
+  size_t struct_size;   /* sizeof(weft_locality), set by WEFT_LOCALITY_INIT */
+  char host[WEFT_HOST_NAME_MAX + 1]; /* its host name (WEFT_HOSTNAME, else gethostname) */
+  int host_index;       /* its host among the world's hosts (as weft_cross_rank counts them:
+                           hosts are (name, boot id) pairs) */
+  int host_count;       /* the world's hosts (as weft_cross_size) */
+  int local_rank;       /* its rank among its host's ranks (as the rendezvous computed it: a launcher's
+                           WEFT_LOCAL_RANK may make weft_local_rank() say otherwise on that rank) */
+  int local_size;       /* ranks on its host */
+  int64_t pid;          /* its process id, on its host */
+  uint64_t incarnation; /* identifies the process holding the rank in this world: two processes that
+                           held the same rank (a restart) differ. Never 0 */
+  unsigned device_kinds; /* bit (1u << WEFT_DEVICE_KIND_*) for each kind of device its process could
+                           stage tensors from at weft_init without loading anything: SIM (built in)
+                           always; CUDA when a CUDA runtime was loaded in the process */
+} weft_locality;
+
+#define WEFT_LOCALITY_INIT {sizeof(weft_locality), "", -1, -1, -1, -1, -1, 0, 0u}
+
+/* Fills *out with where world rank rank (0 .. weft_size() - 1, this rank
+ * included) runs. WEFT_ERR_MISUSE for an invalid world;
+ * WEFT_ERR_INVALID_ARGUMENT for a rank out of range, a NULL out or a
+ * struct_size below the first two fields. Non-blocking, any thread; the
+ * answer never changes while the world lives (also after a failure). */
+WEFT_API weft_status weft_peer_locality(const weft_world *world, int rank, weft_locality *out);
 
 /* ------------------------------------------------------------------ info */
 /* "0.1.0" */

@@ -19,7 +19,9 @@
  *
  * Optional features are compile-time: the build defines WEFT_HAVE_MPI when
  * it compiles MPI in, so this tool reports what was really built rather
- * than what the source tree contains. Shared memory is always built. The
+ * than what the source tree contains. Shared memory is always built.
+ * "algorithms" lists each collective's algorithms by name, as
+ * weft_algorithm_name() numbers them: the names WEFT_ALGO_<COLL> takes. The
  * CUDA runtime is found at run time (src/device/dev_cuda.c, dlopen): the
  * "CUDA runtime" line and the JSON "cuda_runtime" object say whether it
  * loaded here, its versions and devices, or why not; the "cuda" feature
@@ -117,6 +119,34 @@ static void print_version(const char *label, int v) {
   printf("%s%d.%d", label, v / 1000, v % 1000 / 10);
 }
 
+/* Each collective's algorithms, from the public table (weft_algorithm_*). */
+static void print_algorithms_json(void) {
+  printf("\n  \"algorithms\": {");
+  for (int c = 0; c < WEFT_COLLECTIVE_COUNT_; c++) {
+    printf("%s\n    ", c ? "," : "");
+    json_str(weft_collective_name((weft_collective)c));
+    printf(": [");
+    const char *n;
+    for (int i = 0; (n = weft_algorithm_name((weft_collective)c, i)); i++) {
+      if (i) printf(", ");
+      json_str(n);
+    }
+    printf("]");
+  }
+  printf("\n  },");
+}
+
+static void print_algorithms_text(void) {
+  printf("algorithms (WEFT_ALGO_<COLL>=name forces one; \"board\", the one-host fast path, is never forced):\n");
+  for (int c = 0; c < WEFT_COLLECTIVE_COUNT_; c++) {
+    printf("  %-14s", weft_collective_name((weft_collective)c));
+    const char *n;
+    for (int i = 0; (n = weft_algorithm_name((weft_collective)c, i)); i++) printf("%s%s", i ? ", " : "", n);
+    printf("\n");
+  }
+  printf("\n");
+}
+
 static void print_json(int params_only) {
   printf("{");
   if (!params_only) {
@@ -148,6 +178,7 @@ static void print_json(int params_only) {
       printf("]");
     }
     printf("},");
+    print_algorithms_json();
   }
   printf("\n  \"params\": [");
   const char *sep = "";
@@ -198,6 +229,7 @@ static void print_text(int params_only) {
       for (int i = 0; i < ci.count && i < WF_DEVICE_INFO_NAMES; i++) printf("%s%s", i ? ", " : ": ", ci.names[i]);
     }
     printf("\n\n");
+    print_algorithms_text();
   }
   printf("parameters (environment; the alias is read when the name is unset). Scope: agreed = must be equal on\n"
          "every rank (weft_init refuses a job whose ranks differ), rank = may differ, launch = set by the launcher:\n");

@@ -146,3 +146,32 @@ def test_signal_interrupts_wait():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     still_works()
+
+
+def test_cancel_then_reuse():
+    """Request.cancel(): the operation fails on every rank with
+    WEFT_ERR_CANCELLED naming who cancelled (also on a rank that submits it
+    afterwards), the job stays usable and the name works again. 4 MiB: past
+    the one-host board (WEFT_FAST_LARGE_BYTES), so through the coordinator."""
+    r, n = ranks()
+    x = np.ones(1 << 20, np.float32)
+    if n > 1:
+        h = weft.allreduce_async(x, name="cancelme") if r < n - 1 else None
+        weft.barrier(name="cancel.submitted")
+        if r == 0:
+            h.cancel()
+        if h is not None:
+            with pytest.raises(weft.WeftError, match="cancelled by rank 0") as e:
+                h.synchronize()
+            assert e.value.status_name == "WEFT_ERR_CANCELLED"
+        weft.barrier(name="cancel.done")
+        if r == n - 1:
+            with pytest.raises(weft.WeftError, match="cancelled by rank 0"):
+                weft.allreduce(x, name="cancelme")
+        weft.barrier(name="cancel.late")
+    np.testing.assert_array_equal(weft.allreduce(x, name="cancelme")[:2], [n, n])
+    done = weft.allreduce_async(np.ones(3), name="cancel.complete")
+    done.synchronize()
+    with pytest.raises(ValueError, match="already complete"):
+        done.cancel()
+    still_works()

@@ -116,6 +116,12 @@ class Request(object):
     def poll(self):
         return self._done or self._handle.poll()
 
+    def cancel(self):
+        """Withdraws the operation if its collective has not started
+        (weft_request_cancel): synchronize() then raises WeftError with
+        status WEFT_ERR_CANCELLED on every rank, naming who cancelled."""
+        self._handle.cancel()
+
     def synchronize(self):
         if not self._done:
             self._handle.wait()  # several threads may wait at once (GIL released)

@@ -878,6 +878,7 @@ PyMODINIT_FUNC PyInit__weft(void) {
       {"ERR_SHUTDOWN", WEFT_ERR_SHUTDOWN},   {"ERR_NOT_SUPPORTED", WEFT_ERR_NOT_SUPPORTED},
       {"DEVICE_CPU", WEFT_DEVICE_CPU},       {"DEVICE_KIND_CUDA", WEFT_DEVICE_KIND_CUDA},
       {"DEVICE_KIND_SIM", WEFT_DEVICE_KIND_SIM}, {"ANY_SOURCE", WEFT_ANY_SOURCE},
+      {"ERR_CANCELLED", WEFT_ERR_CANCELLED},
   };
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;

@@ -377,6 +377,18 @@ static PyObject *handle_poll(PyObject *self, PyObject *unused) {
   Py_RETURN_TRUE;
 }
 
+/* cancel(): withdraw the operation if its collective has not started
+ * (weft_request_cancel); it then completes with WEFT_ERR_CANCELLED on every
+ * rank. Raises when it cannot be cancelled. */
+static PyObject *handle_cancel(PyObject *self, PyObject *unused) {
+  (void)unused;
+  wpy_handle *h = (wpy_handle *)self;
+  if (h->status != WEFT_IN_PROGRESS) return wpy_raise(WEFT_ERR_MISUSE, "cancel: the operation is already complete");
+  weft_status st = weft_request_cancel(h->op->req);
+  if (st != WEFT_OK) return wpy_raise(st, weft_last_error());
+  Py_RETURN_NONE;
+}
+
 static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -523,6 +535,9 @@ static PyGetSetDef handle_getset[] = {
 
 static PyMethodDef handle_methods[] = {
     {"poll", handle_poll, METH_NOARGS, "poll() -> bool: True once the operation has completed (never raises for it)."},
+    {"cancel", handle_cancel, METH_NOARGS,
+     "cancel(): withdraw the operation if its collective has not started; it (and every rank's) then fails\n"
+     "with WEFT_ERR_CANCELLED. Raises if it is complete or running, or cannot be cancelled."},
     {"wait", (PyCFunction)(void (*)(void))handle_wait, METH_VARARGS | METH_KEYWORDS,
      "wait(timeout=None) -> bool: block (GIL released) until completion; raise WeftError if it failed;\n"
      "False if timeout seconds passed first."},

@@ -102,9 +102,10 @@ typedef struct wf_algo {
   int segments; /* build takes segmented allreduce buffers (a->nsegs > 0) */
 } wf_algo;
 
-/* Picks and builds: forced name (may be NULL or "") first; if forced is set
- * but unknown or declines, falls back (with a warning, once) to the
- * selection table (wf_select). *chosen gets the algorithm's name. */
+/* Picks and builds: forced name (may be NULL or "") first; if forced
+ * declines, falls back (with a warning, once) to the selection table
+ * (wf_select); a forced name the collective does not have is
+ * WEFT_ERR_NOT_FOUND. *chosen gets the algorithm's name. */
 weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s, const char **chosen);
 
 /* 1 if the algorithm wf_algo_build would choose for a (read as one

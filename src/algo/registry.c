@@ -1,12 +1,13 @@
-/* registry.c - the table of collective algorithms and the choice among them.
- * Arguments are validated once here (ranges, NULL buffers, byte-size
- * overflow) so the algorithms can trust them. Then a forced name
- * (WEFT_ALGO_<COLL>) runs if it exists for the collective and supports the
- * arguments; an unknown or declining one is warned about once and the
- * choice is automatic: the collective's selection table (select.c), whose
- * first matching row with a supporting algorithm wins. Every rank computes
- * the same choice from the same negotiated arguments, which the schedules
- * rely on. */
+/* registry.c - the table of collective algorithms, the choice among them,
+ * and the table by name (weft_algorithm_*, weft.h). Arguments are validated
+ * once here (ranges, NULL buffers, byte-size overflow) so the algorithms
+ * can trust them. Then a forced name (WEFT_ALGO_<COLL>) runs if it supports
+ * the arguments; a declining one is warned about once and the choice is
+ * automatic: the collective's selection table (select.c), whose first
+ * matching row with a supporting algorithm wins. An unknown forced name is
+ * WEFT_ERR_NOT_FOUND (weft_init refuses it before any call gets here).
+ * Every rank computes the same choice from the same negotiated arguments,
+ * which the schedules rely on. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -159,8 +160,8 @@ static weft_status validate(const wf_coll_args *a) {
   }
 }
 
-/* A forced name is read for every collective: warn once per collective and
- * kind (unknown, declined) instead of on every call. Relaxed: the flags only
+/* A forced name is read for every collective: warn once per collective
+ * that it declined instead of on every call. Relaxed: the flags only
  * throttle log lines. */
 static _Atomic unsigned g_warned;
 static int first_warning(wf_coll c, int kind) {
@@ -182,16 +183,17 @@ static size_t elems_of(const wf_coll_args *a) {
 }
 
 /* The algorithm for a: forced, else the selection table's (select.c);
- * NULL if none supports a. */
-static const wf_algo *choose(const wf_coll_args *a, const char *forced) {
+ * NULL if none supports a, or (*unknown = 1) if forced names none. */
+static const wf_algo *choose(const wf_coll_args *a, const char *forced, int *unknown) {
   const char *cn = coll_name(a->coll);
   const wf_algo *pick = NULL;
 
+  *unknown = 0;
   if (forced && *forced) {
     const wf_algo *named = find(a->coll, forced);
     if (!named) {
-      if (first_warning(a->coll, 0))
-        WF_WARN(WF_SUB_ALGO, "%s algorithm '%s' is unknown; choosing automatically", cn, forced);
+      *unknown = 1;
+      return NULL;
     } else if (!named->supports(a)) {
       if (first_warning(a->coll, 1))
         WF_WARN(WF_SUB_ALGO,
@@ -210,7 +212,8 @@ int wf_algo_takes_segments(const wf_coll_args *a, const char *forced) {
   wf_coll_args c = *a; /* the choice as for one contiguous buffer */
   c.segs = NULL;
   c.nsegs = 0;
-  const wf_algo *pick = choose(&c, forced);
+  int unknown;
+  const wf_algo *pick = choose(&c, forced, &unknown);
   return pick && pick->segments;
 }
 
@@ -219,7 +222,13 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
   if (!a || !s) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "wf_algo_build: NULL arguments");
   WF_CHECK(validate(a));
   const char *cn = coll_name(a->coll);
-  const wf_algo *pick = choose(a, forced);
+  int unknown;
+  const wf_algo *pick = choose(a, forced, &unknown);
+  if (unknown) {
+    char names[256];
+    wf_algo_names(a->coll, names, sizeof names);
+    return wf_err(WEFT_ERR_NOT_FOUND, "%s has no algorithm '%s' (it has: %s)", cn, forced, names);
+  }
   if (!pick)
     return wf_err(WEFT_ERR_NOT_SUPPORTED, "%s: no algorithm supports %zu elements on %d ranks", cn, a->count, a->size);
   if (a->nsegs && !pick->segments)
@@ -235,4 +244,53 @@ weft_status wf_algo_build(const wf_coll_args *a, const char *forced, wf_sched *s
   if (st < 0) return wf_err(st, "%s %s: no memory for the schedule", cn, pick->name);
   if (chosen) *chosen = pick->name;
   return WEFT_OK;
+}
+
+/* ------------------------------------------------------------ by name (weft.h) */
+_Static_assert((int)WEFT_COLLECTIVE_ALLREDUCE == (int)WF_COLL_ALLREDUCE &&
+                   (int)WEFT_COLLECTIVE_ALLGATHER == (int)WF_COLL_ALLGATHER &&
+                   (int)WEFT_COLLECTIVE_BROADCAST == (int)WF_COLL_BROADCAST &&
+                   (int)WEFT_COLLECTIVE_ALLTOALL == (int)WF_COLL_ALLTOALL &&
+                   (int)WEFT_COLLECTIVE_REDUCESCATTER == (int)WF_COLL_REDUCESCATTER,
+               "weft_collective numbers are wf_coll's");
+
+static int known_coll(weft_collective c) { return (unsigned)c < (unsigned)WEFT_COLLECTIVE_COUNT_; }
+
+const char *weft_collective_name(weft_collective c) { return known_coll(c) ? coll_name((wf_coll)c) : "unknown"; }
+
+int weft_algorithm_count(weft_collective c) {
+  if (!known_coll(c)) return -1;
+  int n = 0;
+  for (const wf_algo *const *it = g_table; *it; it++) n += (*it)->coll == (wf_coll)c;
+  return n;
+}
+
+const char *weft_algorithm_name(weft_collective c, int index) {
+  if (!known_coll(c) || index < 0) return NULL;
+  for (const wf_algo *const *it = g_table; *it; it++)
+    if ((*it)->coll == (wf_coll)c && index-- == 0) return (*it)->name;
+  return NULL;
+}
+
+weft_status weft_algorithm_lookup(weft_collective c, const char *name, int *index) {
+  wf_err_clear();
+  if (index) *index = -1;
+  if (!known_coll(c))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_algorithm_lookup: unknown collective %d", (int)c);
+  if (!name || !index)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_algorithm_lookup: %s is NULL", name ? "index" : "name");
+  int i = 0;
+  for (const wf_algo *const *it = g_table; *it; it++) {
+    if ((*it)->coll != (wf_coll)c) continue;
+    if (!strcmp((*it)->name, name)) {
+      *index = i;
+      return WEFT_OK;
+    }
+    i++;
+  }
+  char names[256];
+  wf_algo_names((wf_coll)c, names, sizeof names);
+  return wf_err(WEFT_ERR_NOT_FOUND, "weft_algorithm_lookup: %s has no algorithm '%s' (it has: %s)%s",
+                coll_name((wf_coll)c), name, names,
+                !strcmp(name, "board") ? "; \"board\" is the one-host fast path, never forced (WEFT_FAST)" : "");
 }

@@ -29,6 +29,12 @@ weft_status weft_wait(weft_request *r, double timeout_seconds) {
   return wf_request_wait(r, timeout_seconds) ? weft_test(r) : WEFT_IN_PROGRESS;
 }
 
+weft_status weft_request_cancel(weft_request *r) {
+  wf_err_clear();
+  if (!live(r)) return wf_err(WEFT_ERR_MISUSE, "weft_request_cancel: not a live request handle");
+  return wf_submit_cancel(r);
+}
+
 const char *weft_request_error(weft_request *r) {
   if (!live(r) || !done(r) || !r->error) return "";
   return r->error;

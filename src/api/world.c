@@ -96,7 +96,8 @@ static const char *const LSIZE_VARS[] = {"WEFT_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE"
 static const char *const CRANK_VARS[] = {"WEFT_CROSS_RANK", "HOROVOD_CROSS_RANK", NULL};
 static const char *const CSIZE_VARS[] = {"WEFT_CROSS_SIZE", "HOROVOD_CROSS_SIZE", NULL};
 
-/* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty). */
+/* WEFT_ALGO_<COLL> names an algorithm of its collective (or is empty);
+ * else WEFT_ERR_NOT_FOUND, naming the ones it has. */
 static weft_status check_algorithms(const wf_settings *s, char *err, size_t errlen) {
   for (int c = 0; c < WF_SET_ALGO_COLLS; c++) {
     if (!s->algo[c][0] || wf_algo_find((wf_coll)c, s->algo[c])) continue;
@@ -106,7 +107,7 @@ static weft_status check_algorithms(const wf_settings *s, char *err, size_t errl
                                                           "REDUCESCATTER"};
     snprintf(err, errlen, "WEFT_ALGO_%s=%s: %s has no algorithm of that name (it has: %s)", upper[c], s->algo[c],
              wf_coll_name((wf_coll)c), names);
-    return WEFT_ERR_INVALID_ARGUMENT;
+    return WEFT_ERR_NOT_FOUND;
   }
   return WEFT_OK;
 }
@@ -206,6 +207,7 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .handshake_timeout = set.handshake_timeout,
         .settings = &w->set,
         .incarnation = w->incarnation,
+        .device_kinds = wf_submit_device_kinds(),
     };
     if (!mpic && rank == 0) inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
     char mpi_addr[64];
@@ -241,7 +243,12 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
       goto fail;
     }
     fds[0] = -1;
-    if (gethostname(w->peers[0].host, sizeof w->peers[0].host - 1)) snprintf(w->peers[0].host, 16, "localhost");
+    const char *hn = wf_param_str("WEFT_HOSTNAME"); /* as the rendezvous would report it */
+    if (*hn) snprintf(w->peers[0].host, sizeof w->peers[0].host, "%s", hn);
+    else if (gethostname(w->peers[0].host, sizeof w->peers[0].host - 1)) snprintf(w->peers[0].host, 16, "localhost");
+    w->peers[0].pid = (uint32_t)getpid();
+    w->peers[0].local_size = w->peers[0].cross_size = 1;
+    w->peers[0].device_kinds = wf_submit_device_kinds();
     w->local_rank = w->cross_rank = 0;
     w->local_size = w->cross_size = 1;
   }
@@ -310,6 +317,44 @@ weft_status weft_timeline_start(weft_world *w, const char *path, int mark_cycles
 weft_status weft_timeline_stop(weft_world *w) {
   if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_timeline_stop: not a live world handle");
   return wf_tl_stop(&w->tl);
+}
+
+/* A process's incarnation: the random number its weft_init drew (HELLO and
+ * the peer table carry it); where a rendezvous did not carry one (0), a
+ * hash of its host and pid (FNV-1a, 64 bits; never 0). */
+static uint64_t incarnation_of(const wf_peer_info *p) {
+  if (p->incarnation) return p->incarnation;
+  uint64_t h = 1469598103934665603ull;
+  for (const char *s = p->host; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  for (int i = 0; i < 4; i++) h = (h ^ (uint8_t)(p->pid >> (8 * i))) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+weft_status weft_peer_locality(const weft_world *w, int rank, weft_locality *out) {
+  wf_err_clear();
+  if (!valid(w)) return wf_err(WEFT_ERR_MISUSE, "weft_peer_locality: not a live world handle");
+  if (!out) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_peer_locality: out is NULL");
+  size_t have = out->struct_size;
+  if (have < offsetof(weft_locality, host) + sizeof out->host)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT,
+                  "weft_peer_locality: out->struct_size %zu is too small (use WEFT_LOCALITY_INIT)", have);
+  if (rank < 0 || rank >= w->size)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_peer_locality: rank %d is not in the world (size %d)", rank,
+                  w->size);
+  /* the peer table is fixed before weft_init returns and never changes */
+  const wf_peer_info *p = &w->peers[rank];
+  weft_locality l = WEFT_LOCALITY_INIT;
+  snprintf(l.host, sizeof l.host, "%s", p->host);
+  l.host_index = p->cross_rank;
+  l.host_count = p->cross_size;
+  l.local_rank = p->local_rank;
+  l.local_size = p->local_size;
+  l.pid = (int64_t)p->pid;
+  l.incarnation = incarnation_of(p);
+  l.device_kinds = p->device_kinds;
+  if (have > sizeof l) have = sizeof l;
+  memcpy((char *)out + sizeof out->struct_size, (char *)&l + sizeof l.struct_size, have - sizeof l.struct_size);
+  return WEFT_OK;
 }
 
 weft_status weft_async_error(weft_world *w) {

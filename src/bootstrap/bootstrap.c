@@ -168,6 +168,7 @@ static weft_status on_hello(boot *b, pend *pd, const wf_hello_msg *h, int *have)
   wf_boot_copy_str(p->listen_addr, sizeof p->listen_addr, h->listen_addr);
   p->pid = h->pid;
   p->incarnation = h->incarnation;
+  p->device_kinds = h->device_kinds;
   wf_boot_copy_str(b->boot_ids[r], sizeof b->boot_ids[r], h->boot_id);
   if (b->set_text) {
     b->set_text[r] = strdup(h->settings);
@@ -494,6 +495,7 @@ static weft_status run_rank0(boot *b) {
   wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, b->addr0_str);
   b->peers[0].pid = (uint32_t)getpid();
   b->peers[0].incarnation = b->cfg->incarnation;
+  b->peers[0].device_kinds = b->cfg->device_kinds & WF_DEVICE_KINDS_MASK;
   wf_boot_copy_str(b->boot_ids[0], sizeof b->boot_ids[0], b->boot_id);
 
   WF_CHECK(wf_boot_serve(b, MODE_REGISTER, b->size - 1));
@@ -587,6 +589,7 @@ weft_status wf_bootstrap(const wf_boot_cfg *cfg, wf_boot_result *out) {
     wf_boot_copy_str(b->peers[0].listen_addr, sizeof b->peers[0].listen_addr, cfg->addr ? cfg->addr : "");
     b->peers[0].pid = (uint32_t)getpid();
     b->peers[0].incarnation = cfg->incarnation;
+    b->peers[0].device_kinds = cfg->device_kinds & WF_DEVICE_KINDS_MASK;
     b->peers[0].local_size = b->peers[0].cross_size = 1;
   } else if (st == WEFT_OK) {
     st = b->rank == 0 ? run_rank0(b) : wf_boot_join(b);

@@ -47,6 +47,7 @@ typedef struct wf_boot_cfg {
   uint64_t incarnation;        /* random per weft_init (HELLO, the peer table): a
                                   restarted rank is told apart ("rank N restarted");
                                   0: none (tests) */
+  uint32_t device_kinds;       /* this rank's, for the peer table (WF_DEVICE_KINDS_MASK bits) */
 } wf_boot_cfg;
 
 typedef struct wf_boot_result {

@@ -14,7 +14,7 @@
 #include "wire/wire.h"
 
 #define MAX_PENDING 64       /* handshakes in flight on one listener */
-#define HELLO_BUF 4096       /* > the largest HELLO payload (3697 bytes) */
+#define HELLO_BUF 4096       /* > the largest HELLO payload (3701 bytes) */
 #define PEER_ENTRY_MAX (2 + WF_HOST_MAX + 2 + WF_HOST_MAX + 5 * 4)
 #define BACKOFF_MIN_NS (10 * 1000000LL)
 #define BACKOFF_MAX_NS (200 * 1000000LL)

@@ -93,6 +93,7 @@ static weft_status send_hello(boot *b) {
   h.size = (uint32_t)b->size;
   h.pid = (uint32_t)getpid();
   h.incarnation = b->cfg->incarnation;
+  h.device_kinds = b->cfg->device_kinds & WF_DEVICE_KINDS_MASK;
   wf_boot_copy_str(h.host, sizeof h.host, b->host);
   wf_boot_copy_str(h.boot_id, sizeof h.boot_id, b->boot_id);
   wf_boot_copy_str(h.listen_addr, sizeof h.listen_addr, b->listen_str);

@@ -265,6 +265,17 @@ static const wf_device_ops k_cuda_ops = {
     .destroy = cu_destroy,
 };
 
+int wf_dev_cuda_loaded(void) {
+  for (size_t i = 0; i < N_LIBS; i++) {
+    void *h = dlopen(k_libs[i], RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+      dlclose(h); /* only the reference RTLD_NOLOAD took */
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Opens the runtime into c->lib / c->lib_name, or fails naming every try:
  * names[] (when given: only those, the tests' way to choose), else one
  * already loaded, WEFT_CUDA_LIBRARY, the usual names. */

@@ -56,6 +56,15 @@ weft_status wf_device_get(wf_device_kind kind, wf_device **out) {
   return st;
 }
 
+unsigned wf_device_kinds_present(void) {
+  unsigned kinds = 1u << WEFT_DEVICE_KIND_SIM;
+  pthread_mutex_lock(&g_reg_mu);
+  int cuda = g_reg[WF_DEVICE_CUDA].dev != NULL;
+  pthread_mutex_unlock(&g_reg_mu);
+  if (cuda || wf_dev_cuda_loaded()) kinds |= 1u << WEFT_DEVICE_KIND_CUDA;
+  return kinds;
+}
+
 void wf_device_shutdown(void) {
   pthread_mutex_lock(&g_reg_mu);
   for (int k = 0; k < WF_DEVICE_KINDS; k++) {

@@ -137,6 +137,11 @@ weft_status wf_device_get(wf_device_kind kind, wf_device **out);
 /* Frees every device the registry made (tests' leak checks; nothing may use
  * them afterwards). A CUDA library stays loaded. */
 void wf_device_shutdown(void);
+/* The public kinds (bits 1u << WEFT_DEVICE_KIND_*) this process could
+ * stage tensors from without loading anything: SIM (built in) always; CUDA
+ * when the registry has made a CUDA device or a CUDA runtime is already
+ * loaded in the process (wf_dev_cuda_loaded). Never initialises a device. */
+unsigned wf_device_kinds_present(void);
 /* "cpu", "sim", "cuda"; NULL for a bad kind. */
 const char *wf_device_kind_name(wf_device_kind kind);
 /* The kind named name (case-insensitive); WEFT_ERR_INVALID_ARGUMENT else. */
@@ -157,5 +162,8 @@ weft_status wf_dev_cuda_create(wf_device **out);
 /* Tests: tries only names[] (no library already loaded, no
  * WEFT_CUDA_LIBRARY), so the failing paths can be reached anywhere. */
 weft_status wf_dev_cuda_create_from(const char *const *names, size_t nnames, wf_device **out);
+/* 1 if one of the usual CUDA runtime libraries is loaded in the process
+ * (dlopen RTLD_NOLOAD: nothing is loaded, no device initialised). */
+int wf_dev_cuda_loaded(void);
 
 #endif

@@ -33,6 +33,8 @@ static int public_kind(const weft_tensor *t) {
   return t->device_kind == WEFT_DEVICE_KIND_AUTO ? WEFT_DEVICE_KIND_CUDA : t->device_kind;
 }
 
+uint32_t wf_submit_device_kinds(void) { return wf_device_kinds_present() & WF_DEVICE_KINDS_MASK; }
+
 int32_t wf_submit_device_code(const weft_tensor *t) {
   return t->device < 0 ? WEFT_DEVICE_CPU : WF_DEVICE_CODE(public_kind(t), t->device);
 }

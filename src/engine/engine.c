@@ -265,6 +265,11 @@ static int drain_submissions(weft_world *w) {
       continue;
     }
     atomic_store_explicit(&r->state, WF_REQ_NEGOTIATING, memory_order_relaxed);
+    if (r->op_timeout > 0) { /* its own deadline: cancel.c watches it */
+      wf_request_arm(r);
+      w->ntimed++;
+      if (r->deadline < w->timed_next) w->timed_next = r->deadline;
+    }
     wf_tl_begin(&w->tl, r->msg.name, wf_phase_negotiate(r->msg.coll), wf_request_bytes(r), NULL);
     if (gs->coord) {
       if (wf_tl_on(&w->tl)) { /* the coordinator's own request: this rank, by its world rank */
@@ -406,6 +411,7 @@ static void fail_all(weft_world *w) {
   wf_exec_abort(w, st, msg);
   wf_p2p_fail_all(w, st, msg);
   wf_fast_fail_all(w, st, msg);
+  wf_resolve_fail_all(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
@@ -453,7 +459,10 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
     }
   }
   if (w->later_at && w->later_at < d) d = w->later_at;
-  int64_t f = wf_fast_next_scan(w, now);
+  if (w->ntimed && w->timed_next < d) d = w->timed_next < now ? now : w->timed_next;
+  int64_t f = wf_resolve_next(w); /* a JOIN to send, the group leader's deadlines */
+  if (f < d) d = f < now ? now : f;
+  f = wf_fast_next_scan(w, now);
   if (f < d) d = f;
   f = wf_devstage_next(w, now); /* device copies in flight: polled, never waited for */
   if (f < d) d = f;
@@ -554,6 +563,8 @@ static void *engine_main(void *arg) {
     if (fail != WEFT_OK) fail_all(w);
     if (stopping) break;
     if (drain_submissions(w)) w->last_busy = now;
+    wf_cancel_progress(w); /* after the drain: a cancelled request's REQUESTS went first */
+    if (w->ntimed && now >= w->timed_next) w->timed_next = wf_timed_progress(w, now);
     wf_engine_process_inbox(w);
     if (wf_world_failed(w)) {
       fail_all(w);
@@ -569,6 +580,7 @@ static void *engine_main(void *arg) {
     for (int gi = 0; gi < w->ngs; gi++)
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
+    wf_resolve_progress(w, now);
     wf_fast_scan_due(w, now);
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;
@@ -588,6 +600,7 @@ static void *engine_main(void *arg) {
   wf_world_fail(w, WEFT_ERR_SHUTDOWN, "weft_finalize was called with this operation in flight");
   fail_all(w);
   wf_devstage_stop(w); /* device copies in flight: bounded */
+  wf_resolve_stop(w);
   for (int p = 0; p < w->size; p++) {
     if (p == w->rank || !wf_tcp_alive(w->tcp, p)) continue;
     wf_buf b = {0};

@@ -91,10 +91,12 @@ typedef struct wf_inbox {
   wf_requests_msg reqs;      /* WF_MSG_REQUESTS */
   wf_responses_msg resps;    /* WF_MSG_RESPONSES */
   wf_cache_refs_msg refs;    /* WF_MSG_CACHED, WF_MSG_RESEND */
+  wf_cancel_msg cancel;      /* WF_MSG_CANCEL */
   char reason[512];          /* WF_MSG_ABORT */
   wf_p2p_send_msg p2p_send;  /* WF_MSG_P2P_SEND (its inline bytes in p2p_data) */
   uint8_t *p2p_data;
   wf_p2p_reply_msg p2p_reply; /* WF_MSG_P2P_REPLY */
+  wf_group_msg group;        /* WF_MSG_GROUP_JOIN, WF_MSG_GROUP_REPLY */
 } wf_inbox;
 
 struct weft_world {
@@ -122,6 +124,9 @@ struct weft_world {
   char abort_reason[512];
   pthread_cond_t done_cv;    /* broadcast on a completion when someone waits */
   int waiters;               /* threads blocked on done_cv */
+  struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
+  struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
+  struct wf_cancel_ask *cancels; /* weft_request_cancel: for the engine to pass on (cancel.c) */
 
   /* engine thread only */
   pthread_t thread;
@@ -150,6 +155,9 @@ struct weft_world {
   int64_t next_hb_check;
   int64_t last_busy;         /* engine thread: when the last event arrived (idle spin) */
   int local_more;            /* a collective's local steps stopped for time: loop again without waiting */
+  struct wf_resolver *leader; /* rank 0: the group leader (negotiate/resolve.h), made at the first JOIN */
+  int ntimed;                /* requests with their own timeout still negotiating (cancel.c), at most */
+  int64_t timed_next;        /* the earliest of their deadlines (INT64_MAX: none) */
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
@@ -237,5 +245,29 @@ int wf_world_failed(weft_world *w);
 void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p, size_t n);
 void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg);
 void wf_engine_process_inbox(weft_world *w);
+
+/* resolve.c: groups resolved through the leader, engine side (engine
+ * thread): sends the JOINs callers queued and runs the leader's deadlines;
+ * the earliest time it needs the loop (0: now, INT64_MAX: never); a JOIN
+ * (rank 0 only) or a REPLY (from rank 0 only) received; the world's
+ * failure completes every wait; the leader goes when the engine stops. */
+void wf_resolve_progress(weft_world *w, int64_t now);
+int64_t wf_resolve_next(weft_world *w);
+void wf_resolve_on_join(weft_world *w, int peer, const wf_group_msg *m);
+void wf_resolve_on_reply(weft_world *w, int peer, const wf_group_msg *m);
+void wf_resolve_fail_all(weft_world *w, weft_status st, const char *msg);
+void wf_resolve_peer_departed(weft_world *w, int peer);
+
+/* cancel.c (engine thread): passes the callers' cancellations to the
+ * coordinators; a CANCEL received (this rank coordinates the group); the
+ * world's list freed. */
+void wf_cancel_progress(weft_world *w);
+void wf_cancel_on_msg(weft_world *w, int peer, const wf_cancel_msg *m);
+void wf_cancel_free(weft_world *w);
+/* Requests with their own timeout (engine thread): passes on those whose
+ * deadline passed; returns the next such deadline (INT64_MAX: none). Scans
+ * only while some are known (w->ntimed, counted as they are drained). */
+int64_t wf_timed_progress(weft_world *w, int64_t now);
+void wf_resolve_stop(weft_world *w);
 
 #endif

@@ -79,6 +79,15 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
     case WF_MSG_P2P_REPLY:
       st = wf_decode_p2p_reply(p, n, &m->p2p_reply, err, sizeof err);
       break;
+    case WF_MSG_GROUP_JOIN:
+      st = wf_decode_group_join(p, n, &m->group, err, sizeof err);
+      break;
+    case WF_MSG_GROUP_REPLY:
+      st = wf_decode_group_reply(p, n, &m->group, err, sizeof err);
+      break;
+    case WF_MSG_CANCEL:
+      st = wf_decode_cancel(p, n, &m->cancel, err, sizeof err);
+      break;
     default:
       st = WEFT_ERR_PROTOCOL;
       snprintf(err, sizeof err, "unexpected message type %u", h->type);
@@ -117,6 +126,7 @@ static const wf_request_msg *own_request(void *ctx, const char *name) {
 static void peer_departed(weft_world *w, int peer) {
   wf_exec_peer_departed(w, peer);
   wf_p2p_peer_departed(w, peer);
+  wf_resolve_peer_departed(w, peer);
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
     int gr = wf_group_index(gs->group, peer);
@@ -239,6 +249,7 @@ void wf_engine_process_inbox(weft_world *w) {
       wf_responses_msg_free(&m->resps);
       wf_cache_refs_msg_free(&m->refs);
       free(m->p2p_data);
+      wf_group_msg_free(&m->group);
       free(m);
       continue;
     }
@@ -349,6 +360,17 @@ void wf_engine_process_inbox(weft_world *w) {
         break;
       case WF_MSG_STALL:
         WF_WARN(WF_SUB_COORD, "this rank waits: %s (reported by rank %d)", m->reason, m->peer);
+        break;
+      case WF_MSG_GROUP_JOIN:
+        wf_resolve_on_join(w, m->peer, &m->group);
+        wf_group_msg_free(&m->group);
+        break;
+      case WF_MSG_GROUP_REPLY:
+        wf_resolve_on_reply(w, m->peer, &m->group);
+        wf_group_msg_free(&m->group);
+        break;
+      case WF_MSG_CANCEL:
+        wf_cancel_on_msg(w, m->peer, &m->cancel);
         break;
     }
     free(m->p2p_data);

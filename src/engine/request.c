@@ -68,7 +68,7 @@ _Static_assert(sizeof(wf_request_msg) - offsetof(wf_request_msg, name) < sizeof(
                "msg.name and key are adjacent in weft_request");
 
 void wf_request_arm(weft_request *r) {
-  if (!r->deadline) r->deadline = wf_deadline_after(r->world->timeout_seconds);
+  if (!r->deadline) r->deadline = wf_deadline_after(r->op_timeout > 0 ? r->op_timeout : r->world->timeout_seconds);
 }
 
 weft_request *wf_request_new(void) {
@@ -176,6 +176,10 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
     r->alloc_ctx = o->alloc_ctx;
     if (o->struct_size >= offsetof(weft_op_options, consumer_stream) + sizeof(void *))
       r->consumer_stream = o->consumer_stream;
+    if (o->struct_size >= offsetof(weft_op_options, timeout_aborts) + sizeof(int) && o->timeout_seconds > 0) {
+      r->op_timeout = o->timeout_seconds;
+      r->timeout_aborts = o->timeout_aborts != 0;
+    }
   }
   /* no deadline yet (wf_request_arm): a fast round that completes at
    * arrival never needs one, and a clock read is a noticeable part of a

@@ -29,6 +29,7 @@ struct weft_group {
   weft_world *world;
   int size, rank;     /* this rank's index in the group, -1 if not a member */
   int *ranks;         /* group rank -> world rank, ascending */
+  int keyed;          /* made by weft_group_resolve: lives as long as the world */
   _Atomic uint64_t barrier_count; /* unnamed barriers so far */
   _Atomic int fast_local; /* every member on this host: 0 unknown, 1 yes, -1 no (engine/onehost.c) */
   struct weft_group *next; /* registration list (new_groups; reversed by the engine) */
@@ -54,6 +55,9 @@ struct weft_request {
   weft_alloc_fn alloc;
   void *alloc_ctx;
   int64_t deadline;          /* wf_now_ns() deadline of the whole operation; 0 until armed (wf_request_arm) */
+  double op_timeout;         /* weft_op_options.timeout_seconds (0: the world's) */
+  int timeout_aborts;        /* weft_op_options.timeout_aborts */
+  int timed_sent;            /* engine: its own deadline was passed on (cancel.c) */
   _Atomic int name_held;     /* its key is in w->inflight: from submission until the caller has seen it
                                 complete (wf_request_observed) or, detached, until it completes; under w->mu,
                                 read without it only to skip the lock when 0 */

@@ -165,6 +165,21 @@ weft_status wf_group_register(weft_world *w, weft_group *g, const char *members,
   return st;
 }
 
+weft_status wf_group_register_id(weft_world *w, weft_group *g, uint32_t id) {
+  weft_status st = WEFT_OK;
+  pthread_mutex_lock(&w->mu);
+  if (w->fail_status != WEFT_OK) {
+    st = wf_err(w->fail_status, "%s", w->fail_msg);
+  } else {
+    g->id = id;
+    g->next = w->new_groups;
+    w->new_groups = g;
+  }
+  pthread_mutex_unlock(&w->mu);
+  if (st == WEFT_OK) wf_engine_wake(w);
+  return st;
+}
+
 void wf_group_unregister(weft_world *w, weft_group *g) {
   pthread_mutex_lock(&w->mu);
   g->magic = 0; /* the engine frees it */

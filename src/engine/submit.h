@@ -30,6 +30,9 @@ weft_status wf_submit_check_device(const char *fn, const char *name, const char 
                                    size_t bytes);
 /* "host memory", "cuda:0", "sim:1": where t lives (messages). */
 const char *wf_submit_device_str(const weft_tensor *t, char *buf, size_t len);
+/* This process's device kinds for the rendezvous (weft_locality's
+ * device_kinds: wf_device_kinds_present). */
+uint32_t wf_submit_device_kinds(void);
 /* t's device as the wire has it (WF_DEVICE_CODE). */
 int32_t wf_submit_device_code(const weft_tensor *t);
 /* weft_device_available (engine/devavail.c): whether a WEFT_DEVICE_KIND_*'s
@@ -54,6 +57,32 @@ weft_status wf_submit_grouped(const char *fn, weft_group *g, weft_request *paren
  * failure. */
 weft_status wf_group_register(weft_world *w, weft_group *g, const char *members,
                               uint32_t (*id_of)(const char *, intptr_t));
+/* A keyed group as this rank knows it (weft_group_resolve), in the world's
+ * list under mu; freed with the world (its group by the engine). */
+enum { WF_KEYED_RESOLVING, WF_KEYED_DONE, WF_KEYED_FAILED };
+typedef struct wf_keyed {
+  struct wf_keyed *next;
+  int32_t key, size, device;
+  int state;            /* WF_KEYED_* */
+  weft_group *group;    /* DONE */
+  weft_status st;       /* FAILED: the answer every later call gets */
+  char msg[1024];
+} wf_keyed;
+/* Registers g under the id the group leader gave it (a keyed group). */
+weft_status wf_group_register_id(weft_world *w, weft_group *g, uint32_t id);
+/* Asks the group leader (world rank 0 for a keyed group, the lowest member
+ * for a listed one) about join (GROUP_JOIN, copied) and
+ * waits for its answer (blocking; bounded by twice the timeout plus the
+ * heartbeat timeout). WEFT_OK and *reply (owned by the caller:
+ * wf_group_msg_free) with the members; or the leader's error (its message
+ * set, *reply holding it), or the world's failure. Any thread but the
+ * engine's. */
+weft_status wf_resolve_wait(weft_world *w, const wf_group_msg *join, wf_group_msg *reply);
+/* weft_request_cancel: WEFT_OK when the engine will ask r's coordinator to
+ * withdraw it (r then completes CANCELLED, or as usual when its collective
+ * was agreed first); MISUSE when r is complete or running; NOT_SUPPORTED
+ * for a grouped op, a join or an operation on the one-host board. */
+weft_status wf_submit_cancel(weft_request *r);
 /* g goes: the engine forgets and frees it. */
 void wf_group_unregister(weft_world *w, weft_group *g);
 /* weft_abort: fails the world (sticky, ABORTED) and has the engine tell

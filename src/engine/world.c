@@ -35,6 +35,7 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
   w->rank = rank;
   w->size = size;
   w->epfd = w->evfd = -1;
+  w->timed_next = INT64_MAX;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->done_cv, NULL);
   wf_strmap_init(&w->inflight);
@@ -74,6 +75,11 @@ void wf_world_free(weft_world *w) {
   pthread_mutex_unlock(&w->mu);
   wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
   wf_p2p_free(w->p2p);
+  wf_cancel_free(w);
+  for (wf_keyed *k = w->keyed, *next; k; k = next) { /* their groups went with the engine */
+    next = k->next;
+    free(k);
+  }
   wf_strmap_free(&w->inflight);
   wf_strmap_free(&w->group_counts);
   free(w->peers);

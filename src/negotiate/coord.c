@@ -166,6 +166,7 @@ weft_status wf_coord_create_with(int size, const int *ranks, double timeout_seco
     return WEFT_ERR_NO_MEMORY;
   }
   wf_strmap_init(&c->table);
+  wf_strmap_init(&c->cancelled);
   wf_strmap_init(&c->units);
   c->units_sweep_at = INT64_MAX;
   /* the coordinator keeps every member's request per entry: at most 64 MiB
@@ -185,6 +186,7 @@ void wf_coord_destroy(wf_coord *c) {
     if (s->key && !s->tomb) entry_free(c, s->val);
   }
   wf_strmap_free(&c->table);
+  wf_cd_cancelled_free(c);
   for (size_t i = 0; i < c->nready; i++) wf_cd_ready_free(&c->ready[i]);
   wf_cd_units_free(c);
   wf_cache_destroy(c->cache); /* its blocks go to the free list */
@@ -275,6 +277,19 @@ void wf_cd_emit_error(wf_coord *c, uint8_t coll, const char *name, weft_status s
 void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg, uint32_t unit) {
   wf_cd_unit_break(c, name, unit);
   wf_cd_emit_error(c, coll, name, st, msg, 0);
+}
+
+void wf_cd_emit_error_without(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg,
+                              const uint8_t *without) {
+  wf_response_msg resp = error_resp(coll, st, msg);
+  if ((resp.sizes = malloc(sizeof(int64_t) * (size_t)c->size)))
+    for (int r = 0; r < c->size; r++)
+      if (without[r]) resp.sizes[resp.nsizes++] = r;
+  if (!resp.nsizes) {
+    free(resp.sizes);
+    resp.sizes = NULL;
+  }
+  emit(c, &resp, name, NULL, NULL, UINT32_MAX, 0);
 }
 
 void wf_cd_fail_missing(wf_coord *c, const entry *e, weft_status st, const char *msg) {
@@ -569,6 +584,7 @@ void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m) {
     add_join(c, rank, m);
     return;
   }
+  if (wf_cd_cancelled_take(c, rank, m->name, m->coll)) return;
   entry *e = entry_for(c, m->name, m->coll, NULL, UINT32_MAX);
   if (e) add_to(c, e, rank, m, NULL);
 }
@@ -578,6 +594,7 @@ int wf_coord_add_cached(wf_coord *c, int rank, uint32_t id, uint64_t epoch, cons
   rblock *h = c->cache && rank >= 0 && rank < c->size ? wf_cache_by_id(c->cache, id, epoch, &n) : NULL;
   if (!h || !h->have[rank]) return 0;
   *name = n;
+  if (wf_cd_cancelled_take(c, rank, n, h->reqs[rank].coll)) return 1;
   entry *e = entry_for(c, n, h->reqs[rank].coll, h, id);
   /* normally e->hit == h; an entry made before h was assigned compares */
   if (e) add_to(c, e, rank, &h->reqs[rank], h);

@@ -37,6 +37,18 @@ void wf_coord_destroy(wf_coord *c);
  * ERROR response for that name to every rank. */
 void wf_coord_add(wf_coord *c, int rank, const wf_request_msg *m);
 
+/* rank withdraws its request for name (weft_request_cancel, or timeout:
+ * its own deadline of seconds passed): if the name still waits for ranks
+ * and rank's request is in, every rank that submitted it gets an ERROR
+ * response, WEFT_ERR_CANCELLED "tensor 'x': cancelled by rank R" or
+ * WEFT_ERR_TIMEOUT naming the missing ranks, now (listing the others as
+ * decided without), and each rank that had not gets it when its request
+ * comes (once; for the timeout), so a later request for the name is
+ * negotiated anew. Returns 1 if withdrawn; 0 if rank had no request of the
+ * name waiting (its response is out: it runs; or a grouped op's tensor,
+ * which cannot be withdrawn alone). */
+int wf_coord_withdraw(wf_coord *c, int rank, const char *name, int timeout, double seconds);
+
 /* rank said goodbye: tensors it has not submitted fail (now and later)
  * with an ERROR response naming it. */
 void wf_coord_rank_departed(wf_coord *c, int rank);

@@ -92,6 +92,7 @@ struct wf_coord {
   ready *ready;       /* seq not yet assigned */
   size_t nready, cap;
   wf_strmap units;    /* grouped ops with responses held (coord_unit.c) */
+  wf_strmap cancelled; /* names cancelled while ranks still owed them (coord_cancel.c) */
   int64_t units_sweep_at; /* no unit can be idle for the timeout before this */
   uint8_t *departed; /* per rank: said BYE */
   uint8_t *joined;   /* per rank: weft_join pending */
@@ -138,6 +139,10 @@ void wf_cd_fail_alone(wf_coord *c, uint8_t coll, const char *name, weft_status s
  * rank does not take it for a request of its that reaches the coordinator
  * later (that one starts a new negotiation); breaks e's unit. */
 void wf_cd_fail_missing(wf_coord *c, const entry *e, weft_status st, const char *msg);
+/* An ERROR for name decided without the group ranks whose without[r] is 1
+ * (listed in the response's sizes: they do not take it as their answer). */
+void wf_cd_emit_error_without(wf_coord *c, uint8_t coll, const char *name, weft_status st, const char *msg,
+                              const uint8_t *without);
 void wf_cd_push(wf_coord *c, ready *q); /* appends q to the ready responses */
 void wf_cd_ready_free(ready *q);        /* its response's arrays, name and pin */
 
@@ -151,5 +156,11 @@ int64_t wf_cd_units_next(const wf_coord *c);      /* when the sweep has somethin
 /* name (unit's tensor) failed without every rank: publish its unit as it is */
 void wf_cd_unit_break(wf_coord *c, const char *name, uint32_t unit);
 void wf_cd_units_free(wf_coord *c);
+
+/* coord_cancel.c */
+/* rank's request for name arrives: 1 if a cancellation still owed it the
+ * answer (sent now, the request not recorded); 0: negotiate it. */
+int wf_cd_cancelled_take(wf_coord *c, int rank, const char *name, uint8_t coll);
+void wf_cd_cancelled_free(wf_coord *c);
 
 #endif

@@ -36,6 +36,8 @@ const char *weft_status_string(weft_status s) {
     case WEFT_ERR_AUTH: return "WEFT_ERR_AUTH";
     case WEFT_ERR_SHUTDOWN: return "WEFT_ERR_SHUTDOWN";
     case WEFT_ERR_INTERNAL: return "WEFT_ERR_INTERNAL";
+    case WEFT_ERR_NOT_FOUND: return "WEFT_ERR_NOT_FOUND";
+    case WEFT_ERR_CANCELLED: return "WEFT_ERR_CANCELLED";
   }
   return "WEFT_ERR_UNKNOWN";
 }

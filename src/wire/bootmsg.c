@@ -2,7 +2,7 @@
  *
  * Payload layouts (little-endian; str = u16 length + bytes, no NUL byte):
  *
- * HELLO (62..3705 bytes):
+ * HELLO (66..3709 bytes):
  *   u32 rank             < size
  *   u32 size             1..WF_MAX_RANKS
  *   u32 pid
@@ -12,6 +12,7 @@
  *   u8[32] settings_digest  SHA-256 of the agreed settings' full text
  *   str settings         0..WF_SETTINGS_TEXT_MAX bytes: that text ("NAME=value\n" lines)
  *   u64 incarnation      the rank's random number for this weft_init (0: none, tests)
+ *   u32 device_kinds     bits 1 << WEFT_DEVICE_KIND_* (only WF_DEVICE_KINDS_MASK's)
  *
  * PEERS:
  *   u32 size             1..WF_MAX_RANKS, then `size` entries in rank order:
@@ -23,6 +24,7 @@
  *     i32 cross_rank     0 <= cross_rank < cross_size
  *     i32 cross_size     1..size
  *     u64 incarnation    as its HELLO said
+ *     u32 device_kinds   as HELLO's
  *
  * The same field checks run in the encoder (a bad field is a bug here:
  * WEFT_ERR_INVALID_ARGUMENT) and in the decoder (a bad field is a bad peer:
@@ -35,7 +37,7 @@
 #include "wire/codec.h"
 
 #define BOOT_ID_MAX (sizeof(((wf_hello_msg *)0)->boot_id) - 1)
-#define PEER_MIN_BYTES (2 + 1 + 2 + 1 + 5 * 4 + 8) /* one entry with 1-byte strings */
+#define PEER_MIN_BYTES (2 + 1 + 2 + 1 + 6 * 4 + 8) /* one entry with 1-byte strings */
 
 /* Checks a fixed-array string field: NUL-terminated, minlen..maxlen bytes. */
 static int str_ok(const char *s, size_t minlen, size_t maxlen, char *why, size_t whylen) {
@@ -61,6 +63,10 @@ static const char *hello_check(const wf_hello_msg *m, char *why, size_t whylen) 
   if (!str_ok(m->boot_id, 0, BOOT_ID_MAX, why, whylen)) return "boot_id";
   if (!str_ok(m->listen_addr, 1, WF_HOST_MAX, why, whylen)) return "listen_addr";
   if (!str_ok(m->settings, 0, WF_SETTINGS_TEXT_MAX, why, whylen)) return "settings";
+  if (m->device_kinds & ~WF_DEVICE_KINDS_MASK) {
+    snprintf(why, whylen, "0x%x has bits outside 0x%x", m->device_kinds, WF_DEVICE_KINDS_MASK);
+    return "device_kinds";
+  }
   return NULL;
 }
 
@@ -83,6 +89,10 @@ static const char *peer_check(const wf_peer_info *p, uint32_t size, char *why, s
     snprintf(why, whylen, "%d out of range 0..%d", p->cross_rank, p->cross_size - 1);
     return "cross_rank";
   }
+  if (p->device_kinds & ~WF_DEVICE_KINDS_MASK) {
+    snprintf(why, whylen, "0x%x has bits outside 0x%x", p->device_kinds, WF_DEVICE_KINDS_MASK);
+    return "device_kinds";
+  }
   return NULL;
 }
 
@@ -101,6 +111,7 @@ weft_status wf_encode_hello(wf_buf *out, uint32_t src, const wf_hello_msg *m) {
   wf_buf_put(out, m->settings_digest, sizeof m->settings_digest);
   wf_buf_str(out, m->settings, strlen(m->settings));
   wf_buf_uint(out, m->incarnation, 8);
+  wf_buf_uint(out, m->device_kinds, 4);
   return wf_frame_end(out, start, src, WF_MSG_HELLO);
 }
 
@@ -120,6 +131,7 @@ weft_status wf_decode_hello(const uint8_t *p, size_t n, wf_hello_msg *m, char *e
     WF_CHECK_GOTO(wf_rd_u8(&r, "settings_digest", &m->settings_digest[i]), st, fail);
   WF_CHECK_GOTO(wf_rd_str(&r, "settings", 0, WF_SETTINGS_TEXT_MAX, m->settings), st, fail);
   WF_CHECK_GOTO(wf_rd_u64(&r, "incarnation", &m->incarnation), st, fail);
+  WF_CHECK_GOTO(wf_rd_u32(&r, "device_kinds", &m->device_kinds), st, fail);
   WF_CHECK_GOTO(wf_rd_end(&r), st, fail);
   const char *bad = hello_check(m, why, sizeof why);
   if (bad) {
@@ -155,6 +167,7 @@ weft_status wf_encode_peers(wf_buf *out, uint32_t src, const wf_peers_msg *m) {
     wf_buf_uint(out, (uint32_t)e->cross_rank, 4);
     wf_buf_uint(out, (uint32_t)e->cross_size, 4);
     wf_buf_uint(out, e->incarnation, 8);
+    wf_buf_uint(out, e->device_kinds, 4);
   }
   return wf_frame_end(out, start, src, WF_MSG_PEERS);
 }
@@ -190,6 +203,7 @@ weft_status wf_decode_peers(const uint8_t *p, size_t n, wf_peers_msg *m, char *e
     WF_CHECK_GOTO(wf_rd_i32(&r, "cross_rank", &e->cross_rank), st, fail);
     WF_CHECK_GOTO(wf_rd_i32(&r, "cross_size", &e->cross_size), st, fail);
     WF_CHECK_GOTO(wf_rd_u64(&r, "incarnation", &e->incarnation), st, fail);
+    WF_CHECK_GOTO(wf_rd_u32(&r, "device_kinds", &e->device_kinds), st, fail);
     const char *bad = peer_check(e, size, why, sizeof why);
     if (bad) {
       st = wf_rd_fail(&r, bad, "%s", why);

@@ -10,8 +10,8 @@
  *   off 12  u32 reserved, must be 0
  *   off 16  u64 payload length
  * Payload length limits, checked before anything is read or allocated:
- *   HELLO      54 .. 3697 (the largest valid HELLO), and <= max_ctrl
- *   PEERS      30 .. max_ctrl          (size + one minimal entry)
+ *   HELLO      58 .. 3701 (the largest valid HELLO), and <= max_ctrl
+ *   PEERS      34 .. max_ctrl          (size + one minimal entry)
  *   REQUESTS    4 .. max_ctrl          (count; 0 requests is valid)
  *   RESPONSES   4 .. max_ctrl
  *   DATA       16 .. max_data          (sub-header included)
@@ -43,11 +43,11 @@ const char *wf_coll_name(wf_coll c) {
 }
 
 /* ------------------------------------------------------------------ limits */
-/* host, listen >= 1 byte; then the settings digest and text */
-#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2 + 8)
-#define WF_HELLO_MAX \
-  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 8) /* boot_id < 64 */
-#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 5 * 4 + 8)
+/* host, listen >= 1 byte; then the settings digest and text, the incarnation, the device kinds */
+#define WF_HELLO_MIN (3 * 4 + 3 * 2 + 1 + 1 + WF_SETTINGS_DIGEST + 2 + 8 + 4)
+#define WF_HELLO_MAX /* boot_id < 64 */ \
+  (3 * 4 + 3 * 2 + WF_HOST_MAX + 63 + WF_HOST_MAX + WF_SETTINGS_DIGEST + 2 + WF_SETTINGS_TEXT_MAX + 8 + 4)
+#define WF_PEERS_MIN (4 + 2 + 1 + 2 + 1 + 6 * 4 + 8)
 
 typedef struct wf_type_info {
   const char *name;
@@ -68,6 +68,9 @@ static const wf_type_info k_types[WF_MSG_TYPE_MAX_] = {
     [WF_MSG_RESEND] = {"RESEND", 4, UINT64_MAX},
     [WF_MSG_P2P_SEND] = {"P2P_SEND", 40, 40 + WF_P2P_EAGER_MAX},
     [WF_MSG_P2P_REPLY] = {"P2P_REPLY", 20, 20},
+    [WF_MSG_GROUP_JOIN] = {"GROUP_JOIN", 17, UINT64_MAX},
+    [WF_MSG_GROUP_REPLY] = {"GROUP_REPLY", 27, UINT64_MAX},
+    [WF_MSG_CANCEL] = {"CANCEL", 4 + 2 + 1 + 1 + 8, 4 + 2 + WF_NAME_MAX + 1 + 8},
 };
 
 /* ------------------------------------------------------------------ header */

@@ -43,7 +43,10 @@ typedef enum wf_msg_type {
   WF_MSG_RESEND = 11,    /* coordinator -> rank: cache ids it could not resolve: send them in full */
   WF_MSG_P2P_SEND = 12,  /* sender -> receiver: a point-to-point message is ready (small ones inline) */
   WF_MSG_P2P_REPLY = 13, /* receiver -> sender: matched (clear to send / received) or mismatched */
-  WF_MSG_TYPE_MAX_ = 14
+  WF_MSG_GROUP_JOIN = 14,  /* rank -> group leader (rank 0): join a keyed group, or create one by members */
+  WF_MSG_GROUP_REPLY = 15, /* group leader -> joiner: the group's members, or why not */
+  WF_MSG_CANCEL = 16,    /* rank -> coordinator: withdraw this rank's request for a name (weft_request_cancel) */
+  WF_MSG_TYPE_MAX_ = 17
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -97,7 +100,11 @@ typedef struct wf_hello_msg {
   uint8_t settings_digest[WF_SETTINGS_DIGEST]; /* SHA-256 of the agreed settings' canonical text (util/settings.h) */
   char settings[WF_SETTINGS_TEXT_MAX + 1];      /* that text, cut at a line end to fit ("" allowed) */
   uint64_t incarnation;           /* random per weft_init: a restarted rank differs (0: none) */
+  uint32_t device_kinds;          /* bit 1 << WEFT_DEVICE_KIND_* per kind it has (WF_DEVICE_KINDS_MASK) */
 } wf_hello_msg;
+
+/* The device kinds a HELLO or PEERS entry may carry (weft_locality). */
+#define WF_DEVICE_KINDS_MASK ((1u << WEFT_DEVICE_KIND_CUDA) | (1u << WEFT_DEVICE_KIND_SIM))
 
 /* ---- PEERS (bootstrap): one entry per rank, in rank order. */
 typedef struct wf_peer_info {
@@ -106,6 +113,7 @@ typedef struct wf_peer_info {
   uint32_t pid;
   int32_t local_rank, local_size, cross_rank, cross_size;
   uint64_t incarnation; /* the rank's random number for this weft_init (0: unknown) */
+  uint32_t device_kinds; /* as HELLO's */
 } wf_peer_info;
 typedef struct wf_peers_msg {
   uint32_t size;
@@ -220,6 +228,41 @@ weft_status wf_encode_responses(wf_buf *out, uint32_t src, const wf_response_msg
 weft_status wf_encode_simple(wf_buf *out, uint32_t src, wf_msg_type type); /* HEARTBEAT, BYE */
 weft_status wf_encode_abort(wf_buf *out, uint32_t src, const char *reason);
 weft_status wf_encode_stall(wf_buf *out, uint32_t src, const char *report);
+/* ---- GROUP_JOIN / GROUP_REPLY (groupmsg.c): a group resolved through the
+ * leader (negotiate/resolve.h). A keyed group (kind WF_GROUP_KEYED) is named
+ * by key; a group by members (WF_GROUP_LISTED) by its sorted member list. */
+#define WF_GROUP_KEYED 0
+#define WF_GROUP_LISTED 1
+typedef struct wf_group_msg {
+  uint8_t kind;        /* WF_GROUP_KEYED or WF_GROUP_LISTED */
+  int32_t key;         /* KEYED: the group key (any value); LISTED: 0 */
+  int32_t size;        /* KEYED: the group size the joiner expects, 1..WF_MAX_RANKS; LISTED: nranks */
+  int32_t device;      /* KEYED: WEFT_DEVICE_CPU (-1) or a WEFT_DEVICE_KIND_* other than AUTO; LISTED: -1 */
+  int32_t status;      /* REPLY: WEFT_OK or an error status (< 0); JOIN: 0 */
+  uint32_t id;         /* REPLY, KEYED, OK: the group's id (1..2^24-1); else 0 */
+  uint32_t nranks;     /* JOIN LISTED: the members; REPLY: KEYED OK the members, LISTED the list answered */
+  uint32_t *ranks;     /* nranks world ranks, ascending, distinct (malloc'd by the decoder) */
+  char *error;         /* REPLY with an error: the message (<= WF_ERRMSG_MAX); else NULL (malloc'd) */
+} wf_group_msg;
+weft_status wf_encode_group_join(wf_buf *out, uint32_t src, const wf_group_msg *m);
+weft_status wf_encode_group_reply(wf_buf *out, uint32_t src, const wf_group_msg *m);
+weft_status wf_decode_group_join(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
+weft_status wf_decode_group_reply(const uint8_t *p, size_t n, wf_group_msg *m, char *err, size_t errlen);
+void wf_group_msg_free(wf_group_msg *m);
+
+/* ---- CANCEL (cancelmsg.c): u32 group_id, str name (1..WF_NAME_MAX), u8
+ * reason, f64 seconds (TIMEOUT: the request's own timeout, > 0; else 0). */
+#define WF_CANCEL_ASKED 0   /* weft_request_cancel */
+#define WF_CANCEL_TIMEOUT 1 /* the request's own deadline passed (weft_op_options.timeout_seconds) */
+typedef struct wf_cancel_msg {
+  uint32_t group_id;
+  char name[WF_NAME_MAX + 1];
+  uint8_t reason;
+  double seconds;
+} wf_cancel_msg;
+weft_status wf_encode_cancel(wf_buf *out, uint32_t src, const wf_cancel_msg *m);
+weft_status wf_decode_cancel(const uint8_t *p, size_t n, wf_cancel_msg *m, char *err, size_t errlen);
+
 /* type: WF_MSG_CACHED or WF_MSG_RESEND. */
 weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,
                                  uint32_t count);

@@ -178,6 +178,10 @@ PYEOF
 params)
   "$WEFTINFO" > "$TMP/info.txt" || fail "weft-info exited with $?"
   "$WEFTINFO" --params --json > "$TMP/info.json" || fail "weft-info --params --json exited with $?"
+  "$WEFTINFO" --json > "$TMP/info_full.json" || fail "weft-info --json exited with $?"
+  # the algorithms by collective, as WEFT_ALGO_<COLL> takes them
+  grep -qx "  allreduce     direct, rd, ring, hier, cma, shm" "$TMP/info.txt" ||
+    fail "weft-info's text output does not list allreduce's algorithms"
   HOROVOD_FUSION_THRESHOLD=0 HOROVOD_STALL_CHECK_TIME_SECONDS=5 WEFT_CYCLE_TIME_US=250 \
     "$WEFTINFO" --params --json > "$TMP/info_set.json" || fail "weft-info with variables set"
   # name=default=alias (alias "-" for none)
@@ -190,9 +194,9 @@ params)
     name=${e%%=*}
     grep -q "^  $name" "$TMP/info.txt" || fail "weft-info's text output does not list $name"
   done
-  "$PYTHON" - "$TMP/info.json" "$TMP/info_set.json" "$SRCDIR/../../src" "${expect[@]}" <<'EOF' || fail "weft-info --json"
+  "$PYTHON" - "$TMP/info.json" "$TMP/info_set.json" "$SRCDIR/../../src" "$TMP/info_full.json" "${expect[@]}" <<'EOF' || fail "weft-info --json"
 import json, os, re, sys
-info, info_set, src, expect = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+info, info_set, src, info_full, expect = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 bad = []
 params = {p["name"]: p for p in json.load(open(info))["params"]}
 for e in expect:
@@ -215,6 +219,19 @@ for name, scope in (("WEFT_FUSION_THRESHOLD", "agreed"), ("WEFT_ALGO_ALLREDUCE",
                     ("WEFT_TIMELINE", "rank"), ("WEFT_RANK", "launch"), ("WEFT_SECRET", "launch")):
     if params[name]["scope"] != scope:
         bad.append("%s: scope %r, expected %r" % (name, params[name]["scope"], scope))
+# every collective's algorithms (weft_algorithm_name), as the WEFT_ALGO_<COLL>
+# docs name them: two sources that must stay in step
+full = json.load(open(info_full))
+algos = full.get("algorithms", {})
+if sorted(algos) != sorted(["allreduce", "allgather", "broadcast", "alltoall", "reducescatter"]):
+    bad.append("weft-info --json: algorithms for %r" % sorted(algos))
+for coll, names in algos.items():
+    doc = params["WEFT_ALGO_" + coll.upper()]["doc"]
+    m = re.match(r"force the %s algorithm: ([a-z, ]+) [(]" % coll, doc)
+    if not m or m.group(1).split(", ") != names:
+        bad.append("%s: weft-info lists %r, WEFT_ALGO_%s's doc %r" % (coll, names, coll.upper(), doc))
+if "algorithms" in json.load(open(info)):
+    bad.append("weft-info --params --json lists the algorithms")
 if params["WEFT_TRANSPORT"]["accepts"] != "auto|shm|tcp|mpi":
     bad.append("WEFT_TRANSPORT accepts %r" % params["WEFT_TRANSPORT"]["accepts"])
 s = {p["name"]: p for p in json.load(open(info_set))["params"]}

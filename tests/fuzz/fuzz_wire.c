@@ -1,6 +1,7 @@
 /* fuzz_wire.c - libFuzzer target for every wire decoder (src/wire: frame.c,
  * bootmsg.c, ctrlmsg.c).
  *
+ * (groupmsg.c, cachemsg.c too.)
  * One table row per message type (k_types below: decoder check, builder of
  * a valid frame, payload cap); a static assertion fails the build when
  * wire.h gains a type without a row, so a new message is fuzzed as soon as
@@ -184,6 +185,43 @@ static int dec_p2p_reply(const uint8_t *p, size_t n, char *err) {
   return 1;
 }
 
+/* GROUP_JOIN and GROUP_REPLY (groupmsg.c). */
+static int dec_group(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
+  wf_group_msg m;
+  wf_buf b = {0};
+  int reply = type == WF_MSG_GROUP_REPLY;
+  const char *what = reply ? "GROUP_REPLY" : "GROUP_JOIN";
+  weft_status st =
+      reply ? wf_decode_group_reply(p, n, &m, err, g_errlen) : wf_decode_group_join(p, n, &m, err, g_errlen);
+  if (st != WEFT_OK) {
+    check_zero(&m, sizeof m, what);
+    if (g_errlen > 8 && strncmp(err, what, strlen(what) < g_errlen - 1 ? strlen(what) : g_errlen - 1) != 0)
+      fz_fail("%s: the error does not name the message: %s", what, err);
+    return 0;
+  }
+  st = reply ? wf_encode_group_reply(&b, 0, &m) : wf_encode_group_join(&b, 0, &m);
+  if (st != WEFT_OK) fz_fail("a decoded %s does not encode", what);
+  wf_group_msg_free(&m);
+  same_payload(&b, p, n, what);
+  return 1;
+}
+static int dec_group_join(const uint8_t *p, size_t n, char *err) { return dec_group(p, n, err, WF_MSG_GROUP_JOIN); }
+static int dec_group_reply(const uint8_t *p, size_t n, char *err) { return dec_group(p, n, err, WF_MSG_GROUP_REPLY); }
+
+/* CANCEL (cancelmsg.c). */
+static int dec_cancel(const uint8_t *p, size_t n, char *err) {
+  wf_cancel_msg m;
+  wf_buf b = {0};
+  if (wf_decode_cancel(p, n, &m, err, g_errlen) != WEFT_OK) {
+    check_zero(&m, sizeof m, "CANCEL");
+    if (g_errlen > 8 && strncmp(err, "CANCEL", 6) != 0) fz_fail("CANCEL: the error does not name the message: %s", err);
+    return 0;
+  }
+  if (wf_encode_cancel(&b, 0, &m) != WEFT_OK) fz_fail("a decoded CANCEL does not encode");
+  same_payload(&b, p, n, "CANCEL");
+  return 1;
+}
+
 /* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
 static int dec_empty(const uint8_t *p, size_t n, char *err) {
   (void)p, (void)err;
@@ -204,6 +242,7 @@ static void build_hello(fz_in *in, wf_buf *b) {
   for (size_t i = 0; i < sizeof m.settings_digest; i++) m.settings_digest[i] = (uint8_t)fz_take(in, 1);
   if (fz_take(in, 1) % 2) fz_take_name(in, m.settings, WF_SETTINGS_TEXT_MAX);
   m.incarnation = fz_take(in, 8);
+  m.device_kinds = (uint32_t)fz_take(in, 1) & WF_DEVICE_KINDS_MASK;
   if (wf_encode_hello(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid HELLO was rejected");
 }
 
@@ -221,6 +260,7 @@ static void build_peers(fz_in *in, wf_buf *b) {
     e->cross_size = 1 + (int32_t)(fz_take(in, 1) % m.size);
     e->cross_rank = (int32_t)(fz_take(in, 1) % (uint32_t)e->cross_size);
     e->incarnation = fz_take(in, 8);
+    e->device_kinds = (uint32_t)fz_take(in, 1) & WF_DEVICE_KINDS_MASK;
   }
   if (wf_encode_peers(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid PEERS was rejected");
 }
@@ -340,6 +380,48 @@ static void build_refs(fz_in *in, wf_buf *b, wf_msg_type type) {
     fz_fail("a valid CACHED/RESEND was rejected");
 }
 static void build_cached(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_CACHED); }
+
+/* A valid GROUP_JOIN or GROUP_REPLY: keyed or listed, OK or an error. */
+static void build_group(fz_in *in, wf_buf *b, wf_msg_type type) {
+  static const int32_t devices[] = {WEFT_DEVICE_CPU, WEFT_DEVICE_KIND_CUDA, WEFT_DEVICE_KIND_SIM};
+  uint32_t ranks[8];
+  static char error[64];
+  int reply = type == WF_MSG_GROUP_REPLY;
+  wf_group_msg m = {.kind = (uint8_t)(fz_take(in, 1) % 2), .size = 1 + (int32_t)(fz_take(in, 1) % 8)};
+  int keyed = m.kind == WF_GROUP_KEYED;
+  m.key = keyed ? (int32_t)fz_take(in, 4) : 0;
+  m.device = keyed ? devices[fz_take(in, 1) % 3] : WEFT_DEVICE_CPU;
+  if (reply && fz_take(in, 1) % 2) {
+    m.status = -1 - (int32_t)(fz_take(in, 1) % 14);
+    fz_take_name(in, error, sizeof error - 1);
+    m.error = error;
+  }
+  if (!keyed || (reply && m.status == 0)) {
+    uint32_t at = (uint32_t)fz_take(in, 2);
+    for (int32_t i = 0; i < m.size; i++) ranks[i] = (at += 1 + (uint32_t)(fz_take(in, 1) % 3)) % WF_MAX_RANKS;
+    for (int32_t i = 1; i < m.size; i++) /* keep them ascending after the wrap */
+      if (ranks[i] <= ranks[i - 1]) ranks[i] = ranks[i - 1] + 1;
+    if (ranks[m.size - 1] >= WF_MAX_RANKS)
+      for (int32_t i = 0; i < m.size; i++) ranks[i] = (uint32_t)i;
+    m.nranks = (uint32_t)m.size;
+    m.ranks = ranks;
+  }
+  if (reply && keyed && m.status == 0) m.id = 1 + (uint32_t)(fz_take(in, 4) % 0xffffffu);
+  weft_status st = reply ? wf_encode_group_reply(b, (uint32_t)fz_take(in, 2), &m)
+                         : wf_encode_group_join(b, (uint32_t)fz_take(in, 2), &m);
+  if (st != WEFT_OK) fz_fail("a valid GROUP_%s was rejected", reply ? "REPLY" : "JOIN");
+}
+static void build_group_join(fz_in *in, wf_buf *b) { build_group(in, b, WF_MSG_GROUP_JOIN); }
+static void build_group_reply(fz_in *in, wf_buf *b) { build_group(in, b, WF_MSG_GROUP_REPLY); }
+static void build_cancel(fz_in *in, wf_buf *b) {
+  wf_cancel_msg m = {.group_id = (uint32_t)fz_take(in, 4)};
+  fz_take_name(in, m.name, WF_NAME_MAX);
+  if (fz_take(in, 1) % 2) {
+    m.reason = WF_CANCEL_TIMEOUT;
+    m.seconds = 0.001 * (double)(1 + fz_take(in, 4));
+  }
+  if (wf_encode_cancel(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid CANCEL was rejected");
+}
 static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }
 
 static void build_p2p_send(fz_in *in, wf_buf *b) {
@@ -381,7 +463,8 @@ typedef struct fz_type {
 
 /* In wf_msg_type order, from 1. A new message type: add its row here. */
 static const fz_type k_types[] = {
-    {WF_MSG_HELLO, "hello", dec_hello, build_hello, 12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8},
+    {WF_MSG_HELLO, "hello", dec_hello, build_hello,
+     12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8 + 4},
     {WF_MSG_PEERS, "peers", dec_peers, build_peers, UINT64_MAX},
     {WF_MSG_REQUESTS, "requests", dec_requests, build_requests, UINT64_MAX},
     {WF_MSG_RESPONSES, "responses", dec_responses, build_responses, UINT64_MAX},
@@ -394,6 +477,9 @@ static const fz_type k_types[] = {
     {WF_MSG_RESEND, "resend", dec_resend, build_resend, UINT64_MAX},
     {WF_MSG_P2P_SEND, "p2p_send", dec_p2p_send, build_p2p_send, 40 + WF_P2P_EAGER_MAX},
     {WF_MSG_P2P_REPLY, "p2p_reply", dec_p2p_reply, build_p2p_reply, 20},
+    {WF_MSG_GROUP_JOIN, "group_join", dec_group_join, build_group_join, UINT64_MAX},
+    {WF_MSG_GROUP_REPLY, "group_reply", dec_group_reply, build_group_reply, UINT64_MAX},
+    {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX + 1 + 8},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
 _Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,

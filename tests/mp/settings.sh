@@ -15,7 +15,8 @@
 #   per_rank: settings that may differ (cache capacity, log level, timeouts,
 #     fast-path wait) do not stop the job;
 #   bad_value, bad_algo: a value the setting does not take fails weft_init on
-#     the rank that has it, naming the variable, the value and what it takes;
+#     the rank that has it, naming the variable, the value and what it takes
+#     (an algorithm the collective does not have: WEFT_ERR_NOT_FOUND);
 #   unknown: a WEFT_* name that is no setting is warned about, with the
 #     setting it probably meant, and the job runs.
 set -u
@@ -134,6 +135,7 @@ bad_algo)
   for ((r = 0; r < NP; r++)); do
     out bad_algo "$r" | grep -qF "WEFT_ALGO_BROADCAST=binomial: broadcast has no algorithm of that name (it has: tree, chain, hier, cma, shm)" ||
       fail "bad_algo: rank $r's error does not name the algorithm and the ones there are"
+    out bad_algo "$r" | grep -q "INITERR WEFT_ERR_NOT_FOUND " || fail "bad_algo: rank $r's weft_init did not fail NOT_FOUND"
   done
   ;;
 unknown)

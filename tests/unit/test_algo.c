@@ -374,8 +374,11 @@ static void test_registry(void) {
   CHECK(PICKS(&a, big, "ring", "ring"), "forced ring not honoured for a 64 MiB tensor");
   CHECK(PICKS(&a, 10, "direct", "direct"), "forced direct not honoured");
   fprintf(stderr, "test_algo: three warnings (unknown name, declined name, unknown name) are expected next\n");
-  CHECK(PICKS(&a, 10, "bogus", "direct"), "unknown name did not fall back to direct");
-  CHECK(PICKS(&a, 10, "tree", "direct"), "another collective's algorithm was accepted");
+  weft_status bogus_st;
+  CHECK(!strcmp(pick(&a, 10, "bogus", &bogus_st), "") && bogus_st == WEFT_ERR_NOT_FOUND,
+        "an unknown name: %s, not NOT_FOUND", weft_status_string(bogus_st));
+  CHECK(!strcmp(pick(&a, 10, "tree", &bogus_st), "") && bogus_st == WEFT_ERR_NOT_FOUND,
+        "another collective's algorithm: %s, not NOT_FOUND", weft_status_string(bogus_st));
   CHECK(PICKS(&a, big, "rd", "direct"), "rd did not decline above 64 MiB (it needs a scratch that large)");
 
   /* reducescatter: direct by default, ring when forced */
@@ -386,7 +389,8 @@ static void test_registry(void) {
   CHECK(PICKS(&r, 0, NULL, "direct"), "reducescatter: not direct by default");
   CHECK(PICKS(&r, 0, "ring", "ring"), "reducescatter: forced ring not honoured");
   CHECK(PICKS(&r, 0, "direct", "direct"), "reducescatter: forced direct not honoured");
-  CHECK(PICKS(&r, 0, "rd", "direct"), "reducescatter: unknown name did not fall back to direct");
+  CHECK(!strcmp(pick(&r, 0, "rd", &bogus_st), "") && bogus_st == WEFT_ERR_NOT_FOUND,
+        "reducescatter: an unknown name: %s, not NOT_FOUND", weft_status_string(bogus_st));
 
   wf_coll_args b = {.coll = WF_COLL_BROADCAST, .dtype = WEFT_DTYPE_UINT8, .elem_size = 1, .rank = 0, .size = 5,
                     .buf = buf, .root = 3, .segment_bytes = 1 << 20};

@@ -3,9 +3,11 @@
  * collective and kind of topology (none, one host with or without cross-
  * memory attach and staging, several hosts with one or several ranks each),
  * WEFT_HIERARCHICAL and WEFT_SMALL_BROADCAST_BYTES; that a forced name
- * still comes first and an unknown one falls back to the table; and the
- * table's text (wf_select_describe). The expected picks are written out
- * here from the documented rules, not computed from the table. */
+ * still comes first, a declining one falls back to the table and an
+ * unknown one is WEFT_ERR_NOT_FOUND; the table's text (wf_select_describe);
+ * and the algorithms by name (weft_algorithm_*, weft.h). The expected picks
+ * and names are written out here from the documented rules, not computed
+ * from the tables. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,22 +262,90 @@ static void test_staged(void) {
   for (int i = 0; i < N; i++) free(mem[i]);
 }
 
-/* A forced name comes first; an unknown or declining one falls back to the
- * table (with a warning, once). */
+/* A forced name comes first; a declining one falls back to the table
+ * (with a warning, once); an unknown one is WEFT_ERR_NOT_FOUND, naming the
+ * ones there are (weft_init refuses it first: this is the registry's own
+ * answer). */
 static void test_forced(void) {
   wf_coll_args a = args(WF_COLL_BROADCAST, 3, 4, 64 * KiB / 4, &g_cma, NULL);
   const char *chosen = NULL;
   wf_sched s;
-  const char *const forced[] = {"chain", "tree", "bogus", "shm"};
-  const char *const want[] = {"chain", "tree", "cma", "cma"};
-  fprintf(stderr, "test_select: warnings (unknown name, declined name) are expected next\n");
-  for (int k = 0; k < 4; k++) {
+  const char *const forced[] = {"chain", "tree", "shm", "", NULL};
+  const char *const want[] = {"chain", "tree", "cma", "cma", "cma"};
+  fprintf(stderr, "test_select: a warning (declined name) is expected next\n");
+  for (int k = 0; k < 5; k++) {
     wf_sched_init(&s, a.dtype, a.op);
     weft_status st = wf_algo_build(&a, forced[k], &s, &chosen);
-    CHECK(st == WEFT_OK && chosen && !strcmp(chosen, want[k]), "broadcast forced %s: %s (%s), want %s", forced[k],
-          chosen ? chosen : "-", weft_status_string(st), want[k]);
+    CHECK(st == WEFT_OK && chosen && !strcmp(chosen, want[k]), "broadcast forced %s: %s (%s), want %s",
+          forced[k] ? forced[k] : "NULL", chosen ? chosen : "-", weft_status_string(st), want[k]);
     wf_sched_free(&s);
   }
+  const char *const unknown[] = {"bogus", "board", "Tree", "direct"}; /* direct: allreduce's, not broadcast's */
+  for (int k = 0; k < 4; k++) {
+    wf_sched_init(&s, a.dtype, a.op);
+    weft_status st = wf_algo_build(&a, unknown[k], &s, &chosen);
+    CHECK(st == WEFT_ERR_NOT_FOUND && !chosen, "broadcast forced %s: %s (%s), want NOT_FOUND", unknown[k],
+          chosen ? chosen : "-", weft_status_string(st));
+    char want_msg[128];
+    snprintf(want_msg, sizeof want_msg, "broadcast has no algorithm '%s' (it has: tree, chain, hier, cma, shm)",
+             unknown[k]);
+    CHECK(strstr(wf_err_msg(), want_msg), "forced %s: message '%s'", unknown[k], wf_err_msg());
+    CHECK(!wf_algo_takes_segments(&a, unknown[k]), "forced %s takes segments", unknown[k]);
+    wf_sched_free(&s);
+  }
+}
+
+/* The algorithms by name (weft.h): every collective's names in table
+ * order, lookups both ways, and the errors. */
+static void test_by_name(void) {
+  static const char *const want[WEFT_COLLECTIVE_COUNT_][8] = {
+      {"direct", "rd", "ring", "hier", "cma", "shm", NULL},
+      {"ring", "hier", "cma", "shm", NULL},
+      {"tree", "chain", "hier", "cma", "shm", NULL},
+      {"pairwise", "cma", "shm", NULL},
+      {"direct", "ring", "cma", "shm", NULL},
+  };
+  static const char *const colls[] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter"};
+  for (int c = 0; c < WEFT_COLLECTIVE_COUNT_; c++) {
+    weft_collective wc = (weft_collective)c;
+    CHECK(!strcmp(weft_collective_name(wc), colls[c]), "collective %d is %s", c, weft_collective_name(wc));
+    int n = 0;
+    while (want[c][n]) n++;
+    CHECK(weft_algorithm_count(wc) == n, "%s: %d algorithms, want %d", colls[c], weft_algorithm_count(wc), n);
+    for (int i = 0; i < n; i++) {
+      const char *got = weft_algorithm_name(wc, i);
+      CHECK(got && !strcmp(got, want[c][i]), "%s algorithm %d: %s, want %s", colls[c], i, got ? got : "NULL",
+            want[c][i]);
+      int idx = -2;
+      weft_status st = weft_algorithm_lookup(wc, want[c][i], &idx);
+      CHECK(st == WEFT_OK && idx == i, "lookup %s %s: %s, index %d, want %d", colls[c], want[c][i],
+            weft_status_string(st), idx, i);
+    }
+    CHECK(!weft_algorithm_name(wc, n), "%s: a name past the end", colls[c]);
+    CHECK(!weft_algorithm_name(wc, -1), "%s: a name at -1", colls[c]);
+    int idx = 7;
+    weft_status st = weft_algorithm_lookup(wc, "binomial", &idx);
+    CHECK(st == WEFT_ERR_NOT_FOUND && idx == -1, "lookup %s binomial: %s, index %d", colls[c],
+          weft_status_string(st), idx);
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s has no algorithm 'binomial' (it has: ", colls[c]);
+    CHECK(strstr(weft_last_error(), msg), "lookup %s binomial: message '%s'", colls[c], weft_last_error());
+  }
+  int idx = 0;
+  CHECK(weft_algorithm_lookup(WEFT_COLLECTIVE_ALLREDUCE, "board", &idx) == WEFT_ERR_NOT_FOUND &&
+            strstr(weft_last_error(), "one-host fast path"),
+        "lookup board: '%s'", weft_last_error());
+  CHECK(weft_algorithm_lookup(WEFT_COLLECTIVE_ALLREDUCE, "ring", &idx) == WEFT_OK && !weft_last_error()[0],
+        "a successful lookup leaves the last error: '%s'", weft_last_error());
+  CHECK(weft_algorithm_lookup(WEFT_COLLECTIVE_COUNT_, "ring", &idx) == WEFT_ERR_INVALID_ARGUMENT,
+        "lookup in collective 5");
+  CHECK(weft_algorithm_lookup((weft_collective)-1, "ring", &idx) == WEFT_ERR_INVALID_ARGUMENT, "collective -1");
+  CHECK(weft_algorithm_lookup(WEFT_COLLECTIVE_ALLREDUCE, NULL, &idx) == WEFT_ERR_INVALID_ARGUMENT, "NULL name");
+  CHECK(weft_algorithm_lookup(WEFT_COLLECTIVE_ALLREDUCE, "ring", NULL) == WEFT_ERR_INVALID_ARGUMENT, "NULL index");
+  CHECK(weft_algorithm_count(WEFT_COLLECTIVE_COUNT_) == -1, "count of collective 5");
+  CHECK(!weft_algorithm_name(WEFT_COLLECTIVE_COUNT_, 0), "a name of collective 5");
+  CHECK(!strcmp(weft_collective_name(WEFT_COLLECTIVE_COUNT_), "unknown"), "collective 5's name");
+  CHECK(!strcmp(weft_status_string(WEFT_ERR_NOT_FOUND), "WEFT_ERR_NOT_FOUND"), "NOT_FOUND's name");
 }
 
 static void test_describe(void) {
@@ -366,6 +436,7 @@ int main(void) {
   test_alltoall();
   test_staged();
   test_forced();
+  test_by_name();
   test_describe();
   return unit_result("test_select");
 }

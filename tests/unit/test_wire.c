@@ -75,11 +75,12 @@ static void test_hello(void) {
   for (int i = 0; i < WF_SETTINGS_DIGEST; i++) m.settings_digest[i] = (uint8_t)(0xa0 + i);
   fill_str(m.settings, WF_SETTINGS_TEXT_MAX, 'S');
   m.incarnation = 0x8877665544332211ull;
+  m.device_kinds = WF_DEVICE_KINDS_MASK;
   wf_buf b = {0};
   CHECK(wf_encode_hello(&b, 7, &m) == WEFT_OK, "encode hello");
   size_t n;
   const uint8_t *p = frame_payload(&b, 0, WF_MSG_HELLO, 7, &n);
-  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21 + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8, "HELLO payload %zu bytes", n);
+  CHECK(n == 12 + 2 + 255 + 2 + 36 + 2 + 21 + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8 + 4, "HELLO payload %zu bytes", n);
   wf_hello_msg d;
   CHECK(wf_decode_hello(p, n, &d, g_err, sizeof g_err) == WEFT_OK, "decode hello: %s", g_err);
   CHECK(d.rank == m.rank && d.size == m.size && d.pid == m.pid && d.incarnation == m.incarnation,
@@ -88,6 +89,7 @@ static void test_hello(void) {
         "hello strings");
   CHECK(!memcmp(d.settings_digest, m.settings_digest, WF_SETTINGS_DIGEST) && !strcmp(d.settings, m.settings),
         "hello settings");
+  CHECK(d.device_kinds == WF_DEVICE_KINDS_MASK, "hello device kinds 0x%x", d.device_kinds);
   keep_sample(WF_MSG_HELLO, p, n);
   wf_buf_free(&b);
 
@@ -102,12 +104,13 @@ static void test_hello(void) {
   m.settings_digest[31] = 0x11;
   strcpy(m.settings, "X=1\n");
   m.incarnation = 0x0807060504030201ull;
+  m.device_kinds = 1u << WEFT_DEVICE_KIND_SIM;
   CHECK(wf_encode_hello(&b, 1, &m) == WEFT_OK, "encode small hello");
-  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 68, 0, 0, 0, 0, 0, 0, 0,
+  static const uint8_t want[] = {'W', 'E', 'F', 'T', 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 72, 0, 0, 0, 0, 0, 0, 0,
                                  1, 0, 0, 0, 2, 0, 0, 0, 4, 3, 2, 1, 1, 0, 'h', 0, 0, 3, 0, 'a', ':', '1',
                                  0xee, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11, 4, 0, 'X', '=', '1', '\n',
-                                 1, 2, 3, 4, 5, 6, 7, 8};
+                                 1, 2, 3, 4, 5, 6, 7, 8, 4, 0, 0, 0};
   CHECK(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0, "small HELLO bytes differ (len %zu)", b.len);
   CHECK(wf_decode_hello(b.data + 24, b.len - 24, &d, g_err, sizeof g_err) == WEFT_OK && d.boot_id[0] == 0,
         "empty boot_id: %s", g_err);
@@ -136,6 +139,16 @@ static void test_hello(void) {
   memset(bad.settings, 'x', sizeof bad.settings);
   CHECK(wf_encode_hello(&b, 0, &bad) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "unterminated settings accepted");
   CHECK(strstr(weft_last_error(), "settings"), "message names settings: %s", weft_last_error());
+  bad = m;
+  bad.device_kinds = 1u << 5;
+  CHECK(wf_encode_hello(&b, 0, &bad) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "device kind bit 5 accepted");
+  CHECK(strstr(weft_last_error(), "device_kinds"), "message names device_kinds: %s", weft_last_error());
+  /* the decoder refuses what the encoder refuses: bit 5 patched into a good frame */
+  CHECK(wf_encode_hello(&b, 1, &m) == WEFT_OK, "encode small hello again");
+  b.data[b.len - 4] |= 1u << 5;
+  CHECK(wf_decode_hello(b.data + 24, b.len - 24, &d, g_err, sizeof g_err) == WEFT_ERR_PROTOCOL &&
+            strstr(g_err, "device_kinds"),
+        "decoded device kind bit 5: %s", g_err);
   wf_buf_free(&b);
 }
 
@@ -152,6 +165,7 @@ static void test_peers(void) {
     peers[i].cross_rank = i / 3;
     peers[i].cross_size = 2;
     peers[i].incarnation = 0x1000000000000001ull * (uint64_t)(i + 1);
+    peers[i].device_kinds = (uint32_t)i & WF_DEVICE_KINDS_MASK;
   }
   wf_peers_msg m = {N, peers};
   wf_buf b = {0};
@@ -165,7 +179,7 @@ static void test_peers(void) {
     const wf_peer_info *a = &peers[i], *c = &d.peers[i];
     CHECK(!strcmp(a->host, c->host) && !strcmp(a->listen_addr, c->listen_addr) && a->pid == c->pid &&
               a->local_rank == c->local_rank && a->local_size == c->local_size && a->cross_rank == c->cross_rank &&
-              a->cross_size == c->cross_size && a->incarnation == c->incarnation,
+              a->cross_size == c->cross_size && a->incarnation == c->incarnation && a->device_kinds == c->device_kinds,
           "peer %d differs", i);
   }
   wf_peers_msg_free(&d);
@@ -186,6 +200,10 @@ static void test_peers(void) {
   peers[2].local_rank = 3; /* == local_size */
   CHECK(wf_encode_peers(&b, 0, &m) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "local_rank 3 of 3 accepted");
   CHECK(strstr(weft_last_error(), "PEERS[2].local_rank"), "message: %s", weft_last_error());
+  peers[2].local_rank = 2;
+  peers[3].device_kinds = 1u; /* bit 0: AUTO, never a kind a rank has */
+  CHECK(wf_encode_peers(&b, 0, &m) == WEFT_ERR_INVALID_ARGUMENT && b.len == 0, "device kind bit 0 accepted");
+  CHECK(strstr(weft_last_error(), "PEERS[3].device_kinds"), "message: %s", weft_last_error());
   wf_buf_free(&b);
 }
 

@@ -37,9 +37,9 @@ static void test_headers(void) {
   CHECK(h.type == WF_MSG_REQUESTS && h.flags == 0x1234 && h.src == 77 && h.length == 1000, "header fields");
   CHECK(hdr(M, 1, WF_MSG_DATA, 0, 1u << 20, 100, 1u << 20, &h) == WEFT_OK && h.length == 1u << 20, "DATA at cap");
   CHECK(hdr(M, 1, WF_MSG_HEARTBEAT, 0, 0, 100, 100, &h) == WEFT_OK, "heartbeat");
-  CHECK(hdr(M, 1, WF_MSG_HELLO, 0, 3705, 4000, 100, &h) == WEFT_OK, "largest HELLO");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3706, 4000, 100, &h), &h, "HELLO", "HELLO over its largest size");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 53, 4000, 100, &h), &h, "HELLO", "HELLO under its smallest size");
+  CHECK(hdr(M, 1, WF_MSG_HELLO, 0, 3709, 4000, 100, &h) == WEFT_OK, "largest HELLO");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3710, 4000, 100, &h), &h, "HELLO", "HELLO over its largest size");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 65, 4000, 100, &h), &h, "HELLO", "HELLO under its smallest size");
   expect_bad_hdr(hdr(0x54464558, 1, 1, 0, 30, 1000, 1000, &h), &h, "magic", "bad magic");
   expect_bad_hdr(hdr(M, 2, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 2");
   expect_bad_hdr(hdr(M, 0, 1, 0, 30, 1000, 1000, &h), &h, "version", "version 0");
@@ -55,7 +55,7 @@ static void test_headers(void) {
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 1ull << 40, 1ull << 50, 1u << 30, &h), &h, "DATA", "DATA 2^40");
   expect_bad_hdr(hdr(M, 1, WF_MSG_RESPONSES, 0, 1001, 1000, 1ull << 40, &h), &h, "exceeds", "ctrl over cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_DATA, 0, 101, 1000, 100, &h), &h, "exceeds", "DATA over cap");
-  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3706, 1u << 20, 1000, &h), &h, "HELLO", "HELLO over its own cap");
+  expect_bad_hdr(hdr(M, 1, WF_MSG_HELLO, 0, 3710, 1u << 20, 1000, &h), &h, "HELLO", "HELLO over its own cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_ABORT, 0, 2 + WF_ERRMSG_MAX + 1, 1u << 20, 0, &h), &h, "ABORT", "ABORT over cap");
   expect_bad_hdr(hdr(M, 1, WF_MSG_HEARTBEAT, 0, 1, 1000, 1000, &h), &h, "HEARTBEAT", "heartbeat with payload");
   expect_bad_hdr(hdr(M, 1, WF_MSG_BYE, 0, 8, 1000, 1000, &h), &h, "BYE", "bye with payload");
@@ -237,6 +237,7 @@ static void test_bad_fields(void) {
   for (int i = 0; i < WF_SETTINGS_DIGEST; i++) put(&b, (uint64_t)i, 1);
   put_str(&b, "A=1\n", 4);
   put(&b, 7, 8); /* incarnation */
+  put(&b, 1u << WEFT_DEVICE_KIND_SIM, 4);
   expect_reject(WF_MSG_HELLO, &b, P, "rank", "3", "HELLO rank == size");
   b.d[0] = 0;
   CHECK(decode_any(WF_MSG_HELLO, b.d, b.n) == 2, "fixed HELLO rejected: %s", g_err);
@@ -245,6 +246,9 @@ static void test_bad_fields(void) {
   b.d[4] = 1;
   b.d[14] = 0; /* host "h" -> "\0" */
   expect_reject(WF_MSG_HELLO, &b, P, "host", "NUL", "NUL in host");
+  b.d[14] = 'h';
+  b.d[b.n - 4] = 0x80; /* device kind bit 7 */
+  expect_reject(WF_MSG_HELLO, &b, P, "device_kinds", "0x80", "HELLO device kind bit 7");
 
   b.n = 0;
   put(&b, 2, 4);
@@ -257,6 +261,7 @@ static void test_bad_fields(void) {
     put(&b, 0, 4);
     put(&b, i ? 3 : 1, 4); /* entry 1: cross_size 3 > size 2 */
     put(&b, 9, 8);         /* incarnation */
+    put(&b, 0, 4);
   }
   expect_reject(WF_MSG_PEERS, &b, P, "PEERS[1].cross_size", "3", "cross_size over size");
   b.n = 0;
