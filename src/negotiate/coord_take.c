@@ -86,22 +86,6 @@ static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
   return 0;
 }
 
-/* The response cache's assignment for ready q, published under name (its
- * name, now the response's): takes q's pin. */
-static void assign(wf_coord *c, ready *q, const char *name) {
-  if (c->cache && wf_cache_assigns(&q->resp)) {
-    uint64_t epoch;
-    rblock *p = q->pay;
-    int again = p && p->in_cache; /* all hits: already this name's payload */
-    wf_cache_assign_hint(c->cache, q->slot, name, p, &epoch); /* takes the pin, unless it kept p */
-    if (again) wf_cd_block_unpin(p);
-    else if (p) p->in_cache = 1;
-  } else {
-    wf_cd_block_unpin(q->pay);
-  }
-  q->pay = NULL;
-}
-
 /* Where a ready response goes in the order of a take (higher first). */
 static int64_t order_key(const ready *r) { return r->resp.coll == WF_COLL_JOIN ? INT64_MIN : r->m.priority; }
 
@@ -138,12 +122,24 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     }
     c->ready[j] = r;
   }
+  /* The response cache's assignments, in response order (fusion below
+   * keeps the order of names). */
+  for (size_t i = 0; i < n; i++) {
+    ready *q = &c->ready[i];
+    if (c->cache && wf_cache_assigns(&q->resp)) {
+      uint64_t epoch;
+      rblock *p = q->pay;
+      int again = p && p->in_cache; /* all hits: already this name's payload */
+      wf_cache_assign_hint(c->cache, q->slot, q->name, p, &epoch); /* takes the pin, unless it kept p */
+      if (again) wf_cd_block_unpin(p);
+      else if (p) p->in_cache = 1;
+    } else {
+      wf_cd_block_unpin(q->pay);
+    }
+    q->pay = NULL;
+  }
   /* Fusion: consecutive compatible responses become one naming them all,
-   * up to the threshold. The response cache's assignments follow each
-   * response built, in the order of its names, as members run them; a
-   * response dropped for want of memory assigns nothing (members never
-   * see it: an assignment here would shift every later epoch, and their
-   * references would resolve to other tensors). */
+   * up to the threshold. */
   size_t k = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
@@ -152,11 +148,10 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     int st = build(c, i, j, &res[k]);
     if (st && j > i + 1) st = build(c, i, j = i + 1, &res[k]); /* no memory to fuse: send it alone */
     if (st == 0) {
-      for (size_t m = i; m < j; m++) assign(c, &c->ready[m], res[k].names[m - i]);
       res[k++].seq = c->next_seq++;
     } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
       WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
-      wf_cd_ready_free(&c->ready[i]); /* unpins its block: nothing was assigned */
+      wf_cd_ready_free(&c->ready[i]); /* its pin went to the cache above */
     }
     i = j;
   }
