@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/submit.h"
 #include "util/err.h"
@@ -156,18 +155,8 @@ static wf_keyed *keyed_find(weft_world *w, int key) {
 /* Waits (under mu) for another thread's resolution of k; 0 if it did not
  * finish by deadline. */
 static int keyed_wait(weft_world *w, wf_keyed *k, int64_t deadline) {
-  while (k->state == WF_KEYED_RESOLVING) {
-    int64_t left = deadline - wf_now_ns();
-    if (left <= 0) return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + left;
-    ts.tv_sec += ns / WF_NS_PER_SEC;
-    ts.tv_nsec = ns % WF_NS_PER_SEC;
-    w->waiters++;
-    pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
-    w->waiters--;
-  }
+  while (k->state == WF_KEYED_RESOLVING)
+    if (!wf_world_wait_once(w, deadline)) return 0;
   return 1;
 }
 

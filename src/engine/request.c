@@ -281,6 +281,20 @@ int wf_request_poll(weft_request *r) {
   return done(r);
 }
 
+int wf_world_wait_once(weft_world *w, int64_t deadline) {
+  int64_t left = deadline - wf_now_ns();
+  if (left <= 0) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ns = ts.tv_nsec + left;
+  ts.tv_sec += ns / WF_NS_PER_SEC;
+  ts.tv_nsec = ns % WF_NS_PER_SEC;
+  w->waiters++;
+  pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
+  w->waiters--;
+  return 1;
+}
+
 int wf_request_wait(weft_request *r, double timeout_seconds) {
   if (done(r)) return 1;
   if (wf_fast_busy(r)) /* one-host fast path: wait on the board, complete it here */
@@ -308,18 +322,8 @@ int wf_request_wait(weft_request *r, double timeout_seconds) {
     deadline = r->deadline + (int64_t)((w->hb_timeout + 5.0) * 1e9);
   }
   pthread_mutex_lock(&w->mu);
-  while (!done(r)) {
-    int64_t left = deadline - wf_now_ns();
-    if (left <= 0) break;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + left;
-    ts.tv_sec += ns / WF_NS_PER_SEC;
-    ts.tv_nsec = ns % WF_NS_PER_SEC;
-    w->waiters++;
-    pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
-    w->waiters--;
-  }
+  while (!done(r))
+    if (!wf_world_wait_once(w, deadline)) break;
   pthread_mutex_unlock(&w->mu);
   return done(r);
 }

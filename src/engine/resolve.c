@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/engine.h"
 #include "engine/submit.h"
@@ -89,18 +88,8 @@ weft_status wf_resolve_wait(weft_world *w, const wf_group_msg *join, wf_group_ms
   int64_t deadline = wf_deadline_after(2 * w->timeout_seconds + w->hb_timeout + 5.0);
   weft_status st = WEFT_OK;
   pthread_mutex_lock(&w->mu);
-  while (!wt->done) {
-    int64_t left = deadline - wf_now_ns();
-    if (left <= 0) break;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + left;
-    ts.tv_sec += ns / WF_NS_PER_SEC;
-    ts.tv_nsec = ns % WF_NS_PER_SEC;
-    w->waiters++;
-    pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
-    w->waiters--;
-  }
+  while (!wt->done)
+    if (!wf_world_wait_once(w, deadline)) break;
   for (struct wf_rwait **p = &w->rwaits; *p; p = &(*p)->next)
     if (*p == wt) {
       *p = wt->next;

@@ -44,6 +44,10 @@ weft_status wf_submit_device_available(int device_kind, int *count);
  * *out = r, or an error (the world failed or is finalizing, the name is in
  * use) after freeing r. */
 weft_status wf_submit(weft_request *r, weft_request **out);
+/* Under w->mu: one wait on the world's completion signal (done_cv), at most
+ * until deadline (wf_now_ns time); 0, without waiting, once it has passed.
+ * The caller loops on its own condition. */
+int wf_world_wait_once(weft_world *w, int64_t deadline);
 /* A grouped op: the children kids[0..n) (built and checked) are registered
  * and queued under one lock, so the engine sees them in one drain and they
  * reach the coordinator in one batch; parent completes with the last and
