@@ -30,7 +30,7 @@
 
 #include "mp_harness.c"
 
-static double g_timeout = 8.0; /* WEFT_TIMEOUT_SECONDS as the test sets it */
+static double g_timeout = 4.0; /* WEFT_TIMEOUT_SECONDS as the test sets it */
 
 /* A world allreduce of float ones in group g: every member sums to its size. */
 static void check_sum(weft_group *g, const char *name) {
@@ -132,21 +132,27 @@ static void disagreements(void) {
   weft_group *g = NULL;
   char want[256];
   if (mp_size >= 2) {
-    mp_case("keyed group 21: sizes disagree");
-    int size = mp_rank == last ? mp_size - 1 : mp_size;
-    weft_status st = weft_group_resolve(mp_world, 21, size, WEFT_DEVICE_CPU, &g);
-    /* whoever came first fixed the size: the last rank "gives" its size, or
-     * "gave" it when it came first */
-    const char *msg = weft_last_error();
+    weft_status st;
+    const char *msg;
     char a[96], b[96];
-    snprintf(a, sizeof a, "rank %d gives group size %d, rank ", last, mp_size - 1);
-    snprintf(b, sizeof b, "gives group size %d, rank %d gave %d", mp_size, last, mp_size - 1);
-    if (st != WEFT_ERR_MISMATCH || !strstr(msg, "group 21: rank ") || (!strstr(msg, a) && !strstr(msg, b)))
-      mp_fail("group 21: %s: %s", weft_status_string(st), msg);
-    st = weft_group_resolve(mp_world, 21, size, WEFT_DEVICE_CPU, &g); /* final */
-    if (st != WEFT_ERR_MISMATCH || !strstr(weft_last_error(), "group 21: rank "))
-      mp_fail("group 21 again: %s: %s", weft_status_string(st), weft_last_error());
-    mp_case_end();
+    /* from 3 ranks: on 2, the last rank's size of 1 is a whole group by
+     * itself, which completes when it comes first */
+    if (mp_size >= 3) {
+      mp_case("keyed group 21: sizes disagree");
+      int size = mp_rank == last ? mp_size - 1 : mp_size;
+      st = weft_group_resolve(mp_world, 21, size, WEFT_DEVICE_CPU, &g);
+      /* whoever came first fixed the size: the last rank "gives" its size, or
+       * "gave" it when it came first */
+      msg = weft_last_error();
+      snprintf(a, sizeof a, "rank %d gives group size %d, rank ", last, mp_size - 1);
+      snprintf(b, sizeof b, "gives group size %d, rank %d gave %d", mp_size, last, mp_size - 1);
+      if (st != WEFT_ERR_MISMATCH || !strstr(msg, "group 21: rank ") || (!strstr(msg, a) && !strstr(msg, b)))
+        mp_fail("group 21: %s: %s", weft_status_string(st), msg);
+      st = weft_group_resolve(mp_world, 21, size, WEFT_DEVICE_CPU, &g); /* final */
+      if (st != WEFT_ERR_MISMATCH || !strstr(weft_last_error(), "group 21: rank "))
+        mp_fail("group 21 again: %s: %s", weft_status_string(st), weft_last_error());
+      mp_case_end();
+    }
 
     mp_case("keyed group 22: device types disagree");
     st = weft_group_resolve(mp_world, 22, mp_size, mp_rank == last ? WEFT_DEVICE_KIND_SIM : WEFT_DEVICE_CPU, &g);
