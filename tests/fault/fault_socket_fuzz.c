@@ -149,13 +149,18 @@ static void check_failure(weft_status st, const char *msg, const char *what) {
 
 /* Checked int64 sum allreduces in g until one fails (returns 0) or, when
  * `until_done`, the fake has left and `grace` s have passed (returns 1);
- * otherwise after `count` of them. */
+ * otherwise after `count` of them. Element 64 is each rank's vote to stop
+ * (its grace is over): all stop after the same allreduce, the first whose
+ * sum of votes is not 0 (stopping each on its own clock, one rank could
+ * finalize while the other began one more, which then failed without
+ * naming rank 2). */
 static int allreduces(weft_group *g, int nranks, int count, int until_done, double grace) {
-  int64_t v[64];
-  int64_t shape[1] = {64};
+  int64_t v[65];
+  int64_t shape[1] = {65};
   double t_end = -1;
   for (int it = 0; until_done || it < count; it++) {
     for (int i = 0; i < 64; i++) v[i] = (int64_t)R * 1000 + i + it;
+    v[64] = t_end >= 0 && fx_now() > t_end;
     weft_tensor t = {WEFT_DTYPE_INT64, 1, shape, v, WEFT_DEVICE_CPU, 0, NULL};
     weft_request *req = NULL;
     char name[32];
@@ -183,8 +188,8 @@ static int allreduces(weft_group *g, int nranks, int count, int until_done, doub
       }
     }
     if (until_done) {
+      if (v[64] > 0) return 1;
       if (t_end < 0 && fx_wait_file("fake.done", 0) == 0) t_end = fx_now() + grace;
-      if (t_end >= 0 && fx_now() > t_end) return 1;
       fx_sleep(0.002);
     }
   }
