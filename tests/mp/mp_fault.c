@@ -15,39 +15,10 @@
  * after announcing it (through a pipe); every other outcome passes the
  * child's failure on. The survivors' verdicts thus decide the job's exit
  * status, and the library sees a real SIGKILLed peer. */
-#include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "mp_harness.c"
 
 static int g_killer = 1;
 static size_t g_mib = 64;
-static int g_pipe = -1; /* child -> parent: 'K' = dying on purpose */
-
-/* Waits for the weft rank (the child); returns this process's exit status. */
-static int supervise(pid_t child, int rfd) {
-  char note = 0;
-  ssize_t n;
-  do n = read(rfd, &note, 1);
-  while (n < 0 && errno == EINTR);
-  int ws = 0;
-  while (waitpid(child, &ws, 0) < 0)
-    if (errno != EINTR) {
-      perror("waitpid");
-      return 1;
-    }
-  if (WIFSIGNALED(ws)) {
-    if (WTERMSIG(ws) == SIGKILL && n == 1 && note == 'K') {
-      printf("PASS rank %d: killed itself with SIGKILL as planned\n", g_killer);
-      return 0;
-    }
-    printf("FAIL: a weft rank (pid %d) died of signal %d unplanned\n", (int)child, WTERMSIG(ws));
-    return 1;
-  }
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
-}
 
 /* Submits the large allreduce every rank submits. */
 static weft_status big_allreduce(float *buf, size_t n, weft_request **req) {
@@ -104,10 +75,7 @@ static int run_rank(void) {
     if (st != WEFT_OK) mp_fatal("submitting fault.big: %s", weft_status_string(st));
     mp_sleep_ms(50);
     mp_say("INFO rank %d: raising SIGKILL", mp_rank);
-    char k = 'K';
-    if (write(g_pipe, &k, 1) != 1) perror("write");
-    raise(SIGKILL);
-    mp_fatal("still alive after raise(SIGKILL)");
+    mp_die_by_sigkill();
   }
 
   mp_case("survivor: %zu MiB allreduce fails naming %s within 10 s", g_mib, dead);
@@ -189,22 +157,5 @@ int main(int argc, char **argv) {
       g_mib = strtoull(argv[i + 1], NULL, 0);
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int fds[2];
-  if (pipe(fds) != 0) {
-    perror("pipe");
-    return 1;
-  }
-  fflush(NULL);
-  pid_t child = fork();
-  if (child < 0) {
-    perror("fork");
-    return 1;
-  }
-  if (child > 0) {
-    close(fds[1]);
-    return supervise(child, fds[0]);
-  }
-  close(fds[0]);
-  g_pipe = fds[1];
-  return run_rank();
+  return mp_supervised(run_rank);
 }

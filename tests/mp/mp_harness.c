@@ -18,15 +18,19 @@
 #ifndef MP_HARNESS_C
 #define MP_HARNESS_C
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "weft.h"
 
@@ -483,6 +487,62 @@ MP_FN int mp_contains(const char *hay, const char *needle) {
     if (k == n) return 1;
   }
   return n == 0;
+}
+
+/* ---- a rank that kills itself on purpose (mp_fault, mp_p2p_fault). The
+ * weft rank runs in a child; the process weftrun started waits for it, so
+ * weftrun does not stop the survivors when the rank dies. Just before
+ * raise(SIGKILL) the child tells its parent ('K' and its rank) on a pipe,
+ * so an unplanned death still fails. */
+static int mp_dying_fd = -1;
+
+/* The rank dies now, as announced. */
+MP_FN void mp_die_by_sigkill(void) {
+  char note[2] = {'K', (char)mp_rank};
+  if (write(mp_dying_fd, note, 2) != 2) perror("write");
+  raise(SIGKILL);
+  mp_fatal("still alive after raise(SIGKILL)");
+}
+
+/* Runs rank_main in a child and returns this process's exit status: 0 when
+ * the child died by SIGKILL as announced (mp_die_by_sigkill), else its own. */
+MP_FN int mp_supervised(int (*rank_main)(void)) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    perror("pipe");
+    return 1;
+  }
+  fflush(NULL);
+  pid_t child = fork();
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
+  if (child == 0) {
+    close(fds[0]);
+    mp_dying_fd = fds[1];
+    return rank_main();
+  }
+  close(fds[1]);
+  char note[2] = {0, 0};
+  ssize_t n;
+  do n = read(fds[0], note, 2);
+  while (n < 0 && errno == EINTR);
+  int ws = 0;
+  while (waitpid(child, &ws, 0) < 0)
+    if (errno != EINTR) {
+      perror("waitpid");
+      return 1;
+    }
+  if (WIFSIGNALED(ws)) {
+    if (WTERMSIG(ws) == SIGKILL && n == 2 && note[0] == 'K') {
+      printf("PASS rank %d: killed itself with SIGKILL as planned\n", note[1]);
+      return 0;
+    }
+    printf("FAIL: a weft rank (pid %d) died of signal %d unplanned\n", (int)child, WTERMSIG(ws));
+    return 1;
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
 }
 
 #endif /* MP_HARNESS_C */

@@ -4,35 +4,9 @@
  * unmatched recv) fail within 10 s with WEFT_ERR_PEER_LOST or a message
  * naming the dead rank, and finalize returns within 2 s.
  *
- * As mp_fault.c: every rank forks, the weft rank runs in the child, and the
+ * As mp_fault.c: every rank runs in a child (mp_supervised), and the
  * killer's parent exits 0 when its child died of SIGKILL as announced. */
-#include <errno.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "mp_harness.c"
-
-static int g_pipe = -1;
-
-static int supervise(pid_t child, int rfd) {
-  char note = 0;
-  ssize_t n;
-  do n = read(rfd, &note, 1);
-  while (n < 0 && errno == EINTR);
-  int ws = 0;
-  while (waitpid(child, &ws, 0) < 0)
-    if (errno != EINTR) return 1;
-  if (WIFSIGNALED(ws)) {
-    if (WTERMSIG(ws) == SIGKILL && n == 1 && note == 'K') {
-      printf("PASS: the sender killed itself with SIGKILL as planned\n");
-      return 0;
-    }
-    printf("FAIL: a weft rank (pid %d) died of signal %d unplanned\n", (int)child, WTERMSIG(ws));
-    return 1;
-  }
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
-}
 
 static void expect_lost(weft_request *r, double t0, const char *dead, const char *what) {
   weft_status st = weft_wait(r, 12.0);
@@ -69,10 +43,7 @@ static int run_rank(void) {
      * arrive (it takes 30 to 100 ms on one host; under load it may not have
      * started: then the recv is pending without data, which must fail too) */
     mp_sleep_ms(10);
-    char k = 'K';
-    if (write(g_pipe, &k, 1) != 1) perror("write");
-    raise(SIGKILL);
-    mp_fatal("still alive after raise(SIGKILL)");
+    mp_die_by_sigkill();
   }
   mp_case("survivor: pending transfers with %s fail naming it", dead);
   double t0 = mp_now();
@@ -102,16 +73,5 @@ static int run_rank(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  int fds[2];
-  if (pipe(fds) != 0) return 1;
-  fflush(NULL);
-  pid_t child = fork();
-  if (child < 0) return 1;
-  if (child > 0) {
-    close(fds[1]);
-    return supervise(child, fds[0]);
-  }
-  close(fds[0]);
-  g_pipe = fds[1];
-  return run_rank();
+  return mp_supervised(run_rank);
 }
