@@ -269,6 +269,10 @@ int wf_devpipe_wants(const wf_exec *x) {
 
 size_t wf_devpipe_chunks(const struct wf_dpipe *p) { return p->nchunks; }
 
+size_t wf_devpipe_chunk_elems(const weft_world *w, weft_dtype dtype) {
+  return chunk_bytes(w) / weft_dtype_size(dtype);
+}
+
 weft_status wf_devpipe_begin(weft_world *w, wf_gstate *gs, struct wf_dpipe **out) {
   wf_exec *x = &gs->exec;
   const wf_request_msg *m = &x->req->msg;

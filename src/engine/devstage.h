@@ -104,6 +104,9 @@ int wf_devpipe_wants(const wf_exec *x);
  * failure (free it with wf_devpipe_end). */
 weft_status wf_devpipe_begin(weft_world *w, wf_gstate *gs, struct wf_dpipe **out);
 size_t wf_devpipe_chunks(const struct wf_dpipe *p);
+/* The elements of dtype in one chunk of w's pipelines (the agreed
+ * WEFT_DEVICE_CHUNK_BYTES): the same on every rank. */
+size_t wf_devpipe_chunk_elems(const weft_world *w, weft_dtype dtype);
 /* The current chunk: 1 when its input is in host memory (*buf, *count: the
  * host collective's buffer, prescaled), 0 not yet (looked at again soon),
  * -1 failed or timed out (the world failed, naming tensor and rank). */

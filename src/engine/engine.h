@@ -59,6 +59,9 @@ typedef struct wf_exec {
   int64_t deadline;
   struct wf_dpipe *dpipe;    /* device tensors' allreduce/broadcast, chunk by chunk (devstage.h) */
   int chunk_wait;            /* the pipeline's next chunk is not in host memory yet */
+  size_t hchunk, hchunk_at;  /* a joined rank's part in a staged allreduce: the pipeline's chunk (elements) and
+                                where its next chunk starts; it runs chunk by chunk in host memory as the others
+                                run theirs through the device pipeline (0: not chunked) */
 } wf_exec;
 
 /* Engine-side state of one group (the world group or a process set). */

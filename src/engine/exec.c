@@ -363,7 +363,8 @@ static weft_request *phantom(weft_world *w, wf_gstate *gs, const wf_response_msg
     int64_t n = 0;
     for (uint32_t i = 2; i < resp->nsizes; i++) n += resp->sizes[i];
     p->msg.dtype = (uint8_t)resp->sizes[0];
-    p->msg.reduce_op = (uint8_t)resp->sizes[1];
+    p->msg.reduce_op = (uint8_t)(resp->sizes[1] & ~(int64_t)WF_AR_STAGED);
+    if (resp->sizes[1] & WF_AR_STAGED) p->phantom = 2;
     p->msg.ndim = 1;
     p->msg.shape[0] = n;
     size_t bytes = (size_t)n * weft_dtype_size((weft_dtype)p->msg.dtype);
@@ -491,10 +492,14 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   wf_coll_args a;
   weft_status st = WEFT_OK;
   int piped = r->dstage || fused ? wf_devpipe_wants(x) : 0;
+  int chunked = piped || r->phantom == 2;
   if (piped) {
     /* device tensors' allreduce/broadcast: chunk by chunk (chunk_start) */
     st = wf_devpipe_begin(w, gs, &x->dpipe);
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
+    x->chunk_wait = 1;
+  } else if (chunked) { /* joined: the same chunks, in host memory */
+    x->hchunk = wf_devpipe_chunk_elems(w, (weft_dtype)r->msg.dtype);
     x->chunk_wait = 1;
   } else {
     for (uint32_t i = 0; i < nfused && st == WEFT_OK; i++) { /* gathers: the inputs into host memory first */
@@ -513,12 +518,12 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
     x->recv_idx = calloc((size_t)w->size, sizeof *x->recv_idx);
     if (!x->send_idx || !x->recv_idx) st = WEFT_ERR_NO_MEMORY;
   }
-  if (!piped) wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
-  if (st == WEFT_OK && !piped && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
+  if (!chunked) wf_sched_init(&x->sched, r->msg.dtype, (weft_reduce_op)r->msg.reduce_op);
+  if (st == WEFT_OK && !chunked && r->msg.coll != WF_COLL_BARRIER && r->msg.coll != WF_COLL_JOIN) {
     st = wf_algo_build(&a, forced_algo(w, r->msg.coll), &x->sched, &x->algo);
     if (st != WEFT_OK) snprintf(err, sizeof err, "%s", wf_err_msg());
   }
-  if (st == WEFT_OK && !piped) st = wf_sched_finish(&x->sched);
+  if (st == WEFT_OK && !chunked) st = wf_sched_finish(&x->sched);
   if (st != WEFT_OK) {
     /* The other ranks run this collective: one that cannot leaves them
      * waiting, so the whole world fails, naming the tensor and the cause. */
@@ -543,20 +548,31 @@ static int start_built(weft_world *w, wf_gstate *gs, weft_request *r, weft_reque
   return 1;
 }
 
+/* A joined rank's next chunk of a staged allreduce (its identity, in host
+ * memory): 1 and *buf, *count set, or 0 when none is left. */
+static int host_chunk(wf_exec *x, void **buf, size_t *count) {
+  size_t total = (size_t)x->req->msg.shape[0];
+  if (x->hchunk_at >= total || !x->hchunk) return 0;
+  *count = total - x->hchunk_at < x->hchunk ? total - x->hchunk_at : x->hchunk;
+  *buf = (char *)x->req->in.data + x->hchunk_at * weft_dtype_size((weft_dtype)x->req->msg.dtype);
+  x->hchunk_at += *count;
+  return 1;
+}
+
 /* The pipeline's current chunk: once its input is in host memory, builds
  * its schedule (the response's algorithm on the chunk). 1: built (post its
  * first round), 0: not yet, -1: nothing more to do here (finished, or
  * failed: the world's failure ends it). */
 static int chunk_start(weft_world *w, wf_gstate *gs) {
   wf_exec *x = &gs->exec;
-  if (!wf_devpipe_chunks(x->dpipe)) { /* nothing to move: an empty tensor */
+  void *buf = NULL;
+  size_t count = 0;
+  if (x->dpipe ? !wf_devpipe_chunks(x->dpipe) : !host_chunk(x, &buf, &count)) { /* nothing to move: empty */
     x->chunk_wait = 0;
     exec_finish(w, gs, WEFT_OK, NULL);
     return -1;
   }
-  void *buf = NULL;
-  size_t count = 0;
-  int rc = wf_devpipe_chunk(w, x->dpipe, &buf, &count);
+  int rc = x->dpipe ? wf_devpipe_chunk(w, x->dpipe, &buf, &count) : 1;
   if (rc == 0) return 0;
   x->chunk_wait = 0;
   if (rc < 0) {
@@ -711,6 +727,8 @@ static void progress_group(weft_world *w, wf_gstate *gs) {
       if (rc > 0) x->chunk_wait = 1;
       else if (rc == 0) exec_finish(w, gs, WEFT_OK, NULL);
       else x->pending = 1; /* stuck until the world's failure ends it */
+    } else if (x->round >= x->sched.nrounds && x->hchunk && x->hchunk_at < (size_t)x->req->msg.shape[0]) {
+      x->chunk_wait = 1; /* a joined rank's next chunk */
     } else if (x->round >= x->sched.nrounds) {
       finalize_output(gs);
       exec_finish(w, gs, WEFT_OK, NULL);

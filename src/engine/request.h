@@ -68,7 +68,8 @@ struct weft_request {
   const char *algo;          /* the algorithm that ran it (static name; NULL: none), weft_request_algorithm */
   void *result;              /* allgather/alltoall/reducescatter output data */
   int result_owned;          /* the request frees result */
-  int phantom;               /* made by the engine for a joined rank's part: freed, never completed */
+  int phantom;               /* made by the engine for a joined rank's part: freed, never completed;
+                                2: the others stage the allreduce (run it chunk by chunk) */
   struct weft_request *parent; /* grouped op: the request the user holds */
   struct weft_request **kids;  /* grouped op (parent): its children, one reference each (weft_request_output_at) */
   int nkids;

@@ -241,7 +241,7 @@ void wf_cd_push(wf_coord *c, ready *q) {
 static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m, rblock *pay, uint32_t slot,
                  uint32_t unit) {
   ready q;
-  const meta none = {0, 0, 0, 0, 1.0, 1.0, 0};
+  const meta none = {0, 0, 0, 0, 1.0, 1.0, 0, 0};
   q.resp = *resp;
   q.resp.names = NULL;
   q.resp.nnames = 0;
@@ -383,7 +383,8 @@ static void finish(wf_coord *c, entry *e) {
   }
   resp.type = WF_RESP_OK;
   resp.coll = q->coll;
-  meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale, 1};
+  meta m = {q->priority, weft_dtype_size(q->dtype), q->dtype, q->reduce_op, q->prescale, q->postscale, 1,
+            q->device >= 0};
   for (int d = 0; d < q->ndim; d++) m.elems *= q->shape[d];
   m.bytes *= (uint64_t)m.elems;
   if (q->coll == WF_COLL_ALLGATHER && q->ndim >= 1) { /* fusion holds every rank's rows */

@@ -35,6 +35,7 @@ typedef struct meta {
   uint8_t dtype, reduce_op;
   double prescale, postscale;
   int64_t elems;        /* allreduce: elements (its response's sizes are built at take) */
+  uint8_t staged;       /* allreduce: a device tensor (its ranks run it through the device pipeline) */
 } meta;
 
 /* Every rank's request for one name: filled while the name negotiates,

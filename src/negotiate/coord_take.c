@@ -44,7 +44,8 @@ static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64
 }
 
 /* Builds the response for ready[i..j) (one, or fused) into *out, taking
- * their names, sizes and error: sizes are, for allreduce: dtype, op, then
+ * their names, sizes and error: sizes are, for allreduce: dtype, op (with
+ * WF_AR_STAGED when a tensor is a device's), then
  * each tensor's count; allgather: each tensor's rows per rank, tensor after
  * tensor; reducescatter: none. 0, or -1 out of memory (nothing taken). */
 static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
@@ -68,8 +69,10 @@ static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
   out->nsizes = (uint32_t)(ar || k > 1 ? nsizes : a->resp.nsizes);
   size_t z = 0;
   if (ar) {
+    int staged = 0;
+    for (size_t m = i; m < j; m++) staged |= c->ready[m].m.staged;
     sizes[z++] = a->m.dtype;
-    sizes[z++] = a->m.reduce_op;
+    sizes[z++] = a->m.reduce_op | (staged ? WF_AR_STAGED : 0);
   }
   for (size_t m = i; m < j; m++) {
     ready *q = &c->ready[m];

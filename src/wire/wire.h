@@ -163,12 +163,15 @@ typedef struct wf_response_msg {
   char **names;        /* nnames NUL-terminated strings; malloc'd */
   uint32_t nsizes;     /* allgather: dim-0 per rank (size entries);
                           alltoall: the size x size split matrix, row = sender;
-                          allreduce: dtype, reduce op, then each tensor's element
-                          count (what a joined rank needs to take part);
+                          allreduce: dtype, reduce op (| WF_AR_STAGED when a tensor is
+                          on a device: the ranks run it chunk by chunk), then each
+                          tensor's element count (what a joined rank needs to take part);
                           join: the rank that joined last */
   int64_t *sizes;      /* malloc'd */
   char *error;         /* ERROR: message (NUL-terminated, <= WF_ERRMSG_MAX); else NULL */
 } wf_response_msg;
+
+#define WF_AR_STAGED 256 /* in an allreduce response's sizes[1] */
 
 typedef struct wf_responses_msg {
   uint32_t count;

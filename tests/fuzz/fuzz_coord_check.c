@@ -145,7 +145,8 @@ void check_response(const wf_response_msg *r) {
   if (r->nsizes != want)
     fz_fail("OK %s response for %u tensor(s) ('%s') has %u sizes, members expect %u", wf_coll_name(r->coll), r->nnames,
             first, r->nsizes, want);
-  if (r->coll == WF_COLL_ALLREDUCE && (r->sizes[0] >= WEFT_DTYPE_COUNT_ || r->sizes[1] >= WEFT_OP_COUNT_))
+  if (r->coll == WF_COLL_ALLREDUCE &&
+      (r->sizes[0] >= WEFT_DTYPE_COUNT_ || (r->sizes[1] & ~(int64_t)WF_AR_STAGED) >= WEFT_OP_COUNT_))
     fz_fail("OK allreduce response: dtype %lld, op %lld", (long long)r->sizes[0], (long long)r->sizes[1]);
   if (r->coll == WF_COLL_JOIN) {
     rec *q = find_rec(first);

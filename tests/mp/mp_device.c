@@ -42,7 +42,8 @@
  * process set's large allreduce running while the world's takes every slot
  * (an overflow buffer), and the bound: the sim's count of pinned
  * allocations is at most the pool's slots and does not grow after the
- * first operation, however many run. */
+ * first operation, however many run; last, a rank that has joined takes
+ * part in large device allreduces (chunk by chunk, as the others). */
 #include <unistd.h>
 
 #include "device/device.h"
@@ -575,6 +576,59 @@ static void concurrent_case(weft_group *g, size_t count, uint64_t seed) {
 }
 
 /* The sim's pinned allocations so far. */
+/* --pool: the last rank joins (weft_join) while the others run device
+ * allreduces of many chunks (sum, and max in int32 with two in flight,
+ * fused): it takes part with the identity, chunk by chunk in host memory as
+ * the others run theirs through the pipeline (the response says the tensor
+ * is staged). Then the others join; the last to join is one of them. */
+static void join_case(size_t count, uint64_t seed) {
+  mp_case("a joined rank in device allreduces %zu", count);
+  int last = mp_size - 1;
+  weft_request *jr = NULL;
+  if (mp_rank == last) mp_submitted(weft_join(mp_group, NULL, &jr), &jr, "join");
+  if (mp_rank != last) {
+    static const struct { weft_dtype t; weft_reduce_op op; } k[3] = {
+        {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM}, {WEFT_DTYPE_INT32, WEFT_OP_MAX}, {WEFT_DTYPE_INT32, WEFT_OP_SUM}};
+    void *d[3];
+    weft_request *req[3] = {0};
+    int64_t shape[1] = {(int64_t)count};
+    int64_t *want = mp_alloc(sizeof(int64_t) * count);
+    unsigned char *h = mp_alloc(count * 4);
+    for (int j = 0; j < 3; j++) {
+      char nm[64];
+      snprintf(nm, sizeof nm, "joined.%zu.%d", count, j);
+      fill(k[j].t, h, count, mp_rank, 0, seed + (uint64_t)j);
+      d[j] = dev_new(count * 4);
+      produce(d[j], h, count * 4);
+      weft_tensor td = dtensor(k[j].t, shape, d[j]);
+      mp_submitted(weft_allreduce(mp_group, nm, &td, &td, k[j].op, NULL, &req[j]), &req[j], nm);
+    }
+    for (int j = 0; j < 3; j++) {
+      if (!mp_wait_ok(req[j], "joined")) continue;
+      for (size_t i = 0; i < count; i++) {
+        want[i] = k[j].op == WEFT_OP_MAX ? INT64_MIN : 0;
+        for (int r = 0; r < mp_size; r++) {
+          if (r == last) continue; /* joined: the identity */
+          int64_t v = val(r, i, seed + (uint64_t)j);
+          want[i] = k[j].op == WEFT_OP_MAX ? (v > want[i] ? v : want[i]) : want[i] + v;
+        }
+      }
+      check(k[j].t, d[j], want, count, "allreduce beside a joined rank");
+      weft_request_free(req[j]);
+    }
+    stream_sync(g_stream);
+    for (int j = 0; j < 3; j++) dev_free(d[j]);
+    free(want);
+    free(h);
+    mp_submitted(weft_join(mp_group, NULL, &jr), &jr, "join");
+  }
+  int lj = -1;
+  if (mp_wait_ok(jr, "join") && (weft_request_last_joined(jr, &lj) != WEFT_OK || lj < 0 || lj == last))
+    mp_fail("the last rank to join is %d (rank %d joined first)", lj, last);
+  weft_request_free(jr);
+  mp_case_end();
+}
+
 static long pinned_made(void) {
   wf_sim_stats s = {0};
   wf_sim_stats_get(g_dev, &s);
@@ -676,6 +730,7 @@ int main(int argc, char **argv) {
       mp_fail("%ld pinned allocations after every operation, %ld after the first (the pool has %ld slots)", made,
               pinned_warm, slots);
     mp_case_end();
+    if (mp_size >= 2) join_case(g_large, 2000);
   }
   error_cases();
   stream_sync(g_stream);
