@@ -241,6 +241,7 @@ void wf_cd_push(wf_coord *c, ready *q) {
 static void emit(wf_coord *c, wf_response_msg *resp, const char *name, const meta *m, rblock *pay, uint32_t slot,
                  uint32_t unit) {
   ready q;
+  memset(&q, 0, sizeof q);
   const meta none = {0, 0, 0, 0, 1.0, 1.0, 0, 0};
   q.resp = *resp;
   q.resp.names = NULL;

@@ -76,6 +76,7 @@ typedef struct ready {
   rblock *pay;          /* pinned: the cache's new payload for name (OK, cache on), else NULL */
   uint32_t slot;        /* the entry's slot hint */
   uint8_t fusable;      /* an OK response of a fusable collective (the fusion hold counts them) */
+  uint8_t dropped;      /* take: no memory for its response: freed, not published */
 } ready;
 
 struct wf_coord {

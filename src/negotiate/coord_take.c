@@ -18,6 +18,15 @@ void wf_coord_set_clock(wf_coord *c, wf_clock_fn now, void *ctx) {
   c->now_ctx = ctx;
 }
 
+/* One response of a take, planned: ready[i..j) and its arrays. */
+typedef struct built {
+  size_t i, j;
+  char **names;
+  int64_t *sizes;
+  size_t nsizes;
+  int own; /* sizes is the built array (else the first ready's own) */
+} built;
+
 /* Can response j join the fused response that starts at i (and has j - i
  * tensors)? Allreduces and reducescatters: same dtype, op and scales;
  * allgathers: same dtype (their per-tensor, per-rank row counts must fit
@@ -43,50 +52,62 @@ static int fusable(const wf_coord *c, size_t i, size_t j, uint64_t total, uint64
   }
 }
 
-/* Builds the response for ready[i..j) (one, or fused) into *out, taking
- * their names, sizes and error: sizes are, for allreduce: dtype, op (with
- * WF_AR_STAGED when a tensor is a device's), then
- * each tensor's count; allgather: each tensor's rows per rank, tensor after
- * tensor; reducescatter: none. 0, or -1 out of memory (nothing taken). */
-static int build(wf_coord *c, size_t i, size_t j, wf_response_msg *out) {
+/* The arrays of the response for ready[i..j) (one, or fused): its names
+ * and sizes, which are, for allreduce: dtype, op (with WF_AR_STAGED when a
+ * tensor is a device's), then each tensor's count; allgather: each tensor's
+ * rows per rank, tensor after tensor; reducescatter: none. Allocates only:
+ * 0, or -1 out of memory (nothing allocated). */
+static int build_alloc(const wf_coord *c, size_t i, size_t j, built *b) {
   const ready *a = &c->ready[i];
   size_t k = j - i;
   int ar = a->resp.type == WF_RESP_OK && a->resp.coll == WF_COLL_ALLREDUCE;
   size_t nsizes = ar ? 2 + k : 0;
   if (!ar && k > 1)
     for (size_t m = i; m < j; m++) nsizes += c->ready[m].resp.nsizes;
-  char **names = malloc(sizeof(char *) * k);
-  int64_t *sizes = ar || k > 1 ? (nsizes ? malloc(sizeof(int64_t) * nsizes) : NULL) : a->resp.sizes;
-  if (!names || (nsizes && !sizes)) {
-    free(names);
-    if (sizes != a->resp.sizes) free(sizes);
+  b->i = i;
+  b->j = j;
+  b->own = ar || k > 1; /* else the response keeps its own sizes */
+  b->nsizes = b->own ? nsizes : a->resp.nsizes;
+  b->names = malloc(sizeof(char *) * k);
+  b->sizes = b->own && nsizes ? malloc(sizeof(int64_t) * nsizes) : NULL;
+  if (!b->names || (b->own && nsizes && !b->sizes)) {
+    free(b->names);
+    free(b->sizes);
     return -1;
   }
+  return 0;
+}
+
+/* Fills *out from ready[b->i..b->j) and b's arrays, taking their names,
+ * sizes and error. Cannot fail. */
+static void build_fill(wf_coord *c, const built *b, wf_response_msg *out) {
+  const ready *a = &c->ready[b->i];
+  int ar = a->resp.type == WF_RESP_OK && a->resp.coll == WF_COLL_ALLREDUCE;
+  int64_t *sizes = b->own ? b->sizes : a->resp.sizes;
   *out = a->resp;
-  out->names = names;
-  out->nnames = (uint32_t)k;
+  out->names = b->names;
+  out->nnames = (uint32_t)(b->j - b->i);
   out->sizes = sizes;
-  out->nsizes = (uint32_t)(ar || k > 1 ? nsizes : a->resp.nsizes);
+  out->nsizes = (uint32_t)b->nsizes;
   size_t z = 0;
   if (ar) {
     int staged = 0;
-    for (size_t m = i; m < j; m++) staged |= c->ready[m].m.staged;
+    for (size_t m = b->i; m < b->j; m++) staged |= c->ready[m].m.staged;
     sizes[z++] = a->m.dtype;
     sizes[z++] = a->m.reduce_op | (staged ? WF_AR_STAGED : 0);
   }
-  for (size_t m = i; m < j; m++) {
+  for (size_t m = b->i; m < b->j; m++) {
     ready *q = &c->ready[m];
-    names[m - i] = q->name;
+    b->names[m - b->i] = q->name;
     q->name = NULL;
     if (ar) {
       sizes[z++] = q->m.elems;
-    } else if (k > 1) {
+    } else if (b->j - b->i > 1) {
       for (uint32_t s = 0; s < q->resp.nsizes; s++) sizes[z++] = q->resp.sizes[s];
     }
     if (sizes != q->resp.sizes) free(q->resp.sizes);
     q->resp.sizes = NULL;
   }
-  return 0;
 }
 
 /* Where a ready response goes in the order of a take (higher first). */
@@ -107,7 +128,10 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
   c->hold_until = INT64_MAX;
   c->nready_fusable = 0;
   wf_response_msg *res = malloc(n * sizeof *res);
-  if (!res) { /* the responses stay ready: the next call retries */
+  built *plan = malloc(n * sizeof *plan);
+  if (!res || !plan) { /* the responses stay ready: the next call retries */
+    free(res);
+    free(plan);
     WF_WARN(WF_SUB_COORD, "out of memory publishing %zu responses", n);
     return 0;
   }
@@ -125,10 +149,33 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     }
     c->ready[j] = r;
   }
-  /* The response cache's assignments, in response order (fusion below
-   * keeps the order of names). */
+  /* Fusion: consecutive compatible responses become one naming them all,
+   * up to the threshold. Their arrays first: a response that cannot be
+   * had is dropped before the cache's assignments, so that members, which
+   * assign for the responses they receive, count the same epochs. */
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    uint64_t total = c->ready[i].m.bytes;
+    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->ready[j++].m.bytes;
+    int st = build_alloc(c, i, j, &plan[k]);
+    if (st && j > i + 1) st = build_alloc(c, i, j = i + 1, &plan[k]); /* no memory to fuse: send it alone */
+    if (st == 0) {
+      k++;
+    } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
+      WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
+      wf_cd_ready_free(&c->ready[i]);
+      c->ready[i].name = NULL;
+      c->ready[i].pay = NULL;
+      c->ready[i].dropped = 1;
+    }
+    i = j;
+  }
+  /* The response cache's assignments, in response order (fusion keeps the
+   * order of names). */
   for (size_t i = 0; i < n; i++) {
     ready *q = &c->ready[i];
+    if (q->dropped) continue;
     if (c->cache && wf_cache_assigns(&q->resp)) {
       uint64_t epoch;
       rblock *p = q->pay;
@@ -141,23 +188,11 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     }
     q->pay = NULL;
   }
-  /* Fusion: consecutive compatible responses become one naming them all,
-   * up to the threshold. */
-  size_t k = 0;
-  for (size_t i = 0; i < n;) {
-    size_t j = i + 1;
-    uint64_t total = c->ready[i].m.bytes;
-    while (j < n && j - i < 4096 && fusable(c, i, j, total, fusion_threshold)) total += c->ready[j++].m.bytes;
-    int st = build(c, i, j, &res[k]);
-    if (st && j > i + 1) st = build(c, i, j = i + 1, &res[k]); /* no memory to fuse: send it alone */
-    if (st == 0) {
-      res[k++].seq = c->next_seq++;
-    } else { /* cannot even send it alone: drop it, loudly (its tensor times out) */
-      WF_WARN(WF_SUB_COORD, "out of memory building the response for '%s'", c->ready[i].name);
-      wf_cd_ready_free(&c->ready[i]); /* its pin went to the cache above */
-    }
-    i = j;
+  for (size_t b = 0; b < k; b++) {
+    build_fill(c, &plan[b], &res[b]);
+    res[b].seq = c->next_seq++;
   }
+  free(plan);
   c->nready = 0;
   if (!k) {
     free(res);
