@@ -292,9 +292,29 @@ typedef struct weft_op_options {
   int timeout_aborts;     /* 1: that timeout fails the world instead (WEFT_ERR_TIMEOUT on every rank,
                              sticky; to recover, weft_finalize and weft_init on every rank), as TensorFlow's
                              collective timeout aborts its collective executor. Needs timeout_seconds > 0 */
+  uint64_t instance_key;  /* != 0: the operation is instance instance_key (seed 004's instance_key) instead of
+                             a name: pass name NULL (a name too is WEFT_ERR_INVALID_ARGUMENT). It is matched
+                             across ranks, checked (collective, dtype, shape, op, root, ...) and held in flight
+                             exactly as a name is, in a namespace of its own: no tensor name equals an
+                             instance (names starting with byte 0x01 are reserved for it and rejected).
+                             Errors say "instance 42: ...". Not for grouped ops or weft_join. 0: none */
+  const uint64_t *depends_on; /* n_depends instance keys (each != 0, not this op's own; copied) that must
+                             have completed on this rank before this operation starts here: it is not
+                             submitted for agreement (nor to the one-host board: it always goes through the
+                             coordinator) until the latest operation submitted on this rank, in any group,
+                             with each key has completed. All completed with WEFT_OK: it starts. One failed:
+                             it completes with that status, "instance 43: depends on instance 42, which
+                             failed: <its error>". One not submitted on this rank yet, or still pending, when
+                             this operation's deadline passes (timeout_seconds, else the world's):
+                             WEFT_ERR_TIMEOUT naming the instance waited for and whether it was ever
+                             submitted. The world's failure fails it as any pending request. While it waits
+                             weft_request_cancel is WEFT_ERR_NOT_SUPPORTED. Not for grouped ops or weft_join */
+  int n_depends;          /* entries of depends_on, 0 .. WEFT_MAX_DEPENDS (0) */
 } weft_op_options;
 
-#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0}
+#define WEFT_MAX_DEPENDS 64
+
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0, 0, NULL, 0}
 
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and

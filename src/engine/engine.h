@@ -127,6 +127,8 @@ struct weft_world {
   struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
   struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
   struct wf_cancel_ask *cancels; /* weft_request_cancel: for the engine to pass on (cancel.c) */
+  weft_request *held;        /* waiting for the instances they depend on (instance.c), linked by next */
+  wf_strmap instances;       /* "<instance key>" -> its latest submission's record (instance.c) */
 
   /* engine thread only */
   pthread_t thread;
@@ -269,5 +271,20 @@ void wf_cancel_free(weft_world *w);
  * only while some are known (w->ntimed, counted as they are drained). */
 int64_t wf_timed_progress(weft_world *w, int64_t now);
 void wf_resolve_stop(weft_world *w);
+
+/* instance.c: instances and dependencies (weft_op_options.instance_key,
+ * depends_on). Under w->mu (any thread): r (an instance) was submitted /
+ * completed; r (with dependencies) waits in w->held. Engine thread: starts
+ * the held requests whose dependencies completed, fails those whose
+ * dependency failed or whose deadline passed; the earliest held deadline
+ * (INT64_MAX: none); the world's failure fails them all; the records go
+ * with the world. */
+void wf_inst_submitted_locked(weft_world *w, weft_request *r);
+void wf_inst_completed_locked(weft_world *w, weft_request *r);
+void wf_inst_hold_locked(weft_world *w, weft_request *r);
+void wf_inst_progress(weft_world *w, int64_t now);
+int64_t wf_inst_next(weft_world *w);
+void wf_inst_fail_all(weft_world *w, weft_status st, const char *msg);
+void wf_inst_free(weft_world *w);
 
 #endif
