@@ -231,6 +231,40 @@ WEFT_API weft_status weft_group_create(weft_world *world, const int *ranks, int 
 WEFT_API weft_status weft_group_resolve(weft_world *world, int group_key, int group_size, int device_type,
                                         weft_group **out);
 
+/* Step sequences (seed 004's StepSequenceInterface, as TensorFlow's
+ * RpcCollectiveExecutorMgr): graphs that share collectives must run with
+ * identical step ids; these give every member of a group the same step id
+ * for a graph key (any number) until it is retired. The group's leader, its
+ * first member (group rank 0), keeps each key's sequence: a key it has not
+ * seen starts at a random id in 0 .. 2^57 - 1. Every rank caches its copy:
+ * only a member's first weft_step_next of a key (and every
+ * weft_step_refresh) asks the leader, one message each way; all other calls
+ * are local and non-blocking.
+ *  - weft_step_next: *step_id = the key's current step id (-1 on error).
+ *  - weft_step_retire: the step step_id finished successfully here (call it
+ *    before the next weft_step_next, not after a failed step, as in
+ *    TensorFlow): the rank's copy advances by one (wrapping at 2^57). Local:
+ *    each member retires for itself, and the leader's retirement advances
+ *    the value that members fetching later get, so a member fetches a key
+ *    before the leader retires its first step (for instance weft_step_next
+ *    on every member, then a collective, then weft_step_retire).
+ *    WEFT_ERR_NOT_FOUND: the key has no sequence on this rank yet;
+ *    WEFT_ERR_INVALID_ARGUMENT: step_id is not the current id (nothing
+ *    changes; TensorFlow instead drops the sequence).
+ *  - weft_step_refresh: on the leader, the key starts again at a new random
+ *    id; on a member, the rank's copy becomes the leader's current value.
+ *    After a failed step: the leader refreshes, then (ordered after it, e.g.
+ *    by a barrier) the members.
+ * Blocking calls are bounded by WEFT_TIMEOUT_SECONDS plus
+ * WEFT_HEARTBEAT_TIMEOUT: WEFT_ERR_TIMEOUT naming the leader; a leader that
+ * died or finalized fails them with WEFT_ERR_PEER_LOST naming its rank; a
+ * failed world with its failure. Any thread; must not be called from a
+ * completion callback. WEFT_ERR_MISUSE for an invalid group,
+ * WEFT_ERR_INVALID_ARGUMENT when this rank is not a member. */
+WEFT_API weft_status weft_step_next(weft_group *group, int64_t graph_key, int64_t *step_id);
+WEFT_API weft_status weft_step_retire(weft_group *group, int64_t graph_key, int64_t step_id);
+WEFT_API weft_status weft_step_refresh(weft_group *group, int64_t graph_key);
+
 /* Collective over the members (a barrier), then frees the group. No
  * operation may be in flight in it. The handle is invalid afterwards. */
 WEFT_API weft_status weft_group_destroy(weft_group *group);

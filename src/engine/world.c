@@ -78,6 +78,7 @@ void wf_world_free(weft_world *w) {
   wf_p2p_free(w->p2p);
   wf_cancel_free(w);
   wf_inst_free(w);
+  wf_steps_free(w);
   for (wf_keyed *k = w->keyed, *next; k; k = next) { /* their groups went with the engine */
     next = k->next;
     free(k);
