@@ -341,7 +341,9 @@ typedef struct weft_op_options {
                              failed: <its error>". One not submitted on this rank yet, or still pending, when
                              this operation's deadline passes (timeout_seconds, else the world's):
                              WEFT_ERR_TIMEOUT naming the instance waited for and whether it was ever
-                             submitted. The world's failure fails it as any pending request. While it waits
+                             submitted (with timeout_aborts the world fails, as for any own timeout); the
+                             other ranks' matching operations are not told (they wait for their own
+                             deadlines). The world's failure fails it as any pending request. While it waits
                              weft_request_cancel is WEFT_ERR_NOT_SUPPORTED. Not for grouped ops or weft_join */
   int n_depends;          /* entries of depends_on, 0 .. WEFT_MAX_DEPENDS (0) */
 } weft_op_options;
@@ -354,7 +356,9 @@ typedef struct weft_op_options {
  *  - is non-blocking: it validates its arguments, copies the descriptors and
  *    enqueues; *req receives a new request handle (never NULL on success);
  *  - takes a name unique among this rank's requests in use in the group
- *    (1..255 bytes, copied); a name in use is WEFT_ERR_INVALID_ARGUMENT. A
+ *    (1..255 bytes, copied; or NULL with opt->instance_key: the instance
+ *    then stands for the name throughout); a name in use is
+ *    WEFT_ERR_INVALID_ARGUMENT. A
  *    name is in use from its submission until the caller has seen the
  *    request complete: weft_wait() or weft_test() returned its final status,
  *    its callback returned, or weft_request_free(); a request freed while

@@ -117,6 +117,7 @@ void wf_inst_progress(weft_world *w, int64_t now) {
     }
     *p = r->next;
     r->held = 0;
+    if (s > 0 && r->timeout_aborts) r->timed_sent = 1; /* marks it for the world's failure below */
     if (s == 0) {
       r->next = go;
       go = r;
@@ -142,6 +143,11 @@ void wf_inst_progress(weft_world *w, int64_t now) {
   for (weft_request *r = bad, *next; r; r = next) {
     next = r->next;
     r->next = NULL;
+    if (r->timed_sent) { /* timeout_aborts: its timeout fails the world, as cancel.c's */
+      if (r->error) wf_name_pretty(r->error);
+      wf_world_fail(w, WEFT_ERR_TIMEOUT, "%s (timeout_aborts: the world is aborted; to recover, call weft_finalize and "
+                    "weft_init again on every rank)", r->error ? r->error : "an operation's dependency timed out");
+    }
     wf_request_complete_many(w, &r, 1);
   }
 }
