@@ -179,8 +179,30 @@ static void missing_dep(void) {
   mp_case_end();
 }
 
-int main(void) {
+static void missing_dep_aborts(void) {
+  mp_case("--aborts: a dependency's timeout with timeout_aborts fails the world");
+  float x[4] = {1, 1, 1, 1};
+  uint64_t d50 = 50;
+  weft_op_options o = inst(51, &d50, 1);
+  o.timeout_seconds = 0.5;
+  o.timeout_aborts = 1;
+  weft_request *r = NULL;
+  mp_submitted(sum_submit(NULL, &o, WEFT_DTYPE_FLOAT32, 4, x, &r), &r, "instance 51");
+  expect(r, WEFT_ERR_TIMEOUT, "instance 51: timed out after 0.5 s", "instance 51");
+  weft_status st = weft_async_error(mp_world);
+  if (st != WEFT_ERR_TIMEOUT || !strstr(weft_last_error(), "timeout_aborts: the world is aborted") ||
+      !strstr(weft_last_error(), "waiting for instance 50"))
+    mp_fail("the world: %s \"%s\", want TIMEOUT naming instance 50 and timeout_aborts", weft_status_string(st),
+            weft_last_error());
+  mp_case_end();
+}
+
+int main(int argc, char **argv) {
   mp_setup();
+  if (argc > 1 && !strcmp(argv[1], "--aborts")) {
+    missing_dep_aborts();
+    return mp_teardown();
+  }
   if (mp_size < 2) mp_fatal("mp_instances needs 2 or more ranks");
   basics();
   barrier("b1");
