@@ -21,8 +21,10 @@ void wf_name_pretty(char *s) {
   if (!m) return;
   char *out = m, *in = m;
   /* from the first mark on, copy down, dropping the quoting around each mark */
-  out -= (out - s >= 1 && out[-1] == '\'') ? 1 : 0;
-  if (out - s >= 7 && !strncmp(out - 7, "tensor ", 7)) out -= 7;
+  if (out - s >= 1 && out[-1] == '\'') {
+    out--;
+    if (out - s >= 7 && !strncmp(out - 7, "tensor ", 7)) out -= 7;
+  }
   for (;;) {
     in++; /* the mark */
     while (*in && *in != '\'' && *in != WF_INSTANCE_MARK) *out++ = *in++;
