@@ -118,10 +118,10 @@ static void mismatches(void) {
 }
 
 static atomic_int order_seq;
-static int done_at[2];
+static atomic_int done_at[2]; /* written by the callbacks (engine thread), which run after the waits may return */
 static void on_done(weft_request *r, weft_status st, void *ud) {
   (void)r, (void)st;
-  done_at[(intptr_t)ud] = atomic_fetch_add(&order_seq, 1) + 1;
+  atomic_store(&done_at[(intptr_t)ud], atomic_fetch_add(&order_seq, 1) + 1);
 }
 
 static void order(void) {
@@ -142,8 +142,9 @@ static void order(void) {
   mp_submitted(sum_submit(NULL, &o10, WEFT_DTYPE_FLOAT32, 4, a, &r10), &r10, "instance 10");
   if (mp_wait_ok(r10, "instance 10")) sum_right(a, "instance 10");
   if (mp_wait_ok(ra, "after")) sum_right(b, "after");
-  if (!(done_at[0] && done_at[1] > done_at[0]))
-    mp_fail("completion order: instance 10 #%d, 'after' #%d", done_at[0], done_at[1]);
+  for (int i = 0; i < 5000 && !(atomic_load(&done_at[0]) && atomic_load(&done_at[1])); i++) mp_sleep_ms(1);
+  int d0 = atomic_load(&done_at[0]), d1 = atomic_load(&done_at[1]);
+  if (!(d0 && d1 > d0)) mp_fail("completion order: instance 10 #%d, 'after' #%d", d0, d1);
   weft_request_free(r10);
   weft_request_free(ra);
   mp_case_end();
