@@ -338,8 +338,9 @@ typedef struct weft_op_options {
                              coordinator) until the latest operation submitted on this rank, in any group,
                              with each key has completed. All completed with WEFT_OK: it starts. One failed:
                              it completes with that status, "instance 43: depends on instance 42, which
-                             failed: <its error>". One not submitted on this rank yet, or still pending, when
-                             this operation's deadline passes (timeout_seconds, else the world's):
+                             failed on rank 1: <its error>". One not submitted on this rank yet, or still
+                             pending, when this operation's deadline passes (timeout_seconds, else the
+                             world's, counted from its submission):
                              WEFT_ERR_TIMEOUT naming the instance waited for and whether it was ever
                              submitted (with timeout_aborts the world fails, as for any own timeout); the
                              other ranks' matching operations are not told (they wait for their own
