@@ -231,6 +231,40 @@ WEFT_API weft_status weft_group_create(weft_world *world, const int *ranks, int 
 WEFT_API weft_status weft_group_resolve(weft_world *world, int group_key, int group_size, int device_type,
                                         weft_group **out);
 
+/* Step sequences (seed 004's StepSequenceInterface, as TensorFlow's
+ * RpcCollectiveExecutorMgr): graphs that share collectives must run with
+ * identical step ids; these give every member of a group the same step id
+ * for a graph key (any number) until it is retired. The group's leader, its
+ * first member (group rank 0), keeps each key's sequence: a key it has not
+ * seen starts at a random id in 0 .. 2^57 - 1. Every rank caches its copy:
+ * only a member's first weft_step_next of a key (and every
+ * weft_step_refresh) asks the leader, one message each way; all other calls
+ * are local and non-blocking.
+ *  - weft_step_next: *step_id = the key's current step id (-1 on error).
+ *  - weft_step_retire: the step step_id finished successfully here (call it
+ *    before the next weft_step_next, not after a failed step, as in
+ *    TensorFlow): the rank's copy advances by one (wrapping at 2^57). Local:
+ *    each member retires for itself, and the leader's retirement advances
+ *    the value that members fetching later get, so a member fetches a key
+ *    before the leader retires its first step (for instance weft_step_next
+ *    on every member, then a collective, then weft_step_retire).
+ *    WEFT_ERR_NOT_FOUND: the key has no sequence on this rank yet;
+ *    WEFT_ERR_INVALID_ARGUMENT: step_id is not the current id (nothing
+ *    changes; TensorFlow instead drops the sequence).
+ *  - weft_step_refresh: on the leader, the key starts again at a new random
+ *    id; on a member, the rank's copy becomes the leader's current value.
+ *    After a failed step: the leader refreshes, then (ordered after it, e.g.
+ *    by a barrier) the members.
+ * Blocking calls are bounded by WEFT_TIMEOUT_SECONDS plus
+ * WEFT_HEARTBEAT_TIMEOUT: WEFT_ERR_TIMEOUT naming the leader; a leader that
+ * died or finalized fails them with WEFT_ERR_PEER_LOST naming its rank; a
+ * failed world with its failure. Any thread; must not be called from a
+ * completion callback. WEFT_ERR_MISUSE for an invalid group,
+ * WEFT_ERR_INVALID_ARGUMENT when this rank is not a member. */
+WEFT_API weft_status weft_step_next(weft_group *group, int64_t graph_key, int64_t *step_id);
+WEFT_API weft_status weft_step_retire(weft_group *group, int64_t graph_key, int64_t step_id);
+WEFT_API weft_status weft_step_refresh(weft_group *group, int64_t graph_key);
+
 /* Collective over the members (a barrier), then frees the group. No
  * operation may be in flight in it. The handle is invalid afterwards. */
 WEFT_API weft_status weft_group_destroy(weft_group *group);
@@ -292,15 +326,40 @@ typedef struct weft_op_options {
   int timeout_aborts;     /* 1: that timeout fails the world instead (WEFT_ERR_TIMEOUT on every rank,
                              sticky; to recover, weft_finalize and weft_init on every rank), as TensorFlow's
                              collective timeout aborts its collective executor. Needs timeout_seconds > 0 */
+  uint64_t instance_key;  /* != 0: the operation is instance instance_key (seed 004's instance_key) instead of
+                             a name: pass name NULL (a name too is WEFT_ERR_INVALID_ARGUMENT). It is matched
+                             across ranks, checked (collective, dtype, shape, op, root, ...) and held in flight
+                             exactly as a name is, in a namespace of its own: no tensor name equals an
+                             instance (names starting with byte 0x01 are reserved for it and rejected).
+                             Errors say "instance 42: ...". Not for grouped ops or weft_join. 0: none */
+  const uint64_t *depends_on; /* n_depends instance keys (each != 0, not this op's own; copied) that must
+                             have completed on this rank before this operation starts here: it is not
+                             submitted for agreement (nor to the one-host board: it always goes through the
+                             coordinator) until the latest operation submitted on this rank, in any group,
+                             with each key has completed. All completed with WEFT_OK: it starts. One failed:
+                             it completes with that status, "instance 43: depends on instance 42, which
+                             failed on rank 1: <its error>". One not submitted on this rank yet, or still
+                             pending, when this operation's deadline passes (timeout_seconds, else the
+                             world's, counted from its submission):
+                             WEFT_ERR_TIMEOUT naming the instance waited for and whether it was ever
+                             submitted (with timeout_aborts the world fails, as for any own timeout); the
+                             other ranks' matching operations are not told (they wait for their own
+                             deadlines). The world's failure fails it as any pending request. While it waits
+                             weft_request_cancel is WEFT_ERR_NOT_SUPPORTED. Not for grouped ops or weft_join */
+  int n_depends;          /* entries of depends_on, 0 .. WEFT_MAX_DEPENDS (0) */
 } weft_op_options;
 
-#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0}
+#define WEFT_MAX_DEPENDS 64
+
+#define WEFT_OP_OPTIONS_INIT {sizeof(weft_op_options), 1.0, 1.0, 0, NULL, NULL, NULL, NULL, NULL, 0.0, 0, 0, NULL, 0}
 
 /* Every operation below:
  *  - is non-blocking: it validates its arguments, copies the descriptors and
  *    enqueues; *req receives a new request handle (never NULL on success);
  *  - takes a name unique among this rank's requests in use in the group
- *    (1..255 bytes, copied); a name in use is WEFT_ERR_INVALID_ARGUMENT. A
+ *    (1..255 bytes, copied; or NULL with opt->instance_key: the instance
+ *    then stands for the name throughout); a name in use is
+ *    WEFT_ERR_INVALID_ARGUMENT. A
  *    name is in use from its submission until the caller has seen the
  *    request complete: weft_wait() or weft_test() returned its final status,
  *    its callback returned, or weft_request_free(); a request freed while

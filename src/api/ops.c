@@ -27,6 +27,52 @@ static weft_status check_name(const char *fn, const char *name) {
   return WEFT_OK;
 }
 
+/* The options' instance fields (zero when the struct predates them). */
+static uint64_t opt_instance(const weft_op_options *o, const uint64_t **deps, int *nd) {
+  *deps = NULL;
+  *nd = 0;
+  if (!o || o->struct_size < offsetof(weft_op_options, n_depends) + sizeof(int)) return 0;
+  *deps = o->depends_on;
+  *nd = o->n_depends;
+  return o->instance_key;
+}
+
+/* The name an operation goes by: *name, checked, or for an instance the
+ * reserved "\x01instance <key>" (util/err.h), written into buf; and its
+ * dependencies checked. */
+static weft_status op_name(const char *fn, const char **name, const weft_op_options *o, char buf[32]) {
+  const uint64_t *deps;
+  int nd;
+  uint64_t key = opt_instance(o, &deps, &nd);
+  if (key) {
+    if (*name)
+      return INVALID("%s('%s'): give a name or an instance key (%llu), not both", fn, *name, (unsigned long long)key);
+    snprintf(buf, 32, "%cinstance %llu", WF_INSTANCE_MARK, (unsigned long long)key);
+    *name = buf;
+  } else {
+    WF_CHECK(check_name(fn, *name));
+    if ((*name)[0] == WF_INSTANCE_MARK)
+      return INVALID("%s: names starting with byte 0x01 are reserved for instances (weft_op_options.instance_key)", fn);
+  }
+  if (nd < 0 || nd > WEFT_MAX_DEPENDS)
+    return INVALID("%s('%s'): n_depends must be 0..%d, got %d", fn, *name, WEFT_MAX_DEPENDS, nd);
+  if (nd && !deps) return INVALID("%s('%s'): n_depends is %d but depends_on is NULL", fn, *name, nd);
+  for (int i = 0; i < nd; i++) {
+    if (!deps[i]) return INVALID("%s('%s'): depends_on[%d] is 0, which is no instance key", fn, *name, i);
+    if (deps[i] == key) return INVALID("%s('%s'): it depends on itself (depends_on[%d])", fn, *name, i);
+  }
+  return WEFT_OK;
+}
+
+/* Grouped ops and joins take neither an instance key nor dependencies. */
+static weft_status no_instance(const char *fn, const char *name, const weft_op_options *o) {
+  const uint64_t *deps;
+  int nd;
+  if (opt_instance(o, &deps, &nd) || nd)
+    return INVALID("%s('%s'): instance keys and dependencies are not supported here", fn, name ? name : "");
+  return WEFT_OK;
+}
+
 /* Checks a tensor descriptor; *elems gets its element count. */
 static weft_status check_tensor(const char *fn, const char *name, const char *what, const weft_tensor *t,
                                 size_t *elems) {
@@ -83,7 +129,8 @@ static weft_status check_opts(const char *fn, const char *name, const weft_op_op
 static weft_status make_allreduce(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                                   weft_reduce_op op, const weft_op_options *opt, weft_request **rp) {
   size_t n, m;
-  WF_CHECK(check_name("weft_allreduce", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_allreduce", &name, opt, nbuf));
   WF_CHECK(check_tensor("weft_allreduce", name, "input", in, &n));
   WF_CHECK(check_tensor("weft_allreduce", name, "output", out, &m));
   WF_CHECK(check_opts("weft_allreduce", name, opt));
@@ -124,7 +171,8 @@ weft_status weft_allreduce(weft_group *g, const char *name, const weft_tensor *i
 static weft_status make_allgather(weft_group *g, const char *name, const weft_tensor *in, const weft_op_options *opt,
                                   weft_request **rp) {
   size_t n;
-  WF_CHECK(check_name("weft_allgather", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_allgather", &name, opt, nbuf));
   WF_CHECK(check_tensor("weft_allgather", name, "input", in, &n));
   WF_CHECK(check_opts("weft_allgather", name, opt));
   weft_request *r = wf_request_make(g, WF_COLL_ALLGATHER, name, in, opt);
@@ -145,7 +193,8 @@ weft_status weft_broadcast(weft_group *g, const char *name, const weft_tensor *i
                            const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_broadcast");
   size_t n;
-  WF_CHECK(check_name("weft_broadcast", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_broadcast", &name, opt, nbuf));
   WF_CHECK(check_tensor("weft_broadcast", name, "input", inout, &n));
   WF_CHECK(check_opts("weft_broadcast", name, opt));
   if (root < 0 || root >= g->size)
@@ -160,7 +209,8 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
                           const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_alltoall");
   size_t n;
-  WF_CHECK(check_name("weft_alltoall", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_alltoall", &name, opt, nbuf));
   WF_CHECK(check_tensor("weft_alltoall", name, "input", in, &n));
   WF_CHECK(check_opts("weft_alltoall", name, opt));
   int size = g->size;
@@ -184,6 +234,7 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
   r->msg.nsplits = (uint32_t)size;
   r->msg.splits = malloc(sizeof(int64_t) * (size_t)size);
   if (!r->msg.splits) {
+    free(r->deps);
     free(r);
     return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   }
@@ -195,7 +246,8 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
 static weft_status make_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                                       weft_reduce_op op, const weft_op_options *opt, weft_request **rp) {
   size_t n, m = 0;
-  WF_CHECK(check_name("weft_reducescatter", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_reducescatter", &name, opt, nbuf));
   WF_CHECK(check_tensor("weft_reducescatter", name, "input", in, &n));
   WF_CHECK(check_opts("weft_reducescatter", name, opt));
   if ((unsigned)op >= WEFT_OP_COUNT_) return INVALID("weft_reducescatter('%s'): unknown reduce op %d", name, (int)op);
@@ -243,12 +295,15 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
   BEGIN("weft_barrier");
   char auto_name[64];
   uint64_t nth = 0;
-  if (!name) {
+  const uint64_t *deps;
+  int nd;
+  if (!name && !opt_instance(opt, &deps, &nd)) {
     nth = atomic_fetch_add_explicit(&g->barrier_count, 1, memory_order_relaxed);
     snprintf(auto_name, sizeof auto_name, "barrier.%llu", (unsigned long long)nth); /* per group */
     name = auto_name;
   }
-  WF_CHECK(check_name("weft_barrier", name));
+  char nbuf[32];
+  WF_CHECK(op_name("weft_barrier", &name, opt, nbuf));
   WF_CHECK(check_opts("weft_barrier", name, opt));
   weft_request *r = wf_request_make(g, WF_COLL_BARRIER, name, NULL, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
@@ -259,6 +314,7 @@ weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options 
 weft_status weft_join(weft_group *g, const weft_op_options *opt, weft_request **req) {
   BEGIN("weft_join");
   WF_CHECK(check_opts("weft_join", "weft.join", opt));
+  WF_CHECK(no_instance("weft_join", "weft.join", opt));
   weft_request *r = wf_request_make(g, WF_COLL_JOIN, "weft.join", NULL, opt);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->last_joined = -1;
@@ -275,6 +331,7 @@ static weft_status begin_grouped(const char *fn, weft_group *g, wf_coll coll, co
   if (!ins) return INVALID("%s('%s'): the tensor array is NULL", fn, name);
   if (strlen(name) + 7 > WF_NAME_MAX) return INVALID("%s('%s'): name too long for a group", fn, name);
   WF_CHECK(check_opts(fn, name, opt));
+  WF_CHECK(no_instance(fn, name, opt));
   *parent = wf_request_make(g, coll, name, NULL, opt);
   *kids = calloc((size_t)n, sizeof **kids);
   if (!*parent || !*kids) {

@@ -35,6 +35,9 @@ weft_status wf_submit_cancel(weft_request *r) {
   else if (r->kids || r->parent || r->msg.coll == WF_COLL_JOIN)
     st = wf_err(WEFT_ERR_NOT_SUPPORTED, "weft_request_cancel: '%s': %s cannot be cancelled", name,
                 r->msg.coll == WF_COLL_JOIN ? "a join" : "a grouped operation");
+  else if (r->held)
+    st = wf_err(WEFT_ERR_NOT_SUPPORTED, "weft_request_cancel: '%s' waits for the instances it depends on and has not "
+                "been submitted for agreement yet: it cannot be cancelled", name);
   else if (atomic_load_explicit(&r->fast, memory_order_acquire))
     st = wf_err(WEFT_ERR_NOT_SUPPORTED, "weft_request_cancel: '%s' is on the one-host board (shared memory, no "
                 "coordinator; WEFT_FAST=0 sends every operation through the coordinator): it cannot be cancelled",

@@ -412,6 +412,8 @@ static void fail_all(weft_world *w) {
   wf_p2p_fail_all(w, st, msg);
   wf_fast_fail_all(w, st, msg);
   wf_resolve_fail_all(w, st, msg);
+  wf_inst_fail_all(w, st, msg);
+  wf_steps_fail_all(w, st, msg);
   drain_submissions(w); /* fails the queued ones */
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
@@ -468,6 +470,10 @@ static int64_t next_deadline(weft_world *w, int64_t now) {
   if (f < d) d = f;
   f = wf_p2p_next_deadline(w);
   if (f < d) d = f;
+  f = wf_inst_next(w); /* operations waiting for their instances: their deadlines */
+  if (f < d) d = f < now ? now : f;
+  f = wf_steps_next(w); /* a STEP_REQ to send, the leader's pending ones */
+  if (f < d) d = f < now ? now : f;
   const char *name;
   int64_t x = wf_exec_deadline(w, &name);
   return x < d ? x : d;
@@ -562,6 +568,7 @@ static void *engine_main(void *arg) {
     if (abort_send) wf_engine_send_abort(w, reason);
     if (fail != WEFT_OK) fail_all(w);
     if (stopping) break;
+    wf_inst_progress(w, now); /* before the drain: what it starts goes in this one */
     if (drain_submissions(w)) w->last_busy = now;
     wf_cancel_progress(w); /* after the drain: a cancelled request's REQUESTS went first */
     if (w->ntimed && now >= w->timed_next) w->timed_next = wf_timed_progress(w, now);
@@ -581,6 +588,7 @@ static void *engine_main(void *arg) {
       if (w->gs[gi]->coord) wf_coord_check_timeouts(w->gs[gi]->coord, now);
     publish_responses(w);
     wf_resolve_progress(w, now);
+    wf_steps_progress(w, now);
     wf_fast_scan_due(w, now);
     if (w->later_at && now >= w->later_at) {
       w->later_at = 0;

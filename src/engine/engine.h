@@ -100,6 +100,7 @@ typedef struct wf_inbox {
   uint8_t *p2p_data;
   wf_p2p_reply_msg p2p_reply; /* WF_MSG_P2P_REPLY */
   wf_group_msg group;        /* WF_MSG_GROUP_JOIN, WF_MSG_GROUP_REPLY */
+  wf_step_msg step;          /* WF_MSG_STEP_REQ, WF_MSG_STEP_REPLY */
 } wf_inbox;
 
 struct weft_world {
@@ -130,6 +131,10 @@ struct weft_world {
   struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
   struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
   struct wf_cancel_ask *cancels; /* weft_request_cancel: for the engine to pass on (cancel.c) */
+  weft_request *held;        /* waiting for the instances they depend on (instance.c), linked by next */
+  wf_strmap instances;       /* "<instance key>" -> its latest submission's record (instance.c) */
+  struct wf_step_seq *step_seqs;   /* step sequences known here, by (group, graph key) (steps.c) */
+  struct wf_step_wait *step_waits; /* weft_step_next/refresh asking the group leader (steps.c) */
 
   /* engine thread only */
   pthread_t thread;
@@ -161,6 +166,7 @@ struct weft_world {
   struct wf_resolver *leader; /* rank 0: the group leader (negotiate/resolve.h), made at the first JOIN */
   int ntimed;                /* requests with their own timeout still negotiating (cancel.c), at most */
   int64_t timed_next;        /* the earliest of their deadlines (INT64_MAX: none) */
+  struct wf_step_pend *step_pend; /* group leader: STEP_REQs for a group not registered yet (steps.c) */
 
   /* the one-host path's own state (engine/onehost.c; opaque here) */
   struct wf_onehost *one;
@@ -272,5 +278,33 @@ void wf_cancel_free(weft_world *w);
  * only while some are known (w->ntimed, counted as they are drained). */
 int64_t wf_timed_progress(weft_world *w, int64_t now);
 void wf_resolve_stop(weft_world *w);
+
+/* instance.c: instances and dependencies (weft_op_options.instance_key,
+ * depends_on). Under w->mu (any thread): r (an instance) was submitted /
+ * completed; r (with dependencies) waits in w->held. Engine thread: starts
+ * the held requests whose dependencies completed, fails those whose
+ * dependency failed or whose deadline passed; the earliest held deadline
+ * (INT64_MAX: none); the world's failure fails them all; the records go
+ * with the world. */
+void wf_inst_submitted_locked(weft_world *w, weft_request *r);
+void wf_inst_completed_locked(weft_world *w, weft_request *r);
+void wf_inst_hold_locked(weft_world *w, weft_request *r);
+void wf_inst_progress(weft_world *w, int64_t now);
+int64_t wf_inst_next(weft_world *w);
+void wf_inst_fail_all(weft_world *w, weft_status st, const char *msg);
+void wf_inst_free(weft_world *w);
+
+/* steps.c: step sequences (weft_step_*), engine side (engine thread): sends
+ * the callers' STEP_REQs and answers the pending ones; the earliest time it
+ * needs the loop; a STEP_REQ (this rank leads the group) or a STEP_REPLY
+ * received; a leader that left, the world's failure complete the waits;
+ * the lists go with the world. */
+void wf_steps_progress(weft_world *w, int64_t now);
+int64_t wf_steps_next(weft_world *w);
+void wf_steps_on_req(weft_world *w, int peer, const wf_step_msg *m);
+void wf_steps_on_reply(weft_world *w, int peer, const wf_step_msg *m);
+void wf_steps_peer_departed(weft_world *w, int peer);
+void wf_steps_fail_all(weft_world *w, weft_status st, const char *msg);
+void wf_steps_free(weft_world *w);
 
 #endif

@@ -88,6 +88,12 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
     case WF_MSG_CANCEL:
       st = wf_decode_cancel(p, n, &m->cancel, err, sizeof err);
       break;
+    case WF_MSG_STEP_REQ:
+      st = wf_decode_step_req(p, n, &m->step, err, sizeof err);
+      break;
+    case WF_MSG_STEP_REPLY:
+      st = wf_decode_step_reply(p, n, &m->step, err, sizeof err);
+      break;
     default:
       st = WEFT_ERR_PROTOCOL;
       snprintf(err, sizeof err, "unexpected message type %u", h->type);
@@ -127,6 +133,7 @@ static void peer_departed(weft_world *w, int peer) {
   wf_exec_peer_departed(w, peer);
   wf_p2p_peer_departed(w, peer);
   wf_resolve_peer_departed(w, peer);
+  wf_steps_peer_departed(w, peer);
   for (int gi = 0; gi < w->ngs; gi++) {
     wf_gstate *gs = w->gs[gi];
     int gr = wf_group_index(gs->group, peer);
@@ -371,6 +378,13 @@ void wf_engine_process_inbox(weft_world *w) {
         break;
       case WF_MSG_CANCEL:
         wf_cancel_on_msg(w, m->peer, &m->cancel);
+        break;
+      case WF_MSG_STEP_REQ:
+        wf_steps_on_req(w, m->peer, &m->step);
+        break;
+      case WF_MSG_STEP_REPLY:
+        wf_steps_on_reply(w, m->peer, &m->step);
+        wf_step_msg_free(&m->step);
         break;
     }
     free(m->p2p_data);

@@ -180,6 +180,17 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
       r->op_timeout = o->timeout_seconds;
       r->timeout_aborts = o->timeout_aborts != 0;
     }
+    if (o->struct_size >= offsetof(weft_op_options, n_depends) + sizeof(int)) { /* checked by api/ops.c */
+      r->inst_key = o->instance_key;
+      if (o->n_depends > 0) {
+        if (!(r->deps = malloc(sizeof(uint64_t) * (size_t)o->n_depends))) {
+          wf_request_release(r);
+          return NULL;
+        }
+        memcpy(r->deps, o->depends_on, sizeof(uint64_t) * (size_t)o->n_depends);
+        r->ndeps = o->n_depends;
+      }
+    }
   }
   /* no deadline yet (wf_request_arm): a fast round that completes at
    * arrival never needs one, and a clock read is a noticeable part of a
@@ -202,6 +213,7 @@ void wf_request_unref(weft_request *r) {
   if (r->recv_splits) free(r->recv_splits);
   if (r->child_error) free(r->child_error);
   if (r->fast_msg) free(r->fast_msg);
+  if (r->deps) free(r->deps);
   for (int i = 0; i < r->nkids; i++) wf_request_unref(r->kids[i]); /* grouped op: the parent's references */
   if (r->kids) free(r->kids);
   atomic_store_explicit(&r->magic, WF_REQ_FREED, memory_order_relaxed);
@@ -231,13 +243,16 @@ static void complete_rest(weft_world *w, weft_request *r) {
 }
 
 void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
-  for (uint32_t i = 0; i < n; i++)
+  for (uint32_t i = 0; i < n; i++) {
     if (rs[i]->dstage) wf_devstage_detach(w, rs[i]); /* the caller's descriptors back; staging retires */
+    if (rs[i]->error) wf_name_pretty(rs[i]->error); /* "instance 42: ..." (no mark: one strchr) */
+  }
   pthread_mutex_lock(&w->mu);
   for (uint32_t i = 0; i < n; i++) {
     /* a detached request's name goes now: nobody will see it complete */
     if (atomic_load_explicit(&rs[i]->magic, memory_order_relaxed) == WF_REQ_FREED) wf_request_names_locked(w, rs[i]);
     wf_fast_unlist_locked(w, rs[i]);
+    if (rs[i]->inst_key) wf_inst_completed_locked(w, rs[i]); /* before DONE: its dependents see it then */
     /* release: the result fields become visible to a thread that reads
      * state == DONE with acquire (weft_test / weft_wait) */
     atomic_store_explicit(&rs[i]->state, WF_REQ_DONE, memory_order_release);
@@ -245,7 +260,9 @@ void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
   /* one wake-up for the whole batch (none when nobody sleeps): a woken
    * waiter does not contend with the engine for the lock request by request */
   if (w->waiters) pthread_cond_broadcast(&w->done_cv);
+  int held = w->held != NULL;
   pthread_mutex_unlock(&w->mu);
+  if (held) wf_engine_wake(w); /* operations waiting for an instance: the engine looks again */
   for (uint32_t i = 0; i < n; i++) complete_rest(w, rs[i]);
 }
 

@@ -107,6 +107,12 @@ struct weft_request {
   _Atomic int split_busy;    /* a thread is in its split pass (onehost.c) */
   _Atomic uint64_t split_have; /* slices copied out so far (written by the split_busy holder) */
   _Atomic int64_t split_t0;  /* when its split round was seen DONE */
+
+  /* instances and dependencies (engine/instance.c) */
+  uint64_t inst_key;         /* weft_op_options.instance_key (0: a named operation) */
+  uint64_t *deps;            /* weft_op_options.depends_on (malloc'd copy) */
+  int ndeps;
+  int held;                  /* in w->held, waiting for its dependencies (under w->mu) */
 };
 
 /* A request of collective coll named name on group g (checked: 1..

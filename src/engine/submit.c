@@ -43,11 +43,13 @@ weft_status wf_submit(weft_request *r, weft_request **out) {
     weft_status st = wf_devstage_in(r);
     if (st != WEFT_OK) {
       free(r->msg.splits);
+      free(r->deps);
       free(r);
       return st;
     }
   }
-  int fast = wf_fast_wants(w, r); /* one-host fast path: register here, visit the board below */
+  int held = r->ndeps > 0; /* waits for its instances (instance.c); then the engine path */
+  int fast = !held && wf_fast_wants(w, r); /* one-host fast path: register here, visit the board below */
   if (!fast) wf_request_arm(r); /* before the engine can see it */
   pthread_mutex_lock(&w->mu);
   weft_status st = WEFT_OK;
@@ -64,14 +66,19 @@ weft_status wf_submit(weft_request *r, weft_request **out) {
   } else if (fast) {
     atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
     if (r->msg.coll != WF_COLL_JOIN) wf_fast_list_locked(w, r); /* the engine's scan sees it */
+  } else if (held) {
+    atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
+    wf_inst_hold_locked(w, r);
   } else {
     atomic_store_explicit(&r->name_held, 1, memory_order_relaxed);
     wf_engine_queue_locked(w, r); /* under the same lock (wf_engine_submit's work) */
   }
+  if (st == WEFT_OK && r->inst_key) wf_inst_submitted_locked(w, r);
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
     wf_devstage_discard(r);
     free(r->msg.splits);
+    free(r->deps);
     free(r);
     return st;
   }

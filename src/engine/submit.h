@@ -87,6 +87,13 @@ weft_status wf_resolve_wait(weft_world *w, const wf_group_msg *join, wf_group_ms
  * was agreed first); MISUSE when r is complete or running; NOT_SUPPORTED
  * for a grouped op, a join or an operation on the one-host board. */
 weft_status wf_submit_cancel(weft_request *r);
+/* Step sequences (engine/steps.c; any thread but the engine's): g's
+ * current step id of graph key key, cached, else (refresh: always) from
+ * the group's leader (blocking, bounded by the timeout plus the heartbeat
+ * timeout); retiring id advances this rank's copy when id is the current
+ * one (NOT_FOUND: no sequence here; INVALID_ARGUMENT: another id). */
+weft_status wf_step_get(weft_group *g, int64_t key, int refresh, int64_t *id);
+weft_status wf_step_retire(weft_group *g, int64_t key, int64_t id);
 /* g goes: the engine forgets and frees it. */
 void wf_group_unregister(weft_world *w, weft_group *g);
 /* weft_abort: fails the world (sticky, ABORTED) and has the engine tell

@@ -40,6 +40,7 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
   pthread_cond_init(&w->done_cv, NULL);
   wf_strmap_init(&w->inflight);
   wf_strmap_init(&w->group_counts);
+  wf_strmap_init(&w->instances);
   wf_tl_init(&w->tl, rank);
   w->set = *set;
   w->timeout_seconds = timeout_seconds > 0 ? timeout_seconds : set->timeout_seconds;
@@ -76,6 +77,8 @@ void wf_world_free(weft_world *w) {
   wf_devstage_world_free(w->dstage); /* its streams, if the engine never stopped them */
   wf_p2p_free(w->p2p);
   wf_cancel_free(w);
+  wf_inst_free(w);
+  wf_steps_free(w);
   for (wf_keyed *k = w->keyed, *next; k; k = next) { /* their groups went with the engine */
     next = k->next;
     free(k);

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char tl_msg[1024];
 
@@ -11,7 +12,37 @@ weft_status wf_err(weft_status st, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
   va_end(ap);
+  wf_name_pretty(tl_msg);
   return st;
+}
+
+void wf_name_pretty(char *s) {
+  char *m = strchr(s, WF_INSTANCE_MARK);
+  if (!m) return;
+  char *out = m, *in = m;
+  /* from the first mark on, copy down, dropping the quoting around each mark */
+  if (out - s >= 1 && out[-1] == '\'') {
+    out--;
+    if (out - s >= 7 && !strncmp(out - 7, "tensor ", 7)) out -= 7;
+  }
+  for (;;) {
+    in++; /* the mark */
+    while (*in && *in != '\'' && *in != WF_INSTANCE_MARK) *out++ = *in++;
+    if (*in == '\'') in++; /* its closing quote */
+    /* up to the next mark, or the end */
+    char *next = strchr(in, WF_INSTANCE_MARK);
+    if (!next) {
+      memmove(out, in, strlen(in) + 1);
+      return;
+    }
+    size_t n = (size_t)(next - in);
+    int q = n >= 1 && next[-1] == '\'';
+    if (q) n--;
+    if (n >= 7 && q && !strncmp(in + n - 7, "tensor ", 7)) n -= 7;
+    memmove(out, in, n);
+    out += n;
+    in = next;
+  }
 }
 
 void wf_err_clear(void) { tl_msg[0] = '\0'; }

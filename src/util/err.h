@@ -13,6 +13,14 @@ void wf_err_clear(void);
 /* This thread's last error message ("" if none). */
 const char *wf_err_msg(void);
 
+/* Instances (weft_op_options.instance_key) travel as the reserved name
+ * "\x01instance <key>" (no user name starts with WF_INSTANCE_MARK). In
+ * place: "tensor '\x01instance 42'" and "'\x01instance 42'" become
+ * "instance 42", so messages name the instance; other text is untouched.
+ * wf_err and request completion apply it. */
+#define WF_INSTANCE_MARK '\x01'
+void wf_name_pretty(char *s);
+
 /* Propagate a failing status, logging file:line at each frame (debug level). */
 #define WF_CHECK(call)                                                         \
   do {                                                                         \

@@ -71,6 +71,8 @@ static const wf_type_info k_types[WF_MSG_TYPE_MAX_] = {
     [WF_MSG_GROUP_JOIN] = {"GROUP_JOIN", 17, UINT64_MAX},
     [WF_MSG_GROUP_REPLY] = {"GROUP_REPLY", 27, UINT64_MAX},
     [WF_MSG_CANCEL] = {"CANCEL", 4 + 2 + 1 + 1 + 8, 4 + 2 + WF_NAME_MAX + 1 + 8},
+    [WF_MSG_STEP_REQ] = {"STEP_REQ", 4 + 8, 4 + 8},
+    [WF_MSG_STEP_REPLY] = {"STEP_REPLY", 4 + 8 + 4 + 8 + 2, 4 + 8 + 4 + 8 + 2 + WF_ERRMSG_MAX},
 };
 
 /* ------------------------------------------------------------------ header */

@@ -46,7 +46,9 @@ typedef enum wf_msg_type {
   WF_MSG_GROUP_JOIN = 14,  /* rank -> group leader (rank 0): join a keyed group, or create one by members */
   WF_MSG_GROUP_REPLY = 15, /* group leader -> joiner: the group's members, or why not */
   WF_MSG_CANCEL = 16,    /* rank -> coordinator: withdraw this rank's request for a name (weft_request_cancel) */
-  WF_MSG_TYPE_MAX_ = 17
+  WF_MSG_STEP_REQ = 17,  /* rank -> group leader: the step sequence of a graph key (weft_step_next/refresh) */
+  WF_MSG_STEP_REPLY = 18, /* group leader -> rank: its next step id for the key, or why not */
+  WF_MSG_TYPE_MAX_ = 19
 } wf_msg_type;
 
 /* Collective kinds (requests and responses). */
@@ -265,6 +267,25 @@ typedef struct wf_cancel_msg {
 } wf_cancel_msg;
 weft_status wf_encode_cancel(wf_buf *out, uint32_t src, const wf_cancel_msg *m);
 weft_status wf_decode_cancel(const uint8_t *p, size_t n, wf_cancel_msg *m, char *err, size_t errlen);
+
+/* ---- STEP_REQ / STEP_REPLY (stepmsg.c): a group's step sequence, kept by
+ * its leader (the group's first member; engine/steps.c). REQ: u32 group_id,
+ * i64 graph_key. REPLY: the same, i32 status (WEFT_OK or an error < 0),
+ * i64 step_id (OK: 0..WF_STEP_ID_MASK; else 0), str error (OK: empty; else
+ * 1..WF_ERRMSG_MAX bytes). */
+#define WF_STEP_ID_MASK ((1ull << 57) - 1) /* TensorFlow's kStepIdMask: the top 7 bits stay clear */
+typedef struct wf_step_msg {
+  uint32_t group_id;
+  int64_t graph_key;
+  int32_t status;      /* REPLY */
+  int64_t step_id;     /* REPLY */
+  char *error;         /* REPLY with an error (malloc'd by the decoder); else NULL */
+} wf_step_msg;
+weft_status wf_encode_step_req(wf_buf *out, uint32_t src, const wf_step_msg *m);
+weft_status wf_encode_step_reply(wf_buf *out, uint32_t src, const wf_step_msg *m);
+weft_status wf_decode_step_req(const uint8_t *p, size_t n, wf_step_msg *m, char *err, size_t errlen);
+weft_status wf_decode_step_reply(const uint8_t *p, size_t n, wf_step_msg *m, char *err, size_t errlen);
+void wf_step_msg_free(wf_step_msg *m);
 
 /* type: WF_MSG_CACHED or WF_MSG_RESEND. */
 weft_status wf_encode_cache_refs(wf_buf *out, uint32_t src, wf_msg_type type, const wf_cache_ref *refs,

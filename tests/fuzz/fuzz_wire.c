@@ -1,7 +1,7 @@
 /* fuzz_wire.c - libFuzzer target for every wire decoder (src/wire: frame.c,
  * bootmsg.c, ctrlmsg.c).
  *
- * (groupmsg.c, cachemsg.c too.)
+ * (groupmsg.c, cachemsg.c, stepmsg.c too.)
  * One table row per message type (k_types below: decoder check, builder of
  * a valid frame, payload cap); a static assertion fails the build when
  * wire.h gains a type without a row, so a new message is fuzzed as soon as
@@ -222,6 +222,28 @@ static int dec_cancel(const uint8_t *p, size_t n, char *err) {
   return 1;
 }
 
+/* STEP_REQ and STEP_REPLY (stepmsg.c). */
+static int dec_step(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
+  wf_step_msg m;
+  wf_buf b = {0};
+  int reply = type == WF_MSG_STEP_REPLY;
+  const char *what = reply ? "STEP_REPLY" : "STEP_REQ";
+  weft_status st = reply ? wf_decode_step_reply(p, n, &m, err, g_errlen) : wf_decode_step_req(p, n, &m, err, g_errlen);
+  if (st != WEFT_OK) {
+    check_zero(&m, sizeof m, what);
+    if (g_errlen > 8 && strncmp(err, what, strlen(what) < g_errlen - 1 ? strlen(what) : g_errlen - 1) != 0)
+      fz_fail("%s: the error does not name the message: %s", what, err);
+    return 0;
+  }
+  st = reply ? wf_encode_step_reply(&b, 0, &m) : wf_encode_step_req(&b, 0, &m);
+  if (st != WEFT_OK) fz_fail("a decoded %s does not encode", what);
+  wf_step_msg_free(&m);
+  same_payload(&b, p, n, what);
+  return 1;
+}
+static int dec_step_req(const uint8_t *p, size_t n, char *err) { return dec_step(p, n, err, WF_MSG_STEP_REQ); }
+static int dec_step_reply(const uint8_t *p, size_t n, char *err) { return dec_step(p, n, err, WF_MSG_STEP_REPLY); }
+
 /* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
 static int dec_empty(const uint8_t *p, size_t n, char *err) {
   (void)p, (void)err;
@@ -423,6 +445,25 @@ static void build_cancel(fz_in *in, wf_buf *b) {
   if (wf_encode_cancel(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid CANCEL was rejected");
 }
 static void build_resend(fz_in *in, wf_buf *b) { build_refs(in, b, WF_MSG_RESEND); }
+/* A valid STEP_REQ, or STEP_REPLY (OK with an id, or an error). */
+static void build_step(fz_in *in, wf_buf *b, wf_msg_type type) {
+  static char error[64];
+  wf_step_msg m = {.group_id = (uint32_t)fz_take(in, 4), .graph_key = (int64_t)fz_take(in, 8)};
+  if (type == WF_MSG_STEP_REPLY) {
+    if (fz_take(in, 1) % 2) {
+      m.status = -1 - (int32_t)(fz_take(in, 1) % 15);
+      fz_take_name(in, error, sizeof error - 1);
+      m.error = error;
+    } else {
+      m.step_id = (int64_t)(fz_take(in, 8) & WF_STEP_ID_MASK);
+    }
+  }
+  weft_status st = type == WF_MSG_STEP_REPLY ? wf_encode_step_reply(b, (uint32_t)fz_take(in, 2), &m)
+                                             : wf_encode_step_req(b, (uint32_t)fz_take(in, 2), &m);
+  if (st != WEFT_OK) fz_fail("a valid %s was rejected", type == WF_MSG_STEP_REPLY ? "STEP_REPLY" : "STEP_REQ");
+}
+static void build_step_req(fz_in *in, wf_buf *b) { build_step(in, b, WF_MSG_STEP_REQ); }
+static void build_step_reply(fz_in *in, wf_buf *b) { build_step(in, b, WF_MSG_STEP_REPLY); }
 
 static void build_p2p_send(fz_in *in, wf_buf *b) {
   static uint8_t data[256];
@@ -480,6 +521,8 @@ static const fz_type k_types[] = {
     {WF_MSG_GROUP_JOIN, "group_join", dec_group_join, build_group_join, UINT64_MAX},
     {WF_MSG_GROUP_REPLY, "group_reply", dec_group_reply, build_group_reply, UINT64_MAX},
     {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX + 1 + 8},
+    {WF_MSG_STEP_REQ, "step_req", dec_step_req, build_step_req, 4 + 8},
+    {WF_MSG_STEP_REPLY, "step_reply", dec_step_reply, build_step_reply, 4 + 8 + 4 + 8 + 2 + WF_ERRMSG_MAX},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
 _Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,
