@@ -49,7 +49,7 @@ static const char *const g_reserved[] = {
     "WEFT_RANK",          "WEFT_SIZE",          "WEFT_LOCAL_RANK",   "WEFT_LOCAL_SIZE",   "WEFT_CROSS_RANK",
     "WEFT_CROSS_SIZE",    "WEFT_ADDR",          "WEFT_SECRET",       "WEFT_JOB_ID",       "HOROVOD_RANK",
     "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
-    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG"};
+    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT"};
 #define NRESERVED (sizeof g_reserved / sizeof g_reserved[0])
 
 static void usage(FILE *f) {
@@ -89,6 +89,18 @@ static void usage(FILE *f) {
           "  --timeout SECONDS        stop the whole job after SECONDS and exit 124\n"
           "  --grace SECONDS          time between SIGTERM and SIGKILL when stopping (default 3)\n"
           "  -v, --verbose            report the job's setup and every rank's exit\n"
+          "  --min-np N               elastic mode: the job goes on while at least N of its\n"
+          "                           processes live; the survivors of a failed world re-form a\n"
+          "                           smaller one (weft_finalize, then weft_init: weftrun is the\n"
+          "                           driver that places them); fewer than N stops the job\n"
+          "  --max-np N               elastic mode: at most N processes (default -np; -np\n"
+          "                           defaults to --min-np); no host discovery yet, so no growth\n"
+          "  --elastic-timeout SECONDS\n"
+          "                           elastic mode: how long a re-formation waits for every live\n"
+          "                           process to ask for its place (default 600); one that has\n"
+          "                           not asked by then is left out and stopped\n"
+          "  --reset-limit N          elastic mode: stop the job rather than re-form a world\n"
+          "                           more than N times (default: no limit)\n"
           "  -h, --help               show this help\n"
           "  --version                show the version\n"
           "\n"
@@ -332,6 +344,7 @@ static void pick_iface(struct wf_run_opts *o) {
 static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->tag = 1;
+  o->reset_limit = -1;
   o->grace = 3;
   o->env = calloc((size_t)argc + WF_RUN_HVD_NENV + 1, sizeof *o->env); /* -x entries <= argc */
   o->fwd = calloc((size_t)argc + 1, sizeof *o->fwd);
@@ -393,11 +406,41 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
       o->timeout = parse_seconds("--timeout", v, 0);
     } else if ((v = wf_run_opt_value(argc, argv, &i, "--grace"))) {
       o->grace = parse_seconds("--grace", v, 1);
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--min-np"))) {
+      o->min_np = parse_np(v);
+      o->elastic = 1;
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--max-np"))) {
+      o->max_np = parse_np(v);
+      o->elastic = 1;
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--elastic-timeout"))) {
+      o->elastic_timeout = parse_seconds("--elastic-timeout", v, 0);
+    } else if ((v = wf_run_opt_value(argc, argv, &i, "--reset-limit"))) {
+      char *end;
+      errno = 0;
+      long r = strtol(v, &end, 10);
+      if (errno || end == v || *end || r < 0 || r > 1000000)
+        wf_run_usage_error("--reset-limit wants a number of re-formations (0 or more), not '%s'", v);
+      o->reset_limit = (int)r;
+    } else if (!strcmp(a, "--host-discovery-script") || !strncmp(a, "--host-discovery-script=", 24) ||
+               !strcmp(a, "--slots-per-host") || !strncmp(a, "--slots-per-host=", 17)) {
+      wf_run_usage_error("%.*s is not supported yet: elastic mode runs on the hosts of -H/--hostfile",
+                         (int)strcspn(a, "="), a);
     } else if (!wf_run_hvd_option(o, argc, argv, &i)) {
       wf_run_usage_error("unknown option '%s'", a);
     }
   }
+  if (o->np == 0 && o->elastic) o->np = o->min_np ? o->min_np : o->max_np;
   if (o->np == 0) wf_run_usage_error("missing -np N (the number of ranks)");
+  if (!o->elastic && (o->elastic_timeout > 0 || o->reset_limit >= 0))
+    wf_run_usage_error("--elastic-timeout and --reset-limit need elastic mode (--min-np or --max-np)");
+  if (o->elastic) {
+    if (!o->min_np) o->min_np = o->np;
+    if (!o->max_np) o->max_np = o->np;
+    if (o->min_np > o->np || o->np > o->max_np)
+      wf_run_usage_error("elastic mode wants --min-np <= -np <= --max-np, not %d <= %d <= %d", o->min_np, o->np,
+                         o->max_np);
+    if (o->elastic_timeout == 0) o->elastic_timeout = 600;
+  }
   if (i >= argc) wf_run_usage_error("missing the command to run");
   o->cmd = argv + i;
   wf_run_hvd_finish(o);
@@ -422,6 +465,17 @@ void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
   const char *pre[2] = {"WEFT", "HOROVOD"};
   size_t cap = sizeof st->s[0];
   st->n = 0;
+  if (o->elastic) { /* rank, size and rank 0's address come from the driver, per world */
+    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ADDR=%s", j->el_addr);
+    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ID=%d", rank);
+    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_TIMEOUT=%g", o->elastic_timeout);
+    snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
+    snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
+    if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->addr);
+    if (o->ifaces && (!r->remote || !strchr(o->ifaces, ',')))
+      snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", r->remote ? o->ifaces : o->iface);
+    return;
+  }
   for (int p = 0; p < 2; p++) {
     snprintf(st->s[st->n++], cap, "%s_RANK=%d", pre[p], rank);
     snprintf(st->s[st->n++], cap, "%s_SIZE=%d", pre[p], o->np);
@@ -576,6 +630,18 @@ static int choose_addr(struct wf_run_job *j) {
   const struct wf_run_host *h0 = o->nhosts ? &o->hosts[j->ranks[0].host] : NULL;
   char ip[64] = "127.0.0.1";
   unsigned port = 0;
+  if (o->elastic) { /* the driver's service; every world's rank 0 opens its own port */
+    if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
+      fprintf(stderr, "weftrun: --network-interfaces: %s\n", wf_err_msg());
+      return -1;
+    }
+    if (!all_local && !o->iface && reachable_ipv4(ip, sizeof ip) != 0) {
+      fprintf(stderr, "weftrun: elastic mode with ranks elsewhere, but this machine has no IPv4 address other "
+              "than loopback for them to reach weftrun; name the interface with --network-interfaces\n");
+      return -1;
+    }
+    return wf_run_el_start(j, ip);
+  }
   if (!h0 || h0->local) {
     if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
       fprintf(stderr, "weftrun: --network-interfaces: %s\n", wf_err_msg());
@@ -745,9 +811,9 @@ int main(int argc, char **argv) {
     wf_run_stream_init(&j.ranks[i].err, -1, 2, NULL);
   }
   if (o.verbose)
-    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s' on %d host%s; rank 0 listens on %s\n", j.job_id,
+    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s' on %d host%s; %s %s\n", j.job_id,
             o.np, o.np == 1 ? "" : "s", o.cmd[0], o.nhosts ? o.nused : 1, (o.nhosts ? o.nused : 1) == 1 ? "" : "s",
-            j.addr);
+            o.elastic ? "the elastic driver listens on" : "rank 0 listens on", o.elastic ? j.el_addr : j.addr);
 
   for (int i = 0; i < o.np; i++) {
     if (wf_run_spawn(&j, i) != 0) {
@@ -774,6 +840,7 @@ out:
   if (j.link_r >= 0) close(j.link_r);
   if (j.link_w >= 0) close(j.link_w);
   if (j.listen_fd >= 0) close(j.listen_fd);
+  wf_run_el_free(&j);
   free(j.ranks);
   wf_run_hvd_free(&o);
   free(o.env);
