@@ -57,6 +57,9 @@ struct wf_run_elastic {
 
 static int alive(const struct wf_run_job *j, int i) { return j->ranks[i].running && !j->el->out[i]; }
 
+/* Fewer workers than --min-np: the job cannot go on (no discovery: none can come). */
+static int below_min(const struct wf_run_job *j, int n) { return n < j->o->min_np; }
+
 static int alive_count(const struct wf_run_job *j) {
   int n = 0;
   for (int i = 0; i < j->o->np; i++) n += alive(j, i);
@@ -163,7 +166,7 @@ static void form(struct wf_run_job *j) {
       n++;
     }
   list_ids(j, is_held, ids, sizeof ids);
-  if (n < o->min_np) {
+  if (below_min(j, n)) {
     snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d", n, n == 1 ? "" : "s",
              n ? ids : "none", o->min_np);
     stop_job(j, why);
@@ -401,7 +404,7 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     else snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(r->wstatus));
     fprintf(stderr, "weftrun: elastic: worker %d (pid %d%s%s) %s; %d worker%s remain%s (%s)\n", i, (int)r->pid,
             *h ? " on host " : "", h, how, n, n == 1 ? "" : "s", n == 1 ? "s" : "", n ? ids : "none");
-    if (n < j->o->min_np) {
+    if (below_min(j, n)) {
       snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d", n, n == 1 ? "" : "s",
                n ? ids : "none", j->o->min_np);
       stop_job(j, why);
