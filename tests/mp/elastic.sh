@@ -5,6 +5,12 @@
 #           saying how many workers are left and naming --min-np, exits
 #           non-zero (the lost worker's 137), well before its --timeout, and
 #           no survivor finishes training.
+#   straggler: worker 2 dies, worker 1 sleeps 30 s before asking again
+#           (--min-np 1, --elastic-timeout 2): weftrun leaves worker 1 out
+#           after 2 s, naming it, and stops it; worker 0 finishes alone with
+#           the reference's parameters, and the job exits 0.
+#   reset_limit: worker 2 dies under --reset-limit 0: weftrun refuses to
+#           re-form, says why, exits non-zero.
 set -u
 WEFTRUN=$1 PROG=$2 CASE=$3
 OUT=$(mktemp)
@@ -24,6 +30,30 @@ min_np)
   ! grep -q "PASS" "$OUT" || fail "a survivor finished training"
   [ $rc -eq 137 ] || fail "exit status $rc, expected 137 (the lost worker's SIGKILL)"
   echo "PASS: min_np: weftrun stopped the job in ${took} s with status $rc"
+  ;;
+straggler)
+  start=$(date +%s)
+  "$WEFTRUN" -np 3 --min-np 1 --elastic-timeout 2 --grace 1 --timeout 100 "$PROG" --steps 60 --commit-every 10 \
+    --die-worker 2 --die-step 23 --slow-worker 1 --slow-seconds 30 >"$OUT" 2>&1
+  rc=$? took=$(( $(date +%s) - start ))
+  [ $rc -eq 0 ] || fail "weftrun exited $rc, expected 0"
+  grep -q "weftrun: elastic: worker 1 (pid [0-9]*) did not ask for a place in generation 2 within --elastic-timeout 2 s; leaving it out and stopping it" "$OUT" ||
+    fail "no message leaving worker 1 out"
+  grep -q "weftrun: elastic: generation 2: 1 rank (workers 0)" "$OUT" || fail "generation 2 is not worker 0 alone"
+  grep -q "^\[0\] PASS: worker 0" "$OUT" || fail "worker 0 did not finish with the reference's parameters"
+  [ $took -lt 25 ] || fail "took ${took} s: worker 1 was not stopped (it sleeps 30 s)"
+  echo "PASS: straggler: left out and stopped; worker 0 finished alone in ${took} s"
+  ;;
+reset_limit)
+  "$WEFTRUN" -np 3 --min-np 2 --reset-limit 0 --elastic-timeout 30 --timeout 100 "$PROG" --steps 60 \
+    --commit-every 10 --die-worker 2 --die-step 23 --expect-stop >"$OUT" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] || fail "weftrun exited 0"
+  [ $rc -ne 124 ] || fail "weftrun's --timeout stopped the job (a hang, not a clean stop)"
+  grep -q "weftrun: elastic: the world would be re-formed a 1st time, past --reset-limit 0; stopping the job" "$OUT" ||
+    fail "no message naming --reset-limit"
+  ! grep -q "PASS" "$OUT" || fail "a survivor finished training"
+  echo "PASS: reset_limit: stopped with status $rc"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

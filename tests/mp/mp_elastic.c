@@ -23,8 +23,16 @@
  * "elastic-die-at <CLOCK_MONOTONIC seconds>"; the new world's rank 0 prints
  * "elastic-reformed-at <seconds>" after its first successful allreduce.
  *
+ * After every weft_finalize the process has as many fds and threads as
+ * before its first weft_init (nothing of the old world left).
+ * --slow-worker W --slow-seconds X: worker W, after the failure, sleeps X s
+ * before asking for its place: weftrun leaves it out after
+ * --elastic-timeout and stops it; the others go on without it (the
+ * reference too).
+ *
  * Usage: mp_elastic --steps N --commit-every K --die-worker W --die-step S
- *                   [--workers P] [--expect-stop] */
+ *                   [--workers P] [--expect-stop] [--slow-worker W --slow-seconds X] */
+#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +46,19 @@
 #define L 33
 
 static int g_steps = 60, g_commit = 10, g_die_worker = 2, g_die_step = 23, g_workers = 3, g_expect_stop;
+static int g_slow_worker = -1, g_slow_seconds = 0;
 static int g_id = -1;
+
+/* Entries in a /proc/self directory (fds, threads): a finalized world
+ * leaves none of its own behind. */
+static int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - (strstr(path, "/fd") ? 1 : 0); /* opendir's own fd */
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -64,7 +84,7 @@ static void reference(double *p) {
   int all[64], surv[64], ns = 0;
   for (int w = 0; w < g_workers; w++) {
     all[w] = w;
-    if (w != g_die_worker) surv[ns++] = w;
+    if (w != g_die_worker && w != g_slow_worker) surv[ns++] = w;
   }
   int commit = (g_die_step / g_commit) * g_commit; /* the last commit before the death */
   for (int i = 0; i < L; i++) p[i] = 0;
@@ -90,7 +110,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (arg_int(argc, argv, &i, "--steps", &g_steps) || arg_int(argc, argv, &i, "--commit-every", &g_commit) ||
         arg_int(argc, argv, &i, "--die-worker", &g_die_worker) || arg_int(argc, argv, &i, "--die-step", &g_die_step) ||
-        arg_int(argc, argv, &i, "--workers", &g_workers))
+        arg_int(argc, argv, &i, "--workers", &g_workers) || arg_int(argc, argv, &i, "--slow-worker", &g_slow_worker) ||
+        arg_int(argc, argv, &i, "--slow-seconds", &g_slow_seconds))
       continue;
     if (!strcmp(argv[i], "--expect-stop")) {
       g_expect_stop = 1;
@@ -108,6 +129,7 @@ int main(int argc, char **argv) {
   double p[L] = {0}, committed[L] = {0};
   int t = 0, committed_t = 0, failures = 0, reformed = 0;
   uint64_t last_gen = 0;
+  int fds0 = count_dir("/proc/self/fd"), threads0 = count_dir("/proc/self/task");
   for (;;) {
     weft_world *w = NULL;
     weft_status st = weft_init(NULL, &w);
@@ -118,7 +140,7 @@ int main(int argc, char **argv) {
     }
     int rank = weft_rank(w), size = weft_size(w);
     uint64_t gen = weft_generation(w);
-    int expect_size = failures ? g_workers - 1 : g_workers;
+    int expect_size = failures ? g_workers - 1 - (g_slow_worker >= 0) : g_workers;
     if (gen != last_gen + 1 || size != expect_size) {
       printf("FAIL: worker %d: generation %llu (expected %llu), size %d (expected %d)\n", g_id,
              (unsigned long long)gen, (unsigned long long)last_gen + 1, size, expect_size);
@@ -180,8 +202,19 @@ int main(int argc, char **argv) {
       return 1;
     }
     weft_finalize(w); /* releases the old world: shm, sockets, threads */
+    int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
+    if (fds != fds0 || threads != threads0) {
+      printf("FAIL: worker %d: after finalizing generation %llu: %d fds and %d threads, before the first world %d "
+             "and %d\n", g_id, (unsigned long long)gen, fds, threads, fds0, threads0);
+      return 1;
+    }
     memcpy(p, committed, sizeof p);
     t = committed_t;
+    if (g_id == g_slow_worker) { /* a straggler: weftrun leaves it out after --elastic-timeout and stops it */
+      printf("worker %d: sleeping %d s before asking for a place\n", g_id, g_slow_seconds);
+      fflush(stdout);
+      sleep((unsigned)g_slow_seconds);
+    }
   }
   if (g_expect_stop) {
     printf("FAIL: worker %d finished, but the job should have stopped (fewer than --min-np)\n", g_id);
