@@ -21,7 +21,9 @@
  *
  * Timing (bench/elastic.sh reads these lines): the dying worker prints
  * "elastic-die-at <CLOCK_MONOTONIC seconds>"; the new world's rank 0 prints
- * "elastic-reformed-at <seconds>" after its first successful allreduce.
+ * "elastic-reformed-at <seconds>" after its first successful allreduce;
+ * worker 0 also when it saw the failure, finalized and was placed again
+ * ("elastic-failed-at", "elastic-finalized-at", "elastic-init-at").
  *
  * After every weft_finalize the process has as many fds and threads as
  * before its first weft_init (nothing of the old world left).
@@ -139,6 +141,7 @@ int main(int argc, char **argv) {
       return 3;
     }
     int rank = weft_rank(w), size = weft_size(w);
+    if (failures && g_id == 0) printf("elastic-init-at %.6f\n", now_s());
     uint64_t gen = weft_generation(w);
     int expect_size = failures ? g_workers - 1 - (g_slow_worker >= 0) : g_workers;
     if (gen != last_gen + 1 || size != expect_size) {
@@ -191,6 +194,7 @@ int main(int argc, char **argv) {
       break;
     }
     failures++;
+    double failed_at = now_s();
     char want[32];
     snprintf(want, sizeof want, "rank %d", g_die_worker); /* generation 1: worker id == rank */
     printf("worker %d: generation %llu failed at step %d: %s: %s\n", g_id, (unsigned long long)gen, t,
@@ -202,6 +206,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     weft_finalize(w); /* releases the old world: shm, sockets, threads */
+    if (g_id == 0) printf("elastic-failed-at %.6f\nelastic-finalized-at %.6f\n", failed_at, now_s());
     int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
     if (fds != fds0 || threads != threads0) {
       printf("FAIL: worker %d: after finalizing generation %llu: %d fds and %d threads, before the first world %d "

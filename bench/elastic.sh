@@ -1,0 +1,43 @@
+#!/bin/bash
+# elastic.sh BUILD_DIR [RUNS] - time from a rank's death to the first
+# successful allreduce of the re-formed world (issue 27), on this host.
+# Runs tests/mp/mp_elastic under `weftrun -np 3 --min-np 2`: worker 2
+# SIGKILLs itself at step 23 and prints "elastic-die-at T" (CLOCK_MONOTONIC);
+# the new world's rank 0 prints "elastic-reformed-at T" after its first
+# allreduce (which follows the state broadcast). Default heartbeat
+# settings; each transport (auto: shared memory on one host; tcp) RUNS times
+# (default 9), interleaved. Prints every run, then min / median / max in ms,
+# and the load average before and after.
+set -u
+B=${1:?usage: elastic.sh BUILD_DIR [RUNS]}
+RUNS=${2:-9}
+W=$B/weftrun P=$B/tests/mp/mp_elastic
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A ms
+for ((r = 1; r <= RUNS; r++)); do
+  for tr in auto tcp; do
+    out=$(WEFT_TRANSPORT=$tr "$W" -np 3 --min-np 2 --elastic-timeout 30 --timeout 60 "$P" --steps 60 \
+      --commit-every 10 --die-worker 2 --die-step 23 2>&1)
+    d=$(sed -n 's/.*elastic-die-at \([0-9.]*\).*/\1/p' <<<"$out")
+    f=$(sed -n 's/.*elastic-reformed-at \([0-9.]*\).*/\1/p' <<<"$out")
+    if [ -z "$d" ] || [ -z "$f" ] || ! grep -q "PASS: worker 0" <<<"$out"; then
+      echo "run $r $tr: FAILED"; echo "$out" | tail -5; continue
+    fi
+    v=$(awk -v a="$d" -v b="$f" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    x=$(sed -n 's/.*elastic-failed-at \([0-9.]*\).*/\1/p' <<<"$out")
+    y=$(sed -n 's/.*elastic-finalized-at \([0-9.]*\).*/\1/p' <<<"$out")
+    z=$(sed -n 's/.*elastic-init-at \([0-9.]*\).*/\1/p' <<<"$out")
+    parts=$(awk -v d="$d" -v x="$x" -v y="$y" -v z="$z" -v f="$f" 'BEGIN {
+      printf "detect %.1f, finalize %.1f, init %.1f, sync+allreduce %.1f", (x-d)*1000, (y-x)*1000, (z-y)*1000, (f-z)*1000 }')
+    echo "run $r $tr: ${v} ms (worker 0: $parts)"
+    ms[$tr]+="$v "
+  done
+done
+for tr in auto tcp; do
+  printf '%s: ' "$tr"
+  tr ' ' '\n' <<<"${ms[$tr]:-}" | grep . | sort -n | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "no runs"; exit }
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "n=%d min %.1f ms, median %.1f ms, max %.1f ms\n", NR, v[1], m, v[NR] }'
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
