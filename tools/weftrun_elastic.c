@@ -50,6 +50,8 @@ struct wf_run_elastic {
   int64_t round_at;          /* when the current round's first question came (WF_NO_DEADLINE: none) */
   int forming;               /* rank 0 was answered; waiting for its PORT */
   int rank0;                 /* its worker id while forming */
+  int *member;               /* per worker: a member of the generation being formed */
+  int size;                  /* its size, as rank 0 was told */
   int finishing;             /* a worker exited 0 */
   int last_lost_code;        /* exit code of the last worker lost (for the job's status) */
   int64_t lost_at;           /* when the last worker was lost (for the recovery report) */
@@ -127,15 +129,19 @@ static void bind_hint(const struct wf_run_job *j, int i, char *out, size_t cap) 
   snprintf(out, cap, "%.*s:0", (int)(cap > 3 ? cap - 3 : 0), h); /* a longer host name fails rank 0's bind, named */
 }
 
-/* Every member but rank 0 gets rank 0's address; the round is over. */
+/* Every member but rank 0 gets rank 0's address; the round is over. A
+ * member gone since rank 0 was answered (its connection closed) leaves a
+ * world that cannot complete: its rendezvous fails at WEFT_INIT_TIMEOUT_SECONDS
+ * and the others ask again (sizes never disagree: rank 0 was told this one). */
 static void finish_round(struct wf_run_job *j, const char *addr0) {
   struct wf_run_elastic *e = j->el;
-  int size = 0, rank = 1;
-  for (int i = 0; i < j->o->np; i++) size += e->held[i] >= 0;
+  int rank = 0;
   for (int i = 0; i < j->o->np; i++) {
-    int k = e->held[i];
-    if (k < 0 || i == e->rank0) continue;
-    wf_el_place p = {.generation = e->gen, .rank = (uint32_t)rank++, .size = (uint32_t)size};
+    if (!e->member[i]) continue;
+    e->member[i] = 0;
+    int k = e->held[i], r = rank++; /* rank 0 is the first member */
+    if (i == e->rank0 || k < 0) continue;
+    wf_el_place p = {.generation = e->gen, .rank = (uint32_t)r, .size = (uint32_t)e->size};
     snprintf(p.addr, sizeof p.addr, "%s", addr0);
     char err[256];
     if (wf_el_conn_answer(&e->conns[k], &p, 0, err, sizeof err) != WEFT_OK)
@@ -165,6 +171,8 @@ static void form(struct wf_run_job *j) {
       if (first < 0) first = i;
       n++;
     }
+  for (int i = 0; i < o->np; i++) e->member[i] = e->held[i] >= 0;
+  e->size = n;
   list_ids(j, is_held, ids, sizeof ids);
   if (below_min(j, n)) {
     snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d", n, n == 1 ? "" : "s",
@@ -232,8 +240,9 @@ int wf_run_el_start(struct wf_run_job *j, const char *ip) {
   e->conns = calloc((size_t)e->nconn, sizeof *e->conns);
   e->held = malloc((size_t)np * sizeof *e->held);
   e->out = calloc((size_t)np, sizeof *e->out);
+  e->member = calloc((size_t)np, sizeof *e->member);
   e->kill_at = malloc((size_t)np * sizeof *e->kill_at);
-  if (!e->conns || !e->held || !e->out || !e->kill_at) return -1;
+  if (!e->conns || !e->held || !e->out || !e->kill_at || !e->member) return -1;
   for (int k = 0; k < e->nconn; k++) e->conns[k].fd = -1;
   for (int i = 0; i < np; i++) e->held[i] = -1, e->kill_at[i] = WF_NO_DEADLINE;
   wf_el_job_id(j->job_id, e->job, sizeof e->job);
@@ -258,6 +267,7 @@ void wf_run_el_free(struct wf_run_job *j) {
   free(e->conns);
   free(e->held);
   free(e->out);
+  free(e->member);
   free(e->kill_at);
   free(e);
   j->el = NULL;
