@@ -32,8 +32,14 @@
  * --elastic-timeout and stops it; the others go on without it (the
  * reference too).
  *
+ * --die2-worker W --die2-step S: a second death, of worker W at step S of
+ * generation 2 (the survivors re-form generation 3), or with S = -1 right
+ * after its weft_finalize, before it asks again (while re-forming). Each
+ * failure must name the lost rank (its rank in that generation).
+ *
  * Usage: mp_elastic --steps N --commit-every K --die-worker W --die-step S
- *                   [--workers P] [--expect-stop] [--slow-worker W --slow-seconds X] */
+ *                   [--workers P] [--expect-stop] [--slow-worker W --slow-seconds X]
+ *                   [--die2-worker W --die2-step S] */
 #include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
@@ -49,6 +55,7 @@
 
 static int g_steps = 60, g_commit = 10, g_die_worker = 2, g_die_step = 23, g_workers = 3, g_expect_stop;
 static int g_slow_worker = -1, g_slow_seconds = 0;
+static int g_die2_worker = -1, g_die2_step = -2; /* a second death: in generation 2 at a step, or -1: re-forming */
 static int g_id = -1;
 
 /* Entries in a /proc/self directory (fds, threads): a finalized world
@@ -82,16 +89,36 @@ static void ref_step(double *p, int t, const int *members, int n) {
   for (int i = 0; i < L; i++) p[i] += g[i];
 }
 
-static void reference(double *p) {
-  int all[64], surv[64], ns = 0;
+/* The members of generation gen (1, 2, 3), in id order; their count. */
+static int members(int gen, int *m) {
+  int n = 0;
   for (int w = 0; w < g_workers; w++) {
-    all[w] = w;
-    if (w != g_die_worker && w != g_slow_worker) surv[ns++] = w;
+    int gone = gen >= 2 && (w == g_die_worker || w == g_slow_worker || (w == g_die2_worker && g_die2_step == -1));
+    if (gen >= 3 && w == g_die2_worker) gone = 1;
+    if (!gone) m[n++] = w;
   }
-  int commit = (g_die_step / g_commit) * g_commit; /* the last commit before the death */
+  return n;
+}
+
+/* The schedule: generation 1 up to the last commit before the first death,
+ * generation 2 from there (to the last commit before a second death in it),
+ * then generation 3. */
+static void reference(double *p) {
+  int m[64];
+  int c1 = (g_die_step / g_commit) * g_commit, c2 = g_die2_step >= 0 ? (g_die2_step / g_commit) * g_commit : g_steps;
   for (int i = 0; i < L; i++) p[i] = 0;
-  for (int t = 0; t < commit; t++) ref_step(p, t, all, g_workers);
-  for (int t = commit; t < g_steps; t++) ref_step(p, t, surv, ns);
+  int n = members(1, m);
+  for (int t = 0; t < c1 && t < g_steps; t++) ref_step(p, t, m, n);
+  n = members(2, m);
+  for (int t = c1; t < c2 && t < g_steps; t++) ref_step(p, t, m, n);
+  n = members(3, m);
+  for (int t = c2; t < g_steps; t++) ref_step(p, t, m, n);
+}
+
+static void die(const char *when) {
+  printf("elastic-die-at %.6f (worker %d, %s)\n", now_s(), g_id, when);
+  fflush(stdout);
+  raise(SIGKILL);
 }
 
 static int arg_int(int argc, char **argv, int *i, const char *name, int *out) {
@@ -113,7 +140,8 @@ int main(int argc, char **argv) {
     if (arg_int(argc, argv, &i, "--steps", &g_steps) || arg_int(argc, argv, &i, "--commit-every", &g_commit) ||
         arg_int(argc, argv, &i, "--die-worker", &g_die_worker) || arg_int(argc, argv, &i, "--die-step", &g_die_step) ||
         arg_int(argc, argv, &i, "--workers", &g_workers) || arg_int(argc, argv, &i, "--slow-worker", &g_slow_worker) ||
-        arg_int(argc, argv, &i, "--slow-seconds", &g_slow_seconds))
+        arg_int(argc, argv, &i, "--slow-seconds", &g_slow_seconds) ||
+        arg_int(argc, argv, &i, "--die2-worker", &g_die2_worker) || arg_int(argc, argv, &i, "--die2-step", &g_die2_step))
       continue;
     if (!strcmp(argv[i], "--expect-stop")) {
       g_expect_stop = 1;
@@ -143,7 +171,7 @@ int main(int argc, char **argv) {
     int rank = weft_rank(w), size = weft_size(w);
     if (failures && g_id == 0) printf("elastic-init-at %.6f\n", now_s());
     uint64_t gen = weft_generation(w);
-    int expect_size = failures ? g_workers - 1 - (g_slow_worker >= 0) : g_workers;
+    int mem[64], expect_size = members((int)gen, mem);
     if (gen != last_gen + 1 || size != expect_size) {
       printf("FAIL: worker %d: generation %llu (expected %llu), size %d (expected %d)\n", g_id,
              (unsigned long long)gen, (unsigned long long)last_gen + 1, size, expect_size);
@@ -167,11 +195,8 @@ int main(int argc, char **argv) {
       t = (int)state[L];
     }
     for (; st == WEFT_OK && t < g_steps; t++) {
-      if (t == g_die_step && g_id == g_die_worker) {
-        printf("elastic-die-at %.6f\n", now_s());
-        fflush(stdout);
-        raise(SIGKILL);
-      }
+      if (t == g_die_step && g_id == g_die_worker) die("training");
+      if (t == g_die2_step && g_id == g_die2_worker && gen == 2) die("training, generation 2");
       double gr[L];
       for (int i = 0; i < L; i++) gr[i] = grad(t, g_id, i, p[i]);
       weft_tensor tg = {WEFT_DTYPE_FLOAT64, 1, gshape, gr, WEFT_DEVICE_CPU, 0, NULL};
@@ -196,12 +221,16 @@ int main(int argc, char **argv) {
     failures++;
     double failed_at = now_s();
     char want[32];
-    snprintf(want, sizeof want, "rank %d", g_die_worker); /* generation 1: worker id == rank */
+    int lost = gen == 1 ? g_die_worker : g_die2_worker, lost_rank = -1;
+    for (int k = 0; k < expect_size; k++)
+      if (mem[k] == lost) lost_rank = k; /* its rank in this generation */
+    snprintf(want, sizeof want, "rank %d", lost_rank);
     printf("worker %d: generation %llu failed at step %d: %s: %s\n", g_id, (unsigned long long)gen, t,
            weft_status_string(st), msg);
-    if (failures > 1 || gen != 1 || !strstr(msg, want)) {
-      printf("FAIL: worker %d: %s failure (expected one, in generation 1, naming %s)\n", g_id,
-             failures > 1 ? "a second" : "an unexpected", want);
+    int expected = gen == 1 || (gen == 2 && g_die2_step >= 0);
+    if (!expected || lost_rank < 0 || !strstr(msg, want)) {
+      printf("FAIL: worker %d: an unexpected failure of generation %llu (expected: naming %s)\n", g_id,
+             (unsigned long long)gen, lost_rank < 0 ? "nobody" : want);
       weft_finalize(w);
       return 1;
     }
@@ -215,6 +244,7 @@ int main(int argc, char **argv) {
     }
     memcpy(p, committed, sizeof p);
     t = committed_t;
+    if (g_id == g_die2_worker && g_die2_step == -1) die("re-forming");
     if (g_id == g_slow_worker) { /* a straggler: weftrun leaves it out after --elastic-timeout and stops it */
       printf("worker %d: sleeping %d s before asking for a place\n", g_id, g_slow_seconds);
       fflush(stdout);
