@@ -7,7 +7,9 @@
 # allreduce (which follows the state broadcast). Default heartbeat
 # settings; each transport (auto: shared memory on one host; tcp) RUNS times
 # (default 9), interleaved. Prints every run, then min / median / max in ms,
-# and the load average before and after.
+# and the load average before and after. Then the steady-state cost of
+# elastic mode: training time per step without a death, plain weftrun vs
+# --min-np, interleaved.
 set -u
 B=${1:?usage: elastic.sh BUILD_DIR [RUNS]}
 RUNS=${2:-9}
@@ -39,5 +41,26 @@ for tr in auto tcp; do
     if (NR == 0) { print "no runs"; exit }
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "n=%d min %.1f ms, median %.1f ms, max %.1f ms\n", NR, v[1], m, v[NR] }'
+done
+# Steady state: the same training, no death, 2000 steps of a 33-element
+# float64 allreduce on 3 ranks, plain weftrun vs elastic mode (whose driver
+# is not involved between re-formations), interleaved.
+declare -A tt
+for ((r = 1; r <= RUNS; r++)); do
+  for mode in plain elastic; do
+    el=(); [ $mode = elastic ] && el=(--min-np 3)
+    out=$("$W" -np 3 "${el[@]}" --timeout 120 "$P" --steps 2000 --commit-every 10 --die-worker 99 2>&1)
+    v=$(sed -n 's/.*elastic-train-seconds \([0-9.]*\).*/\1/p' <<<"$out")
+    [ -n "$v" ] || { echo "steady $mode run $r: FAILED"; continue; }
+    echo "steady run $r $mode: $v s"
+    tt[$mode]+="$v "
+  done
+done
+for mode in plain elastic; do
+  printf 'steady %s: ' "$mode"
+  tr ' ' '\n' <<<"${tt[$mode]:-}" | grep . | sort -n | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "no runs"; exit }
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "n=%d median %.1f us/step (min %.1f, max %.1f)\n", NR, m / 2000 * 1e6, v[1] / 2000 * 1e6, v[NR] / 2000 * 1e6 }'
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

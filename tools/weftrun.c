@@ -752,7 +752,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* two pipes per rank (three for remote ones) stay open in weftrun; ranks get the old limit back */
-  rlim_t want = (rlim_t)o.np * 3 + 64;
+  rlim_t want = (rlim_t)o.np * 3 + 64 + (o.elastic ? (rlim_t)o.np * 2 + 17 : 0); /* + the driver's connections */
   if (getrlimit(RLIMIT_NOFILE, &j.nofile) == 0 && j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
     struct rlimit r = j.nofile;
     r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;

@@ -23,7 +23,10 @@
  * "elastic-die-at <CLOCK_MONOTONIC seconds>"; the new world's rank 0 prints
  * "elastic-reformed-at <seconds>" after its first successful allreduce;
  * worker 0 also when it saw the failure, finalized and was placed again
- * ("elastic-failed-at", "elastic-finalized-at", "elastic-init-at").
+ * ("elastic-failed-at", "elastic-finalized-at", "elastic-init-at") and
+ * the training loop's time ("elastic-train-seconds"). Without
+ * WEFT_ELASTIC_ID (plain weftrun, no death) it trains the same way: the
+ * baseline of elastic mode's steady-state cost.
  *
  * After every weft_finalize the process has as many fds and threads as
  * before its first weft_init (nothing of the old world left).
@@ -151,11 +154,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *idv = getenv("WEFT_ELASTIC_ID");
-  if (!idv) {
+  int elastic = idv != NULL; /* without: plain weftrun (bench/elastic.sh's baseline), no death allowed */
+  if (!idv) idv = getenv("WEFT_RANK");
+  if (!idv || (!elastic && g_die_worker < g_workers)) {
     printf("FAIL: WEFT_ELASTIC_ID is not set: run under weftrun --min-np\n");
     return 1;
   }
   g_id = atoi(idv);
+  double train_start = 0;
   double p[L] = {0}, committed[L] = {0};
   int t = 0, committed_t = 0, failures = 0, reformed = 0;
   uint64_t last_gen = 0;
@@ -172,6 +178,7 @@ int main(int argc, char **argv) {
     if (failures && g_id == 0) printf("elastic-init-at %.6f\n", now_s());
     uint64_t gen = weft_generation(w);
     int mem[64], expect_size = members((int)gen, mem);
+    if (!elastic) last_gen = (uint64_t)-1; /* generation 0 */
     if (gen != last_gen + 1 || size != expect_size) {
       printf("FAIL: worker %d: generation %llu (expected %llu), size %d (expected %d)\n", g_id,
              (unsigned long long)gen, (unsigned long long)last_gen + 1, size, expect_size);
@@ -194,6 +201,7 @@ int main(int argc, char **argv) {
       memcpy(p, state, sizeof p);
       t = (int)state[L];
     }
+    if (!train_start) train_start = now_s();
     for (; st == WEFT_OK && t < g_steps; t++) {
       if (t == g_die_step && g_id == g_die_worker) die("training");
       if (t == g_die2_step && g_id == g_die2_worker && gen == 2) die("training, generation 2");
@@ -215,6 +223,7 @@ int main(int argc, char **argv) {
       }
     }
     if (st == WEFT_OK) {
+      if (g_id == 0) printf("elastic-train-seconds %.6f\n", now_s() - train_start);
       weft_finalize(w);
       break;
     }
