@@ -89,18 +89,6 @@ static void usage(FILE *f) {
           "  --timeout SECONDS        stop the whole job after SECONDS and exit 124\n"
           "  --grace SECONDS          time between SIGTERM and SIGKILL when stopping (default 3)\n"
           "  -v, --verbose            report the job's setup and every rank's exit\n"
-          "  --min-np N               elastic mode: the job goes on while at least N of its\n"
-          "                           processes live; the survivors of a failed world re-form a\n"
-          "                           smaller one (weft_finalize, then weft_init: weftrun is the\n"
-          "                           driver that places them); fewer than N stops the job\n"
-          "  --max-np N               elastic mode: at most N processes (default -np; -np\n"
-          "                           defaults to --min-np); no host discovery yet, so no growth\n"
-          "  --elastic-timeout SECONDS\n"
-          "                           elastic mode: how long a re-formation waits for every live\n"
-          "                           process to ask for its place (default 600); one that has\n"
-          "                           not asked by then is left out and stopped\n"
-          "  --reset-limit N          elastic mode: stop the job rather than re-form a world\n"
-          "                           more than N times (default: no limit)\n"
           "  -h, --help               show this help\n"
           "  --version                show the version\n"
           "\n"
@@ -125,6 +113,7 @@ static void usage(FILE *f) {
           "(a second one kills them at once) and weftrun exits 128+signal.\n",
           NP_MAX);
   wf_run_hvd_usage(f);
+  wf_run_el_usage(f);
 }
 
 void wf_run_usage_error(const char *fmt, ...) {
@@ -344,7 +333,7 @@ static void pick_iface(struct wf_run_opts *o) {
 static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->tag = 1;
-  o->reset_limit = -1;
+  o->reset_limit = -1; /* none */
   o->grace = 3;
   o->env = calloc((size_t)argc + WF_RUN_HVD_NENV + 1, sizeof *o->env); /* -x entries <= argc */
   o->fwd = calloc((size_t)argc + 1, sizeof *o->fwd);
@@ -406,41 +395,12 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
       o->timeout = parse_seconds("--timeout", v, 0);
     } else if ((v = wf_run_opt_value(argc, argv, &i, "--grace"))) {
       o->grace = parse_seconds("--grace", v, 1);
-    } else if ((v = wf_run_opt_value(argc, argv, &i, "--min-np"))) {
-      o->min_np = parse_np(v);
-      o->elastic = 1;
-    } else if ((v = wf_run_opt_value(argc, argv, &i, "--max-np"))) {
-      o->max_np = parse_np(v);
-      o->elastic = 1;
-    } else if ((v = wf_run_opt_value(argc, argv, &i, "--elastic-timeout"))) {
-      o->elastic_timeout = parse_seconds("--elastic-timeout", v, 0);
-    } else if ((v = wf_run_opt_value(argc, argv, &i, "--reset-limit"))) {
-      char *end;
-      errno = 0;
-      long r = strtol(v, &end, 10);
-      if (errno || end == v || *end || r < 0 || r > 1000000)
-        wf_run_usage_error("--reset-limit wants a number of re-formations (0 or more), not '%s'", v);
-      o->reset_limit = (int)r;
-    } else if (!strcmp(a, "--host-discovery-script") || !strncmp(a, "--host-discovery-script=", 24) ||
-               !strcmp(a, "--slots-per-host") || !strncmp(a, "--slots-per-host=", 17)) {
-      wf_run_usage_error("%.*s is not supported yet: elastic mode runs on the hosts of -H/--hostfile",
-                         (int)strcspn(a, "="), a);
-    } else if (!wf_run_hvd_option(o, argc, argv, &i)) {
+    } else if (!wf_run_el_option(o, argc, argv, &i) && !wf_run_hvd_option(o, argc, argv, &i)) {
       wf_run_usage_error("unknown option '%s'", a);
     }
   }
-  if (o->np == 0 && o->elastic) o->np = o->min_np ? o->min_np : o->max_np;
+  wf_run_el_finish(o); /* -np defaults to --min-np */
   if (o->np == 0) wf_run_usage_error("missing -np N (the number of ranks)");
-  if (!o->elastic && (o->elastic_timeout > 0 || o->reset_limit >= 0))
-    wf_run_usage_error("--elastic-timeout and --reset-limit need elastic mode (--min-np or --max-np)");
-  if (o->elastic) {
-    if (!o->min_np) o->min_np = o->np;
-    if (!o->max_np) o->max_np = o->np;
-    if (o->min_np > o->np || o->np > o->max_np)
-      wf_run_usage_error("elastic mode wants --min-np <= -np <= --max-np, not %d <= %d <= %d", o->min_np, o->np,
-                         o->max_np);
-    if (o->elastic_timeout == 0) o->elastic_timeout = 600;
-  }
   if (i >= argc) wf_run_usage_error("missing the command to run");
   o->cmd = argv + i;
   wf_run_hvd_finish(o);
@@ -466,14 +426,7 @@ void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
   size_t cap = sizeof st->s[0];
   st->n = 0;
   if (o->elastic) { /* rank, size and rank 0's address come from the driver, per world */
-    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ADDR=%s", j->el_addr);
-    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ID=%d", rank);
-    snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_TIMEOUT=%g", o->elastic_timeout);
-    snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
-    snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
-    if (h) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", h->addr);
-    if (o->ifaces && (!r->remote || !strchr(o->ifaces, ',')))
-      snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", r->remote ? o->ifaces : o->iface);
+    wf_run_el_set_vars(j, rank, st);
     return;
   }
   for (int p = 0; p < 2; p++) {

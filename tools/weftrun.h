@@ -208,6 +208,14 @@ int wf_run_supervise(struct wf_run_job *j);
 
 /* weftrun_elastic.c: the elastic driver. */
 struct pollfd;
+/* Its part of the usage text; its options (as wf_run_hvd_option); after
+ * the command line: checks and defaults (-np from --min-np). */
+void wf_run_el_usage(FILE *f);
+int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i);
+void wf_run_el_finish(struct wf_run_opts *o);
+/* The variables weftrun sets for worker rank in elastic mode (instead of
+ * WEFT_RANK, WEFT_SIZE, WEFT_ADDR ...). */
+void wf_run_el_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st);
 /* Opens the driver's service on ip (j->el_addr); -1 on failure (message printed). */
 int wf_run_el_start(struct wf_run_job *j, const char *ip);
 void wf_run_el_free(struct wf_run_job *j);

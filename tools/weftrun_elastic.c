@@ -57,6 +57,91 @@ struct wf_run_elastic {
   int64_t lost_at;           /* when the last worker was lost (for the recovery report) */
 };
 
+/* ------------------------------------------------------- the command line */
+
+void wf_run_el_usage(FILE *f) {
+  fputs("\nElastic mode (a job that outlives the loss of ranks):\n"
+        "  --min-np N               the job goes on while at least N of its processes live:\n"
+        "                           the survivors of a failed world re-form a smaller one\n"
+        "                           (weft_finalize, then weft_init: weftrun is the driver that\n"
+        "                           places them, and then does not set WEFT_RANK/SIZE/ADDR or\n"
+        "                           HOROVOD_*); fewer than N left stops the job with the lost\n"
+        "                           process's status; a process exiting 0 means training is over\n"
+        "  --max-np N               at most N processes (default -np; -np defaults to --min-np);\n"
+        "                           no host discovery yet, so no growth\n"
+        "  --elastic-timeout SECONDS\n"
+        "                           how long a re-formation waits for every live process to ask\n"
+        "                           for its place (default 600); one that has not asked by then\n"
+        "                           is left out and stopped\n"
+        "  --reset-limit N          stop the job rather than re-form a world more than N times\n"
+        "                           (default: no limit)\n",
+        f);
+}
+
+static int parse_count(const char *opt, const char *v, int lo) {
+  char *end;
+  errno = 0;
+  long r = strtol(v, &end, 10);
+  if (errno || end == v || *end || r < lo || r > 1000000)
+    wf_run_usage_error("%s wants a number from %d to 1000000, not '%s'", opt, lo, v);
+  return (int)r;
+}
+
+int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i) {
+  const char *a = argv[*i], *v;
+  if ((v = wf_run_opt_value(argc, argv, i, "--min-np"))) {
+    o->min_np = parse_count("--min-np", v, 1);
+    o->elastic = 1;
+  } else if ((v = wf_run_opt_value(argc, argv, i, "--max-np"))) {
+    o->max_np = parse_count("--max-np", v, 1);
+    o->elastic = 1;
+  } else if ((v = wf_run_opt_value(argc, argv, i, "--elastic-timeout"))) {
+    char *end;
+    errno = 0;
+    o->elastic_timeout = strtod(v, &end);
+    if (errno || end == v || *end || !(o->elastic_timeout > 0) || o->elastic_timeout > 86400)
+      wf_run_usage_error("--elastic-timeout wants a number of seconds above 0 (at most a day), not '%s'", v);
+  } else if ((v = wf_run_opt_value(argc, argv, i, "--reset-limit"))) {
+    o->reset_limit = parse_count("--reset-limit", v, 0);
+  } else if (!strcmp(a, "--host-discovery-script") || !strncmp(a, "--host-discovery-script=", 24) ||
+             !strcmp(a, "--slots-per-host") || !strncmp(a, "--slots-per-host=", 17)) {
+    wf_run_usage_error("%.*s is not supported yet: elastic mode runs on the hosts of -H/--hostfile",
+                       (int)strcspn(a, "="), a);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+void wf_run_el_finish(struct wf_run_opts *o) {
+  if (!o->elastic && (o->elastic_timeout > 0 || o->reset_limit >= 0))
+    wf_run_usage_error("--elastic-timeout and --reset-limit need elastic mode (--min-np or --max-np)");
+  if (!o->elastic) return;
+  if (o->np == 0) o->np = o->min_np ? o->min_np : o->max_np;
+  if (!o->min_np) o->min_np = o->np;
+  if (!o->max_np) o->max_np = o->np;
+  if (o->min_np > o->np || o->np > o->max_np)
+    wf_run_usage_error("elastic mode wants --min-np <= -np <= --max-np, not %d <= %d <= %d", o->min_np, o->np,
+                       o->max_np);
+  if (o->elastic_timeout == 0) o->elastic_timeout = 600; /* horovodrun's default */
+}
+
+void wf_run_el_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st) {
+  const struct wf_run_opts *o = j->o;
+  const struct wf_run_rank *r = &j->ranks[rank];
+  size_t cap = sizeof st->s[0];
+  snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ADDR=%s", j->el_addr);
+  snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ID=%d", rank);
+  snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_TIMEOUT=%g", o->elastic_timeout);
+  snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
+  snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
+  if (r->host >= 0) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", o->hosts[r->host].addr);
+  if (o->ifaces && (!r->remote || !strchr(o->ifaces, ',')))
+    snprintf(st->s[st->n++], cap, "WEFT_IFACE=%s", r->remote ? o->ifaces : o->iface);
+}
+
+/* ------------------------------------------------------------- the driver */
+
 static int alive(const struct wf_run_job *j, int i) { return j->ranks[i].running && !j->el->out[i]; }
 
 /* Fewer workers than --min-np: the job cannot go on (no discovery: none can come). */
