@@ -19,7 +19,9 @@
  * alive (no discovery yet: none can come), or a round would exceed
  * --reset-limit re-formations. A worker that exits 0 means training is
  * over: from then on questions are refused (WEFT_ERR_SHUTDOWN) and a
- * failure stops the job as outside elastic mode (weftrun_job.c). */
+ * failure stops the job as outside elastic mode (weftrun_job.c); a worker
+ * lost since the last formation (no world went on without it, as when it
+ * fails at its exit) then makes the job fail with its status. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -54,7 +56,7 @@ struct wf_run_elastic {
   int size;                  /* its size, as rank 0 was told */
   int finishing;             /* a worker exited 0 */
   int last_lost_code;        /* exit code of the last worker lost (for the job's status) */
-  int64_t lost_at;           /* when the last worker was lost (for the recovery report) */
+  int unrecovered;           /* a worker lost since the last formation (-1: none) */
 };
 
 /* ------------------------------------------------------- the command line */
@@ -273,6 +275,7 @@ static void form(struct wf_run_job *j) {
   }
   if (e->gen > 0) e->resets++;
   e->gen++;
+  e->unrecovered = -1; /* the survivors went on without it */
   e->rank0 = first;
   if (e->gen > 1 || o->verbose)
     fprintf(stderr, "weftrun: elastic: generation %llu: %d rank%s (workers %s)\n", (unsigned long long)e->gen, n,
@@ -320,6 +323,7 @@ int wf_run_el_start(struct wf_run_job *j, const char *ip) {
   j->el = e;
   e->lfd = -1;
   e->rank0 = -1;
+  e->unrecovered = -1;
   e->round_at = WF_NO_DEADLINE;
   e->nconn = 2 * np + 16;
   e->conns = calloc((size_t)e->nconn, sizeof *e->conns);
@@ -482,6 +486,13 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
   const struct wf_run_rank *r = &j->ranks[i];
   if (e->held[i] >= 0) drop_conn(j, e->held[i]);
   if (r->code == 0 && !e->out[i]) {
+    if (!e->finishing && e->unrecovered >= 0 && j->exit_code < 0) {
+      /* the job ends without having re-formed since that loss: its failure is the job's */
+      j->exit_code = e->last_lost_code;
+      fprintf(stderr, "weftrun: elastic: worker %d finished, but worker %d was lost after generation %llu formed and "
+              "no world was formed without it; the job fails with its status %d\n", i, e->unrecovered,
+              (unsigned long long)e->gen, e->last_lost_code);
+    }
     e->finishing = 1;
     decide(j);
     return 0; /* as outside elastic mode */
@@ -491,7 +502,7 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     char ids[512], why[700];
     const char *h = wf_run_host_of(j, i);
     e->last_lost_code = r->code;
-    e->lost_at = wf_now_ns();
+    e->unrecovered = i;
     int n = alive_count(j);
     list_ids(j, is_alive, ids, sizeof ids);
     char how[64];

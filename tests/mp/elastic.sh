@@ -11,6 +11,8 @@
 #           the reference's parameters, and the job exits 0.
 #   reset_limit: worker 2 dies under --reset-limit 0: weftrun refuses to
 #           re-form, says why, exits non-zero.
+#   fail_at_exit: worker 1 exits 7 after training, before the others exit
+#           0: no world went on without it, so the job fails with its 7.
 set -u
 WEFTRUN=$1 PROG=$2 CASE=$3
 OUT=$(mktemp)
@@ -54,6 +56,15 @@ reset_limit)
     fail "no message naming --reset-limit"
   ! grep -q "PASS" "$OUT" || fail "a survivor finished training"
   echo "PASS: reset_limit: stopped with status $rc"
+  ;;
+fail_at_exit)
+  "$WEFTRUN" -np 3 --min-np 2 --elastic-timeout 30 --timeout 100 "$PROG" --steps 30 --commit-every 10 \
+    --die-worker 99 --fail-at-exit 1 >"$OUT" 2>&1
+  rc=$?
+  [ $rc -eq 7 ] || fail "weftrun exited $rc, expected worker 1's 7"
+  grep -q "weftrun: elastic: worker [02] finished, but worker 1 was lost after generation 1 formed and no world was formed without it; the job fails with its status 7" "$OUT" ||
+    fail "no message naming worker 1's unrecovered failure"
+  echo "PASS: fail_at_exit: the job failed with worker 1's status"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

@@ -40,6 +40,9 @@
  * after its weft_finalize, before it asks again (while re-forming). Each
  * failure must name the lost rank (its rank in that generation).
  *
+ * --fail-at-exit W: worker W exits 7 after training, the others 1 s later
+ * with 0 (a failure nobody recovered from must fail the job: elastic.sh).
+ *
  * Usage: mp_elastic --steps N --commit-every K --die-worker W --die-step S
  *                   [--workers P] [--expect-stop] [--slow-worker W --slow-seconds X]
  *                   [--die2-worker W --die2-step S] */
@@ -58,6 +61,7 @@
 
 static int g_steps = 60, g_commit = 10, g_die_worker = 2, g_die_step = 23, g_workers = 3, g_expect_stop;
 static int g_slow_worker = -1, g_slow_seconds = 0;
+static int g_fail_at_exit = -1; /* this worker exits 7 after training, the others 1 s later with 0 */
 static int g_die2_worker = -1, g_die2_step = -2; /* a second death: in generation 2 at a step, or -1: re-forming */
 static int g_id = -1;
 
@@ -144,6 +148,7 @@ int main(int argc, char **argv) {
         arg_int(argc, argv, &i, "--die-worker", &g_die_worker) || arg_int(argc, argv, &i, "--die-step", &g_die_step) ||
         arg_int(argc, argv, &i, "--workers", &g_workers) || arg_int(argc, argv, &i, "--slow-worker", &g_slow_worker) ||
         arg_int(argc, argv, &i, "--slow-seconds", &g_slow_seconds) ||
+        arg_int(argc, argv, &i, "--fail-at-exit", &g_fail_at_exit) ||
         arg_int(argc, argv, &i, "--die2-worker", &g_die2_worker) || arg_int(argc, argv, &i, "--die2-step", &g_die2_step))
       continue;
     if (!strcmp(argv[i], "--expect-stop")) {
@@ -280,5 +285,10 @@ int main(int argc, char **argv) {
   }
   printf("PASS: worker %d: %d steps, %d re-formation(s), final parameters equal the reference (p[0] = %g)\n", g_id,
          g_steps, failures, p[0]);
+  if (g_fail_at_exit >= 0) {
+    fflush(stdout);
+    if (g_id == g_fail_at_exit) return 7;
+    sleep(1);
+  }
   return 0;
 }
