@@ -11,6 +11,8 @@
 #           the reference's parameters, and the job exits 0.
 #   reset_limit: worker 2 dies under --reset-limit 0: weftrun refuses to
 #           re-form, says why, exits non-zero.
+#   usage:  bad elastic command lines are refused, naming the problem; -np
+#           defaults to --min-np.
 #   fail_at_exit: worker 1 exits 7 after training, before the others exit
 #           0: no world went on without it, so the job fails with its 7.
 set -u
@@ -65,6 +67,27 @@ fail_at_exit)
   grep -q "weftrun: elastic: worker [02] finished, but worker 1 was lost after generation 1 formed and no world was formed without it; the job fails with its status 7" "$OUT" ||
     fail "no message naming worker 1's unrecovered failure"
   echo "PASS: fail_at_exit: the job failed with worker 1's status"
+  ;;
+usage)
+  # bad elastic command lines: exit 2, the message naming the problem, nothing started
+  check() { # expected-message args...
+    local want=$1; shift
+    "$WEFTRUN" "$@" "$PROG" >"$OUT" 2>&1; local rc=$?
+    [ $rc -eq 2 ] || fail "weftrun $* exited $rc, expected 2"
+    grep -qF -- "$want" "$OUT" || fail "weftrun $*: no '$want'"
+  }
+  check "elastic mode wants --min-np <= -np <= --max-np, not 3 <= 2 <= 2" -np 2 --min-np 3
+  check "elastic mode wants --min-np <= -np <= --max-np, not 1 <= 4 <= 3" -np 4 --min-np 1 --max-np 3
+  check "--elastic-timeout and --reset-limit need elastic mode" -np 2 --reset-limit 1
+  check "--elastic-timeout wants a number of seconds above 0" -np 2 --min-np 1 --elastic-timeout 0
+  check "--reset-limit wants a number from 0 to 1000000, not '-1'" -np 2 --min-np 1 --reset-limit -1
+  check "--min-np wants a number from 1 to 1000000, not 'x'" --min-np x
+  check "--host-discovery-script is not supported yet" --min-np 1 --host-discovery-script ./d.sh
+  # -np defaults to --min-np: a one-worker job that trains alone
+  "$WEFTRUN" --min-np 1 --timeout 60 "$PROG" --workers 1 --die-worker 99 --steps 20 >"$OUT" 2>&1 ||
+    fail "weftrun --min-np 1 (no -np) exited $?"
+  grep -q "PASS: worker 0" "$OUT" || fail "--min-np 1 without -np did not run one worker"
+  echo "PASS: usage"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
