@@ -9,7 +9,8 @@
 # (default 9), interleaved. Prints every run, then min / median / max in ms,
 # and the load average before and after. Then the steady-state cost of
 # elastic mode: training time per step without a death, plain weftrun vs
-# --min-np, interleaved.
+# --min-np, interleaved. NETNS=1 (root): also across 2 network-namespace
+# hosts (tests/cluster/netns.sh).
 set -u
 B=${1:?usage: elastic.sh BUILD_DIR [RUNS]}
 RUNS=${2:-9}
@@ -63,4 +64,28 @@ for mode in plain elastic; do
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "n=%d median %.1f us/step (min %.1f, max %.1f)\n", NR, m / 2000 * 1e6, v[1] / 2000 * 1e6, v[NR] / 2000 * 1e6 }'
 done
+# Across hosts (NETNS=1; root): 2 network-namespace hosts x 2 workers
+# (tests/cluster/netns.sh), weftrun in host 1; worker 3 on host 2 dies.
+if [ "${NETNS:-0}" = 1 ]; then
+  NS=$(dirname "$0")/../tests/cluster/netns.sh
+  read -r SUB H1 H2 < <(bash "$NS" up 2) || { echo "netns: cannot build the cluster"; exit 1; }
+  trap 'bash "$NS" down "$SUB"' EXIT
+  vals=""
+  for ((r = 1; r <= RUNS; r++)); do
+    out=$(ip netns exec "$H1" "$W" -np 4 -H "$H1:2,$H2:2" --rsh 'ip netns exec {host}' --network-interfaces eth0 \
+      --min-np 3 --elastic-timeout 30 --timeout 60 "$P" --workers 4 --die-worker 3 --die-step 23 --steps 60 \
+      --commit-every 10 2>&1)
+    d=$(sed -n 's/.*elastic-die-at \([0-9.]*\).*/\1/p' <<<"$out")
+    f=$(sed -n 's/.*elastic-reformed-at \([0-9.]*\).*/\1/p' <<<"$out")
+    [ -n "$d" ] && [ -n "$f" ] || { echo "netns run $r: FAILED"; continue; }
+    v=$(awk -v a="$d" -v b="$f" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+    echo "netns run $r: ${v} ms"
+    vals+="$v "
+  done
+  printf 'netns 2 hosts: '
+  tr ' ' '\n' <<<"$vals" | grep . | sort -n | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "no runs"; exit }
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "n=%d min %.1f ms, median %.1f ms, max %.1f ms\n", NR, v[1], m, v[NR] }'
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
