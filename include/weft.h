@@ -646,6 +646,36 @@ WEFT_API const char *weft_version(void);
  * dlopen); needs no world. Any thread. */
 WEFT_API weft_status weft_device_available(int device_kind, int *count);
 
+/* ------------------------------------------------------------------ elastic
+ * Under `weftrun --min-np ...` (elastic mode; weftrun sets WEFT_ELASTIC_ADDR
+ * and WEFT_ELASTIC_ID) a job outlives the loss of ranks: the processes stay,
+ * the world is re-formed. weft_init then takes neither rank, size nor
+ * address from the environment (nor cfg->rank/size: WEFT_ERR_INVALID_ARGUMENT):
+ * it asks weftrun for this process's place in the job's next world and gets
+ * the same generation as every other live process that asked (weftrun waits
+ * until all its live processes have asked, or --elastic-timeout). Ranks
+ * follow weftrun's process order (host order, then slot), so survivors keep
+ * their relative order. A world's handshake is keyed by its generation: a
+ * process of another generation can never join it.
+ *
+ * Recovery: when a world fails (a peer's death fails pending work naming
+ * the rank, WEFT_ERR_PEER_LOST, as outside elastic mode), the caller
+ * weft_finalize()s it (every request of the old world is complete or
+ * completes with an error; its shared memory, sockets and threads are
+ * released) and calls weft_init() again, getting a new handle, usually with
+ * fewer ranks and new rank numbers. Nothing of the old world survives:
+ * process sets (weft_group_create/resolve) must be created again, keyed
+ * groups resolved again, timelines restarted; the training state is the
+ * caller's (keep a commit, broadcast it from the new rank 0). weft_init
+ * fails (the driver's message) when weftrun stops the job: fewer than
+ * --min-np processes left, --reset-limit re-formations reached, or a
+ * process already finished (exited 0: the job is ending). */
+
+/* The world's generation in elastic mode (1 for the first world, larger for
+ * each re-formation; every member of a world sees the same); 0 outside
+ * elastic mode or for an invalid world. Non-blocking, any thread. */
+WEFT_API uint64_t weft_generation(const weft_world *world);
+
 #ifdef __cplusplus
 }
 #endif

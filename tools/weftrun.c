@@ -49,7 +49,7 @@ static const char *const g_reserved[] = {
     "WEFT_RANK",          "WEFT_SIZE",          "WEFT_LOCAL_RANK",   "WEFT_LOCAL_SIZE",   "WEFT_CROSS_RANK",
     "WEFT_CROSS_SIZE",    "WEFT_ADDR",          "WEFT_SECRET",       "WEFT_JOB_ID",       "HOROVOD_RANK",
     "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
-    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG"};
+    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT"};
 #define NRESERVED (sizeof g_reserved / sizeof g_reserved[0])
 
 static void usage(FILE *f) {
@@ -113,6 +113,7 @@ static void usage(FILE *f) {
           "(a second one kills them at once) and weftrun exits 128+signal.\n",
           NP_MAX);
   wf_run_hvd_usage(f);
+  wf_run_el_usage(f);
 }
 
 void wf_run_usage_error(const char *fmt, ...) {
@@ -332,6 +333,7 @@ static void pick_iface(struct wf_run_opts *o) {
 static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->tag = 1;
+  o->reset_limit = -1; /* none */
   o->grace = 3;
   o->env = calloc((size_t)argc + WF_RUN_HVD_NENV + 1, sizeof *o->env); /* -x entries <= argc */
   o->fwd = calloc((size_t)argc + 1, sizeof *o->fwd);
@@ -393,10 +395,11 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
       o->timeout = parse_seconds("--timeout", v, 0);
     } else if ((v = wf_run_opt_value(argc, argv, &i, "--grace"))) {
       o->grace = parse_seconds("--grace", v, 1);
-    } else if (!wf_run_hvd_option(o, argc, argv, &i)) {
+    } else if (!wf_run_el_option(o, argc, argv, &i) && !wf_run_hvd_option(o, argc, argv, &i)) {
       wf_run_usage_error("unknown option '%s'", a);
     }
   }
+  wf_run_el_finish(o); /* -np defaults to --min-np */
   if (o->np == 0) wf_run_usage_error("missing -np N (the number of ranks)");
   if (i >= argc) wf_run_usage_error("missing the command to run");
   o->cmd = argv + i;
@@ -422,6 +425,10 @@ void wf_run_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_sto
   const char *pre[2] = {"WEFT", "HOROVOD"};
   size_t cap = sizeof st->s[0];
   st->n = 0;
+  if (o->elastic) { /* rank, size and rank 0's address come from the driver, per world */
+    wf_run_el_set_vars(j, rank, st);
+    return;
+  }
   for (int p = 0; p < 2; p++) {
     snprintf(st->s[st->n++], cap, "%s_RANK=%d", pre[p], rank);
     snprintf(st->s[st->n++], cap, "%s_SIZE=%d", pre[p], o->np);
@@ -576,6 +583,18 @@ static int choose_addr(struct wf_run_job *j) {
   const struct wf_run_host *h0 = o->nhosts ? &o->hosts[j->ranks[0].host] : NULL;
   char ip[64] = "127.0.0.1";
   unsigned port = 0;
+  if (o->elastic) { /* the driver's service; every world's rank 0 opens its own port */
+    if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
+      fprintf(stderr, "weftrun: --network-interfaces: %s\n", wf_err_msg());
+      return -1;
+    }
+    if (!all_local && !o->iface && reachable_ipv4(ip, sizeof ip) != 0) {
+      fprintf(stderr, "weftrun: elastic mode with ranks elsewhere, but this machine has no IPv4 address other "
+              "than loopback for them to reach weftrun; name the interface with --network-interfaces\n");
+      return -1;
+    }
+    return wf_run_el_start(j, ip);
+  }
   if (!h0 || h0->local) {
     if (o->iface && wf_iface_ipv4(o->iface, ip, sizeof ip) != WEFT_OK) {
       fprintf(stderr, "weftrun: --network-interfaces: %s\n", wf_err_msg());
@@ -686,7 +705,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* two pipes per rank (three for remote ones) stay open in weftrun; ranks get the old limit back */
-  rlim_t want = (rlim_t)o.np * 3 + 64;
+  rlim_t want = (rlim_t)o.np * 3 + 64 + (o.elastic ? (rlim_t)o.np * 2 + 17 : 0); /* + the driver's connections */
   if (getrlimit(RLIMIT_NOFILE, &j.nofile) == 0 && j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
     struct rlimit r = j.nofile;
     r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;
@@ -745,9 +764,9 @@ int main(int argc, char **argv) {
     wf_run_stream_init(&j.ranks[i].err, -1, 2, NULL);
   }
   if (o.verbose)
-    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s' on %d host%s; rank 0 listens on %s\n", j.job_id,
+    fprintf(stderr, "weftrun: job %s: starting %d rank%s of '%s' on %d host%s; %s %s\n", j.job_id,
             o.np, o.np == 1 ? "" : "s", o.cmd[0], o.nhosts ? o.nused : 1, (o.nhosts ? o.nused : 1) == 1 ? "" : "s",
-            j.addr);
+            o.elastic ? "the elastic driver listens on" : "rank 0 listens on", o.elastic ? j.el_addr : j.addr);
 
   for (int i = 0; i < o.np; i++) {
     if (wf_run_spawn(&j, i) != 0) {
@@ -774,6 +793,7 @@ out:
   if (j.link_r >= 0) close(j.link_r);
   if (j.link_w >= 0) close(j.link_w);
   if (j.listen_fd >= 0) close(j.listen_fd);
+  wf_run_el_free(&j);
   free(j.ranks);
   wf_run_hvd_free(&o);
   free(o.env);

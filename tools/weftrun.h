@@ -72,6 +72,11 @@ struct wf_run_opts {
   int verbose;
   char **cmd;             /* the ranks' argv, NULL-terminated, cmd[0] != NULL */
   struct wf_run_hvd hvd;
+  /* elastic mode (--min-np/--max-np; weftrun_elastic.c) */
+  int elastic;
+  int min_np, max_np;     /* --min-np (default -np), --max-np (default -np) */
+  double elastic_timeout; /* --elastic-timeout seconds (default 600, as horovodrun) */
+  int reset_limit;        /* --reset-limit re-formations, -1: none */
 };
 
 /* weftrun.c: a bad command line (message, hint, exit WF_RUN_EXIT_USAGE). */
@@ -139,6 +144,9 @@ struct wf_run_job {
   int signalled;               /* weftrun sent the ranks a signal */
   int pending;                 /* first rank that failed, while its cause is awaited; -1 none */
   int64_t decide_at;           /* when weftrun stops waiting for the cause */
+  struct wf_run_elastic *el;   /* elastic mode: the driver (weftrun_elastic.c); NULL otherwise */
+  char el_addr[64];            /* its service's address (WEFT_ELASTIC_ADDR) */
+  char el_ip[64];              /* this machine's address for the ranks (a local rank 0 binds there) */
 };
 
 /* What the ranks' status lines start with: "weft-link <job id> ". */
@@ -197,5 +205,28 @@ void wf_run_stop(struct wf_run_job *j, int sig);
 /* Runs the job until every rank is reaped and its output relayed; returns
  * weftrun's exit code. */
 int wf_run_supervise(struct wf_run_job *j);
+
+/* weftrun_elastic.c: the elastic driver. */
+struct pollfd;
+/* Its part of the usage text; its options (as wf_run_hvd_option); after
+ * the command line: checks and defaults (-np from --min-np). */
+void wf_run_el_usage(FILE *f);
+int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i);
+void wf_run_el_finish(struct wf_run_opts *o);
+/* The variables weftrun sets for worker rank in elastic mode (instead of
+ * WEFT_RANK, WEFT_SIZE, WEFT_ADDR ...). */
+void wf_run_el_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_store *st);
+/* Opens the driver's service on ip (j->el_addr); -1 on failure (message printed). */
+int wf_run_el_start(struct wf_run_job *j, const char *ip);
+void wf_run_el_free(struct wf_run_job *j);
+/* Its fds to poll into pf (at most max); slot[] is for wf_run_el_handle. */
+int wf_run_el_fill(struct wf_run_job *j, struct pollfd *pf, int *slot, int max);
+void wf_run_el_handle(struct wf_run_job *j, const struct pollfd *pf, const int *slot, int n);
+/* Its next deadline, and the work due then. */
+int64_t wf_run_el_deadline(const struct wf_run_job *j);
+void wf_run_el_tick(struct wf_run_job *j);
+/* Worker i was reaped: 1 if elastic mode handled it (a lost worker, the job
+ * goes on or is stopped here), 0 for the usual handling. */
+int wf_run_el_on_exit(struct wf_run_job *j, int i);
 
 #endif

@@ -420,6 +420,7 @@ static void reaped(struct wf_run_job *j, int i, int status) {
   read_links(j);
 
   r->stopped = j->signalled;
+  if (j->el && wf_run_el_on_exit(j, i)) return; /* elastic: a lost worker, not the job's failure */
   int first = r->code != 0 && j->exit_code < 0 && j->pending < 0;
   if (!first) {
     if (j->o->verbose) {
@@ -577,17 +578,21 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 int wf_run_supervise(struct wf_run_job *j) {
   int np = j->o->np;
   /* the signalfd, each rank's stdout, stderr and script pipe, the status channel */
-  struct pollfd *pf = calloc(2 + 3 * (size_t)np, sizeof *pf);
-  struct wf_run_stream **ps = calloc(2 + 3 * (size_t)np, sizeof *ps);
-  int *pin = calloc(2 + 3 * (size_t)np, sizeof *pin); /* rank whose script pipe pf[k] is, else -1 */
+  /* ... and in elastic mode the driver's listener and connections (weftrun_elastic.c) */
+  size_t cap = 2 + 3 * (size_t)np + (j->el ? 2 * (size_t)np + 17 : 0);
+  struct pollfd *pf = calloc(cap, sizeof *pf);
+  struct wf_run_stream **ps = calloc(cap, sizeof *ps);
+  int *pin = calloc(cap, sizeof *pin); /* rank whose script pipe pf[k] is, else -1 */
+  int *el_slot = calloc(cap, sizeof *el_slot);
   int64_t linger_at = WF_NO_DEADLINE, abandon_at = WF_NO_DEADLINE;
-  if (!pf || !ps || !pin) {
+  if (!pf || !ps || !pin || !el_slot) {
     fputs("weftrun: out of memory; killing the job\n", stderr);
     if (j->exit_code < 0) j->exit_code = WF_RUN_EXIT_SETUP;
     signal_ranks(j, SIGKILL);
     goto out;
   }
   for (;;) {
+    wf_run_el_tick(j);
     on_deadlines(j, &linger_at, &abandon_at);
     int n = 0, running = running_count(j);
     pin[n] = -1;
@@ -615,12 +620,15 @@ int wf_run_supervise(struct wf_run_job *j) {
       }
     }
     if (running == 0 && n == fixed) break;
+    int el_at = n;
+    n += wf_run_el_fill(j, pf + n, el_slot, (int)cap - n);
 
     int64_t next = WF_NO_DEADLINE;
     if (!j->stopping && running > 0) next = j->timeout_at;
     if (j->stopping && !j->killed) next = j->kill_at;
     next = min64(next, j->term_at);
     next = min64(next, j->decide_at);
+    next = min64(next, wf_run_el_deadline(j));
     if (running == 0) next = min64(next, abandon_at != WF_NO_DEADLINE ? abandon_at : linger_at);
     int pr = poll(pf, (nfds_t)n, next == WF_NO_DEADLINE ? -1 : wf_ms_until(next));
     if (pr < 0 && errno == EINTR) continue;
@@ -635,11 +643,12 @@ int wf_run_supervise(struct wf_run_job *j) {
     if (pf[0].revents) on_signals(j);
     /* a few reads per stream per round, so one chatty rank cannot starve the
      * others or the signals */
-    for (int k = fixed; k < n; k++) {
+    for (int k = fixed; k < el_at; k++) {
       if (!pf[k].revents) continue;
       if (pin[k] >= 0) wf_run_feed_script(&j->ranks[pin[k]]); /* POLLOUT, or POLLERR: the shell is gone */
       else wf_run_stream_pump(ps[k], 4);
     }
+    wf_run_el_handle(j, pf + el_at, el_slot, n - el_at);
   }
 out:
   /* normally nobody is left; after a failure above, do not leave zombies */
@@ -656,6 +665,7 @@ out:
   free(pf);
   free(ps);
   free(pin);
+  free(el_slot);
   try_decide(j, 1);
   return j->exit_code < 0 ? 0 : j->exit_code;
 }

@@ -14,6 +14,7 @@
 #include "bootstrap/launcher_link.h"
 #include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/elastic.h"
 #include "bootstrap/mpi_boot.h"
 #include "bootstrap/iface.h"
 #include "engine/submit.h"
@@ -66,6 +67,68 @@ static void inherited_listener(const char *addr, int *have, int *fd) {
     }
   }
   pthread_mutex_unlock(&g_listen_mu);
+}
+
+/* Elastic mode (WEFT_ELASTIC_ADDR, set by weftrun): the last generation this
+ * process was placed in, told to the driver with the next question. */
+static pthread_mutex_t g_el_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_el_last_gen;
+
+typedef struct el_init {
+  int on;
+  wf_el_place place;
+  int listen_fd;              /* rank 0 of a world of several: its rendezvous listener */
+  uint8_t secret[32];         /* the generation's secret (elastic.h) */
+} el_init;
+
+/* Asks weftrun for this process's place in the next world (elastic.h). */
+static weft_status elastic_place(const weft_config *cfg, const wf_settings *set, el_init *el) {
+  if (cfg && (cfg->rank >= 0 || cfg->size >= 0))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: cfg->rank/size (%d/%d) given in elastic mode "
+                  "(WEFT_ELASTIC_ADDR is set): the driver (weftrun) decides every world's ranks", cfg->rank, cfg->size);
+  const char *idv = wf_param_str("WEFT_ELASTIC_ID"), *tv = wf_param_str("WEFT_ELASTIC_TIMEOUT");
+  char *end;
+  errno = 0;
+  unsigned long id = strtoul(idv, &end, 10);
+  if (!*idv || *end || errno || id >= WF_EL_DRIVER)
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: WEFT_ELASTIC_ID='%s' is not a worker id (0..%u); it is "
+                  "set by weftrun in elastic mode", idv, WF_EL_DRIVER - 1);
+  double wait = *tv ? strtod(tv, &end) : 0;
+  if (*tv && (*end || !(wait >= 0) || wait > 86400))
+    return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: WEFT_ELASTIC_TIMEOUT='%s' is not a number of seconds", tv);
+  uint8_t secret[4096];
+  size_t slen = 0;
+  weft_status st = wf_auth_load_secret(secret, &slen);
+  if (st != WEFT_OK) return st;
+  char iface_addr[64] = "";
+  const char *bind_addr = wf_param_str("WEFT_BIND_ADDR");
+  if (!*bind_addr && *wf_param_str("WEFT_IFACE")) {
+    if ((st = wf_iface_ipv4(wf_param_str("WEFT_IFACE"), iface_addr, sizeof iface_addr)) != WEFT_OK) return st;
+    bind_addr = iface_addr;
+  }
+  pthread_mutex_lock(&g_el_mu);
+  uint64_t last = g_el_last_gen;
+  pthread_mutex_unlock(&g_el_mu);
+  wf_el_join_cfg jc = {
+      .driver = wf_param_str("WEFT_ELASTIC_ADDR"),
+      .id = (uint32_t)id,
+      .last_gen = last,
+      .secret = secret,
+      .secret_len = slen,
+      .job_id = wf_param_str("WEFT_JOB_ID"),
+      .bind_addr = bind_addr,
+      .timeout_seconds = wait + set->init_timeout_seconds,
+      .handshake_timeout = set->handshake_timeout,
+  };
+  st = wf_el_join(&jc, &el->place, &el->listen_fd);
+  if (st == WEFT_OK) st = wf_el_gen_secret(secret, slen, el->place.generation, el->secret);
+  memset(secret, 0, sizeof secret);
+  if (st != WEFT_OK && el->listen_fd >= 0) close(el->listen_fd), el->listen_fd = -1;
+  if (st != WEFT_OK) return st;
+  el->on = 1;
+  WF_INFO(WF_SUB_INIT, "elastic worker %lu: generation %llu, rank %u of %u (rank 0 at %s)", id,
+          (unsigned long long)el->place.generation, el->place.rank, el->place.size, el->place.addr);
+  return WEFT_OK;
 }
 
 /* First set integer among env names (NULL-terminated list), or dflt. */
@@ -127,12 +190,17 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   if (sst == WEFT_OK) sst = check_algorithms(&set, serr, sizeof serr);
   if (sst != WEFT_OK) return wf_err(sst, "weft_init: %s", serr);
   const char *rank_src = NULL, *size_src = NULL;
-  int rank = cfg && cfg->rank >= 0 ? cfg->rank : env_int(RANK_VARS, -1, &rank_src);
-  int size = cfg && cfg->size >= 0 ? cfg->size : env_int(SIZE_VARS, -1, &size_src);
+  el_init el = {.listen_fd = -1};
+  if (*wf_param_str("WEFT_ELASTIC_ADDR") && !(cfg && cfg->addr) && (sst = elastic_place(cfg, &set, &el)) != WEFT_OK)
+    return sst;
+  int rank = el.on ? (int)el.place.rank : cfg && cfg->rank >= 0 ? cfg->rank : env_int(RANK_VARS, -1, &rank_src);
+  int size = el.on ? (int)el.place.size : cfg && cfg->size >= 0 ? cfg->size : env_int(SIZE_VARS, -1, &size_src);
+  if (el.on) rank_src = size_src = "the elastic driver";
   /* [mpi] started by mpirun/srun without WEFT_ADDR: MPI gives rank, size,
    * and (below) rank 0's rendezvous address and the job secret */
   wf_mpi_comm *mpic = NULL;
-  const char *mpivar = *(cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR")) ? NULL : wf_mpi_launcher_var();
+  const char *mpivar =
+      el.on || *(cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR")) ? NULL : wf_mpi_launcher_var();
   /* a launcher's single process (srun -n1, mpirun -np 1) is a world of one
    * without MPI; a build without MPI keeps that and names what is missing */
   if (mpivar && size != 1 && !wf_mpi_built())
@@ -164,14 +232,18 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
   if (rank < 0 || rank >= size)
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "weft_init: rank %d (from %s) is out of range for world size %d", rank,
                   rank_src ? rank_src : "config", size);
-  const char *addr = cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR");
+  const char *addr = el.on ? el.place.addr : cfg && cfg->addr ? cfg->addr : wf_param_str("WEFT_ADDR");
   if (size > 1 && !*addr && !mpic)
     return wf_err(WEFT_ERR_INVALID_ARGUMENT,
                   "weft_init: WEFT_ADDR is not set: launch with weftrun, or set WEFT_ADDR=host:port of rank 0's "
                   "rendezvous on every rank");
 
   weft_world *w = wf_world_new(rank, size, &set, cfg && cfg->timeout_seconds > 0 ? cfg->timeout_seconds : 0, mpic);
-  if (!w) return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory"); /* mpic closed */
+  if (!w) {
+    if (el.listen_fd >= 0) close(el.listen_fd);
+    return wf_err(WEFT_ERR_NO_MEMORY, "weft_init: out of memory"); /* mpic closed */
+  }
+  w->generation = el.on ? el.place.generation : 0;
   int *fds = NULL;
   weft_status st = WEFT_OK;
   wf_boot_result br;
@@ -187,7 +259,10 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
     }
     uint8_t secret[4096];
     size_t slen = 0;
-    if (cfg && cfg->secret) {
+    if (el.on) { /* the generation's secret: no process of another generation joins this world */
+      memcpy(secret, el.secret, sizeof el.secret);
+      slen = sizeof el.secret;
+    } else if (cfg && cfg->secret) {
       slen = strlen(cfg->secret);
       if (slen > sizeof secret) slen = sizeof secret;
       memcpy(secret, cfg->secret, slen);
@@ -209,7 +284,13 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
         .incarnation = w->incarnation,
         .device_kinds = wf_submit_device_kinds(),
     };
-    if (!mpic && rank == 0) inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
+    if (el.on) { /* rank 0's listener, opened and reported to the driver in elastic_place (wf_bootstrap owns it) */
+      bc.have_listen_fd = el.listen_fd >= 0;
+      bc.listen_fd = el.listen_fd;
+      el.listen_fd = -1;
+    } else if (!mpic && rank == 0) {
+      inherited_listener(bc.addr, &bc.have_listen_fd, &bc.listen_fd);
+    }
     char mpi_addr[64];
     if (mpic) { /* [mpi] rank 0 listens on a free port; address and secret come by broadcast */
       int lfd = -1;
@@ -252,11 +333,14 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
     w->local_rank = w->cross_rank = 0;
     w->local_size = w->cross_size = 1;
   }
-  /* A launcher's explicit placement wins over what the rendezvous computed. */
-  w->local_rank = env_int(LRANK_VARS, w->local_rank, NULL);
-  w->local_size = env_int(LSIZE_VARS, w->local_size, NULL);
-  w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
-  w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
+  /* A launcher's explicit placement wins over what the rendezvous computed
+   * (not in elastic mode: the world changes, the environment does not). */
+  if (!el.on) {
+    w->local_rank = env_int(LRANK_VARS, w->local_rank, NULL);
+    w->local_size = env_int(LSIZE_VARS, w->local_size, NULL);
+    w->cross_rank = env_int(CRANK_VARS, w->cross_rank, NULL);
+    w->cross_size = env_int(CSIZE_VARS, w->cross_size, NULL);
+  }
   const char *tl_path = set.timeline;
   if (!strcmp(tl_path, "DYNAMIC")) tl_path = ""; /* Horovod's: started later, through the API */
   if (*tl_path && (rank == 0 || strstr(tl_path, "%r")) &&
@@ -264,11 +348,24 @@ weft_status weft_init(const weft_config *cfg, weft_world **out) {
     goto fail;
   if ((st = wf_engine_start(w, fds)) != WEFT_OK) goto fail;
   free(fds);
+  memset(el.secret, 0, sizeof el.secret);
+  if (el.on) {
+    pthread_mutex_lock(&g_el_mu);
+    if (el.place.generation > g_el_last_gen) g_el_last_gen = el.place.generation;
+    pthread_mutex_unlock(&g_el_mu);
+  }
   WF_INFO(WF_SUB_INIT, "rank %d of %d up (local %d/%d, cross %d/%d)", rank, size, w->local_rank, w->local_size,
           w->cross_rank, w->cross_size);
   *out = w;
   return WEFT_OK;
 fail:
+  memset(el.secret, 0, sizeof el.secret);
+  if (el.listen_fd >= 0) close(el.listen_fd);
+  if (el.on) { /* a failed rendezvous is a generation spent too: ask for a later one */
+    pthread_mutex_lock(&g_el_mu);
+    if (el.place.generation > g_el_last_gen) g_el_last_gen = el.place.generation;
+    pthread_mutex_unlock(&g_el_mu);
+  }
   if (fds) {
     for (int i = 0; i < size; i++)
       if (fds[i] >= 0) close(fds[i]);
@@ -293,6 +390,7 @@ weft_status weft_finalize(weft_world *w) {
 }
 
 int weft_rank(const weft_world *w) { return valid(w) ? w->rank : -1; }
+uint64_t weft_generation(const weft_world *w) { return valid(w) ? w->generation : 0; }
 int weft_size(const weft_world *w) { return valid(w) ? w->size : -1; }
 int weft_local_rank(const weft_world *w) { return valid(w) ? w->local_rank : -1; }
 int weft_local_size(const weft_world *w) { return valid(w) ? w->local_size : -1; }

@@ -175,6 +175,7 @@ struct weft_world {
   uint64_t incarnation;      /* random per weft_init, never 0: told to peers (HELLO) and in P2P_SEND */
   /* device tensors' staging (engine/devstage.c; opaque here) */
   struct wf_dstage_world *dstage;
+  uint64_t generation;       /* elastic mode: the world's generation (weft_generation); 0 otherwise */
 };
 
 /* Engine lifecycle (world.c calls these). */

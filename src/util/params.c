@@ -46,6 +46,12 @@ static const wf_param g_params[] = {
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_IFACE", NULL, WF_PARAM_STRING, "", "network interface whose IPv4 address ranks bind and advertise (weftrun --network-interface); WEFT_BIND_ADDR wins",
      WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_ELASTIC_ADDR", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode: the driver's host:port, where weft_init asks for this process's place in the next world (WEFT_RANK, WEFT_SIZE and WEFT_ADDR are then not used)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_ELASTIC_ID", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode: this process's stable worker id",
+     WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_ELASTIC_TIMEOUT", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode: its --elastic-timeout (seconds), added to weft_init's wait for a place",
+     WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_CUDA_LIBRARY", NULL, WF_PARAM_PATH, "",
      "the CUDA runtime (libcudart) to load when the process has none loaded yet; tried before the usual names "
      "(libcudart.so.13, .so.12, .so.11.0, .so)",

@@ -15,6 +15,9 @@
 #               within the bound, names the rank and its host, exits 137
 #   partition   host 2's link goes down mid-job (no RST): the job fails within
 #               the bound, naming the lost peer; nothing is left behind
+#   elastic     weftrun --min-np 3 on 2 hosts x 2 workers: a worker on host 2
+#               is SIGKILLed mid-training; the 3 survivors re-form across the
+#               hosts and finish with the reference's parameters (mp_elastic)
 #   ssh_keys    weftrun's default remote shell, real ssh to an sshd in each
 #               host: hosts missing from known_hosts are recorded and the job
 #               runs (accept-new); after host 2's key changes, the job fails
@@ -267,6 +270,28 @@ ssh_keys)
   less "$JOB_DT" 30 || fail "the refused job took $JOB_DT s to end (bound 30 s)"
   grep "^weftrun:" "$D/err"
   echo "2. a changed key: refused, the job exited $JOB_RC in ${JOB_DT}s, the old key kept"
+  ;;
+elastic)
+  # weftrun --min-np 3, 2 hosts x 2 workers; worker 3 (host 2) SIGKILLs itself
+  # mid-training: the three survivors, across both hosts, re-form (generation
+  # 2: rank 0 on host 1 opens its port on the host's address, the others
+  # reach it) and finish bit-exact (mp_elastic.c)
+  up 2
+  h2=${HOSTS#* }
+  # weftrun runs in host 1 (the ranks must reach its driver: the root namespace
+  # is not on the cluster's network) and binds eth0's address there
+  h1=${HOSTS%% *}
+  ip netns exec "$h1" timeout -k 5 110 "$WR" -np 4 -H "$(hostlist 2)" --rsh "$RSH" --network-interfaces eth0 \
+    --min-np 3 --elastic-timeout 30 --timeout 100 \
+    -x WEFT_TIMEOUT_SECONDS=30 "$MP/mp_elastic" --workers 4 --die-worker 3 --die-step 23 --steps 60 \
+    --commit-every 10 >"$D/out" 2>"$D/err"
+  rc=$?
+  [ $rc = 0 ] || fail "the job exited $rc"
+  grep -q "^weftrun: elastic: worker 3 (pid [0-9]* on host $h2) was killed by signal 9" "$D/err" ||
+    fail "weftrun did not name worker 3 on $h2"
+  grep -q "^weftrun: elastic: generation 2: 3 ranks (workers 0, 1, 2)" "$D/err" || fail "no generation 2 of 3 ranks"
+  for k in 0 1 2; do grep -q "^\[$k\] PASS: worker $k" "$D/out" || fail "worker $k did not finish with the reference"; done
+  grep "^weftrun:" "$D/err"
   ;;
 *)
   echo "cluster_test.sh: unknown case '$CASE'" >&2
