@@ -80,6 +80,12 @@ typedef struct wf_coll_args {
    * them (wf_algo_takes_segments). */
   const struct wf_seg *segs;
   size_t nsegs;
+
+  /* PERMUTE: this rank sends in (count elements) to group rank send_to and
+   * receives out (count elements) from recv_from; both are this rank or
+   * neither is. in and out do not overlap (the engine copies an in-place
+   * input aside first). */
+  int send_to, recv_from;
 } wf_coll_args;
 
 /* Elements [at, at + count) of a segmented allreduce buffer live at ptr.
