@@ -43,18 +43,19 @@ static int needs_dims(uint8_t coll) {
   return coll == WF_COLL_ALLGATHER || coll == WF_COLL_ALLTOALL || coll == WF_COLL_REDUCESCATTER;
 }
 
-/* Is rank r's permute request a permutation of 0..n-1? Else err names the
- * rank and the first bad entry (out of range, or the second of a duplicate). */
-static int bad_perm(const wf_request_msg *m, int n, int r, char *err, size_t errlen) {
+/* Is rank r's permute request a permutation of 0..n-1? WEFT_OK, else
+ * WEFT_ERR_INVALID_ARGUMENT with err naming the rank and the first bad entry
+ * (out of range, or the second of a duplicate), or WEFT_ERR_NO_MEMORY. */
+static weft_status bad_perm(const wf_request_msg *m, int n, int r, char *err, size_t errlen) {
   if (m->nsplits != (uint32_t)n) {
     snprintf(err, errlen, "tensor '%s': rank %d passed a permutation of %u entries for a group of %d ranks", m->name,
              r, m->nsplits, n);
-    return 1;
+    return WEFT_ERR_INVALID_ARGUMENT;
   }
   int *first = malloc(sizeof(int) * (size_t)n); /* first[v]: the index that sends to v, or -1 */
   if (!first) {
     snprintf(err, errlen, "tensor '%s': out of memory at the coordinator", m->name);
-    return 1;
+    return WEFT_ERR_NO_MEMORY;
   }
   for (int i = 0; i < n; i++) first[i] = -1;
   int bad = 0;
@@ -73,7 +74,7 @@ static int bad_perm(const wf_request_msg *m, int n, int r, char *err, size_t err
     }
   }
   free(first);
-  return bad;
+  return bad ? WEFT_ERR_INVALID_ARGUMENT : WEFT_OK;
 }
 
 weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp, char *err,
@@ -106,7 +107,8 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                nwho > 1 ? "one of ranks" : "rank", who, sb, weft_dtype_name((weft_dtype)b->dtype));
       return WEFT_ERR_PROTOCOL;
     }
-    if (b->coll == WF_COLL_PERMUTE && bad_perm(b, n, W(r), err, errlen)) return WEFT_ERR_INVALID_ARGUMENT;
+    weft_status pst = b->coll == WF_COLL_PERMUTE ? bad_perm(b, n, W(r), err, errlen) : WEFT_OK;
+    if (pst != WEFT_OK) return pst;
   }
   for (int r = 1; r < n; r++) {
     const wf_request_msg *b = reqs[r];
