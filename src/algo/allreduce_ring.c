@@ -42,7 +42,6 @@ static size_t seg_elems(const wf_coll_args *a) {
 static size_t nsegs(size_t n, size_t seg) { return n == 0 ? 0 : 1 + (n - 1) / seg; }
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
-#define MAX_SUBDIVS 8
 
 /* One ring: its part of the buffer and this rank's place in it. */
 typedef struct ring {
@@ -58,6 +57,26 @@ typedef struct ring {
 static int order_at(int p, int off, int pos) {
   int d = (pos + (off < 0 ? -off : off)) % p;
   return off < 0 ? p - 1 - d : d;
+}
+
+int wf_ring_subdivs(const wf_coll_args *a) {
+  int64_t want = wf_algo_set(a)->ring_subdivs;
+  return want < 1 ? 1 : want > WF_RING_MAX_SUBDIVS ? WF_RING_MAX_SUBDIVS : (int)want;
+}
+
+void wf_ring_place(int p, int nrings, int i, int rank, int *pos, int *right, int *left) {
+  int stride = p / nrings ? p / nrings : 1;
+  int off = (i % 2 ? -1 : 1) * stride * i;
+  *pos = 0;
+  for (int q = 0; q < p; q++)
+    if (order_at(p, off, q) == rank) *pos = q;
+  *right = order_at(p, off, mod(*pos + 1, p));
+  *left = order_at(p, off, mod(*pos - 1, p));
+}
+
+int wf_ring_rank_at(int p, int nrings, int i, int pos) {
+  int stride = p / nrings ? p / nrings : 1;
+  return order_at(p, (i % 2 ? -1 : 1) * stride * i, mod(pos, p));
 }
 
 static int ring_supports(const wf_coll_args *a) { return a->coll == WF_COLL_ALLREDUCE && a->size >= 1; }
@@ -87,22 +106,15 @@ static weft_status ring_build(const wf_coll_args *a, wf_sched *s) {
   size_t es = a->elem_size;
   char *buf = a->buf;
   size_t seg = seg_elems(a);
-  int64_t want = wf_algo_set(a)->ring_subdivs;
-  int nr = want < 1 ? 1 : want > MAX_SUBDIVS ? MAX_SUBDIVS : (int)want;
-  ring rings[MAX_SUBDIVS];
+  int nr = wf_ring_subdivs(a);
+  ring rings[WF_RING_MAX_SUBDIVS];
   size_t most = 0; /* the largest block of any ring: its segment is the scratch */
-  int stride = p / nr ? p / nr : 1;
   for (int i = 0; i < nr; i++) {
     ring *g = &rings[i];
     size_t off;
     block_of(a->count, nr, i, &off, &g->count);
     g->base = buf + off * es;
-    int o = (i % 2 ? -1 : 1) * stride * i;
-    g->pos = 0;
-    for (int q = 0; q < p; q++)
-      if (order_at(p, o, q) == r) g->pos = q;
-    g->right = order_at(p, o, mod(g->pos + 1, p));
-    g->left = order_at(p, o, mod(g->pos - 1, p));
+    wf_ring_place(p, nr, i, r, &g->pos, &g->right, &g->left);
     size_t blk = g->count / (size_t)p + (g->count % (size_t)p ? 1 : 0);
     if (blk > most) most = blk;
   }

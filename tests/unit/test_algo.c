@@ -150,7 +150,8 @@ static void run_broadcast(const char *algo, int p, int root, size_t es, size_t c
 
 /* ------------------------------------------------------------ allgather */
 static void run_allgather(int p, size_t es, int pat, int alias) {
-  snprintf(g_ctx, sizeof g_ctx, "allgather ring p=%d es=%zu pattern=%d alias=%d", p, es, pat, alias);
+  snprintf(g_ctx, sizeof g_ctx, "allgather ring p=%d es=%zu pattern=%d alias=%d subdivs=%lld", p, es, pat, alias,
+           g_ar_set ? (long long)g_ar_set->ring_subdivs : 1LL);
   simrank R[MAXP];
   size_t counts[MAXP], displs[MAXP];
   void *in[MAXP], *out[MAXP], *orig[MAXP];
@@ -169,7 +170,8 @@ static void run_allgather(int p, size_t es, int pat, int alias) {
     }
     memcpy(in[i], orig[i], n);
     wf_coll_args a = {.coll = WF_COLL_ALLGATHER, .dtype = WEFT_DTYPE_UINT8, .elem_size = es, .rank = i, .size = p,
-                      .in = in[i], .out = out[i], .counts = counts, .displs = displs, .segment_bytes = 8};
+                      .in = in[i], .out = out[i], .counts = counts, .displs = displs, .segment_bytes = 8,
+                      .set = g_ar_set};
     build(R, i, &a, "ring");
     add_region(&R[i], out[i], total * es, 1);
     if (!alias) add_region(&R[i], in[i], n, 0);
@@ -521,6 +523,14 @@ static void test_gather_scatter(int p) {
     for (size_t e = 0; e < 3; e++) {
       run_allgather(p, ess[e], pat, 0);
       run_allgather(p, ess[e], pat, 1);
+      static wf_settings ag_set; /* ring subdivisions: parts of every block on rotated/reversed rings */
+      ag_set = *wf_settings_default();
+      g_ar_set = &ag_set;
+      for (int sd = 2; sd <= 4; sd++) {
+        ag_set.ring_subdivs = sd;
+        run_allgather(p, ess[e], pat, sd % 2);
+      }
+      g_ar_set = NULL;
     }
   for (int pat = 0; pat < 5; pat++)
     for (size_t e = 0; e < 3; e++) run_alltoall(p, ess[e], pat);
