@@ -434,6 +434,24 @@ WEFT_API weft_status weft_reducescatter(weft_group *g, const char *name, const w
                                         const weft_tensor *out, weft_reduce_op op,
                                         const weft_op_options *opt, weft_request **req);
 
+/* Permutes tensors among the ranks (TensorFlow's CollectivePermute): rank
+ * r sends in to group rank perm[r] and receives into out the in of the
+ * rank q with perm[q] == r (a fixed point, perm[r] == r, copies in to out).
+ * perm has n entries, n the group size, and must be a permutation of
+ * 0..n-1 (each rank once): otherwise WEFT_ERR_INVALID_ARGUMENT at once,
+ * locally, naming the entry out of range or the two entries that repeat
+ * one rank. Every rank passes the same perm, dtype and shape: ranks that
+ * differ get WEFT_ERR_MISMATCH on every rank, naming the two ranks and the
+ * first index where their perms differ. in and out have the same dtype and
+ * shape; out->data may equal in->data (in place), other overlaps are
+ * refused. Host tensors only (WEFT_ERR_NOT_SUPPORTED for a device tensor).
+ * opt: prescale/postscale do not apply. weft_request_output() gives out.
+ * perm is copied. weft_request_algorithm() reports "direct" (each rank one
+ * send and one receive, both in flight at once). */
+WEFT_API weft_status weft_permute(weft_group *g, const char *name, const weft_tensor *in,
+                                  const weft_tensor *out, const int *perm, int n,
+                                  const weft_op_options *opt, weft_request **req);
+
 /* Completes when every rank of the group has called it with this name.
  * name may be NULL: barriers are then matched by call order. */
 WEFT_API weft_status weft_barrier(weft_group *g, const char *name, const weft_op_options *opt,

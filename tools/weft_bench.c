@@ -30,9 +30,10 @@
 #include "weft_bench_num.h"
 #include "weft_bench_p2p.h"
 
-enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_SENDRECV, OP_PINGPONG, OP_COUNT };
+enum { OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_SENDRECV, OP_PINGPONG,
+       OP_PERMUTE, OP_COUNT };
 static const char *const k_op_names[OP_COUNT] = {"allreduce", "allgather",     "broadcast", "alltoall",
-                                                 "reducescatter", "sendrecv", "pingpong"};
+                                                 "reducescatter", "sendrecv", "pingpong", "permute"};
 #define MAX_SIZES 64
 #define MAX_REPORTED 5 /* mismatches printed per rank and size */
 
@@ -180,6 +181,10 @@ static void verify(bench *b, const geom *gm, int k, uint64_t it, const void *out
       want = reduce_expect(b, seeds, seed_any, (size_t)b->rank * gm->chunk + i, &want_avg);
       break;
     case OP_BROADCAST: want = pat(b, seeds[b->a.root], seed_any, b->a.root, i); break;
+    case OP_PERMUTE: /* the shift r -> r + 1: the left neighbour's input */
+      src = (size_t)((b->rank + b->size - 1) % b->size);
+      want = pat(b, seeds[src], seed_any, (int)src, i);
+      break;
     case OP_ALLGATHER:
       src = i / gm->chunk;
       want = pat(b, seeds[src], seed_any, (int)src, i % gm->chunk);
@@ -273,6 +278,11 @@ static weft_status submit(bench *b, const geom *gm, int k, const char *name, wef
   case OP_ALLGATHER: return weft_allgather(b->group, name, &in, &opt, req);
   case OP_BROADCAST: return weft_broadcast(b->group, name, &in, b->a.root, &opt, req);
   case OP_ALLTOALL: return weft_alltoall(b->group, name, &in, NULL, &opt, req);
+  case OP_PERMUTE: {
+    int perm[b->size];
+    for (int r = 0; r < b->size; r++) perm[r] = (r + 1) % b->size;
+    return weft_permute(b->group, name, &in, &out, perm, b->size, &opt, req);
+  }
   default: return weft_reducescatter(b->group, name, &in, &out, b->a.rop, &opt, req);
   }
 }
@@ -307,7 +317,7 @@ static int run_iter(bench *b, const geom *gm, double *elapsed) {
       }
       out = o.data;
       nout = o.ndim == 1 ? (size_t)o.shape[0] : 0;
-    } else if (b->a.op == OP_REDUCESCATTER || (b->a.op == OP_ALLREDUCE && b->a.out_of_place)) {
+    } else if (b->a.op == OP_REDUCESCATTER || b->a.op == OP_PERMUTE || (b->a.op == OP_ALLREDUCE && b->a.out_of_place)) {
       out = b->slots[k].out;
     }
     if (b->dev) { /* read back outside the timed part */
@@ -342,7 +352,7 @@ static int make_geom(const bench *b, size_t bytes, geom *gm) {
 
 static double busbw_factor(int op, int n) {
   if (op == OP_ALLREDUCE) return 2.0 * (n - 1) / n;
-  if (op == OP_BROADCAST) return 1.0;
+  if (op == OP_BROADCAST || op == OP_PERMUTE) return 1.0;
   return (double)(n - 1) / n;
 }
 
@@ -433,8 +443,9 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: weftrun -np N weft-bench [options]\n"
-          "  --op NAME            allreduce|allgather|broadcast|alltoall|reducescatter|sendrecv|pingpong\n"
-          "                       (allreduce; sendrecv: ring shift, pingpong: ranks 0 and 1, one-way time)\n"
+          "  --op NAME            allreduce|allgather|broadcast|alltoall|reducescatter|sendrecv|pingpong|permute\n"
+          "                       (allreduce; sendrecv: ring shift, pingpong: ranks 0 and 1, one-way time;\n"
+          "                       permute: weft_permute of the shift r -> r + 1)\n"
           "  -b, --min-bytes B    smallest size (8); K/M/G suffixes (powers of 1024)\n"
           "  -e, --max-bytes B    largest size (32M)\n"
           "  -f, --step-factor F  multiply the size by F between runs (2)\n"
@@ -452,7 +463,7 @@ static void usage(FILE *f) {
           "      --csv            comma-separated rows\n"
           "Size follows nccl-tests: allgather = total output, reducescatter = total input,\n"
           "alltoall = send buffer per rank. algbw = K*size/time; busbw = algbw * 2(n-1)/n\n"
-          "(allreduce), (n-1)/n (allgather, reducescatter, alltoall), 1 (broadcast).\n");
+          "(allreduce), (n-1)/n (allgather, reducescatter, alltoall), 1 (broadcast, permute).\n");
 }
 
 static int parse_sizes(bench_args *a, const char *list) {
@@ -580,7 +591,7 @@ static int alloc_slots(bench *b) {
     if (gm.in_elems > max_in) max_in = gm.in_elems;
     if (gm.out_elems > max_out) max_out = gm.out_elems;
   }
-  int need_out = b->a.op == OP_ALLGATHER || b->a.op == OP_ALLTOALL || b->a.op == OP_REDUCESCATTER ||
+  int need_out = b->a.op == OP_ALLGATHER || b->a.op == OP_ALLTOALL || b->a.op == OP_REDUCESCATTER || b->a.op == OP_PERMUTE ||
                  (b->a.op == OP_ALLREDUCE && b->a.out_of_place);
   b->slots = calloc((size_t)b->a.tensors, sizeof *b->slots);
   b->reqs = calloc((size_t)b->a.tensors, sizeof *b->reqs);

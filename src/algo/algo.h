@@ -80,6 +80,12 @@ typedef struct wf_coll_args {
    * them (wf_algo_takes_segments). */
   const struct wf_seg *segs;
   size_t nsegs;
+
+  /* PERMUTE: this rank sends in (count elements) to group rank send_to and
+   * receives out (count elements) from recv_from; both are this rank or
+   * neither is. in and out do not overlap (the engine copies an in-place
+   * input aside first). */
+  int send_to, recv_from;
 } wf_coll_args;
 
 /* Elements [at, at + count) of a segmented allreduce buffer live at ptr.
@@ -145,5 +151,16 @@ void wf_select_describe(wf_coll c, const wf_settings *s, char *out, size_t outle
  * driver's. */
 int wf_select_board(wf_coll c, size_t bytes, int n, int own, size_t part_bytes, size_t large_bytes,
                     const wf_settings *s, int *split);
+
+/* Ring subdivisions (WEFT_RING_SUBDIVS, allreduce_ring.c; TensorFlow's
+ * subdiv_offsets): how many rings a's settings ask for (1..8); where rank
+ * sits in ring i of nrings over p ranks (its position, the group ranks it
+ * sends to and receives from); the group rank at position pos of ring i.
+ * Ring i's order is the group's rotated by i * max(1, p / nrings), reversed
+ * for odd i. */
+#define WF_RING_MAX_SUBDIVS 8
+int wf_ring_subdivs(const wf_coll_args *a);
+void wf_ring_place(int p, int nrings, int i, int rank, int *pos, int *right, int *left);
+int wf_ring_rank_at(int p, int nrings, int i, int pos);
 
 #endif

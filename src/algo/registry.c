@@ -40,6 +40,7 @@ extern const wf_algo wf_algo_reducescatter_shm;
 extern const wf_algo wf_algo_allgather_shm;
 extern const wf_algo wf_algo_broadcast_shm;
 extern const wf_algo wf_algo_alltoall_shm;
+extern const wf_algo wf_algo_permute_direct;
 
 static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
@@ -49,7 +50,7 @@ static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_cma,       &wf_algo_allgather_cma,       &wf_algo_broadcast_cma,
     &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,   &wf_algo_allreduce_shm,
     &wf_algo_reducescatter_shm,   &wf_algo_allgather_shm,       &wf_algo_broadcast_shm,
-    &wf_algo_alltoall_shm,        NULL};
+    &wf_algo_alltoall_shm,        &wf_algo_permute_direct,      NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }
 
@@ -77,7 +78,8 @@ const wf_settings *wf_algo_set(const wf_coll_args *a) { return a->set ? a->set :
 /* Local names: the collective's wire name lives in wire.c, which the
  * algorithms do not otherwise need. */
 static const char *coll_name(wf_coll c) {
-  static const char *const names[] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier"};
+  static const char *const names[] = {"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
+                                      "join",      "permute"};
   return (unsigned)c < sizeof names / sizeof names[0] ? names[c] : "unknown";
 }
 
@@ -154,6 +156,15 @@ static weft_status validate(const wf_coll_args *a) {
       if (a->send_counts[a->rank] != a->recv_counts[a->rank])
         return wf_err(WEFT_ERR_INVALID_ARGUMENT, "alltoall: rank %d sends itself %zu elements but expects %zu",
                       a->rank, a->send_counts[a->rank], a->recv_counts[a->rank]);
+      return WEFT_OK;
+    case WF_COLL_PERMUTE:
+      if (a->send_to < 0 || a->send_to >= a->size || a->recv_from < 0 || a->recv_from >= a->size ||
+          (a->send_to == a->rank) != (a->recv_from == a->rank))
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "permute: rank %d sends to %d and receives from %d (size %d)",
+                      a->rank, a->send_to, a->recv_from, a->size);
+      if (!span_ok(0, a->count, a->elem_size))
+        return wf_err(WEFT_ERR_INVALID_ARGUMENT, "permute: %zu elements overflow", a->count);
+      if (a->count && (!a->in || !a->out)) return wf_err(WEFT_ERR_INVALID_ARGUMENT, "permute: NULL buffer");
       return WEFT_OK;
     default:
       return WEFT_OK; /* no algorithm will take it; reported by the caller */

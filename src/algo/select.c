@@ -126,6 +126,12 @@ static const sel_row k_reducescatter[] = {
     SEL_END,
 };
 
+/* One algorithm: each rank sends once and receives once (see permute_direct.c). */
+static const sel_row k_permute[] = {
+    {SEL_ANY, 1, 0, 0, SEL_UNBOUNDED, "direct"},
+    SEL_END,
+};
+
 static const sel_row *table_of(wf_coll c) {
   switch (c) {
     case WF_COLL_ALLREDUCE: return k_allreduce;
@@ -133,6 +139,7 @@ static const sel_row *table_of(wf_coll c) {
     case WF_COLL_BROADCAST: return k_broadcast;
     case WF_COLL_ALLTOALL: return k_alltoall;
     case WF_COLL_REDUCESCATTER: return k_reducescatter;
+    case WF_COLL_PERMUTE: return k_permute;
     default: return NULL;
   }
 }

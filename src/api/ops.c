@@ -242,6 +242,67 @@ weft_status weft_alltoall(weft_group *g, const char *name, const weft_tensor *in
   return wf_submit(r, req);
 }
 
+/* TensorFlow's CollectivePermute (permuter.cc): this rank's tensor goes to
+ * perm[rank]; the tensor of the rank q with perm[q] == rank comes back. A
+ * perm that is no permutation is this rank's own misuse, refused here; the
+ * coordinator checks the same again and that every rank passed the same. */
+weft_status weft_permute(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
+                         const int *perm, int n, const weft_op_options *opt, weft_request **req) {
+  BEGIN("weft_permute");
+  size_t ni, no;
+  WF_CHECK(check_name("weft_permute", name));
+  WF_CHECK(check_tensor("weft_permute", name, "input", in, &ni));
+  WF_CHECK(check_tensor("weft_permute", name, "output", out, &no));
+  WF_CHECK(check_opts("weft_permute", name, opt));
+  if (in->device >= 0 || out->device >= 0)
+    return wf_err(WEFT_ERR_NOT_SUPPORTED, "weft_permute('%s'): device tensors are not supported (host memory only)",
+                  name);
+  if (in->dtype != out->dtype)
+    return INVALID("weft_permute('%s'): input is %s but output is %s", name, weft_dtype_name(in->dtype),
+                   weft_dtype_name(out->dtype));
+  int same = in->ndim == out->ndim;
+  for (int d = 0; same && d < in->ndim; d++) same = in->shape[d] == out->shape[d];
+  if (!same) return INVALID("weft_permute('%s'): input and output shapes differ", name);
+  if (ni && in->data != out->data) {
+    const char *a = in->data, *b = out->data;
+    size_t bytes = ni * weft_dtype_size(in->dtype);
+    if (a < b + bytes && b < a + bytes)
+      return INVALID("weft_permute('%s'): input and output overlap without being the same buffer", name);
+  }
+  if (!perm) return INVALID("weft_permute('%s'): perm is NULL", name);
+  if (n != g->size)
+    return INVALID("weft_permute('%s'): perm has %d entries for a group of %d ranks", name, n, g->size);
+  int *first = malloc(sizeof(int) * (size_t)n); /* first[v]: the index that sends to v, or -1 */
+  if (!first) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  for (int i = 0; i < n; i++) first[i] = -1;
+  for (int i = 0; i < n; i++) {
+    weft_status st = WEFT_OK;
+    if (perm[i] < 0 || perm[i] >= n)
+      st = INVALID("weft_permute('%s'): perm[%d] = %d is not a rank of the group (0..%d)", name, i, perm[i], n - 1);
+    else if (first[perm[i]] >= 0)
+      st = INVALID("weft_permute('%s'): perm is no permutation: perm[%d] and perm[%d] are both %d (rank %d would "
+                   "receive two tensors)", name, first[perm[i]], i, perm[i], perm[i]);
+    if (st != WEFT_OK) {
+      free(first);
+      return st;
+    }
+    first[perm[i]] = i;
+  }
+  free(first);
+  weft_request *r = wf_request_make(g, WF_COLL_PERMUTE, name, in, opt);
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->out = *out;
+  r->out.shape = r->in_shape;
+  r->msg.nsplits = (uint32_t)n;
+  r->msg.splits = malloc(sizeof(int64_t) * (size_t)n);
+  if (!r->msg.splits) {
+    free(r);
+    return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  }
+  for (int i = 0; i < n; i++) r->msg.splits[i] = perm[i];
+  return wf_submit(r, req);
+}
+
 /* Checks a reducescatter and builds its request (not yet submitted). */
 static weft_status make_reducescatter(weft_group *g, const char *name, const weft_tensor *in, const weft_tensor *out,
                                       weft_reduce_op op, const weft_op_options *opt, weft_request **rp) {

@@ -64,6 +64,7 @@ weft_status weft_request_output(weft_request *r, weft_tensor *out) {
   out->device = WEFT_DEVICE_CPU;
   switch (r->msg.coll) {
     case WF_COLL_ALLREDUCE:
+    case WF_COLL_PERMUTE:
       *out = r->out;
       out->stream = NULL;
       return r->status;

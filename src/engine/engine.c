@@ -81,13 +81,14 @@ void wf_world_fail_later(weft_world *w, weft_status st, const char *fmt, ...) {
 const char *wf_phase_negotiate(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"NEGOTIATE_ALLREDUCE",     "NEGOTIATE_ALLGATHER",
                                                 "NEGOTIATE_BROADCAST",     "NEGOTIATE_ALLTOALL",
-                                                "NEGOTIATE_REDUCESCATTER", "NEGOTIATE_BARRIER", "NEGOTIATE_JOIN"};
+                                                "NEGOTIATE_REDUCESCATTER", "NEGOTIATE_BARRIER", "NEGOTIATE_JOIN",
+                                                "NEGOTIATE_PERMUTE"};
   return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "NEGOTIATE";
 }
 
 const char *wf_phase_run(int coll) {
   static const char *const n[WF_COLL_COUNT_] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER",
-                                                "BARRIER",   "JOIN"};
+                                                "BARRIER",   "JOIN",      "PERMUTE"};
   return coll >= 0 && coll < WF_COLL_COUNT_ ? n[coll] : "RUN";
 }
 

@@ -282,6 +282,26 @@ static weft_status prepare(wf_gstate *gs, wf_coll_args *a, char *err, size_t err
       a->displs = displs;
       break;
     }
+    case WF_COLL_PERMUTE: { /* the agreed permutation is the response's sizes (validate.c) */
+      if (x->resp.nsizes != (uint32_t)n) {
+        snprintf(err, errlen, "permute response carries %u entries for %d ranks", x->resp.nsizes, n);
+        return WEFT_ERR_PROTOCOL;
+      }
+      a->send_to = (int)x->resp.sizes[me];
+      a->recv_from = -1;
+      for (int q = 0; q < n; q++)
+        if (x->resp.sizes[q] == me) a->recv_from = q;
+      a->count = total;
+      a->in = r->in.data;
+      a->out = r->out.data;
+      if (total && a->send_to != me && r->in.data == r->out.data) { /* in place: send from a copy */
+        x->tmp = malloc(total * es);
+        if (!x->tmp) return WEFT_ERR_NO_MEMORY;
+        memcpy(x->tmp, r->in.data, total * es);
+        a->in = x->tmp;
+      }
+      break;
+    }
     case WF_COLL_BARRIER:
     case WF_COLL_JOIN:
       break;

@@ -1,6 +1,7 @@
 /* validate.c - checks that every rank asked for the same collective on a
  * named tensor, and computes what every rank needs to know about the others
- * (allgather row counts, alltoall split matrix). Messages name the tensor,
+ * (allgather row counts, alltoall split matrix, permute's permutation, which
+ * must be one of 0..n-1 and the same on every rank). Messages name the tensor,
  * the two ranks and both values, e.g.
  *   "tensor 'w': mismatched dtypes: rank %d has float32, rank 2 has int32". */
 #include <stdio.h>
@@ -42,6 +43,40 @@ static int needs_dims(uint8_t coll) {
   return coll == WF_COLL_ALLGATHER || coll == WF_COLL_ALLTOALL || coll == WF_COLL_REDUCESCATTER;
 }
 
+/* Is rank r's permute request a permutation of 0..n-1? WEFT_OK, else
+ * WEFT_ERR_INVALID_ARGUMENT with err naming the rank and the first bad entry
+ * (out of range, or the second of a duplicate), or WEFT_ERR_NO_MEMORY. */
+static weft_status bad_perm(const wf_request_msg *m, int n, int r, char *err, size_t errlen) {
+  if (m->nsplits != (uint32_t)n) {
+    snprintf(err, errlen, "tensor '%s': rank %d passed a permutation of %u entries for a group of %d ranks", m->name,
+             r, m->nsplits, n);
+    return WEFT_ERR_INVALID_ARGUMENT;
+  }
+  int *first = malloc(sizeof(int) * (size_t)n); /* first[v]: the index that sends to v, or -1 */
+  if (!first) {
+    snprintf(err, errlen, "tensor '%s': out of memory at the coordinator", m->name);
+    return WEFT_ERR_NO_MEMORY;
+  }
+  for (int i = 0; i < n; i++) first[i] = -1;
+  int bad = 0;
+  for (int i = 0; i < n && !bad; i++) {
+    int64_t v = m->splits[i];
+    if (v < 0 || v >= n) {
+      snprintf(err, errlen, "tensor '%s': rank %d passed no permutation of 0..%d: perm[%d] = %lld is out of range",
+               m->name, r, n - 1, i, (long long)v);
+      bad = 1;
+    } else if (first[v] >= 0) {
+      snprintf(err, errlen, "tensor '%s': rank %d passed no permutation of 0..%d: perm[%d] and perm[%d] are both %lld",
+               m->name, r, n - 1, first[v], i, (long long)v);
+      bad = 1;
+    } else {
+      first[v] = i;
+    }
+  }
+  free(first);
+  return bad ? WEFT_ERR_INVALID_ARGUMENT : WEFT_OK;
+}
+
 weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp, char *err,
                         size_t errlen) {
 #define W(i) (ranks ? ranks[(i)] : (i)) /* messages name world ranks */
@@ -72,6 +107,8 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                nwho > 1 ? "one of ranks" : "rank", who, sb, weft_dtype_name((weft_dtype)b->dtype));
       return WEFT_ERR_PROTOCOL;
     }
+    weft_status pst = b->coll == WF_COLL_PERMUTE ? bad_perm(b, n, W(r), err, errlen) : WEFT_OK;
+    if (pst != WEFT_OK) return pst;
   }
   for (int r = 1; r < n; r++) {
     const wf_request_msg *b = reqs[r];
@@ -99,7 +136,8 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                db);
       return WEFT_ERR_MISMATCH;
     }
-    if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_REDUCESCATTER) {
+    if (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_REDUCESCATTER ||
+        a->coll == WF_COLL_PERMUTE) {
       int same = a->ndim == b->ndim;
       for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
       if (!same) {
@@ -150,6 +188,14 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
                name, W(0), a->nsplits, W(r), b->nsplits);
       return WEFT_ERR_MISMATCH;
     }
+    for (int i = 0; a->coll == WF_COLL_PERMUTE && i < n; i++) /* both are permutations of n entries (above) */
+      if (b->splits[i] != a->splits[i]) {
+        snprintf(err, errlen,
+                 "tensor '%s': mismatched permutations: rank %d has perm[%d] = %lld, rank %d has perm[%d] = %lld "
+                 "(the first difference)",
+                 name, W(0), i, (long long)a->splits[i], W(r), i, (long long)b->splits[i]);
+        return WEFT_ERR_MISMATCH;
+      }
   }
   if (a->coll == WF_COLL_ALLGATHER) {
     resp->sizes = malloc(sizeof(int64_t) * (size_t)n);
@@ -173,6 +219,14 @@ weft_status wf_validate(const wf_request_msg *const *reqs, int n, const int *ran
     }
     resp->nsizes = (uint32_t)(n * n);
     for (int r = 0; r < n; r++) memcpy(resp->sizes + (size_t)r * (size_t)n, reqs[r]->splits, sizeof(int64_t) * (size_t)n);
+  } else if (a->coll == WF_COLL_PERMUTE) {
+    resp->sizes = malloc(sizeof(int64_t) * (size_t)n);
+    if (!resp->sizes) {
+      snprintf(err, errlen, "tensor '%s': out of memory at the coordinator", name);
+      return WEFT_ERR_NO_MEMORY;
+    }
+    resp->nsizes = (uint32_t)n;
+    memcpy(resp->sizes, a->splits, sizeof(int64_t) * (size_t)n);
   }
   return WEFT_OK;
 #undef W

@@ -145,6 +145,10 @@ static const wf_param g_params[] = {
      WF_SCOPE_AGREED, F(cma), "0|1"},
     {"WEFT_RING_SEGMENT_BYTES", NULL, WF_PARAM_INT, "1048576", "pipeline segment of the ring, chain and direct algorithms",
      WF_SCOPE_AGREED, F(ring_segment_bytes), NULL},
+    {"WEFT_RING_SUBDIVS", NULL, WF_PARAM_INT, "1",
+     "the ring allreduce and ring allgather run this many rings at once over rotated and (every second one) reversed "
+     "rank orders, each on its own part of the data (TensorFlow's subdiv_offsets; see bench/results/ring-subdivs.md)",
+     WF_SCOPE_AGREED, F(ring_subdivs), "1|2|3|4|5|6|7|8"},
     {"WEFT_DEVICE_CHUNK_BYTES", NULL, WF_PARAM_INT, "4194304",
      "device tensors (CUDA, sim) move through pinned host memory in chunks of this many bytes (at least 64; "
      "rounded down to whole elements); an allreduce or broadcast of device tensors runs its host collective chunk by "

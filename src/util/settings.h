@@ -42,6 +42,7 @@ typedef struct wf_settings {
   int64_t fast_split_own;                /* WEFT_FAST_SPLIT_OWN */
   int64_t fast_cma_bytes;                /* WEFT_FAST_CMA_BYTES */
   int64_t ring_segment_bytes;            /* WEFT_RING_SEGMENT_BYTES */
+  int64_t ring_subdivs;                  /* WEFT_RING_SUBDIVS */
   int64_t small_broadcast_bytes;         /* WEFT_SMALL_BROADCAST_BYTES */
   int64_t fusion_threshold;              /* WEFT_FUSION_THRESHOLD */
   int64_t fusion_pack_max_bytes;         /* WEFT_FUSION_PACK_MAX_BYTES */

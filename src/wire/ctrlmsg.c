@@ -17,8 +17,9 @@
  *     u32 unit           0..WF_UNIT_MAX: the grouped op's tensor count (0: none)
  *     f64 prescale, f64 postscale
  *     i64 shape[ndim]    each >= 0
- *     u32 nsplits        alltoall: 1..WF_MAX_RANKS; others: 0
- *     i64 splits[nsplits] each >= 0
+ *     u32 nsplits        alltoall, permute: 1..WF_MAX_RANKS; others: 0
+ *     i64 splits[nsplits] each >= 0 (permute: the permutation; the coordinator
+ *                        checks its range, duplicates and agreement)
  *     str name           1..WF_NAME_MAX bytes
  *
  * RESPONSES:
@@ -30,6 +31,7 @@
  *     i32 status         OK: 0; ERROR: < 0
  *     u32 nnames         >= 1, then nnames x str (1..WF_NAME_MAX bytes each)
  *     u32 nsizes         OK alltoall: k*k for some k <= 65535; others: <= WF_MAX_RANKS
+ *                        (OK permute: the agreed permutation)
  *     i64 sizes[nsizes]  each >= 0 (ERROR: the group ranks it was decided
  *                        without, for a timeout or a departure; else none)
  *     str error          OK: empty (decodes to error == NULL);
@@ -92,8 +94,9 @@ static const char *req_check(const wf_request_msg *m, char *why) {
       return "shape";
     }
   }
-  if (m->coll == WF_COLL_ALLTOALL ? (m->nsplits < 1 || m->nsplits > WF_MAX_RANKS) : m->nsplits != 0) {
-    snprintf(why, WHY_LEN, "%u invalid for %s (alltoall: 1..%u, others: 0)", m->nsplits,
+  int split_coll = m->coll == WF_COLL_ALLTOALL || m->coll == WF_COLL_PERMUTE;
+  if (split_coll ? (m->nsplits < 1 || m->nsplits > WF_MAX_RANKS) : m->nsplits != 0) {
+    snprintf(why, WHY_LEN, "%u invalid for %s (alltoall, permute: 1..%u, others: 0)", m->nsplits,
              wf_coll_name((wf_coll)m->coll), (unsigned)WF_MAX_RANKS);
     return "nsplits";
   }

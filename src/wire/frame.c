@@ -37,6 +37,7 @@ const char *wf_coll_name(wf_coll c) {
     case WF_COLL_REDUCESCATTER: return "reducescatter";
     case WF_COLL_BARRIER: return "barrier";
     case WF_COLL_JOIN: return "join";
+    case WF_COLL_PERMUTE: return "permute";
     case WF_COLL_COUNT_: break;
   }
   return "unknown";

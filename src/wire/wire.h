@@ -60,7 +60,8 @@ typedef enum wf_coll {
   WF_COLL_REDUCESCATTER = 4,
   WF_COLL_BARRIER = 5,
   WF_COLL_JOIN = 6,      /* weft_join: this rank has no more data */
-  WF_COLL_COUNT_ = 7
+  WF_COLL_PERMUTE = 7,   /* weft_permute: rank r's tensor goes to rank perm[r] (perm in the splits) */
+  WF_COLL_COUNT_ = 8
 } wf_coll;
 
 const char *wf_coll_name(wf_coll c); /* "allreduce", ...; "unknown" */
@@ -143,8 +144,8 @@ typedef struct wf_request_msg {
                           unit (0: a tensor of its own); at most WF_UNIT_MAX */
   double prescale, postscale;
   int64_t shape[WEFT_MAX_DIMS];
-  uint32_t nsplits;    /* alltoall: group size, else 0 */
-  int64_t *splits;     /* nsplits entries; malloc'd by the decoder */
+  uint32_t nsplits;    /* alltoall, permute: group size, else 0 */
+  int64_t *splits;     /* nsplits entries (permute: perm[r], the group rank r sends to); malloc'd by the decoder */
   char name[WF_NAME_MAX + 1]; /* NUL-terminated, 1..255 bytes */
 } wf_request_msg;
 

@@ -20,9 +20,11 @@
  * bytes, allreduce / broadcast / reducescatter shapes are equal,
  * allgather / alltoall shapes equal but for the first dimension,
  * allreduce / reducescatter reduce ops and scales equal (as doubles
- * compare), broadcast roots equal and alltoall has one split per rank.
- * An OK response carries the row counts (allgather) or the split matrix
- * (alltoall) of exactly those requests; an error names the tensor. */
+ * compare), broadcast roots equal and alltoall has one split per rank,
+ * permute shapes equal and every perm the same permutation of 0..n-1.
+ * An OK response carries the row counts (allgather), the split matrix
+ * (alltoall) or the perm (permute) of exactly those requests; an error
+ * names the tensor. */
 weft_status __real_wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp,
                                char *err, size_t errlen);
 weft_status __wrap_wf_validate(const wf_request_msg *const *reqs, int n, const int *ranks, wf_response_msg *resp,
@@ -42,6 +44,15 @@ static int oracle_agree(const wf_request_msg *const *reqs, int n) {
       bytes = (uint64_t)x;
     }
     if (c == WF_COLL_ALLTOALL && b->nsplits != (uint32_t)n) return 0;
+    if (c == WF_COLL_PERMUTE) { /* a permutation: every rank of 0..n-1 exactly once */
+      if (b->nsplits != (uint32_t)n) return 0;
+      for (int v = 0; v < n; v++) {
+        int hits = 0;
+        for (int i = 0; i < n; i++) hits += b->splits[i] == v;
+        if (hits != 1) return 0;
+      }
+      if (r && memcmp(a->splits, b->splits, sizeof(int64_t) * (size_t)n)) return 0;
+    }
     if (r == 0) continue;
     int kinds = WF_DEVICE_CODE_KIND(b->device) != WF_DEVICE_CODE_KIND(a->device);
     if (b->dtype != a->dtype || b->unit != a->unit || kinds || b->ndim != a->ndim) {
@@ -75,12 +86,17 @@ weft_status __wrap_wf_validate(const wf_request_msg *const *reqs, int n, const i
     return st;
   }
   uint8_t c = reqs[0]->coll;
-  uint32_t want = c == WF_COLL_ALLGATHER ? (uint32_t)n : c == WF_COLL_ALLTOALL ? (uint32_t)(n * n) : 0;
+  uint32_t want = c == WF_COLL_ALLGATHER || c == WF_COLL_PERMUTE ? (uint32_t)n
+                  : c == WF_COLL_ALLTOALL                       ? (uint32_t)(n * n)
+                                                                : 0;
   if (resp->nsizes != want) fz_fail("validated '%s' (%s): %u sizes, not %u", name, wf_coll_name(c), resp->nsizes, want);
   for (int r = 0; r < n; r++) {
     if (c == WF_COLL_ALLGATHER && resp->sizes[r] != reqs[r]->shape[0])
       fz_fail("validated allgather '%s': rank %d's rows %lld, it sent %lld", name, r, (long long)resp->sizes[r],
               (long long)reqs[r]->shape[0]);
+    if (c == WF_COLL_PERMUTE && resp->sizes[r] != reqs[0]->splits[r])
+      fz_fail("validated permute '%s': perm[%d] is %lld, the ranks sent %lld", name, r, (long long)resp->sizes[r],
+              (long long)reqs[0]->splits[r]);
     for (int k = 0; c == WF_COLL_ALLTOALL && k < n; k++)
       if (resp->sizes[r * n + k] != reqs[r]->splits[k])
         fz_fail("validated alltoall '%s': split [%d][%d] is %lld, rank %d sent %lld", name, r, k,
@@ -139,6 +155,7 @@ void check_response(const wf_response_msg *r) {
     case WF_COLL_ALLREDUCE: want = 2 + r->nnames; break;
     case WF_COLL_ALLGATHER: want = r->nnames * (uint32_t)S.n; break;
     case WF_COLL_ALLTOALL: want = (uint32_t)(S.n * S.n); break;
+    case WF_COLL_PERMUTE: want = (uint32_t)S.n; break;
     case WF_COLL_JOIN: want = g_oom && !r->nsizes ? 0 : 1; break; /* out of memory: members take -1 */
     default: want = 0;
   }

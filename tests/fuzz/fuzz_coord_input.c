@@ -73,6 +73,13 @@ void build_request(fz_in *in, wf_request_msg *m, int64_t *splits) {
     m->nsplits = b < 224 ? (uint32_t)S.n : 1 + b % (MAXN + 8);
     for (uint32_t s = 0; s < m->nsplits; s++) splits[s] = take_dim(in);
     m->splits = splits;
+  } else if (m->coll == WF_COLL_PERMUTE) { /* mostly a rotation by k; else anything (out of range, repeats) */
+    b = (unsigned)fz_take(in, 1);
+    m->nsplits = b < 240 ? (uint32_t)S.n : 1 + b % (MAXN + 8);
+    b = (unsigned)fz_take(in, 1);
+    for (uint32_t s = 0; s < m->nsplits; s++)
+      splits[s] = b < 224 ? (int64_t)((s + b) % m->nsplits) : take_dim(in);
+    m->splits = splits;
   }
   take_name(in, m->name);
 }
@@ -86,6 +93,11 @@ void as_api(wf_request_msg *m, int64_t *splits) {
   if (!(m->postscale - m->postscale == 0)) m->postscale = 1.0;
   if (m->coll == WF_COLL_ALLTOALL) {
     for (int s = 0; s < S.n; s++) splits[s] = s < (int)m->nsplits ? splits[s] % 1025 : 1;
+    m->nsplits = (uint32_t)S.n;
+    m->splits = splits;
+  } else if (m->coll == WF_COLL_PERMUTE) { /* a permutation (weft_permute refuses others) */
+    int shift = m->nsplits ? (int)(splits[0] % S.n) : 0;
+    for (int s = 0; s < S.n; s++) splits[s] = (s + shift) % S.n;
     m->nsplits = (uint32_t)S.n;
     m->splits = splits;
   }

@@ -307,7 +307,7 @@ static void build_requests(fz_in *in, wf_buf *b) {
     bits = fz_take(in, 8);
     memcpy(&r->postscale, &bits, sizeof bits);
     for (unsigned d = 0; d < r->ndim; d++) r->shape[d] = (int64_t)(fz_take(in, 8) >> 1);
-    if (r->coll == WF_COLL_ALLTOALL) {
+    if (r->coll == WF_COLL_ALLTOALL || r->coll == WF_COLL_PERMUTE) { /* permute: any entries >= 0 pass the wire */
       r->nsplits = 1 + (uint32_t)(fz_take(in, 1) % 8);
       for (uint32_t s = 0; s < r->nsplits; s++) splits[i][s] = (int64_t)(fz_take(in, 4));
       r->splits = splits[i];

@@ -102,6 +102,7 @@ static void ag_finish(ag_job *j) {
   int64_t want_shape[3] = {total, j->shape[1], j->shape[2]};
   void *data = NULL;
   if (mp_wait_ok(j->req, j->name)) {
+    mp_check_algo(j->req, "ALLGATHER", NULL, j->name); /* a forced one ran */
     weft_tensor out;
     weft_status st = weft_request_output(j->req, &out);
     if (st != WEFT_OK)

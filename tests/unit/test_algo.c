@@ -73,9 +73,13 @@ static void check_close_f32(const void *got, const void *const *xs, int p, size_
 }
 
 /* ------------------------------------------------------------ allreduce */
+/* The settings run_allreduce's ranks get (NULL: the defaults); the ring's
+ * subdivisions are set through it. */
+static const wf_settings *g_ar_set;
+
 static void run_allreduce(const char *algo, int p, const dtop *d, size_t count, size_t seg, int mode) {
-  snprintf(g_ctx, sizeof g_ctx, "allreduce %s p=%d %s count=%zu seg=%zu mode=%d", algo ? algo : "auto", p, d->name,
-           count, seg, mode);
+  snprintf(g_ctx, sizeof g_ctx, "allreduce %s p=%d %s count=%zu seg=%zu mode=%d subdivs=%lld", algo ? algo : "auto",
+           p, d->name, count, seg, mode, g_ar_set ? (long long)g_ar_set->ring_subdivs : 1LL);
   simrank R[MAXP];
   void *x[MAXP], *buf[MAXP];
   size_t bytes = count * d->es;
@@ -86,7 +90,7 @@ static void run_allreduce(const char *algo, int p, const dtop *d, size_t count, 
     buf[i] = gb_alloc(bytes, 0);
     memcpy(buf[i], x[i], bytes);
     wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = d->dt, .op = d->op, .elem_size = d->es, .rank = i,
-                      .size = p, .buf = buf[i], .count = count, .segment_bytes = seg};
+                      .size = p, .buf = buf[i], .count = count, .segment_bytes = seg, .set = g_ar_set};
     build(R, i, &a, algo);
     add_region(&R[i], buf[i], bytes, 1);
   }
@@ -146,7 +150,8 @@ static void run_broadcast(const char *algo, int p, int root, size_t es, size_t c
 
 /* ------------------------------------------------------------ allgather */
 static void run_allgather(int p, size_t es, int pat, int alias) {
-  snprintf(g_ctx, sizeof g_ctx, "allgather ring p=%d es=%zu pattern=%d alias=%d", p, es, pat, alias);
+  snprintf(g_ctx, sizeof g_ctx, "allgather ring p=%d es=%zu pattern=%d alias=%d subdivs=%lld", p, es, pat, alias,
+           g_ar_set ? (long long)g_ar_set->ring_subdivs : 1LL);
   simrank R[MAXP];
   size_t counts[MAXP], displs[MAXP];
   void *in[MAXP], *out[MAXP], *orig[MAXP];
@@ -165,7 +170,8 @@ static void run_allgather(int p, size_t es, int pat, int alias) {
     }
     memcpy(in[i], orig[i], n);
     wf_coll_args a = {.coll = WF_COLL_ALLGATHER, .dtype = WEFT_DTYPE_UINT8, .elem_size = es, .rank = i, .size = p,
-                      .in = in[i], .out = out[i], .counts = counts, .displs = displs, .segment_bytes = 8};
+                      .in = in[i], .out = out[i], .counts = counts, .displs = displs, .segment_bytes = 8,
+                      .set = g_ar_set};
     build(R, i, &a, "ring");
     add_region(&R[i], out[i], total * es, 1);
     if (!alias) add_region(&R[i], in[i], n, 0);
@@ -456,6 +462,18 @@ static void test_allreduce(int p) {
     run_allreduce(NULL, p, &k_dtops[0], n, 1 << 20, V_EXACT);
     run_allreduce("ring", p, &k_dtops[0], n, 0, V_EXACT); /* 0: whole blocks */
     run_allreduce("direct", p, &k_dtops[0], n, 0, V_EXACT);
+    /* ring subdivisions (WEFT_RING_SUBDIVS): rotated and reversed rings at once */
+    static wf_settings sub_set;
+    sub_set = *wf_settings_default();
+    g_ar_set = &sub_set;
+    for (int sd = 2; sd <= 5; sd++) {
+      sub_set.ring_subdivs = sd;
+      for (size_t d = 0; d < NDTOPS; d++)
+        for (size_t s = 0; s < 3; s++) run_allreduce("ring", p, &k_dtops[d], n + (size_t)sd * 13, k_segs[s], V_EXACT);
+      run_allreduce("ring", p, &k_dtops[0], n * 3 + 5, k_segs[0], V_RANDOM);
+      run_allreduce("ring", p, &k_dtops[0], n, 0, V_EXACT);
+    }
+    g_ar_set = NULL;
   }
   /* k_dtops[0] float32 sum, [1] int32 max, [2] float64 prod, [3] uint8 sum, [4] int16 min */
   if (!any_big(p)) return;
@@ -505,6 +523,14 @@ static void test_gather_scatter(int p) {
     for (size_t e = 0; e < 3; e++) {
       run_allgather(p, ess[e], pat, 0);
       run_allgather(p, ess[e], pat, 1);
+      static wf_settings ag_set; /* ring subdivisions: parts of every block on rotated/reversed rings */
+      ag_set = *wf_settings_default();
+      g_ar_set = &ag_set;
+      for (int sd = 2; sd <= 4; sd++) {
+        ag_set.ring_subdivs = sd;
+        run_allgather(p, ess[e], pat, sd % 2);
+      }
+      g_ar_set = NULL;
     }
   for (int pat = 0; pat < 5; pat++)
     for (size_t e = 0; e < 3; e++) run_alltoall(p, ess[e], pat);
@@ -533,8 +559,38 @@ static void test_gather_scatter(int p) {
   run_reducescatter("direct", p, &k_dtops[5], PAT_SPLIT_BIG, k_segs[2]);
 }
 
+/* WEFT_RING_SUBDIVS = 2 on 3+ ranks: the second ring is reversed (TensorFlow's
+ * negative subdiv offset), so rank r sends to both r+1 and r-1 and receives
+ * from both; with 1, to r+1 only. Counts every peer of rank 1's schedule. */
+static void test_ring_subdiv_peers(void) {
+  snprintf(g_ctx, sizeof g_ctx, "ring subdivision peers");
+  wf_settings set = *wf_settings_default();
+  for (int p = 3; p <= 5; p++) {
+    for (int sd = 1; sd <= 2; sd++) {
+      set.ring_subdivs = sd;
+      float buf[64] = {0};
+      wf_coll_args a = {.coll = WF_COLL_ALLREDUCE, .dtype = WEFT_DTYPE_FLOAT32, .op = WEFT_OP_SUM, .elem_size = 4,
+                        .rank = 1, .size = p, .buf = buf, .count = 64, .segment_bytes = 1 << 20, .set = &set};
+      wf_sched s;
+      wf_sched_init(&s, WEFT_DTYPE_FLOAT32, WEFT_OP_SUM);
+      const char *chosen = NULL;
+      CHECK(wf_algo_build(&a, "ring", &s, &chosen) == WEFT_OK, "build: %s", wf_err_msg());
+      int to[8] = {0}, from[8] = {0};
+      for (size_t i = 0; i < s.nsteps; i++) {
+        if (s.steps[i].kind == WF_STEP_SEND) to[s.steps[i].peer]++;
+        if (s.steps[i].kind == WF_STEP_RECV) from[s.steps[i].peer]++;
+      }
+      CHECK(to[2] > 0 && from[0] > 0, "p=%d subdivs=%d: rank 1 does not send to 2 and receive from 0", p, sd);
+      if (sd == 1) CHECK(!to[0] && !from[2], "p=%d, one ring: rank 1 sends to 0 or receives from 2", p);
+      else CHECK(to[0] > 0 && from[2] > 0, "p=%d subdivs=2: no reversed ring (rank 1 never sends to 0)", p);
+      wf_sched_free(&s);
+    }
+  }
+}
+
 int main(void) {
   test_sched();
+  test_ring_subdiv_peers();
   test_registry();
   for (int p = 1; p <= MAXP; p++) {
     test_allreduce(p);

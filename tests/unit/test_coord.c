@@ -14,7 +14,11 @@
  *    ops"; a unit left holding only errors is dropped after the timeout;
  *  - the stall report and the timeout name the ranks that have not
  *    submitted a tensor, not those that joined (they stand in for it);
- *    WEFT_STALL_CHECK_DISABLE turns off the stall shutdown too.
+ *    WEFT_STALL_CHECK_DISABLE turns off the stall shutdown too;
+ *  - permute (validate.c): a perm that is no permutation (out of range, a
+ *    rank twice) is an error naming the rank and the entries, even from a
+ *    peer that skipped the API's check; perms that differ name both ranks
+ *    and the first differing index; agreed, the response carries the perm.
  * Time is the test's own (wf_coord_set_clock): it steps a clock the
  * coordinator reads instead of sleeping, so every check of a time window
  * runs, to the nanosecond, however slow or loaded the machine is. */
@@ -344,6 +348,58 @@ static void test_stall_joined(void) {
   reset_settings();
 }
 
+/* rank's permute request for name with perm (3 entries). */
+static void add_permute(wf_coord *c, int rank, const char *name, const int64_t *perm) {
+  wf_request_msg m;
+  memset(&m, 0, sizeof m);
+  m.coll = WF_COLL_PERMUTE;
+  m.dtype = WEFT_DTYPE_INT32;
+  m.ndim = 1;
+  m.root = -1;
+  m.device = WEFT_DEVICE_CPU;
+  m.prescale = m.postscale = 1.0;
+  m.shape[0] = 5;
+  m.nsplits = 3;
+  m.splits = (int64_t *)perm;
+  snprintf(m.name, sizeof m.name, "%s", name);
+  wf_coord_add(c, rank, &m);
+}
+
+static void test_permute(void) {
+  static const int64_t cycle[3] = {1, 2, 0}, twice[3] = {0, 0, 2}, range[3] = {0, 3, 1}, swap[3] = {1, 0, 2};
+  char err[512];
+  const int64_t *bad[2] = {twice, range};
+  const char *want[2] = {"tensor 'p.bad': rank 1 passed no permutation of 0..2: perm[0] and perm[1] are both 0",
+                         "tensor 'p.bad': rank 1 passed no permutation of 0..2: perm[1] = 3 is out of range"};
+  for (int k = 0; k < 2; k++) {
+    wf_coord *c = make_on_clock(3, 30.0);
+    add_permute(c, 0, "p.bad", cycle);
+    add_permute(c, 1, "p.bad", bad[k]);
+    add_permute(c, 2, "p.bad", cycle);
+    take_error(c, err, sizeof err);
+    CHECK(strstr(err, want[k]), "permute, rank 1 no permutation: error '%s', expected '%s'", err, want[k]);
+    wf_coord_destroy(c);
+  }
+  wf_coord *c = make_on_clock(3, 30.0);
+  add_permute(c, 0, "p.mis", cycle);
+  add_permute(c, 1, "p.mis", cycle);
+  add_permute(c, 2, "p.mis", swap);
+  take_error(c, err, sizeof err);
+  CHECK(strstr(err, "tensor 'p.mis': mismatched permutations: rank 0 has perm[1] = 2, rank 2 has perm[1] = 0 (the first "
+                    "difference)"),
+        "permute, perms differ: error '%s'", err);
+  for (int r = 0; r < 3; r++) add_permute(c, r, "p.ok", cycle);
+  wf_response_msg *resp;
+  size_t n = wf_coord_take(c, THRESHOLD, &resp);
+  CHECK(n == 1 && resp[0].type == WF_RESP_OK && resp[0].nsizes == 3 && resp[0].sizes[0] == 1 && resp[0].sizes[1] == 2 &&
+            resp[0].sizes[2] == 0,
+        "permute agreed: %zu responses, the first %s with %u sizes", n,
+        n && resp[0].type == WF_RESP_OK ? "OK" : "not OK", n ? resp[0].nsizes : 0);
+  for (size_t i = 0; i < n; i++) wf_response_msg_free(&resp[i]);
+  free(resp);
+  wf_coord_destroy(c);
+}
+
 int main(void) {
   reset_settings(); /* the defaults: the hold is for the default, event-driven coordinator */
   test_lone();
@@ -353,5 +409,6 @@ int main(void) {
   test_pack_max();
   test_units();
   test_stall_joined();
+  test_permute();
   return unit_result("test_coord");
 }

@@ -209,7 +209,7 @@ static void test_bad_fields(void) {
   response_payload(&b, 2, 0, 0, 1, 0, 0, "");
   expect_reject(WF_MSG_RESPONSES, &b, P, "RESPONSES[0].type", "2", "resp type 2");
   response_payload(&b, 0, WF_COLL_COUNT_, 0, 1, 0, 0, "");
-  expect_reject(WF_MSG_RESPONSES, &b, P, "coll", "7", "resp coll 7");
+  expect_reject(WF_MSG_RESPONSES, &b, P, "coll", "8", "resp coll 8");
   response_payload(&b, WF_RESP_ERROR, 0, 0, 1, 0, 0, "x");
   expect_reject(WF_MSG_RESPONSES, &b, P, "status", "0", "ERROR with status 0");
   response_payload(&b, WF_RESP_ERROR, 0, 3, 1, 0, 0, "x");
