@@ -166,6 +166,15 @@ struct weft_world {
   uint64_t incarnation;      /* random per weft_init, never 0: told to peers (HELLO) and in P2P_SEND */
   /* device tensors' staging (engine/devstage.c; opaque here) */
   struct wf_dstage_world *dstage;
+  /* the layer above that exchanges its own frames (engine/ext.h: remote
+   * execution). Under mu: the hook (set once), frames held until it attaches,
+   * frames to send. gone: per peer, 1 BYE, 2 lost (engine thread writes). */
+  void *ext_ctx;
+  const struct wf_ext_ops *ext_ops;
+  struct wf_ext_frame *ext_early, *ext_early_tail;
+  int ext_nearly;
+  struct wf_ext_frame *ext_out, *ext_out_tail;
+  _Atomic unsigned char *gone;
 };
 
 /* Engine lifecycle (world.c calls these). */
