@@ -51,6 +51,7 @@ typedef enum wf_msg_type {
   WF_MSG_REMOTE_REPLY = 21, /* callee -> caller: its outcome, metadata, a fetched tensor */
   WF_MSG_TYPE_MAX_ = 22
 } wf_msg_type;
+#define WF_MSG_RESERVED_ 3 /* numbers below WF_MSG_TYPE_MAX_ not in use (17..19): 0 once renumbered */
 
 /* Collective kinds (requests and responses). */
 typedef enum wf_coll {
