@@ -336,8 +336,7 @@ static void serve_delete(wf_remote *r, int peer, const wf_remote_msg *m, wf_rctx
   }
   wf_serve_recheck(r);
   if (nunknown)
-    reply(r, peer, m, m->ctx, WEFT_ERR_NOT_FOUND, "delete on rank %d: %u unknown id%s: %s", r->rank, nunknown,
-          nunknown == 1 ? "" : "s", unknown);
+    reply(r, peer, m, m->ctx, WEFT_ERR_NOT_FOUND, "%u unknown id%s: %s", nunknown, nunknown == 1 ? "" : "s", unknown);
   else reply(r, peer, m, m->ctx, WEFT_OK, " ");
 }
 
