@@ -254,6 +254,24 @@ static int run_default(void) {
   metadata(task, ctx);
   big_add(task, ctx);
   idle(task);
+  mp_case("a call to this rank itself");
+  {
+    uint64_t own;
+    must(weft_remote_context_create(mp_world, mp_rank, 0, &own), "context on this rank");
+    enum { n = 7 };
+    float a[n], b[n], ref[n];
+    int64_t sh[1] = {n};
+    for (int i = 0; i < n; i++) a[i] = (float)(i * mp_rank), b[i] = 0.5f * (float)i, ref[i] = a[i] + b[i];
+    weft_tensor tb = vec(b, sh);
+    weft_remote_id ia = new_id(), ic = new_id();
+    put(mp_rank, own, ia, a, sh);
+    weft_remote_input in[2] = {{.id = ia}, {.tensor = &tb}};
+    char err[2048];
+    if (exec(mp_rank, own, "add", 2, in, 1, &ic, WEFT_DEVICE_CPU, err, sizeof err) != WEFT_OK) mp_fail("add: %s", err);
+    fetch_check(mp_rank, own, ic, ref, n, "a + b on this rank");
+    must(weft_remote_context_close(mp_world, mp_rank, own), "close");
+  }
+  mp_case_end();
   if (mp_size >= 3) {
     mp_case("rank 2 fetches from rank 1 an id rank 0 puts there later");
     uint64_t local = 0, all[8] = {0};

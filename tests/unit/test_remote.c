@@ -260,6 +260,39 @@ static void test_put_exec_fetch(uint64_t ctx) {
   CHECK(!atomic_load(&g_on_test_thread), "a function ran on the caller's thread");
 }
 
+/* fetch through the caller's allocator: the memory is the allocator's, and
+ * the caller's after the call is freed; NULL from it fails the fetch. */
+static int g_allocs;
+static void *test_alloc(size_t bytes, void *ctx) {
+  g_allocs++;
+  return ctx ? malloc(bytes ? bytes : 1) : NULL;
+}
+
+static void test_fetch_alloc(uint64_t ctx) {
+  int64_t sh[1] = {3};
+  float x[3] = {5, 6, 7};
+  weft_remote_id id = new_id(0);
+  put(0, 1, ctx, id, x, sh);
+  weft_remote_options o = WEFT_REMOTE_OPTIONS_INIT;
+  o.alloc = test_alloc;
+  o.alloc_ctx = &o;
+  weft_remote_call *c;
+  g_allocs = 0;
+  CHECK(wf_remote_fetch(g_r[0], 1, ctx, id, &o, &c) == WEFT_OK, "fetch");
+  weft_tensor t = {0};
+  CHECK(weft_remote_wait(c, 10) == WEFT_OK && weft_remote_call_output(c, &t) == WEFT_OK, "fetch: %s",
+        weft_remote_call_error(c));
+  weft_remote_call_free(c);
+  CHECK(g_allocs == 1 && t.data && !memcmp(t.data, x, sizeof x), "%d allocations, data %s", g_allocs,
+        t.data ? "differ" : "NULL");
+  free(t.data); /* the caller's */
+  o.alloc_ctx = NULL;
+  CHECK(wf_remote_fetch(g_r[0], 1, ctx, id, &o, &c) == WEFT_OK, "fetch");
+  CHECK(weft_remote_wait(c, 10) == WEFT_ERR_NO_MEMORY && strstr(weft_remote_call_error(c), "allocator"),
+        "an allocator returning NULL: %s", weft_remote_call_error(c));
+  weft_remote_call_free(c);
+}
+
 /* Chained calls on a pending output, and a fetch before the put it waits for. */
 static void test_placeholders(uint64_t ctx) {
   char err[1024];
@@ -480,6 +513,7 @@ int main(void) {
   test_register();
   test_put_exec_fetch(ctx);
   test_placeholders(ctx);
+  test_fetch_alloc(ctx);
   test_metadata(ctx);
   test_delete(ctx);
   test_contexts();
