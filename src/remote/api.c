@@ -58,7 +58,7 @@ static weft_status get(weft_world *w, const char *fn, wf_remote **out) {
   }
   if (!(rw = calloc(1, sizeof *rw))) return wf_err(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
   rw->w = w;
-  wf_remote_link link = {rw, link_send, link_lost};
+  wf_remote_link link = {rw, (uint64_t)w->set.max_message_bytes, link_send, link_lost};
   WF_CHECK_GOTO(wf_remote_new(w->rank, w->size, &link, w->timeout_seconds, WF_REMOTE_GRACE_SECONDS, &rw->r), st,
                 fail);
   void *got;

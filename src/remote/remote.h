@@ -21,6 +21,7 @@ typedef struct wf_remote wf_remote;
 
 typedef struct wf_remote_link {
   void *ctx;
+  uint64_t max_payload; /* the largest frame payload a peer accepts (WEFT_MAX_MESSAGE_BYTES); 0: no limit */
   /* Sends one encoded frame (REMOTE_CALL/REPLY; taken, even on error) to
    * peer. Any thread; must not block long; never called with mu held. */
   weft_status (*send)(void *ctx, int peer, wf_buf *frame);

@@ -113,6 +113,19 @@ static weft_status fn_split(void *ctx, int n_in, const weft_tensor *in, weft_rem
   return WEFT_OK;
 }
 
+/* out = a then b (float32, 1-d) */
+static weft_status fn_concat(void *ctx, int n_in, const weft_tensor *in, weft_remote_result *out) {
+  (void)ctx, (void)n_in;
+  note_run();
+  int64_t n[1] = {in[0].shape[0] + in[1].shape[0]};
+  float *o;
+  weft_status st = weft_remote_result_alloc(out, 0, WEFT_DTYPE_FLOAT32, 1, n, (void **)&o);
+  if (st != WEFT_OK) return st;
+  memcpy(o, in[0].data, (size_t)in[0].shape[0] * 4);
+  memcpy(o + in[0].shape[0], in[1].data, (size_t)in[1].shape[0] * 4);
+  return WEFT_OK;
+}
+
 static weft_status fn_fail(void *ctx, int n_in, const weft_tensor *in, weft_remote_result *out) {
   (void)ctx, (void)n_in, (void)in;
   note_run();
@@ -291,6 +304,29 @@ static void test_fetch_alloc(uint64_t ctx) {
   CHECK(weft_remote_wait(c, 10) == WEFT_ERR_NO_MEMORY && strstr(weft_remote_call_error(c), "allocator"),
         "an allocator returning NULL: %s", weft_remote_call_error(c));
   weft_remote_call_free(c);
+}
+
+/* Messages over the link's cap (1 MiB here): a put refused at the caller,
+ * a fetch of a larger object refused by the callee, nothing sent whole. */
+static void test_size_cap(uint64_t ctx) {
+  size_t n = (1 << 20) / 4 + 1;
+  float *big = calloc(n, sizeof *big);
+  int64_t sh[1] = {(int64_t)n}, half[1] = {(int64_t)n / 2 + 1};
+  weft_tensor t = vec(big, sh), h = vec(big, half);
+  weft_remote_call *c = NULL;
+  weft_remote_id id = new_id(0), a = new_id(0), s = new_id(0);
+  CHECK(wf_remote_put(g_r[0], 1, ctx, &t, id, NULL, &c) == WEFT_ERR_INVALID_ARGUMENT && !c, "a put over the cap");
+  CHECK(strstr(weft_last_error(), "over WEFT_MAX_MESSAGE_BYTES"), "%s", weft_last_error());
+  /* two halves fit; their sum on the callee does not come back whole */
+  put(0, 1, ctx, a, big, half);
+  weft_remote_input in[2] = {{.id = a}, {.tensor = &h}};
+  char err[1024];
+  CHECK(exec(0, 1, ctx, "concat", 2, in, 1, &s, WEFT_DEVICE_CPU, err, sizeof err) == WEFT_OK, "concat: %s", err);
+  CHECK(wf_remote_fetch(g_r[0], 1, ctx, s, NULL, &c) == WEFT_OK, "fetch");
+  CHECK(weft_remote_wait(c, 10) == WEFT_ERR_INVALID_ARGUMENT && strstr(weft_remote_call_error(c), "over WEFT_MAX_MESSAGE_BYTES"),
+        "a fetch over the cap: %s", weft_remote_call_error(c));
+  weft_remote_call_free(c);
+  free(big);
 }
 
 /* Chained calls on a pending output, and a fetch before the put it waits for. */
@@ -500,13 +536,14 @@ static void test_deaths(uint64_t ctx) {
 int main(void) {
   g_test_thread = pthread_self();
   for (int i = 0; i < N; i++) {
-    wf_remote_link link = {&g_rank_of[i], link_send, link_lost};
+    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost};
     CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
   }
   CHECK(wf_remote_register(g_r[1], "add", 2, 1, fn_add, NULL) == WEFT_OK, "register");
   CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
   CHECK(wf_remote_register(g_r[1], "split", 1, 3, fn_split, NULL) == WEFT_OK, "register");
   CHECK(wf_remote_register(g_r[1], "fail", 1, 1, fn_fail, NULL) == WEFT_OK, "register");
+  CHECK(wf_remote_register(g_r[1], "concat", 2, 1, fn_concat, NULL) == WEFT_OK, "register");
   uint64_t ctx = 0;
   CHECK(wf_remote_ctx_op(g_r[0], 1, WF_ROP_CTX_CREATE, 0, 0, &ctx) == WEFT_OK, "context: %s", weft_last_error());
   test_check_order(ctx);
@@ -514,6 +551,7 @@ int main(void) {
   test_put_exec_fetch(ctx);
   test_placeholders(ctx);
   test_fetch_alloc(ctx);
+  test_size_cap(ctx);
   test_metadata(ctx);
   test_delete(ctx);
   test_contexts();
