@@ -177,17 +177,8 @@ fail:
   return wf_err(WEFT_ERR_SYSTEM, "remote: cannot start its threads: %s", strerror(errno));
 }
 
-void wf_remote_free(wf_remote *r) {
-  if (!r) return;
-  pthread_mutex_lock(&r->mu);
-  r->stopping = 1;
-  pthread_cond_broadcast(&r->svc_cv);
-  pthread_cond_broadcast(&r->work_cv);
-  pthread_mutex_unlock(&r->mu);
-  if (r->threads) {
-    pthread_join(r->svc, NULL);
-    pthread_join(r->worker, NULL);
-  }
+/* Frees what is left once no thread of r runs (mu not held). */
+static void finish_free(wf_remote *r) {
   pthread_mutex_lock(&r->mu);
   wf_call_fail_all(r, WEFT_ERR_SHUTDOWN, "the world was finalized");
   wf_serve_free_all(r);
@@ -216,6 +207,43 @@ void wf_remote_free(wf_remote *r) {
   free(r->pstate);
   free(r->pmsg);
   free(r);
+}
+
+void wf_remote_worker_exit(wf_remote *r) {
+  r->worker_done = 1;
+  int left = r->abandoned;
+  pthread_cond_broadcast(&r->done_cv);
+  pthread_mutex_unlock(&r->mu);
+  if (left) finish_free(r); /* wf_remote_free gave up waiting: the last thread frees */
+}
+
+void wf_remote_free(wf_remote *r) {
+  if (!r) return;
+  pthread_mutex_lock(&r->mu);
+  r->stopping = 1;
+  pthread_cond_broadcast(&r->svc_cv);
+  pthread_cond_broadcast(&r->work_cv);
+  pthread_mutex_unlock(&r->mu);
+  if (r->threads) {
+    pthread_join(r->svc, NULL); /* never runs user code: returns within a tick */
+    /* the worker may be inside a registered function that does not return:
+     * finalize must not hang on it; after a bound the worker frees the core
+     * itself when (if ever) the function returns, without the link */
+    pthread_mutex_lock(&r->mu);
+    int64_t until = wf_now_ns() + WF_REMOTE_JOIN_SECONDS * WF_NS_PER_SEC;
+    while (!r->worker_done && wf_now_ns() < until) timed_wait(&r->done_cv, &r->mu, WF_REMOTE_TICK_NS);
+    if (!r->worker_done) {
+      r->abandoned = 1;
+      pthread_mutex_unlock(&r->mu);
+      pthread_detach(r->worker);
+      WF_WARN(WF_SUB_API, "remote: a registered function still runs %d s after finalize began: left to finish",
+              WF_REMOTE_JOIN_SECONDS);
+      return;
+    }
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->worker, NULL);
+  }
+  finish_free(r);
 }
 
 weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_t *p, size_t n, char *err,

@@ -8,6 +8,7 @@
 #include "remote/remote.h"
 
 #define WF_RCALL_MAGIC 0x72636c6cu /* "rcll" */
+#define WF_REMOTE_JOIN_SECONDS 10   /* finalize waits this long for a running function */
 #define WF_REMOTE_TICK_NS 20000000LL /* the service thread looks at deadlines, idle contexts, peers this often */
 
 /* ---- callee: objects, contexts, jobs */
@@ -107,6 +108,8 @@ struct wf_remote {
   pthread_t svc, worker;
   int threads;
   int stopping;
+  int worker_done;        /* the worker thread has left its loop */
+  int abandoned;          /* wf_remote_free stopped waiting for it: the worker frees the core */
   wf_rframe *in_head, *in_tail;
   wf_rout *out_head, *out_tail;
   wf_rfn *fns;
@@ -128,6 +131,7 @@ struct wf_remote {
 /* core.c */
 void wf_remote_out_locked(wf_remote *r, int peer, wf_buf *frame); /* queue (takes the frame) */
 void wf_remote_flush(wf_remote *r);                               /* sends the queue (mu not held) */
+void wf_remote_worker_exit(wf_remote *r);                         /* the worker's last act (mu held; unlocks) */
 int64_t wf_remote_deadline(double seconds);                       /* now + seconds (<= 0: INT64_MAX) */
 
 /* store.c (mu held) */

@@ -108,8 +108,13 @@ static void fetch_reply(wf_remote *r, wf_rjob *j) {
   wf_remote_msg m = {.call_id = j->msg.call_id, .op = WF_ROP_FETCH, .ctx = j->ctx, .has_tensor = 1};
   tensor_meta(o, &m.tensor, 1);
   wf_buf b = {0};
-  if (wf_encode_remote_reply(&b, (uint32_t)r->rank, &m) == WEFT_OK) wf_remote_out_locked(r, j->peer, &b);
-  else {
+  if (r->link.max_payload > 256 && o->nbytes > r->link.max_payload - 256) {
+    reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_INVALID_ARGUMENT,
+          "object %s is %zu bytes, over WEFT_MAX_MESSAGE_BYTES (%llu): tensors travel inline", id, o->nbytes,
+          (unsigned long long)r->link.max_payload);
+  } else if (wf_encode_remote_reply(&b, (uint32_t)r->rank, &m) == WEFT_OK) {
+    wf_remote_out_locked(r, j->peer, &b);
+  } else {
     wf_buf_free(&b);
     reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_NO_MEMORY, "object %s (%zu bytes) cannot be sent", id, o->nbytes);
   }
@@ -588,9 +593,12 @@ void *wf_serve_worker(void *arg) {
     j->next = NULL;
     pthread_mutex_unlock(&r->mu);
     run_job(r, j);
+    pthread_mutex_lock(&r->mu);
+    if (r->stopping) break; /* finalize may have left this core behind: the link is gone */
+    pthread_mutex_unlock(&r->mu);
     wf_remote_flush(r);
     pthread_mutex_lock(&r->mu);
   }
-  pthread_mutex_unlock(&r->mu);
+  wf_remote_worker_exit(r); /* unlocks */
   return NULL;
 }

@@ -533,6 +533,42 @@ static void test_deaths(uint64_t ctx) {
   gate(1);
 }
 
+/* Finalize while a function never returns: wf_remote_free gives up after
+ * its bound instead of hanging; the core is freed when the function ends
+ * (LeakSanitizer would see it otherwise). Fresh cores, nobody lost. */
+static void test_free_bounded(void) {
+  for (int i = 0; i < N; i++) atomic_store(&g_lost[i], 0);
+  for (int i = 0; i < 2; i++) {
+    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost};
+    CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
+  }
+  CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
+  uint64_t ctx;
+  CHECK(wf_remote_ctx_op(g_r[0], 1, WF_ROP_CTX_CREATE, 0, 0, &ctx) == WEFT_OK, "context");
+  int64_t sh[1] = {1};
+  float x[1] = {1};
+  weft_tensor t = vec(x, sh);
+  weft_remote_input in[1] = {{.tensor = &t}};
+  weft_remote_id o = new_id(0);
+  weft_remote_call *c;
+  gate(0);
+  CHECK(wf_remote_execute(g_r[0], 1, ctx, "slow", 1, in, 1, &o, 0, NULL, &c) == WEFT_OK, "slow");
+  sleep_s(0.2);
+  atomic_store(&g_lost[1], 2); /* rank 0 sends nothing more to it */
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  wf_remote_free(g_r[1]);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double dt = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+  CHECK(dt > 9 && dt < 20, "wf_remote_free with a function still running returned after %.1f s", dt);
+  g_r[1] = NULL;
+  gate(1);
+  sleep_s(0.3); /* the function ends; its thread frees the core */
+  CHECK(weft_remote_wait(c, 5) == WEFT_ERR_PEER_LOST, "the call to the freed rank");
+  weft_remote_call_free(c);
+  wf_remote_free(g_r[0]);
+}
+
 int main(void) {
   g_test_thread = pthread_self();
   for (int i = 0; i < N; i++) {
@@ -558,5 +594,6 @@ int main(void) {
   test_deadline_cancel_fail(ctx);
   test_deaths(ctx);
   for (int i = 0; i < N; i++) wf_remote_free(g_r[i]);
+  test_free_bounded();
   return unit_result("test_remote");
 }
