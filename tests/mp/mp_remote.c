@@ -8,7 +8,7 @@
  *    fetch of z, all issued before slow ends) against 2x + y computed here;
  *  - metadata for only the last 2 of 3 outputs;
  *  - fetch of add(a, b) on 1M float32 put from here equals a + b;
- *  - delete naming every unknown id; a context collected after its idle time;
+ *  - delete naming every unknown id; a context collected after its idle time (1 s);
  *  - np 3: rank 2 fetches, from rank 1, an id rank 0 puts there only later;
  *  - at the end every rank's store is empty.
  * --kill-callee (np 2, 3; supervised): rank 1 dies by SIGKILL inside a call;
@@ -229,14 +229,14 @@ static void big_add(int task, uint64_t ctx) {
 }
 
 static void idle(int task) {
-  mp_case("a context on rank %d collected after 0.5 s idle", task);
+  mp_case("a context on rank %d collected after 1 s idle", task);
   uint64_t c;
-  must(weft_remote_context_create(mp_world, task, 0.5, &c), "context");
+  must(weft_remote_context_create(mp_world, task, 1.0, &c), "context");
   if (weft_remote_keepalive(mp_world, task, c) != WEFT_OK) mp_fail("keepalive: %s", weft_last_error());
-  mp_sleep_ms(1300);
+  mp_sleep_ms(2500);
   weft_status st = weft_remote_keepalive(mp_world, task, c);
   if (st != WEFT_ERR_NOT_FOUND || !mp_contains(weft_last_error(), "collected"))
-    mp_fail("after 1.3 s idle: %s: %s", weft_status_string(st), weft_last_error());
+    mp_fail("after 2.5 s idle: %s: %s", weft_status_string(st), weft_last_error());
   mp_case_end();
 }
 
