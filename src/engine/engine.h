@@ -173,6 +173,7 @@ struct weft_world {
   const struct wf_ext_ops *ext_ops;
   struct wf_ext_frame *ext_early, *ext_early_tail;
   int ext_nearly;
+  size_t ext_early_bytes;
   struct wf_ext_frame *ext_out, *ext_out_tail;
   _Atomic unsigned char *gone;
 };

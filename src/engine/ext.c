@@ -1,6 +1,6 @@
 /* ext.c - the engine's hook for remote execution's frames (engine/ext.h):
- * frames in, held until the layer attaches (at most WF_EXT_EARLY_MAX, then
- * dropped: the caller's deadline ends such a call), frames out through the
+ * frames in, held until the layer attaches (at most WF_EXT_EARLY_MAX frames
+ * and WF_EXT_EARLY_BYTES, then dropped: the caller's deadline ends such a call), frames out through the
  * engine thread, and each peer's state. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,8 @@
 #include "util/err.h"
 #include "util/log.h"
 
-#define WF_EXT_EARLY_MAX 4096
+#define WF_EXT_EARLY_MAX 4096                 /* frames held before the layer attaches */
+#define WF_EXT_EARLY_BYTES ((size_t)256 << 20) /* and their bytes */
 
 typedef struct wf_ext_frame {
   struct wf_ext_frame *next;
@@ -39,6 +40,7 @@ weft_status wf_ext_attach(weft_world *w, void *ctx, const wf_ext_ops *ops, void 
   wf_ext_frame *f = w->ext_early;
   w->ext_early = w->ext_early_tail = NULL;
   w->ext_nearly = 0;
+  w->ext_early_bytes = 0;
   while (f) {
     wf_ext_frame *next = f->next;
     char err[256];
@@ -97,7 +99,8 @@ void wf_ext_on_frame(weft_world *w, int peer, uint8_t type, const uint8_t *p, si
   const wf_ext_ops *ops = w->ext_ops;
   void *ctx = w->ext_ctx;
   if (!ops) {
-    wf_ext_frame *f = w->ext_nearly < WF_EXT_EARLY_MAX ? malloc(sizeof *f + n) : NULL;
+    wf_ext_frame *f =
+        w->ext_nearly < WF_EXT_EARLY_MAX && n <= WF_EXT_EARLY_BYTES - w->ext_early_bytes ? malloc(sizeof *f + n) : NULL;
     if (f) {
       memset(f, 0, sizeof *f);
       f->peer = peer;
@@ -108,6 +111,7 @@ void wf_ext_on_frame(weft_world *w, int peer, uint8_t type, const uint8_t *p, si
       else w->ext_early = f;
       w->ext_early_tail = f;
       w->ext_nearly++;
+      w->ext_early_bytes += n;
     }
     pthread_mutex_unlock(&w->mu);
     if (!f) WF_WARN(WF_SUB_ENGINE, "dropped a remote-execution message from rank %d: none served here yet", peer);
@@ -153,6 +157,7 @@ void wf_ext_stop(weft_world *w) {
   wf_ext_frame *lists[2] = {w->ext_early, w->ext_out};
   w->ext_early = w->ext_early_tail = w->ext_out = w->ext_out_tail = NULL;
   w->ext_nearly = 0;
+  w->ext_early_bytes = 0;
   pthread_mutex_unlock(&w->mu);
   for (int l = 0; l < 2; l++)
     for (wf_ext_frame *f = lists[l], *next; f; f = next) {

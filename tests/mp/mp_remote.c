@@ -1,6 +1,7 @@
 /* mp_remote.c - remote execution (weft_remote_*) between ranks of a world.
  *
- * Default mode (np 2, 3): every rank registers the functions, then calls its
+ * Default mode (np 2, 3): a context asked of rank 1 before it serves (it
+ *  waits in rank 1's engine); every rank registers the functions, then calls its
  * neighbour (rank + 1 mod size), so every rank is caller and callee at once:
  *  - the callee's checks in TFRT's order (context, program, result count,
  *    argument count, device), each while every later one would fail too;
@@ -242,8 +243,21 @@ static void idle(int task) {
 
 static int run_default(void) {
   mp_setup();
+  /* rank 1 serves only 0.5 s after rank 0 asks it for a context: the frames
+   * wait in rank 1's engine until its first weft_remote_* call */
+  if (mp_rank == 1) mp_sleep_ms(500);
   register_all();
+  uint64_t early = 0;
+  if (mp_rank == 0) {
+    mp_case("a call that reaches rank 1 before it serves waits for it");
+    double t0 = mp_now();
+    if (weft_remote_context_create(mp_world, 1 % mp_size, 0, &early) != WEFT_OK)
+      mp_fail("context: %s", weft_last_error());
+    else mp_say("INFO rank 0: the early context came after %.2f s", mp_now() - t0);
+    mp_case_end();
+  }
   if (!mp_same_everywhere("remote.registered", 1)) mp_fatal("sync failed");
+  if (mp_rank == 0 && early) must(weft_remote_context_close(mp_world, 1 % mp_size, early), "close the early context");
   int task = (mp_rank + 1) % mp_size;
   uint64_t ctx;
   mp_case("context on rank %d", task);
