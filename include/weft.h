@@ -650,6 +650,142 @@ typedef struct weft_locality {
  * answer never changes while the world lives (also after a failure). */
 WEFT_API weft_status weft_peer_locality(const weft_world *world, int rank, weft_locality *out);
 
+/* ------------------------------------------------------------------ remote execution */
+/* Run registered functions on other ranks (tasks) on objects that stay where
+ * they are (TFRT's RemoteExecute; design.md section "Remote execution").
+ * A rank serves calls once it has called any weft_remote_* function (usually
+ * weft_remote_register, before the job's first call reaches it); calls that
+ * arrive earlier wait for that, within their deadline. Objects are dense
+ * host tensors in the callee's store, named by ids the caller makes. Calls
+ * travel over the world's authenticated connections, tensors inline (each
+ * message at most WEFT_MAX_MESSAGE_BYTES). A callee that finalized, or a
+ * failed world, fails calls with WEFT_ERR_SHUTDOWN; a dead callee with
+ * WEFT_ERR_PEER_LOST naming it. What a dead caller owned on a callee is
+ * freed there 2 s after its death is seen. Free every weft_remote_call
+ * before weft_finalize (which fails pending ones with WEFT_ERR_SHUTDOWN and
+ * waits at most 10 s for a function still running). */
+
+/* An object id: the rank that made it and its number there (local 0 is no
+ * id; ids are never reused within a world). */
+typedef struct weft_remote_id {
+  int32_t owner;
+  uint64_t local;
+} weft_remote_id;
+
+typedef struct weft_remote_call weft_remote_call;     /* one operation in flight (opaque) */
+typedef struct weft_remote_result weft_remote_result; /* a running function's outputs (opaque) */
+
+/* A registered function. Runs on the callee's remote worker thread (never
+ * its engine thread), one call at a time per rank. in: n_in host tensors,
+ * read-only, valid during the call. Produces each output with
+ * weft_remote_result_alloc; returns WEFT_OK, or an error status (with
+ * weft_remote_result_fail's message) that fails the call and its outputs.
+ * May not call weft functions on its world other than weft_remote_result_*. */
+typedef weft_status (*weft_remote_fn)(void *ctx, int n_in, const weft_tensor *in, weft_remote_result *out);
+
+/* Output i (0..n_out-1) of the running function: a tensor of dtype and shape
+ * whose memory (*data, zeroed) the store owns. Twice for one i, or a bad
+ * dtype/shape: WEFT_ERR_INVALID_ARGUMENT. */
+WEFT_API weft_status weft_remote_result_alloc(weft_remote_result *out, int i, weft_dtype dtype, int ndim,
+                                              const int64_t *shape, void **data);
+/* The message the call fails with when the function returns an error (copied). */
+WEFT_API weft_status weft_remote_result_fail(weft_remote_result *out, const char *message);
+
+/* Registers fn under name (1..255 bytes, copied) taking n_in inputs and
+ * producing n_out outputs (0..1024 each) on this rank. A name registered
+ * already: WEFT_ERR_INVALID_ARGUMENT naming it. Any thread; non-blocking. */
+WEFT_API weft_status weft_remote_register(weft_world *world, const char *name, int n_in, int n_out, weft_remote_fn fn,
+                                          void *ctx);
+
+/* A fresh id owned by this rank (never 0, never reused in this world). Any thread. */
+WEFT_API weft_status weft_remote_id_new(weft_world *world, weft_remote_id *out);
+
+/* Per-call options. Pass NULL for all defaults. */
+typedef struct weft_remote_options {
+  size_t struct_size;     /* sizeof(weft_remote_options), set by WEFT_REMOTE_OPTIONS_INIT */
+  double timeout_seconds; /* > 0: this call's deadline from its start; 0: WEFT_TIMEOUT_SECONDS. Past it the
+                             call fails with WEFT_ERR_TIMEOUT and the callee is told to drop it */
+  int device;             /* execute: where the outputs live on the callee (WEFT_DEVICE_CPU; the store
+                             holds host memory, so another device fails the call's device check) */
+  weft_alloc_fn alloc;    /* fetch: memory for the tensor (called once, on the caller's remote service
+                             thread); NULL: library-owned, freed with the call */
+  void *alloc_ctx;
+} weft_remote_options;
+#define WEFT_REMOTE_OPTIONS_INIT {sizeof(weft_remote_options), 0.0, WEFT_DEVICE_CPU, NULL, NULL}
+
+/* An execute input: an object id on the callee, or (tensor != NULL) a host
+ * tensor sent inline, copied at the call. */
+typedef struct weft_remote_input {
+  weft_remote_id id;
+  const weft_tensor *tensor;
+} weft_remote_input;
+
+/* Contexts: a caller's session on a callee (task); objects live in one.
+ * Blocking, with the world's deadline; any thread. idle_seconds > 0: the
+ * callee collects the context (and frees its objects) when nothing used it
+ * (a call, weft_remote_keepalive) for that long; 0: never. Unknown or
+ * closed context: WEFT_ERR_NOT_FOUND naming it and the task. */
+WEFT_API weft_status weft_remote_context_create(weft_world *world, int task, double idle_seconds, uint64_t *ctx);
+WEFT_API weft_status weft_remote_context_close(weft_world *world, int task, uint64_t ctx);
+WEFT_API weft_status weft_remote_keepalive(weft_world *world, int task, uint64_t ctx);
+
+/* Runs function name on task with n_in inputs, storing its n_out outputs
+ * under outputs (ids from weft_remote_id_new); the last n_meta outputs'
+ * dtype and shape come back with the completion (weft_remote_call_meta).
+ * Non-blocking: *call receives the handle. Inputs may be outputs of calls
+ * still running (chained calls): the callee waits for them. The callee
+ * checks, in TFRT's order and before anything runs: the context ("context
+ * 7 not found on rank 1"), the program ("can't find program: NAME"), the
+ * result count, the argument count ("expected 2 arguments, got 3") and the
+ * device; the first failing check fails the call (WEFT_ERR_NOT_FOUND or
+ * WEFT_ERR_INVALID_ARGUMENT). A callee that dies fails the call with
+ * WEFT_ERR_PEER_LOST naming it. Local misuse (bad task, n_meta > n_out, a
+ * zero id): WEFT_ERR_INVALID_ARGUMENT, nothing sent, *call NULL. */
+WEFT_API weft_status weft_remote_execute(weft_world *world, int task, uint64_t ctx, const char *name, int n_in,
+                                         const weft_remote_input *inputs, int n_out, const weft_remote_id *outputs,
+                                         int n_meta, const weft_remote_options *opt, weft_remote_call **call);
+/* Stores a copy of tensor (host memory) on task under id. Non-blocking. */
+WEFT_API weft_status weft_remote_put(weft_world *world, int task, uint64_t ctx, const weft_tensor *tensor,
+                                     weft_remote_id id, const weft_remote_options *opt, weft_remote_call **call);
+/* Brings object id back (waiting on the callee while it is being produced);
+ * weft_remote_call_output gives it. Non-blocking. */
+WEFT_API weft_status weft_remote_fetch(weft_world *world, int task, uint64_t ctx, weft_remote_id id,
+                                       const weft_remote_options *opt, weft_remote_call **call);
+/* Frees n objects on task. Known ones are freed even when others are not:
+ * the call then fails with WEFT_ERR_NOT_FOUND naming every unknown id
+ * ("unknown ids {0, 7}, {0, 9}"). Non-blocking. */
+WEFT_API weft_status weft_remote_delete(weft_world *world, int task, uint64_t ctx, int n, const weft_remote_id *ids,
+                                        const weft_remote_options *opt, weft_remote_call **call);
+
+/* As weft_test / weft_wait for a remote call (timeout_seconds < 0: until the
+ * call's own deadline). Any thread. */
+WEFT_API weft_status weft_remote_test(weft_remote_call *call);
+WEFT_API weft_status weft_remote_wait(weft_remote_call *call, double timeout_seconds);
+/* Gives up on a pending call: it completes at once with WEFT_ERR_CANCELLED
+ * and the callee drops it if it has not started it (one already running
+ * finishes there, its outputs kept). WEFT_ERR_MISUSE for a complete call.
+ * Non-blocking, any thread. */
+WEFT_API weft_status weft_remote_cancel(weft_remote_call *call);
+/* The error message of a completed call ("" if none or pending); owned by the call. */
+WEFT_API const char *weft_remote_call_error(weft_remote_call *call);
+/* Execute: dtype and shape of the i-th of the last n_meta outputs (i in
+ * 0..n_meta-1; data NULL; shape owned by the call). */
+WEFT_API weft_status weft_remote_call_meta(weft_remote_call *call, int i, weft_tensor *meta);
+/* Fetch: the tensor (data from opt->alloc, then the caller's, or owned by the call). */
+WEFT_API weft_status weft_remote_call_output(weft_remote_call *call, weft_tensor *out);
+/* Frees the handle; a pending call is cancelled first. */
+WEFT_API weft_status weft_remote_call_free(weft_remote_call *call);
+
+/* What this rank's store holds (for monitoring and tests). */
+typedef struct weft_remote_stats {
+  int64_t objects;        /* objects (with placeholders) in this rank's contexts */
+  int64_t contexts;       /* contexts open on this rank */
+  int64_t calls_pending;  /* this rank's calls not complete */
+  int64_t orphans_freed;  /* objects freed because their owner died */
+  int64_t collected;      /* contexts collected for idleness */
+} weft_remote_stats;
+WEFT_API weft_status weft_remote_stats_get(weft_world *world, weft_remote_stats *out);
+
 /* ------------------------------------------------------------------ info */
 /* "0.1.0" */
 WEFT_API const char *weft_version(void);

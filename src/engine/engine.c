@@ -7,6 +7,7 @@
  * inbox.c. */
 #include "engine/devstage.h"
 #include "engine/engine.h"
+#include "engine/ext.h"
 #include "engine/p2p.h"
 #include "engine/onehost.h"
 #include "engine/local.h"
@@ -441,9 +442,11 @@ static void heartbeats(weft_world *w, int64_t now) {
       wf_engine_send_frame(w, p, &b);
       wf_buf_free(&b);
     }
-    if (!wf_tcp_paused(w->tcp, p) && now - wf_tcp_last_rx(w->tcp, p) > to)
+    if (!wf_tcp_paused(w->tcp, p) && now - wf_tcp_last_rx(w->tcp, p) > to) {
+      wf_ext_peer_gone(w, p, 2);
       wf_world_fail(w, WEFT_ERR_PEER_LOST, "rank %d (%s) is unresponsive: nothing received for %.1f s", p,
                     w->peers[p].host, (now - wf_tcp_last_rx(w->tcp, p)) / 1e9);
+    }
   }
 }
 
@@ -574,6 +577,7 @@ static void *engine_main(void *arg) {
     wf_cancel_progress(w); /* after the drain: a cancelled request's REQUESTS went first */
     if (w->ntimed && now >= w->timed_next) w->timed_next = wf_timed_progress(w, now);
     wf_engine_process_inbox(w);
+    wf_ext_progress(w);
     if (wf_world_failed(w)) {
       fail_all(w);
       wf_devstage_poll(w); /* copies up already queued still complete their requests */
@@ -637,7 +641,8 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &e))
     return wf_err(WEFT_ERR_SYSTEM, "epoll_ctl(eventfd): %s", strerror(errno));
   w->departed = calloc((size_t)w->size, sizeof *w->departed);
-  if (!w->departed) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
+  w->gone = calloc((size_t)w->size, sizeof *w->gone);
+  if (!w->departed || !w->gone) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
   WF_CHECK(wf_local_attach(w, fds)); /* the host segment and the ring transport over it */
   WF_CHECK(wf_fast_start(w));
   WF_CHECK(wf_local_cma(w, fds));
@@ -685,6 +690,7 @@ static void free_group_lists(weft_group *add, weft_group *del) {
 }
 
 void wf_engine_stop(weft_world *w) {
+  wf_ext_stop(w); /* remote execution first: its threads send through the engine */
   if (w->thread_started) {
     pthread_mutex_lock(&w->mu);
     w->stopping = 1;
@@ -722,6 +728,8 @@ void wf_engine_stop(weft_world *w) {
   wf_local_detach(w);
   free(w->departed);
   w->departed = NULL;
+  free((void *)w->gone);
+  w->gone = NULL;
   if (w->evfd >= 0) close(w->evfd);
   if (w->epfd >= 0) close(w->epfd);
   w->evfd = w->epfd = -1;

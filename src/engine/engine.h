@@ -176,6 +176,16 @@ struct weft_world {
   /* device tensors' staging (engine/devstage.c; opaque here) */
   struct wf_dstage_world *dstage;
   uint64_t generation;       /* elastic mode: the world's generation (weft_generation); 0 otherwise */
+  /* the layer above that exchanges its own frames (engine/ext.h: remote
+   * execution). Under mu: the hook (set once), frames held until it attaches,
+   * frames to send. gone: per peer, 1 BYE, 2 lost (engine thread writes). */
+  void *ext_ctx;
+  const struct wf_ext_ops *ext_ops;
+  struct wf_ext_frame *ext_early, *ext_early_tail;
+  int ext_nearly;
+  size_t ext_early_bytes;
+  struct wf_ext_frame *ext_out, *ext_out_tail;
+  _Atomic unsigned char *gone;
 };
 
 /* Engine lifecycle (world.c calls these). */

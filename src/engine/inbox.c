@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/ext.h"
 #include "engine/p2p.h"
 #include "negotiate/cache.h"
 #include "util/err.h"
@@ -27,6 +28,10 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
   weft_world *w = ctx;
   char err[256];
   if (h->type == WF_MSG_HEARTBEAT) return;
+  if (wf_ext_is_type(h->type)) { /* remote execution's: handed over as they come */
+    wf_ext_on_frame(w, peer, h->type, p, n);
+    return;
+  }
   wf_inbox *m = calloc(1, sizeof *m);
   if (!m) {
     wf_world_fail(w, WEFT_ERR_NO_MEMORY, "out of memory receiving a message from rank %d", peer);
@@ -62,6 +67,7 @@ void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t
       break;
     case WF_MSG_BYE:
       w->departed[peer] = 1; /* now: its EOF may follow in the same read */
+      wf_ext_peer_gone(w, peer, 1);
       break;
     case WF_MSG_P2P_SEND:
       st = wf_decode_p2p_send(p, n, &m->p2p_send, err, sizeof err);
@@ -116,6 +122,7 @@ void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg) {
     wf_exec_peer_departed(w, peer); /* (point-to-point: at its BYE, in order after what it sent) */
     return;
   }
+  wf_ext_peer_gone(w, peer, 2);
   wf_world_fail(w, st, "%s (rank %d on host %s)", msg, peer, w->peers[peer].host);
 }
 

@@ -74,6 +74,8 @@ static const wf_type_info k_types[WF_MSG_TYPE_MAX_] = {
     [WF_MSG_CANCEL] = {"CANCEL", 4 + 2 + 1 + 1 + 8, 4 + 2 + WF_NAME_MAX + 1 + 8},
     [WF_MSG_STEP_REQ] = {"STEP_REQ", 4 + 8, 4 + 8},
     [WF_MSG_STEP_REPLY] = {"STEP_REPLY", 4 + 8 + 4 + 8 + 2, 4 + 8 + 4 + 8 + 2 + WF_ERRMSG_MAX},
+    [WF_MSG_REMOTE_CALL] = {"REMOTE_CALL", 8 + 1 + 8 + 8 + 8 + 4 + 2 + 4 + 4 + 4, UINT64_MAX},
+    [WF_MSG_REMOTE_REPLY] = {"REMOTE_REPLY", 8 + 1 + 8 + 4 + 2 + 4 + 1, UINT64_MAX},
 };
 
 /* ------------------------------------------------------------------ header */
@@ -109,7 +111,7 @@ weft_status wf_frame_hdr_decode(const uint8_t in[WF_FRAME_HDR_SIZE], uint64_t ma
     return hdr_fail(err, errlen, "frame header: protocol version %u, this build speaks %u (mixed weft versions?)",
                     in[4], WF_WIRE_VERSION);
   uint8_t type = in[5];
-  if (type == 0 || type >= WF_MSG_TYPE_MAX_)
+  if (type == 0 || type >= WF_MSG_TYPE_MAX_ || !k_types[type].name) /* (a reserved number has no row) */
     return hdr_fail(err, errlen, "frame header: unknown message type %u", type);
   uint32_t reserved = (uint32_t)wf_le_get(in + 12, 4);
   if (reserved != 0) return hdr_fail(err, errlen, "frame header: reserved field is 0x%08x, must be 0", reserved);

@@ -48,8 +48,11 @@ typedef enum wf_msg_type {
   WF_MSG_CANCEL = 16,    /* rank -> coordinator: withdraw this rank's request for a name (weft_request_cancel) */
   WF_MSG_STEP_REQ = 17,  /* rank -> group leader: the step sequence of a graph key (weft_step_next/refresh) */
   WF_MSG_STEP_REPLY = 18, /* group leader -> rank: its next step id for the key, or why not */
-  WF_MSG_TYPE_MAX_ = 19
+  WF_MSG_REMOTE_CALL = 19,  /* caller -> callee: a remote-execution operation (remote/; remotemsg.c) */
+  WF_MSG_REMOTE_REPLY = 20, /* callee -> caller: its outcome, metadata, a fetched tensor */
+  WF_MSG_TYPE_MAX_ = 21
 } wf_msg_type;
+#define WF_MSG_RESERVED_ 0 /* numbers below WF_MSG_TYPE_MAX_ not in use */
 
 /* Collective kinds (requests and responses). */
 typedef enum wf_coll {
@@ -313,6 +316,65 @@ weft_status wf_decode_abort(const uint8_t *p, size_t n, char *reason, size_t rea
 /* P2P_SEND: m->data points into p (valid while p is). */
 weft_status wf_decode_p2p_send(const uint8_t *p, size_t n, wf_p2p_send_msg *m, char *err, size_t errlen);
 weft_status wf_decode_p2p_reply(const uint8_t *p, size_t n, wf_p2p_reply_msg *m, char *err, size_t errlen);
+
+/* ---- REMOTE_CALL / REMOTE_REPLY (remotemsg.c): remote execution
+ * (src/remote/). Tensors travel inline (dense, host memory). */
+#define WF_REMOTE_MAX_ARGS 1024  /* inputs, outputs, ids to delete or metadata in one message */
+typedef enum wf_remote_op {
+  WF_ROP_CTX_CREATE = 1, /* make a context on the callee (idle seconds) */
+  WF_ROP_CTX_CLOSE = 2,  /* close it: its objects are freed */
+  WF_ROP_KEEPALIVE = 3,  /* the context is in use */
+  WF_ROP_EXECUTE = 4,    /* run a registered function */
+  WF_ROP_PUT = 5,        /* store one inline tensor under an id */
+  WF_ROP_FETCH = 6,      /* send an object's tensor back */
+  WF_ROP_DELETE = 7,     /* free objects */
+  WF_ROP_CANCEL = 8,     /* the caller gave up on call_id (cancelled or past its deadline); no reply */
+  WF_ROP_COUNT_ = 9
+} wf_remote_op;
+typedef struct wf_remote_tensor {
+  uint8_t dtype;        /* weft_dtype */
+  uint8_t ndim;         /* 0..WEFT_MAX_DIMS */
+  int32_t device;       /* WEFT_DEVICE_CPU or a device index (the callee checks it) */
+  int64_t shape[WEFT_MAX_DIMS]; /* each >= 0 */
+  uint64_t nbytes;      /* with data: elements x dtype size; metadata only: 0 */
+  const uint8_t *data;  /* decoded: points into the payload (not owned) */
+} wf_remote_tensor;
+typedef struct wf_remote_oid {
+  int32_t owner;        /* the rank that made the id (>= 0) */
+  uint64_t local;       /* >= 1 */
+} wf_remote_oid;
+typedef struct wf_remote_arg {
+  uint8_t is_inline;    /* 0: id; 1: tensor */
+  wf_remote_oid id;
+  wf_remote_tensor t;
+} wf_remote_arg;
+typedef struct wf_remote_msg {
+  uint64_t call_id;     /* the caller's number of the call, >= 1 */
+  uint8_t op;           /* wf_remote_op */
+  uint64_t ctx;         /* the context (CTX_CREATE: 0; its REPLY: the new one) */
+  /* CALL only */
+  double timeout;       /* seconds the caller still waits (> 0), or 0: none */
+  double idle;          /* CTX_CREATE: idle seconds before collection (>= 0; 0: never) */
+  int32_t device;       /* EXECUTE: the outputs' device (WEFT_DEVICE_CPU, or an index) */
+  char name[WF_NAME_MAX + 1]; /* EXECUTE: the function; else empty */
+  uint32_t n_meta;      /* EXECUTE: the last n_meta outputs return metadata (<= n_out) */
+  uint32_t n_in;        /* inputs (EXECUTE), the tensor (PUT), the id (FETCH), ids (DELETE) */
+  wf_remote_arg *in;    /* malloc'd by the decoder */
+  uint32_t n_out;       /* EXECUTE, PUT: output ids */
+  wf_remote_oid *out;   /* malloc'd by the decoder */
+  /* REPLY only */
+  int32_t status;       /* weft_status (<= 0) */
+  char *error;          /* status < 0: the message (<= WF_ERRMSG_MAX bytes; malloc'd by the decoder) */
+  uint32_t n_metas;     /* EXECUTE: dtype and shape of the last outputs (nbytes 0) */
+  wf_remote_tensor *metas; /* malloc'd by the decoder */
+  uint8_t has_tensor;   /* FETCH: the tensor follows */
+  wf_remote_tensor tensor;
+} wf_remote_msg;
+weft_status wf_encode_remote_call(wf_buf *out, uint32_t src, const wf_remote_msg *m);
+weft_status wf_encode_remote_reply(wf_buf *out, uint32_t src, const wf_remote_msg *m);
+weft_status wf_decode_remote_call(const uint8_t *p, size_t n, wf_remote_msg *m, char *err, size_t errlen);
+weft_status wf_decode_remote_reply(const uint8_t *p, size_t n, wf_remote_msg *m, char *err, size_t errlen);
+void wf_remote_msg_free(wf_remote_msg *m); /* frees in, out, error, metas (not the structs' data) */
 
 void wf_peers_msg_free(wf_peers_msg *m);
 void wf_request_msg_free(wf_request_msg *m);     /* frees splits */

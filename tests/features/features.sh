@@ -261,7 +261,8 @@ below = {"util": set(), "wire": {"util"}, "reduce": {"util"}, "device": {"util"}
          "host": {"bootstrap", "util", "wire"}, "transport": {"bootstrap", "host", "util", "wire"},
          "algo": {"reduce", "util", "wire"}, "negotiate": {"util", "wire"},
          "engine": {"algo", "bootstrap", "device", "host", "negotiate", "reduce", "transport", "util", "wire"},
-         "api": {"bootstrap", "engine", "util", "wire"}}
+         "api": {"bootstrap", "engine", "util", "wire"},
+         "remote": {"engine", "util", "wire"}}
 inc = re.compile(r'#include "([a-z_]+)/([a-z_]+[.]h)"')
 for folder in sorted(os.listdir(src)):
     if not os.path.isdir(os.path.join(src, folder)):

@@ -243,6 +243,30 @@ static int dec_step(const uint8_t *p, size_t n, char *err, wf_msg_type type) {
 }
 static int dec_step_req(const uint8_t *p, size_t n, char *err) { return dec_step(p, n, err, WF_MSG_STEP_REQ); }
 static int dec_step_reply(const uint8_t *p, size_t n, char *err) { return dec_step(p, n, err, WF_MSG_STEP_REPLY); }
+/* REMOTE_CALL and REMOTE_REPLY (remotemsg.c): tensors' data point into the payload. */
+static int dec_remote(const uint8_t *p, size_t n, char *err, int call) {
+  wf_remote_msg m;
+  wf_buf b = {0};
+  const char *what = call ? "REMOTE_CALL" : "REMOTE_REPLY";
+  weft_status st = call ? wf_decode_remote_call(p, n, &m, err, g_errlen) : wf_decode_remote_reply(p, n, &m, err, g_errlen);
+  if (st != WEFT_OK) {
+    check_zero(&m, sizeof m, what);
+    if (g_errlen > 12 && strncmp(err, what, strlen(what)) != 0) fz_fail("%s: the error does not name the message: %s", what, err);
+    return 0;
+  }
+  for (uint32_t i = 0; i < m.n_in; i++)
+    if (m.in[i].t.data && (m.in[i].t.data < p || m.in[i].t.data + m.in[i].t.nbytes > p + n))
+      fz_fail("%s: data points outside the payload", what);
+  if (m.tensor.data && (m.tensor.data < p || m.tensor.data + m.tensor.nbytes > p + n))
+    fz_fail("%s: data points outside the payload", what);
+  if ((call ? wf_encode_remote_call(&b, 0, &m) : wf_encode_remote_reply(&b, 0, &m)) != WEFT_OK)
+    fz_fail("a decoded %s does not encode", what);
+  same_payload(&b, p, n, what);
+  wf_remote_msg_free(&m);
+  return 1;
+}
+static int dec_remote_call(const uint8_t *p, size_t n, char *err) { return dec_remote(p, n, err, 1); }
+static int dec_remote_reply(const uint8_t *p, size_t n, char *err) { return dec_remote(p, n, err, 0); }
 
 /* HEARTBEAT, BYE: no decoder; only an empty payload is a valid one. */
 static int dec_empty(const uint8_t *p, size_t n, char *err) {
@@ -465,6 +489,68 @@ static void build_step(fz_in *in, wf_buf *b, wf_msg_type type) {
 static void build_step_req(fz_in *in, wf_buf *b) { build_step(in, b, WF_MSG_STEP_REQ); }
 static void build_step_reply(fz_in *in, wf_buf *b) { build_step(in, b, WF_MSG_STEP_REPLY); }
 
+/* A small tensor: with data (from the input) or metadata only. */
+static void take_remote_tensor(fz_in *in, wf_remote_tensor *t, int with_data, uint8_t *room, size_t room_len) {
+  memset(t, 0, sizeof *t);
+  t->dtype = (uint8_t)(fz_take(in, 1) % WEFT_DTYPE_COUNT_);
+  t->ndim = (uint8_t)(fz_take(in, 1) % 4);
+  t->device = (int32_t)(fz_take(in, 1) % 3) - 1;
+  size_t es = weft_dtype_size((weft_dtype)t->dtype), elems = 1;
+  for (int d = 0; d < t->ndim; d++) {
+    t->shape[d] = (int64_t)(fz_take(in, 1) % 5);
+    elems *= (size_t)t->shape[d];
+  }
+  if (!with_data) return;
+  if (elems * es > room_len) { /* keep it small: a zero dimension */
+    t->shape[0] = 0;
+    elems = 0;
+  }
+  t->nbytes = elems * es;
+  fz_take_bytes(in, room, (size_t)t->nbytes);
+  t->data = t->nbytes ? room : NULL;
+}
+
+static void build_remote_call(fz_in *in, wf_buf *b) {
+  static uint8_t room[4][256];
+  wf_remote_arg args[4];
+  wf_remote_oid outs[4];
+  wf_remote_msg m = {.call_id = 1 + fz_take(in, 8) % UINT64_MAX, .op = (uint8_t)(1 + fz_take(in, 1) % (WF_ROP_COUNT_ - 1)),
+                     .ctx = fz_take(in, 8), .timeout = (double)fz_take(in, 2) / 8, .idle = (double)fz_take(in, 2) / 8,
+                     .device = (int32_t)(fz_take(in, 1) % 3) - 1};
+  if (m.op == WF_ROP_EXECUTE) fz_take_name(in, m.name, WF_NAME_MAX);
+  m.n_in = (uint32_t)(fz_take(in, 1) % 5);
+  m.n_out = (uint32_t)(fz_take(in, 1) % 5);
+  for (uint32_t i = 0; i < m.n_in; i++) {
+    memset(&args[i], 0, sizeof args[i]);
+    args[i].is_inline = (uint8_t)(fz_take(in, 1) & 1);
+    if (args[i].is_inline) take_remote_tensor(in, &args[i].t, 1, room[i], sizeof room[i]);
+    else args[i].id = (wf_remote_oid){(int32_t)(fz_take(in, 2)), 1 + fz_take(in, 8) % UINT64_MAX};
+  }
+  for (uint32_t i = 0; i < m.n_out; i++) outs[i] = (wf_remote_oid){(int32_t)(fz_take(in, 2)), 1 + fz_take(in, 8) % UINT64_MAX};
+  if (m.op == WF_ROP_EXECUTE) m.n_meta = (uint32_t)(fz_take(in, 1) % (m.n_out + 1));
+  m.in = args;
+  m.out = outs;
+  if (wf_encode_remote_call(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid REMOTE_CALL was rejected");
+}
+
+static void build_remote_reply(fz_in *in, wf_buf *b) {
+  static uint8_t room[256];
+  wf_remote_tensor metas[4];
+  char error[64];
+  wf_remote_msg m = {.call_id = 1 + fz_take(in, 8) % UINT64_MAX, .op = (uint8_t)(1 + fz_take(in, 1) % (WF_ROP_COUNT_ - 1)),
+                     .ctx = fz_take(in, 8), .status = -(int32_t)(fz_take(in, 1) % 16)};
+  if (m.status < 0) {
+    fz_take_name(in, error, sizeof error - 1);
+    m.error = error;
+  }
+  m.n_metas = (uint32_t)(fz_take(in, 1) % 5);
+  for (uint32_t i = 0; i < m.n_metas; i++) take_remote_tensor(in, &metas[i], 0, NULL, 0);
+  m.metas = metas;
+  m.has_tensor = (uint8_t)(fz_take(in, 1) & 1);
+  if (m.has_tensor) take_remote_tensor(in, &m.tensor, 1, room, sizeof room);
+  if (wf_encode_remote_reply(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid REMOTE_REPLY was rejected");
+}
+
 static void build_p2p_send(fz_in *in, wf_buf *b) {
   static uint8_t data[256];
   wf_p2p_send_msg m = {.msg_id = 1 + fz_take(in, 8) % UINT64_MAX,
@@ -502,7 +588,7 @@ typedef struct fz_type {
   uint64_t max_len;                                     /* the type's own payload limit */
 } fz_type;
 
-/* In wf_msg_type order, from 1. A new message type: add its row here. */
+/* In wf_msg_type order (reserved numbers have no row). A new message type: add its row here. */
 static const fz_type k_types[] = {
     {WF_MSG_HELLO, "hello", dec_hello, build_hello,
      12 + 2 + WF_HOST_MAX + 2 + 63 + 2 + WF_HOST_MAX + 32 + 2 + WF_SETTINGS_TEXT_MAX + 8 + 4},
@@ -523,10 +609,20 @@ static const fz_type k_types[] = {
     {WF_MSG_CANCEL, "cancel", dec_cancel, build_cancel, 4 + 2 + WF_NAME_MAX + 1 + 8},
     {WF_MSG_STEP_REQ, "step_req", dec_step_req, build_step_req, 4 + 8},
     {WF_MSG_STEP_REPLY, "step_reply", dec_step_reply, build_step_reply, 4 + 8 + 4 + 8 + 2 + WF_ERRMSG_MAX},
+    {WF_MSG_REMOTE_CALL, "remote_call", dec_remote_call, build_remote_call, UINT64_MAX},
+    {WF_MSG_REMOTE_REPLY, "remote_reply", dec_remote_reply, build_remote_reply, UINT64_MAX},
 };
 #define NTYPES ((int)(sizeof k_types / sizeof k_types[0]))
-_Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1,
+_Static_assert(sizeof k_types / sizeof k_types[0] == WF_MSG_TYPE_MAX_ - 1 - WF_MSG_RESERVED_,
                "wire.h has a message type without a row in fuzz_wire.c's k_types");
+
+/* The row of a message type, or NULL (a reserved number). Rows are in type
+ * order; a mode picks a row by index. */
+static const fz_type *type_row(unsigned type) {
+  for (int i = 0; i < NTYPES; i++)
+    if (k_types[i].type == (int)type) return &k_types[i];
+  return NULL;
+}
 
 /* ------------------------------------------------------------ streams */
 
@@ -543,8 +639,8 @@ static int decode_stream(const uint8_t *p, size_t n, uint64_t max_ctrl, uint64_t
       check_zero(&h, sizeof h, "frame header");
       break;
     }
-    if (h.type < 1 || h.type > NTYPES) fz_fail("frame header accepted unknown type %u", h.type);
-    const fz_type *t = &k_types[h.type - 1];
+    const fz_type *t = type_row(h.type);
+    if (!t) fz_fail("frame header accepted unknown type %u", h.type);
     uint64_t cap = h.type == WF_MSG_DATA ? max_data : max_ctrl;
     if (h.length > cap || h.length > t->max_len)
       fz_fail("%s header accepted with length %llu over its cap", t->name, (unsigned long long)h.length);
@@ -612,7 +708,7 @@ static void fz_write_seeds(void) {
   int modes = 1 + 2 * NTYPES;
   for (int i = 0; i < NTYPES; i++) {
     const fz_type *t = &k_types[i];
-    if (t->type != i + 1) fz_fail("k_types is not in wf_msg_type order at row %d", i);
+    if (i && t->type <= k_types[i - 1].type) fz_fail("k_types is not in wf_msg_type order at row %d", i);
     for (uint64_t s = 1; s <= 3; s++) {
       uint8_t bytes[600];
       char name[64];

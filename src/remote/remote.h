@@ -1,0 +1,62 @@
+/* remote.h - remote execution's core (design.md, "Remote execution"),
+ * written against a two-function link so that it runs the same over the
+ * world's connections (remote/api.c) and in one process (unit tests).
+ *
+ * One wf_remote per rank. Threads: caller threads start calls and wait;
+ * the link delivers frames from any thread (the engine thread in a world)
+ * into the inbox; a service thread acts on them (checks, the store,
+ * replies, deadlines, idle contexts, dead peers) and never runs user code;
+ * a worker thread runs the registered functions. Lock order: whatever the
+ * link's deliver caller holds, then wf_remote.mu; the link's send is never
+ * called with mu held. */
+#ifndef WF_REMOTE_H
+#define WF_REMOTE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+#include "wire/wire.h"
+
+typedef struct wf_remote wf_remote;
+
+typedef struct wf_remote_link {
+  void *ctx;
+  uint64_t max_payload; /* the largest frame payload a peer accepts (WEFT_MAX_MESSAGE_BYTES); 0: no limit */
+  /* Sends one encoded frame (REMOTE_CALL/REPLY; taken, even on error) to
+   * peer. Any thread; must not block long; never called with mu held. */
+  weft_status (*send)(void *ctx, int peer, wf_buf *frame);
+  /* 0: peer is fine; 1: calls to it cannot complete (the world failed, it
+   * finalized); 2: it died or went silent (what it owned here is freed
+   * after the grace). Why in msg. Any thread; never called with mu held. */
+  int (*peer_lost)(void *ctx, int peer, char *msg, size_t len);
+} wf_remote_link;
+
+/* grace: seconds after a peer is lost before the objects it owned here
+ * are freed. default_timeout: a call's deadline when it sets none. */
+weft_status wf_remote_new(int rank, int size, const wf_remote_link *link, double default_timeout, double grace,
+                          wf_remote **out);
+/* Stops the threads, fails pending calls with WEFT_ERR_SHUTDOWN, frees
+ * everything. Call handles must be freed before (they point to r). */
+void wf_remote_free(wf_remote *r);
+/* A frame from peer (type REMOTE_CALL or REMOTE_REPLY; payload p, n bytes,
+ * copied). Any thread. A malformed one is dropped and returns
+ * WEFT_ERR_PROTOCOL with the reason in err. */
+weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_t *p, size_t n, char *err,
+                              size_t errlen);
+
+/* The public operations on one rank's core (api.c maps the world to it). */
+weft_status wf_remote_register(wf_remote *r, const char *name, int n_in, int n_out, weft_remote_fn fn, void *ctx);
+weft_status wf_remote_id_new(wf_remote *r, weft_remote_id *out);
+weft_status wf_remote_ctx_op(wf_remote *r, int task, int op, uint64_t ctx, double idle, uint64_t *out_ctx);
+weft_status wf_remote_execute(wf_remote *r, int task, uint64_t ctx, const char *name, int n_in,
+                              const weft_remote_input *inputs, int n_out, const weft_remote_id *outputs, int n_meta,
+                              const weft_remote_options *opt, weft_remote_call **call);
+weft_status wf_remote_put(wf_remote *r, int task, uint64_t ctx, const weft_tensor *t, weft_remote_id id,
+                          const weft_remote_options *opt, weft_remote_call **call);
+weft_status wf_remote_fetch(wf_remote *r, int task, uint64_t ctx, weft_remote_id id, const weft_remote_options *opt,
+                            weft_remote_call **call);
+weft_status wf_remote_delete(wf_remote *r, int task, uint64_t ctx, int n, const weft_remote_id *ids,
+                             const weft_remote_options *opt, weft_remote_call **call);
+void wf_remote_stats(wf_remote *r, weft_remote_stats *out);
+
+#endif

@@ -1,0 +1,161 @@
+/* remote_impl.h - remote/'s private state: the core (core.c), the callee's
+ * store and jobs (store.c, serve.c) and the caller's calls (call.c). Every
+ * field below is under wf_remote.mu unless it says otherwise. */
+#ifndef WF_REMOTE_IMPL_H
+#define WF_REMOTE_IMPL_H
+#include <pthread.h>
+
+#include "remote/remote.h"
+
+#define WF_RCALL_MAGIC 0x72636c6cu /* "rcll" */
+#define WF_REMOTE_JOIN_SECONDS 10   /* finalize waits this long for a running function */
+#define WF_REMOTE_TICK_NS 20000000LL /* the service thread looks at deadlines, idle contexts, peers this often */
+
+/* ---- callee: objects, contexts, jobs */
+enum { WF_OBJ_PENDING = 0, WF_OBJ_READY = 1, WF_OBJ_FAILED = 2 };
+typedef struct wf_robj {
+  struct wf_robj *next;
+  wf_remote_oid id;
+  int state;
+  int refs;               /* the store's (1 while listed) + running jobs' */
+  int listed;
+  int implicit;           /* a placeholder made by a lookup, no producer known yet */
+  weft_dtype dtype;
+  int ndim;
+  int64_t shape[WEFT_MAX_DIMS];
+  size_t nbytes;
+  void *data;
+  char *error;            /* FAILED: why */
+} wf_robj;
+
+typedef struct wf_rctx {
+  struct wf_rctx *next;
+  uint64_t id;
+  int creator;
+  double idle;            /* seconds; 0: never collected */
+  int64_t last_used;
+  wf_robj *objs;
+} wf_rctx;
+
+typedef struct wf_rjob {
+  struct wf_rjob *next;
+  int peer;
+  uint8_t *payload;       /* the frame's bytes (msg points into them) */
+  wf_remote_msg msg;
+  int64_t deadline;       /* INT64_MAX: none */
+  uint64_t ctx;
+  wf_robj **ins;          /* EXECUTE and FETCH: the inputs' objects (a reference each) */
+  wf_robj **outs;         /* EXECUTE: the outputs' placeholders (a reference each) */
+  const struct wf_rfn *fn;
+} wf_rjob;
+
+typedef struct wf_rfn {
+  struct wf_rfn *next;
+  char name[WF_NAME_MAX + 1];
+  int n_in, n_out;
+  weft_remote_fn fn;
+  void *ctx;
+} wf_rfn;
+
+/* ---- caller: calls in flight */
+struct weft_remote_call {
+  uint32_t magic;
+  wf_remote *r;
+  weft_remote_call *next; /* in r->calls while pending */
+  int peer;
+  uint64_t id;
+  uint8_t op;
+  char what[WF_NAME_MAX + 32]; /* "execute 'f'", "fetch {0, 3}" ... for messages */
+  weft_status status;     /* WEFT_IN_PROGRESS while pending */
+  char error[WF_ERRMSG_MAX + WF_NAME_MAX + 64];
+  int64_t deadline;
+  int detached;           /* freed by the caller while pending: the core frees it at completion */
+  int n_meta;
+  weft_tensor *metas;     /* n_meta; shapes in meta_shapes */
+  int64_t *meta_shapes;   /* n_meta x WEFT_MAX_DIMS */
+  weft_tensor out;        /* fetch */
+  int64_t out_shape[WEFT_MAX_DIMS];
+  int out_owned;          /* out.data is the call's */
+  weft_alloc_fn alloc;
+  void *alloc_ctx;
+  uint64_t ctx;           /* CTX_CREATE: the new context */
+};
+
+/* a frame waiting for the service thread */
+typedef struct wf_rframe {
+  struct wf_rframe *next;
+  int peer;
+  uint8_t type;
+  size_t n;
+  uint8_t bytes[];
+} wf_rframe;
+
+/* a frame to send once mu is released */
+typedef struct wf_rout {
+  struct wf_rout *next;
+  int peer;
+  wf_buf frame;
+} wf_rout;
+
+struct wf_remote {
+  int rank, size;
+  wf_remote_link link;    /* fixed */
+  double default_timeout, grace; /* fixed */
+  pthread_mutex_t mu;
+  pthread_cond_t svc_cv;  /* the service thread: frames in, or stop */
+  pthread_cond_t work_cv; /* the worker: jobs ready, or stop */
+  pthread_cond_t done_cv; /* calls completed */
+  pthread_t svc, worker;
+  int threads;
+  int stopping;
+  int worker_done;        /* the worker thread has left its loop */
+  int abandoned;          /* wf_remote_free stopped waiting for it: the worker frees the core */
+  wf_rframe *in_head, *in_tail;
+  wf_rout *out_head, *out_tail;
+  wf_rfn *fns;
+  wf_rctx *ctxs;
+  uint64_t next_ctx;
+  uint64_t collected_ids[64]; /* recently collected contexts, for the error message */
+  int ncollected;
+  wf_rjob *waiting;       /* jobs whose inputs are not all produced */
+  wf_rjob *ready_head, *ready_tail;
+  weft_remote_call *calls;
+  uint64_t next_call;
+  uint64_t next_local;
+  int64_t *lost_at;       /* per peer: when it was seen lost (0: not), -1: its objects freed */
+  int *pstate;            /* per peer: the link's peer_lost at the last tick (service thread only) */
+  char (*pmsg)[512];      /* and why */
+  int64_t orphans_freed, ncollected_total;
+};
+
+/* core.c */
+void wf_remote_out_locked(wf_remote *r, int peer, wf_buf *frame); /* queue (takes the frame) */
+void wf_remote_flush(wf_remote *r);                               /* sends the queue (mu not held) */
+void wf_remote_worker_exit(wf_remote *r);                         /* the worker's last act (mu held; unlocks) */
+int64_t wf_remote_deadline(double seconds);                       /* now + seconds (<= 0: INT64_MAX) */
+
+/* store.c (mu held) */
+wf_rctx *wf_rctx_find(wf_remote *r, uint64_t id);
+wf_robj *wf_robj_find(wf_rctx *c, wf_remote_oid id);
+wf_robj *wf_robj_add(wf_rctx *c, wf_remote_oid id); /* a PENDING object with a reference for the store */
+void wf_robj_unref(wf_robj *o);
+void wf_robj_unlist(wf_rctx *c, wf_robj *o);
+void wf_rctx_drop(wf_remote *r, wf_rctx *c, int collected); /* unlinks and frees c and its objects */
+int64_t wf_remote_free_owned(wf_remote *r, int owner);         /* objects and contexts of a dead rank */
+void wf_remote_collect_idle(wf_remote *r, int64_t now);
+void wf_oid_str(wf_remote_oid id, char *buf, size_t len);     /* "{0, 7}" */
+
+/* serve.c (mu held) */
+void wf_serve_call(wf_remote *r, int peer, uint8_t *payload, wf_remote_msg *m); /* takes payload */
+void wf_serve_tick(wf_remote *r, int64_t now);
+void wf_serve_drop_peer(wf_remote *r, int peer);
+void wf_serve_recheck(wf_remote *r); /* an object changed: start or fail waiting jobs */
+void *wf_serve_worker(void *arg);
+void wf_serve_free_all(wf_remote *r);
+
+/* call.c (mu held) */
+void wf_call_on_reply(wf_remote *r, int peer, wf_remote_msg *m);
+void wf_call_tick(wf_remote *r, int64_t now);
+void wf_call_fail_all(wf_remote *r, weft_status st, const char *msg);
+
+#endif
