@@ -293,14 +293,18 @@ int wf_p2p_fast_recv(weft_request *r) {
 
 /* ------------------------------------------------------------------ waiting */
 
-/* One look: reaps r's ring (a send) or matches the posted receives. 0 once
- * there are no mailboxes (finalized). */
+/* One look: reaps the rings with results in and matches the posted
+ * receives, whichever r is: a rank waiting for its send must still match
+ * its posted receives, or two ranks that each wait for their send to the
+ * other (a ring shift) would wait for the engine's scan. 0 once there are
+ * no mailboxes (finalized). */
 static int look(weft_world *w, weft_request *r) {
+  (void)r;
   wf_p2p *p = w->p2p;
   pthread_mutex_lock(&p->mu);
   int ok = p->mbox != NULL;
-  if (ok && r->p2p_fast == 1) wf_p2p_fast_reap(w, r->p2p_li);
-  else if (ok) wf_p2p_match_all(w, 0);
+  if (ok && p->ntx) wf_p2p_fast_reap(w, -1);
+  if (ok && p->posted) wf_p2p_match_all(w, 0);
   pthread_mutex_unlock(&p->mu);
   return ok;
 }
