@@ -150,7 +150,6 @@ void wf_p2p_finish(weft_world *w, op *o, weft_status st, const char *msg) {
   free(o);
   if (w->p2p->mbox) wf_p2p_fast_ring_self(w->p2p);
 }
-#define finish wf_p2p_finish
 
 static void send_reply(weft_world *w, int peer, uint64_t id, uint8_t status, uint8_t dtype, uint64_t count) {
   wf_p2p_reply_msg m = {.msg_id = id, .status = status, .dtype = dtype, .count = count};
@@ -170,7 +169,7 @@ static void fail_departed_op(weft_world *w, op *o, int peer, const char *what) {
            "point-to-point %s (%skey %llu) with rank %d: rank %d (%s) has shut down (weft_finalize) before it matched",
            what, group_str(o->r->group->id, g, sizeof g), (unsigned long long)o->r->p2p_key, peer, peer,
            w->peers[peer].host);
-  finish(w, o, WEFT_ERR_PEER_LOST, msg);
+  wf_p2p_finish(w, o, WEFT_ERR_PEER_LOST, msg);
 }
 
 /* ------------------------------------------------------------------ matching (receiver) */
@@ -199,11 +198,11 @@ static void match(weft_world *w, op *o, ann *a) {
              (unsigned long long)o->count, weft_dtype_name((weft_dtype)r->msg.dtype),
              (unsigned long long)(o->count * mes));
     send_reply(w, a->peer, a->id, WF_P2P_MISMATCH, r->msg.dtype, o->count);
-    finish(w, o, WEFT_ERR_MISMATCH, msg);
+    wf_p2p_finish(w, o, WEFT_ERR_MISMATCH, msg);
   } else if (a->eager || o->bytes == 0) {
     if (o->bytes) memcpy(r->in.data, a->data, o->bytes);
     send_reply(w, a->peer, a->id, WF_P2P_OK, r->msg.dtype, o->count);
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
   } else {
     weft_status st = w->tr->ops->recv(w->tr, a->peer, wf_data_tag(WF_P2P_TAG_GROUP, a->id), 0, r->in.data,
                                       (size_t)o->bytes, &o->pending);
@@ -212,7 +211,7 @@ static void match(weft_world *w, op *o, ann *a) {
       snprintf(msg, sizeof msg, "point-to-point recv from rank %d (key %llu): %s", a->peer,
                (unsigned long long)a->key, wf_err_msg());
       wf_world_fail(w, st, "%s", msg);
-      finish(w, o, st, msg);
+      wf_p2p_finish(w, o, st, msg);
     } else {
       push_op(&p->moving, o);
       send_reply(w, a->peer, a->id, WF_P2P_OK, r->msg.dtype, o->count); /* clear to send */
@@ -339,7 +338,7 @@ static void start_send(weft_world *w, op *o) {
     snprintf(msg, sizeof msg, "point-to-point send to rank %d: %s", peer, wf_err_msg());
     weft_status st = b.oom ? WEFT_ERR_NO_MEMORY : WEFT_ERR_INTERNAL;
     wf_buf_free(&b);
-    finish(w, o, st, msg);
+    wf_p2p_finish(w, o, st, msg);
     return;
   }
   if (o->eager) p->credit[peer] += o->bytes;
@@ -369,11 +368,11 @@ static void on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
              (unsigned long long)o->count, weft_dtype_name((weft_dtype)r->msg.dtype),
              (unsigned long long)(o->count * es), peer, (unsigned long long)m->count,
              weft_dtype_name((weft_dtype)m->dtype), (unsigned long long)(m->count * mes));
-    finish(w, o, WEFT_ERR_MISMATCH, msg);
+    wf_p2p_finish(w, o, WEFT_ERR_MISMATCH, msg);
     return;
   }
   if (o->eager || o->bytes == 0) {
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
     return;
   }
   weft_status st = w->tr->ops->send(w->tr, peer, wf_data_tag(WF_P2P_TAG_GROUP, o->id), 0, r->in.data,
@@ -383,7 +382,7 @@ static void on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
     snprintf(msg, sizeof msg, "point-to-point send to rank %d (key %llu): %s", peer, (unsigned long long)r->p2p_key,
              wf_err_msg());
     wf_world_fail(w, st, "%s", msg);
-    finish(w, o, st, msg);
+    wf_p2p_finish(w, o, st, msg);
     return;
   }
   push_op(&p->moving, o);
@@ -440,7 +439,7 @@ static void progress_locked(weft_world *w) {
       continue;
     }
     *pp = o->next;
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
   }
 }
 
@@ -572,7 +571,7 @@ void wf_p2p_fail_all(weft_world *w, weft_status st, const char *msg) {
   for (int i = 0; i < 3; i++)
     for (op *o = lists[i], *n; o; o = n) {
       n = o->next;
-      finish(w, o, st, msg);
+      wf_p2p_finish(w, o, st, msg);
     }
   if (p->mbox) wf_p2p_fast_fail(w, -1, st, msg);
   memset(p->credit, 0, sizeof *p->credit * (size_t)p->size);
