@@ -83,6 +83,7 @@ void wf_p2p_free(wf_p2p *p) {
   free(p->li_of);
   free(p->rank_of);
   free(p->rx_tail);
+  free(p->rx_lim);
   free(p->tx);
   pthread_mutex_destroy(&p->mu);
   free(p);
@@ -231,6 +232,7 @@ static void unlink_posted(wf_p2p *p, op *prev, op *o) {
 void wf_p2p_match_all(weft_world *w, int engine) {
   wf_p2p *p = w->p2p;
   if (engine) p->asked = 0;
+  if (p->mbox && p->posted) wf_p2p_fast_snapshot(p);
   op *prev = NULL;
   for (op *o = p->posted, *next; o; o = next) {
     next = o->next;

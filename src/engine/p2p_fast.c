@@ -68,8 +68,9 @@ weft_status wf_p2p_fast_attach(weft_world *w) {
   p->li_of = malloc(sizeof *p->li_of * (size_t)w->size);
   p->rank_of = malloc(sizeof *p->rank_of * (size_t)n);
   p->rx_tail = calloc((size_t)n, sizeof *p->rx_tail);
+  p->rx_lim = calloc((size_t)n, sizeof *p->rx_lim);
   p->tx = calloc((size_t)n, sizeof *p->tx);
-  if (!p->li_of || !p->rank_of || !p->rx_tail || !p->tx) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  if (!p->li_of || !p->rank_of || !p->rx_tail || !p->rx_lim || !p->tx) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   for (int r = 0; r < w->size; r++) {
     p->li_of[r] = wf_host_index_of(w->host, r);
     if (p->li_of[r] >= 0) p->rank_of[p->li_of[r]] = r;
@@ -199,7 +200,21 @@ no:
 
 /* ------------------------------------------------------------------ receiver */
 
-/* The earliest unmatched message from local index li that o accepts. */
+void wf_p2p_fast_snapshot(wf_p2p *p) {
+  for (int li = 0; li < p->nlocal; li++) {
+    if (li == p->li) continue;
+    uint64_t i = p->rx_tail[li];
+    while (i < p->rx_tail[li] + WF_MBOX_SLOTS) {
+      wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, i);
+      if (atomic_load_explicit(&s->seq, memory_order_acquire) < i + 1) break; /* not published yet */
+      i++;
+    }
+    p->rx_lim[li] = i;
+  }
+}
+
+/* The earliest unmatched message from local index li that o accepts, among
+ * those published when the pass began (wf_p2p_fast_snapshot). */
 static int scan(wf_p2p *p, const op *o, int li, uint64_t *k) {
   uint64_t t = p->rx_tail[li];
   for (;; t++) { /* past the matched ones (a reused slot: its message was reaped, so matched) */
@@ -210,7 +225,7 @@ static int scan(wf_p2p *p, const op *o, int li, uint64_t *k) {
   p->rx_tail[li] = t;
   uint32_t gid = o->r->group->id;
   uint64_t key = o->r->p2p_key;
-  for (uint64_t i = t; i < t + WF_MBOX_SLOTS; i++) {
+  for (uint64_t i = t; i < p->rx_lim[li]; i++) {
     wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, i);
     /* acquire: pairs with the sender's release of seq */
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);

@@ -58,6 +58,7 @@ struct wf_p2p {
   int *li_of;          /* size entries: world rank -> local index, or -1 */
   int *rank_of;        /* nlocal entries: local index -> world rank */
   uint64_t *rx_tail;   /* per local index: the oldest message from it not matched */
+  uint64_t *rx_lim;    /* per local index: messages below it were published when this matching pass began */
   wf_mbox_tx *tx;      /* per local index */
   int ntx;             /* fast sends not reaped */
   int oversub;         /* more local ranks than cores: waiters yield at once */
@@ -74,6 +75,10 @@ void wf_p2p_finish(weft_world *w, op *o, weft_status st, const char *msg);
 void wf_p2p_match_all(weft_world *w, int engine);
 
 /* p2p_fast.c, p->mu held. */
+/* Starts a matching pass: fixes which mailbox messages it may see, so that
+ * a receive posted later never takes a message published after an earlier
+ * receive that accepts it looked (senders publish concurrently). */
+void wf_p2p_fast_snapshot(wf_p2p *p);
 /* The earliest unmatched mailbox message o accepts: 1, *li and *k. */
 int wf_p2p_fast_find(wf_p2p *p, const op *o, int *li, uint64_t *k);
 /* o (off the posted list) meets message k from local index li. */

@@ -250,7 +250,8 @@ static void all_to_all_case(void) {
     weft_request_source(rr[k + i], &src);
     if (p < 0 || p >= mp_size || p == mp_rank || src != p || v != 1000 * p + 10 * mp_rank + j || j % 2 != 1 ||
         j <= last[p])
-      mp_fail("key 82 receive %d: %d from rank %d (source %d)", i, v, p, src);
+      mp_fail("key 82 receive %d: %d from rank %d (source %d); all: %d %d %d %d %d %d", i, v, p, src, in82[0], in82[1],
+              in82[2], n82 > 3 ? in82[3] : -1, n82 > 4 ? in82[4] : -1, n82 > 5 ? in82[5] : -1);
     else last[p] = j;
   }
   for (int i = 0; i < nr; i++) weft_request_free(rr[i]);
