@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# p2p_compare.sh BUILD_DIR [ITERS] - weft-bench --op pingpong/sendrecv next to
-# Open MPI's MPI_Send/MPI_Recv ping-pong and MPI_Sendrecv ring shift, 2 ranks
-# on this host, interleaved (weft, mpi, weft, mpi) so that the machine's
-# drift hits both alike. Prints both tables per pass.
+# p2p_compare.sh BUILD_DIR [ITERS] [BASE_BUILD_DIR] - weft-bench --op
+# pingpong/sendrecv next to Open MPI's MPI_Send/MPI_Recv ping-pong and
+# MPI_Sendrecv ring shift, 2 ranks on this host, interleaved (weft, mpi, weft,
+# mpi) so that the machine's drift hits both alike. Prints both tables per
+# pass. With BASE_BUILD_DIR (another build of weft, say the one before a
+# change), its weft-bench runs first in each pass too (base, weft, mpi).
 set -euo pipefail
-B=${1:?usage: p2p_compare.sh BUILD_DIR [ITERS]}
+B=${1:?usage: p2p_compare.sh BUILD_DIR [ITERS] [BASE_BUILD_DIR]}
 ITERS=${2:-200}
+BASE=${3:-}
 SIZES=8,1024,65536,1048576,4194304,16777216
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=$(mktemp -d)
@@ -14,6 +17,10 @@ mpicc -O2 -Wall -o "$OUT/p2p_mpi" "$HERE/p2p_mpi.c"
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 2"
 for pass in 1 2; do
   for op in pingpong sendrecv; do
+    if [ -n "$BASE" ]; then
+      echo "## pass $pass, $op: weft (base: $BASE)"
+      "$BASE/weftrun" -np 2 "$BASE/weft-bench" --op $op --sizes $SIZES -n "$ITERS" | sed 's/^\[0\] //'
+    fi
     echo "## pass $pass, $op: weft"
     "$B/weftrun" -np 2 "$B/weft-bench" --op $op --sizes $SIZES -n "$ITERS" | sed 's/^\[0\] //'
     echo "## pass $pass, $op: Open MPI"

@@ -58,6 +58,10 @@ static weft_status submit(const char *fn, int dir, weft_group *g, const weft_ten
   r->p2p = dir;
   r->p2p_peer = peer == WEFT_ANY_SOURCE ? -1 : g->ranks[peer];
   r->p2p_key = key;
+  if (dir == WF_P2P_REQ_SEND ? wf_p2p_fast_send(r) : wf_p2p_fast_recv(r)) { /* the host's mailboxes */
+    *req = r;
+    return WEFT_OK;
+  }
   return wf_p2p_submit(r, req);
 }
 

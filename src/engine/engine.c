@@ -645,6 +645,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   if (!w->departed || !w->gone) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory starting the engine");
   WF_CHECK(wf_local_attach(w, fds)); /* the host segment and the ring transport over it */
   WF_CHECK(wf_fast_start(w));
+  WF_CHECK(wf_p2p_fast_attach(w)); /* the point-to-point mailboxes in the segment */
   WF_CHECK(wf_local_cma(w, fds));
   wf_tcp_callbacks cb = {.ctx = w,
                         .on_ctrl = wf_engine_on_ctrl,
@@ -725,6 +726,7 @@ void wf_engine_stop(weft_world *w) {
   wf_tcp_destroy(w->tcp);
   w->tcp = NULL;
   wf_fast_stop(w);
+  wf_p2p_fast_detach(w);
   wf_local_detach(w);
   free(w->departed);
   w->departed = NULL;

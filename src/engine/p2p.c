@@ -23,59 +23,36 @@
  *    transport send; each side completes when its transfer does. Data thus
  *    never arrives before its receive is posted, and a ring's head always
  *    belongs to a posted receive.
+ * Small messages between ranks of one host skip all this: the sender's
+ * thread puts them in the pair's mailbox and the receiver's thread matches
+ * them (p2p_fast.c); receives are then posted by the callers' threads, and
+ * matching (wf_p2p_match_all) looks at the mailboxes first.
  * Failures: the world's failure (a peer died, abort) fails everything here;
  * a peer's BYE fails what still waits for it; a deadline passing fails the
- * world (the other side's state is unknown). Engine thread only, except
- * wf_p2p_submit. */
+ * world (the other side's state is unknown). Engine thread, under p->mu
+ * (p2p_impl.h), except wf_p2p_submit. */
 #include "engine/p2p.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/p2p_impl.h"
 #include "engine/submit.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/time.h"
 
-typedef struct op {
-  struct op *next;
-  weft_request *r;
-  int peer;        /* world rank; a receive from any source: -1 until matched */
-  uint64_t id;     /* send: its number; receive: the matched send's */
-  uint64_t count, bytes;
-  int eager;       /* send: went inline */
-  int pending;     /* transport transfers not complete (the transport decrements it) */
-} op;
-
-typedef struct ann { /* a P2P_SEND not matched yet */
-  struct ann *next;
-  int peer;
-  uint64_t id, key, count;
-  uint32_t group_id;
-  uint8_t dtype, eager;
-  uint8_t *data;   /* inline bytes (malloc'd) or NULL */
-} ann;
-
-struct wf_p2p {
-  int size;
-  uint64_t *next_id;   /* per peer: the last message number sent to it */
-  uint64_t *credit;    /* per peer: inline bytes sent to it, not yet acknowledged */
-  uint8_t *gone;       /* per peer: its BYE was handled (everything it sent is here) */
-  op *sends;           /* waiting for their P2P_REPLY */
-  op *posted, *posted_tail; /* receives not matched yet, post order */
-  op *moving;          /* transfers in the transports */
-  ann *anns, *anns_tail;
-};
-
 wf_p2p *wf_p2p_new(int size) {
   wf_p2p *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->size = size;
+  pthread_mutex_init(&p->mu, NULL);
   p->next_id = calloc((size_t)size, sizeof *p->next_id);
   p->credit = calloc((size_t)size, sizeof *p->credit);
   p->gone = calloc((size_t)size, 1);
-  if (!p->next_id || !p->credit || !p->gone) {
+  p->slow_out = calloc((size_t)size, sizeof *p->slow_out);
+  if (!p->next_id || !p->credit || !p->gone || !p->slow_out) {
     wf_p2p_free(p);
     return NULL;
   }
@@ -102,12 +79,23 @@ void wf_p2p_free(wf_p2p *p) {
   free(p->next_id);
   free(p->credit);
   free(p->gone);
+  free((void *)p->slow_out);
+  free(p->li_of);
+  free(p->rank_of);
+  free(p->rx_tail);
+  free(p->rx_lim);
+  free(p->tx);
+  pthread_mutex_destroy(&p->mu);
   free(p);
 }
 
 weft_status wf_p2p_submit(weft_request *r, weft_request **out) {
   weft_world *w = r->world;
   wf_request_arm(r);
+  /* counted before it is queued: a later send of this thread sees it and
+   * stays off the mailbox until it completes (p2p_fast.c) */
+  if (r->p2p == WF_P2P_REQ_SEND) atomic_fetch_add(&w->p2p->slow_out[r->p2p_peer], 1);
+  else atomic_fetch_add(&w->p2p->queued_recvs, 1); /* later receives queue behind it (p2p_fast.c) */
   pthread_mutex_lock(&w->mu);
   weft_status st = WEFT_OK;
   if (w->fail_status != WEFT_OK) st = wf_err(w->fail_status, "%s", w->fail_msg);
@@ -115,6 +103,8 @@ weft_status wf_p2p_submit(weft_request *r, weft_request **out) {
   else wf_engine_queue_locked(w, r);
   pthread_mutex_unlock(&w->mu);
   if (st != WEFT_OK) {
+    if (r->p2p == WF_P2P_REQ_SEND) atomic_fetch_sub(&w->p2p->slow_out[r->p2p_peer], 1);
+    else atomic_fetch_sub(&w->p2p->queued_recvs, 1);
     free(r);
     return st;
   }
@@ -153,10 +143,13 @@ static void push_op(op **head, op *o) {
   *head = o;
 }
 
-/* Completes o's request and frees o (already off every list). */
-static void finish(weft_world *w, op *o, weft_status st, const char *msg) {
+/* Completes o's request and frees o (already off every list); wakes this
+ * rank's threads waiting on the mailbox bell (a receive they posted). */
+void wf_p2p_finish(weft_world *w, op *o, weft_status st, const char *msg) {
+  if (o->r->p2p == WF_P2P_REQ_SEND && !o->r->p2p_fast) atomic_fetch_sub(&w->p2p->slow_out[o->peer], 1);
   wf_request_complete(w, o->r, st, msg);
   free(o);
+  if (w->p2p->mbox) wf_p2p_fast_ring_self(w->p2p);
 }
 
 static void send_reply(weft_world *w, int peer, uint64_t id, uint8_t status, uint8_t dtype, uint64_t count) {
@@ -177,7 +170,7 @@ static void fail_departed_op(weft_world *w, op *o, int peer, const char *what) {
            "point-to-point %s (%skey %llu) with rank %d: rank %d (%s) has shut down (weft_finalize) before it matched",
            what, group_str(o->r->group->id, g, sizeof g), (unsigned long long)o->r->p2p_key, peer, peer,
            w->peers[peer].host);
-  finish(w, o, WEFT_ERR_PEER_LOST, msg);
+  wf_p2p_finish(w, o, WEFT_ERR_PEER_LOST, msg);
 }
 
 /* ------------------------------------------------------------------ matching (receiver) */
@@ -206,11 +199,11 @@ static void match(weft_world *w, op *o, ann *a) {
              (unsigned long long)o->count, weft_dtype_name((weft_dtype)r->msg.dtype),
              (unsigned long long)(o->count * mes));
     send_reply(w, a->peer, a->id, WF_P2P_MISMATCH, r->msg.dtype, o->count);
-    finish(w, o, WEFT_ERR_MISMATCH, msg);
+    wf_p2p_finish(w, o, WEFT_ERR_MISMATCH, msg);
   } else if (a->eager || o->bytes == 0) {
     if (o->bytes) memcpy(r->in.data, a->data, o->bytes);
     send_reply(w, a->peer, a->id, WF_P2P_OK, r->msg.dtype, o->count);
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
   } else {
     weft_status st = w->tr->ops->recv(w->tr, a->peer, wf_data_tag(WF_P2P_TAG_GROUP, a->id), 0, r->in.data,
                                       (size_t)o->bytes, &o->pending);
@@ -219,7 +212,7 @@ static void match(weft_world *w, op *o, ann *a) {
       snprintf(msg, sizeof msg, "point-to-point recv from rank %d (key %llu): %s", a->peer,
                (unsigned long long)a->key, wf_err_msg());
       wf_world_fail(w, st, "%s", msg);
-      finish(w, o, st, msg);
+      wf_p2p_finish(w, o, st, msg);
     } else {
       push_op(&p->moving, o);
       send_reply(w, a->peer, a->id, WF_P2P_OK, r->msg.dtype, o->count); /* clear to send */
@@ -229,26 +222,64 @@ static void match(weft_world *w, op *o, ann *a) {
   free(a);
 }
 
+static void unlink_posted(wf_p2p *p, op *prev, op *o) {
+  if (prev) prev->next = o->next;
+  else p->posted = o->next;
+  if (p->posted_tail == o) p->posted_tail = prev;
+  o->next = NULL;
+}
+
+void wf_p2p_match_all(weft_world *w, int engine) {
+  wf_p2p *p = w->p2p;
+  if (engine) p->asked = 0;
+  if (p->mbox && p->posted) wf_p2p_fast_snapshot(p);
+  op *prev = NULL;
+  for (op *o = p->posted, *next; o; o = next) {
+    next = o->next;
+    int li = -1;
+    uint64_t k = 0;
+    ann *a = NULL, *aprev = NULL;
+    int fast = p->mbox && wf_p2p_fast_find(p, o, &li, &k);
+    if (!fast)
+      for (a = p->anns; a && !accepts(o, a); aprev = a, a = a->next) {}
+    if (!fast && !a) {
+      if (engine && o->peer >= 0 && p->gone[o->peer]) { /* it finalized: nothing more comes */
+        unlink_posted(p, prev, o);
+        fail_departed_op(w, o, o->peer, "recv");
+      } else {
+        prev = o;
+      }
+      continue;
+    }
+    if (!engine && (a || o->r->callback)) { /* the engine replies, and runs callbacks */
+      if (!p->asked) {
+        p->asked = 1;
+        wf_engine_wake(w);
+      }
+      return;
+    }
+    unlink_posted(p, prev, o);
+    if (fast) {
+      wf_p2p_fast_match(w, o, li, k);
+    } else {
+      if (aprev) aprev->next = a->next;
+      else p->anns = a->next;
+      if (p->anns_tail == a) p->anns_tail = aprev;
+      a->next = NULL;
+      match(w, o, a);
+    }
+  }
+}
+
 static void start_recv(weft_world *w, op *o) {
   wf_p2p *p = w->p2p;
-  for (ann **pp = &p->anns, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
-    ann *a = *pp;
-    if (!accepts(o, a)) continue;
-    *pp = a->next;
-    if (p->anns_tail == a) p->anns_tail = prev;
-    match(w, o, a);
-    return;
-  }
-  if (o->peer >= 0 && p->gone[o->peer]) { /* it finalized: nothing more comes */
-    fail_departed_op(w, o, o->peer, "recv");
-    return;
-  }
   if (p->posted_tail) p->posted_tail->next = o;
   else p->posted = o;
   p->posted_tail = o;
+  wf_p2p_match_all(w, 1);
 }
 
-void wf_p2p_on_send(weft_world *w, int peer, const wf_p2p_send_msg *m) {
+static void on_send(weft_world *w, int peer, const wf_p2p_send_msg *m) {
   wf_p2p *p = w->p2p;
   if (w->peers[peer].incarnation && m->incarnation != w->peers[peer].incarnation) {
     wf_world_fail(w, WEFT_ERR_PROTOCOL,
@@ -275,18 +306,10 @@ void wf_p2p_on_send(weft_world *w, int peer, const wf_p2p_send_msg *m) {
   a->group_id = m->group_id;
   a->dtype = m->dtype;
   a->eager = m->eager;
-  for (op **pp = &p->posted, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
-    op *o = *pp;
-    if (!accepts(o, a)) continue;
-    *pp = o->next;
-    if (p->posted_tail == o) p->posted_tail = prev;
-    o->next = NULL;
-    match(w, o, a);
-    return;
-  }
   if (p->anns_tail) p->anns_tail->next = a;
   else p->anns = a;
   p->anns_tail = a;
+  wf_p2p_match_all(w, 1); /* after the mailbox's messages from peer, which precede it */
 }
 
 /* ------------------------------------------------------------------ sender */
@@ -317,7 +340,7 @@ static void start_send(weft_world *w, op *o) {
     snprintf(msg, sizeof msg, "point-to-point send to rank %d: %s", peer, wf_err_msg());
     weft_status st = b.oom ? WEFT_ERR_NO_MEMORY : WEFT_ERR_INTERNAL;
     wf_buf_free(&b);
-    finish(w, o, st, msg);
+    wf_p2p_finish(w, o, st, msg);
     return;
   }
   if (o->eager) p->credit[peer] += o->bytes;
@@ -325,7 +348,7 @@ static void start_send(weft_world *w, op *o) {
   wf_engine_send_frame(w, peer, &b);
 }
 
-void wf_p2p_on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
+static void on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
   wf_p2p *p = w->p2p;
   op *o = p->sends;
   while (o && !(o->peer == peer && o->id == m->msg_id)) o = o->next;
@@ -347,11 +370,11 @@ void wf_p2p_on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
              (unsigned long long)o->count, weft_dtype_name((weft_dtype)r->msg.dtype),
              (unsigned long long)(o->count * es), peer, (unsigned long long)m->count,
              weft_dtype_name((weft_dtype)m->dtype), (unsigned long long)(m->count * mes));
-    finish(w, o, WEFT_ERR_MISMATCH, msg);
+    wf_p2p_finish(w, o, WEFT_ERR_MISMATCH, msg);
     return;
   }
   if (o->eager || o->bytes == 0) {
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
     return;
   }
   weft_status st = w->tr->ops->send(w->tr, peer, wf_data_tag(WF_P2P_TAG_GROUP, o->id), 0, r->in.data,
@@ -361,17 +384,20 @@ void wf_p2p_on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
     snprintf(msg, sizeof msg, "point-to-point send to rank %d (key %llu): %s", peer, (unsigned long long)r->p2p_key,
              wf_err_msg());
     wf_world_fail(w, st, "%s", msg);
-    finish(w, o, st, msg);
+    wf_p2p_finish(w, o, st, msg);
     return;
   }
   push_op(&p->moving, o);
 }
 
 /* ------------------------------------------------------------------ engine hooks */
+/* Each takes p->mu (the callers' threads match receives too). */
 
 void wf_p2p_start(weft_world *w, weft_request *r) {
   op *o = calloc(1, sizeof *o);
   if (!o) {
+    if (r->p2p == WF_P2P_REQ_SEND) atomic_fetch_sub(&w->p2p->slow_out[r->p2p_peer], 1);
+    else atomic_fetch_sub(&w->p2p->queued_recvs, 1);
     wf_request_complete(w, r, WEFT_ERR_NO_MEMORY, "out of memory starting a point-to-point transfer");
     return;
   }
@@ -380,12 +406,34 @@ void wf_p2p_start(weft_world *w, weft_request *r) {
   o->count = elems_of(r);
   o->bytes = o->count * weft_dtype_size((weft_dtype)r->msg.dtype);
   atomic_store_explicit(&r->state, WF_REQ_RUNNING, memory_order_relaxed);
-  if (r->p2p == WF_P2P_REQ_SEND) start_send(w, o);
-  else start_recv(w, o);
+  pthread_mutex_lock(&w->p2p->mu);
+  if (r->p2p == WF_P2P_REQ_SEND) {
+    start_send(w, o);
+  } else {
+    start_recv(w, o);
+    atomic_fetch_sub(&w->p2p->queued_recvs, 1); /* posted: a later receive may be posted directly */
+  }
+  pthread_mutex_unlock(&w->p2p->mu);
 }
 
-void wf_p2p_progress(weft_world *w) {
+void wf_p2p_on_send(weft_world *w, int peer, const wf_p2p_send_msg *m) {
+  pthread_mutex_lock(&w->p2p->mu);
+  on_send(w, peer, m);
+  pthread_mutex_unlock(&w->p2p->mu);
+}
+
+void wf_p2p_on_reply(weft_world *w, int peer, const wf_p2p_reply_msg *m) {
+  pthread_mutex_lock(&w->p2p->mu);
+  on_reply(w, peer, m);
+  pthread_mutex_unlock(&w->p2p->mu);
+}
+
+static void progress_locked(weft_world *w) {
   wf_p2p *p = w->p2p;
+  if (p->mbox) {
+    if (p->ntx) wf_p2p_fast_reap(w, -1);
+    wf_p2p_match_all(w, 1); /* receives nobody waits for, or left to the engine */
+  }
   for (op **pp = &p->moving; *pp;) {
     op *o = *pp;
     if (o->pending > 0) {
@@ -393,11 +441,17 @@ void wf_p2p_progress(weft_world *w) {
       continue;
     }
     *pp = o->next;
-    finish(w, o, WEFT_OK, NULL);
+    wf_p2p_finish(w, o, WEFT_OK, NULL);
   }
 }
 
-int wf_p2p_moving(weft_world *w) { return w->p2p->moving != NULL; }
+void wf_p2p_progress(weft_world *w) {
+  pthread_mutex_lock(&w->p2p->mu);
+  progress_locked(w);
+  pthread_mutex_unlock(&w->p2p->mu);
+}
+
+int wf_p2p_moving(weft_world *w) { return w->p2p->moving != NULL; } /* engine-written only: no lock */
 
 static int64_t earliest(const op *o, int64_t d) {
   for (; o; o = o->next)
@@ -405,16 +459,36 @@ static int64_t earliest(const op *o, int64_t d) {
   return d;
 }
 
-int64_t wf_p2p_next_deadline(weft_world *w) {
-  wf_p2p *p = w->p2p;
-  return earliest(p->moving, earliest(p->posted, earliest(p->sends, INT64_MAX)));
+static int64_t next_deadline_locked(wf_p2p *p) {
+  int64_t d = earliest(p->moving, earliest(p->posted, earliest(p->sends, INT64_MAX)));
+  if (p->mbox) {
+    int64_t f = wf_p2p_fast_deadline(p, NULL);
+    if (f < d) d = f;
+  }
+  return d;
 }
 
-void wf_p2p_check_deadlines(weft_world *w, int64_t now) {
+int64_t wf_p2p_next_deadline(weft_world *w) {
   wf_p2p *p = w->p2p;
-  if (wf_p2p_next_deadline(w) > now) return;
+  pthread_mutex_lock(&p->mu);
+  int64_t d = next_deadline_locked(p);
+  /* mailbox traffic does not wake the engine: look every WF_P2P_SCAN_NS
+   * while a receive is posted or a fast send is not reaped */
+  if (p->mbox && (p->posted || p->ntx)) {
+    int64_t t = wf_now_ns() + WF_P2P_SCAN_NS;
+    if (t < d) d = t;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return d;
+}
+
+static void check_deadlines_locked(weft_world *w, int64_t now) {
+  wf_p2p *p = w->p2p;
+  if (next_deadline_locked(p) > now) return;
   const char *why = NULL;
   op *o = NULL;
+  weft_request *r = NULL;
+  int peer_rank = -1;
   for (o = p->sends; o && o->r->deadline > now; o = o->next) {}
   if (o) why = "no matching weft_recv was posted there";
   if (!o) {
@@ -425,18 +499,31 @@ void wf_p2p_check_deadlines(weft_world *w, int64_t now) {
     for (o = p->moving; o && o->r->deadline > now; o = o->next) {}
     if (o) why = "its data did not arrive";
   }
-  if (!o) return;
-  const weft_request *r = o->r;
+  if (o) {
+    r = o->r;
+    peer_rank = o->peer;
+  } else if (p->mbox && wf_p2p_fast_deadline(p, &r) <= now && r) {
+    why = "no matching weft_recv was posted there";
+    peer_rank = r->p2p_peer;
+  }
+  if (!r) return;
   char g[32], peer[WF_HOST_MAX + 32];
-  if (o->peer >= 0) snprintf(peer, sizeof peer, "rank %d (%s)", o->peer, w->peers[o->peer].host);
+  if (peer_rank >= 0) snprintf(peer, sizeof peer, "rank %d (%s)", peer_rank, w->peers[peer_rank].host);
   else snprintf(peer, sizeof peer, "any source");
   wf_world_fail(w, WEFT_ERR_TIMEOUT, "point-to-point %s %s %s (%skey %llu) timed out after %g s: %s",
                 r->p2p == WF_P2P_REQ_SEND ? "send" : "recv", r->p2p == WF_P2P_REQ_SEND ? "to" : "from", peer,
                 group_str(r->group->id, g, sizeof g), (unsigned long long)r->p2p_key, w->timeout_seconds, why);
 }
 
+void wf_p2p_check_deadlines(weft_world *w, int64_t now) {
+  pthread_mutex_lock(&w->p2p->mu);
+  check_deadlines_locked(w, now);
+  pthread_mutex_unlock(&w->p2p->mu);
+}
+
 void wf_p2p_peer_departed(weft_world *w, int peer) {
   wf_p2p *p = w->p2p;
+  pthread_mutex_lock(&p->mu);
   p->gone[peer] = 1;
   for (op **pp = &p->sends; *pp;) {
     op *o = *pp;
@@ -447,22 +534,22 @@ void wf_p2p_peer_departed(weft_world *w, int peer) {
     *pp = o->next;
     fail_departed_op(w, o, peer, "send");
   }
-  for (op **pp = &p->posted, *prev = NULL; *pp;) {
-    op *o = *pp;
-    if (o->peer != peer) {
-      prev = o;
-      pp = &o->next;
-      continue;
-    }
-    *pp = o->next;
-    if (p->posted_tail == o) p->posted_tail = prev;
-    fail_departed_op(w, o, peer, "recv");
-  }
-  /* Data it sent is all here or in its ring (its sends completed before its
-   * BYE): move what the ring holds, then what is still missing never comes. */
+  /* Data it sent is all here, in its ring or in its mailbox (its sends
+   * completed, or were published, before its BYE): move what the ring
+   * holds, match what the mailbox holds (wf_p2p_match_all fails the
+   * receives from it that still have nothing), then what is still missing
+   * never comes. */
   if (w->shm)
     for (int i = 0; i < 4 && wf_shm_progress(w->shm); i++) {}
-  wf_p2p_progress(w);
+  progress_locked(w);
+  if (!p->mbox) wf_p2p_match_all(w, 1);
+  if (p->mbox && p->li_of[peer] >= 0) {
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "point-to-point send to rank %d: rank %d (%s) has shut down (weft_finalize) before it matched", peer,
+             peer, w->peers[peer].host);
+    wf_p2p_fast_fail(w, p->li_of[peer], WEFT_ERR_PEER_LOST, msg);
+  }
   for (op *o = p->moving; o; o = o->next)
     if (o->peer == peer && o->pending > 0) {
       wf_world_fail_later(w, WEFT_ERR_PEER_LOST,
@@ -470,17 +557,25 @@ void wf_p2p_peer_departed(weft_world *w, int peer) {
                           peer, w->peers[peer].host, (unsigned long long)o->r->p2p_key);
       break;
     }
+  pthread_mutex_unlock(&p->mu);
 }
 
 void wf_p2p_fail_all(weft_world *w, weft_status st, const char *msg) {
   wf_p2p *p = w->p2p;
+  pthread_mutex_lock(&p->mu);
+  if (p->failed == WEFT_OK) {
+    p->failed = st;
+    snprintf(p->failed_msg, sizeof p->failed_msg, "%s", msg);
+  }
   if (p->moving) w->tr->ops->cancel_data(w->tr); /* the transports forget the buffers first */
   op *lists[3] = {p->sends, p->posted, p->moving};
   p->sends = p->posted = p->posted_tail = p->moving = NULL;
   for (int i = 0; i < 3; i++)
     for (op *o = lists[i], *n; o; o = n) {
       n = o->next;
-      finish(w, o, st, msg);
+      wf_p2p_finish(w, o, st, msg);
     }
+  if (p->mbox) wf_p2p_fast_fail(w, -1, st, msg);
   memset(p->credit, 0, sizeof *p->credit * (size_t)p->size);
+  pthread_mutex_unlock(&p->mu);
 }

@@ -24,6 +24,32 @@ void wf_p2p_free(wf_p2p *p);
  * engine. WEFT_OK and *out = r, or the world's failure (r freed). */
 weft_status wf_p2p_submit(weft_request *r, weft_request **out);
 
+/* The fast path (p2p_fast.c): small messages between ranks of one host go
+ * through the pair's mailbox in the host segment (host/mailbox.h), written
+ * by the sender's thread and matched by the receiver's. */
+/* The engine looks at the mailboxes this often while a receive is posted
+ * or a fast send is not complete (for requests nobody waits for). */
+#define WF_P2P_SCAN_NS 1000000
+/* Engine start, after the segment exists (no segment: no fast path), and
+ * engine stop, before it is unmapped. */
+weft_status wf_p2p_fast_attach(weft_world *w);
+void wf_p2p_fast_detach(weft_world *w);
+/* Caller thread, r described (wf_p2p_submit's input): 1 if the fast path
+ * took r (pending: the caller holds it as *out), 0 if r must go to
+ * wf_p2p_submit. A send takes the mailbox when its bytes fit a slot, it
+ * has no callback, the peer is on this host, no earlier send to that peer
+ * is still on the engine's path (so it cannot overtake one), and the ring
+ * has a free slot (else it takes the engine's path: backpressure there). A
+ * receive is always posted here when the world has mailboxes (so receives
+ * keep their post order whichever path their message took). */
+int wf_p2p_fast_send(weft_request *r);
+int wf_p2p_fast_recv(weft_request *r);
+/* Caller thread: progresses r (r->p2p_fast) until it completes or deadline
+ * passes (wait = 0: one look): spins, yielding when the host's ranks
+ * outnumber its cores, then sleeps on this rank's mailbox bell (1 ms at
+ * most per sleep). Nothing on the engine thread (a callback). */
+void wf_p2p_fast_progress(weft_request *r, int64_t deadline, int wait);
+
 /* Engine thread. */
 /* A p2p request taken from the submission queue. */
 void wf_p2p_start(weft_world *w, weft_request *r);

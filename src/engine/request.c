@@ -14,6 +14,7 @@
 #include "engine/devstage.h"
 #include "engine/engine.h"
 #include "engine/onehost.h"
+#include "engine/p2p.h"
 #include "engine/submit.h"
 #include "util/copy.h"
 #include "util/err.h"
@@ -294,7 +295,8 @@ int wf_request_done(const weft_request *r) {
 static int done(weft_request *r) { return wf_request_done(r); }
 
 int wf_request_poll(weft_request *r) {
-  if (!done(r)) wf_fast_progress(r, 0, 0); /* a one-host request completes in the caller */
+  if (!done(r) && r->p2p_fast) wf_p2p_fast_progress(r, 0, 0); /* a mailbox transfer: matched here */
+  else if (!done(r)) wf_fast_progress(r, 0, 0); /* a one-host request completes in the caller */
   return done(r);
 }
 
@@ -316,6 +318,8 @@ int wf_request_wait(weft_request *r, double timeout_seconds) {
   if (done(r)) return 1;
   if (wf_fast_busy(r)) /* one-host fast path: wait on the board, complete it here */
     wf_fast_progress(r, timeout_seconds >= 0 ? wf_deadline_after(timeout_seconds) : r->deadline, 1);
+  if (r->p2p_fast) /* a mailbox transfer: progressed here, waiting on the rank's bell */
+    wf_p2p_fast_progress(r, timeout_seconds >= 0 ? wf_deadline_after(timeout_seconds) : r->deadline, 1);
   if (done(r)) return 1;
   /* Spin a little (WAIT_SPIN_NS): small collectives complete in tens of
    * microseconds, and a futex sleep/wake costs about as much on a VM. Yield

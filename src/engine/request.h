@@ -93,6 +93,8 @@ struct weft_request {
   int p2p;                   /* 0, WF_P2P_REQ_SEND or WF_P2P_REQ_RECV */
   int p2p_peer;              /* the peer's world rank; a recv from any source: -1 until matched */
   uint64_t p2p_key;
+  int p2p_fast;              /* 1: a send in a mailbox; 2: a recv posted by its caller (p2p_fast.c) */
+  int p2p_li;                /* fast send: the receiver's local index */
 
   /* one-host fast path (engine/onehost.c) */
   _Atomic int fast;          /* 0: not on the board; 1: pending there; 2: claimed; 3: draining; 4: split (onehost.c) */

@@ -19,11 +19,12 @@
 #include <unistd.h>
 
 #include "bootstrap/sockutil.h"
+#include "host/mailbox.h"
 #include "util/err.h"
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
-#define SEG_VERSION 5
+#define SEG_VERSION 6
 #define PAGE 4096u
 #define DEF_SLOT_BYTES (64u << 10)
 #define DEF_NSLOTS 16u
@@ -65,8 +66,10 @@ static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t boar
   l->board_off = end;
   l->stage_off = end + l->board_bytes;
   if (__builtin_mul_overflow(l->stage_bytes, (size_t)nlocal, &stages) ||
-      __builtin_add_overflow(l->stage_off, stages, &l->size))
+      __builtin_add_overflow(l->stage_off, stages, &l->mbox_off))
     return 0;
+  l->mbox_bytes = round_up(wf_mbox_region_bytes(nlocal), PAGE);
+  if (__builtin_add_overflow(l->mbox_off, l->mbox_bytes, &l->size)) return 0;
   return 1;
 }
 
@@ -418,6 +421,8 @@ void *wf_host_board(const wf_host *h, size_t *bytes, uint64_t *param) {
   *param = *bytes ? ((const wf_shm_seg_hdr *)h->map)->board_param : 0;
   return *bytes ? h->map + h->l.board_off : NULL;
 }
+
+void *wf_host_mbox(const wf_host *h) { return h && h->l.mbox_bytes ? h->map + h->l.mbox_off : NULL; }
 
 void *wf_host_stage(const wf_host *h, int li, size_t *bytes) {
   *bytes = h && li >= 0 && li < h->nlocal ? h->l.stage_bytes : 0;

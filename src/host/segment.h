@@ -15,6 +15,7 @@
  *            line, then nslots slots of a 64-byte header + slot_bytes payload.
  *   board    board_bytes for the one-host negotiation board (negotiate/board.c)
  *   stages   nlocal staging regions of stage_bytes each, local index order
+ *   mboxes   the point-to-point mailboxes (host/mailbox.h; size fixed by nlocal)
  * head counts slots published by the producer, tail slots released by the
  * consumer (both only grow; slot k lives at k % nslots). Each sits alone on
  * 128 bytes: the adjacent-line prefetcher pulls 64-byte lines in pairs. */
@@ -62,6 +63,7 @@ typedef struct wf_shm_layout {
   size_t bells_off, rings_off, size;
   size_t board_off, board_bytes; /* the board region (page multiple, may be 0) */
   size_t stage_off, stage_bytes; /* nlocal staging regions of stage_bytes each (page multiple, may be 0) */
+  size_t mbox_off, mbox_bytes;   /* the mailboxes (host/mailbox.h), page multiple */
 } wf_shm_layout;
 
 /* The ring from local index `from` to local index `to` (from != to). */
@@ -120,5 +122,8 @@ const wf_shm_layout *wf_host_layout(const wf_host *h);
  * local index li's staging region (NULL, *bytes = 0: none). Any thread. */
 void *wf_host_board(const wf_host *h, size_t *bytes, uint64_t *param);
 void *wf_host_stage(const wf_host *h, int li, size_t *bytes);
+/* The mailbox region (host/mailbox.h: wf_mbox_region_bytes(nlocal) bytes,
+ * zero-filled at creation). Any thread. */
+void *wf_host_mbox(const wf_host *h);
 
 #endif
