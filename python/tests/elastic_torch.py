@@ -95,9 +95,10 @@ def main():
     got = model.weight.detach()[0]
     assert hvd.size() == 2, "the world did not shrink: size %d" % hvd.size()
     assert resets == [2], "reset callbacks ran with sizes %r, expected [2]" % (resets,)
-    assert state.steps == want_steps, "steps %d, expected %d" % (state.steps, want_steps)
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), \
-        "rank %d: final weights %r, reference %r" % (hvd.rank(), got.tolist(), want.tolist())
+        "rank %d: final weights %r after %d steps, reference %r after %d" % (
+            hvd.rank(), got.tolist(), state.steps, want.tolist(), want_steps)
+    assert state.steps == want_steps, "steps %d, expected %d" % (state.steps, want_steps)
     print("rank %d (first world: %d): OK after %d steps, weights %s" % (hvd.rank(), first_rank, state.steps,
                                                                         got.tolist()))
 

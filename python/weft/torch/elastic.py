@@ -289,6 +289,12 @@ class TorchState(ObjectState):
             handler.sync()
         super(TorchState, self).sync()
 
+    def reset(self):
+        # samplers re-shard over the new world even when sync is skipped
+        for handler in self._handlers.values():
+            if isinstance(handler, _SamplerHandler):
+                handler.value.reset()
+
     def __setattr__(self, name, value):
         if hasattr(self, name) and name in self._handlers:
             self._handlers[name].set_value(value)
