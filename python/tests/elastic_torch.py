@@ -1,0 +1,107 @@
+"""hvd.elastic under the real launcher: `weftrun -np 3 --min-np 2` runs this
+script (python/CMakeLists.txt, py.elastic_torch.np3). A linear model in
+float64, trained with DistributedOptimizer (SGD with momentum) on an
+ElasticSampler over integer-valued data, commits every COMMIT steps. The
+rank 2 of the first world SIGKILLs itself before its step DIE_AT + 1; the
+two survivors get HorovodInternalError, @hvd.elastic.run restores the commit
+of step 8, re-forms a world of 2, runs the reset callback, syncs and goes on
+to the end of the second epoch. Every rank starts from different
+parameters: only the initial sync makes them rank 0's.
+
+Checked on the survivors: the world shrank to 2, the reset callback ran
+once, the step count is the committed 8 plus the 2-rank steps, and the final
+parameters equal a reference computed here without weft (plain torch
+arithmetic: 8 steps on 3 ranks from the shuffled epoch order, then the
+rest of the epoch and a second epoch on 2 ranks, momentum restarted from the
+commit; step 9, never committed, is not in it)."""
+
+import os
+import random
+import signal
+import sys
+
+import torch
+
+import weft.torch as hvd
+
+N, D, B, COMMIT, EPOCHS, DIE_AT = 120, 4, 2, 4, 2, 9
+LR, MOMENTUM, SEED = 0.002, 0.5, 7
+
+gen = torch.Generator().manual_seed(1234)
+X = torch.randint(-3, 4, (N, D), generator=gen).double()
+Y = X @ torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64)
+W0 = torch.tensor([[0.25, -0.5, 0.75, 1.0]], dtype=torch.float64)
+
+
+def reference():
+    """The expected final weights, without weft."""
+    w, buf, steps = W0[0].clone(), None, 0
+    for epoch in range(EPOCHS):
+        order = list(range(N))
+        random.Random(SEED + epoch).shuffle(order)
+        processed = 0
+        while processed < N:
+            n = 3 if steps < DIE_AT - 1 else 2  # the last commit before the death: step 8
+            g = torch.zeros(D, dtype=torch.float64)
+            for r in range(n):
+                idx = order[processed + r::n][:B]
+                xb, yb = X[idx], Y[idx]
+                g += 2.0 / B * xb.t() @ (xb @ w - yb)
+            g /= n
+            buf = g.clone() if buf is None else MOMENTUM * buf + g
+            w = w - LR * buf
+            processed += n * B
+            steps += 1
+    return w, steps
+
+
+def main():
+    hvd.init()
+    assert hvd.size() == 3, "run with weftrun -np 3 --min-np 2"
+    first_rank = hvd.rank()
+    model = torch.nn.Linear(D, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(W0 + hvd.rank())  # only rank 0's survive the initial sync
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
+                                         named_parameters=model.named_parameters())
+    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=SEED)
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    resets = []
+    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+    @hvd.elastic.run
+    def train(state):
+        while state.epoch < EPOCHS:
+            idx = list(iter(state.sampler))
+            for k in range(len(idx) // B):
+                if first_rank == 2 and state.steps == DIE_AT:
+                    sys.stdout.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+                batch = idx[k * B:(k + 1) * B]
+                optimizer.zero_grad()
+                loss = ((model(X[batch]).squeeze(1) - Y[batch]) ** 2).mean()
+                loss.backward()
+                optimizer.step()
+                state.sampler.record_batch(k, B)
+                state.steps += 1
+                if state.steps % COMMIT == 0:
+                    state.commit()
+            state.epoch += 1
+            state.sampler.set_epoch(state.epoch)
+            state.commit()
+
+    train(state)
+    want, want_steps = reference()
+    got = model.weight.detach()[0]
+    assert hvd.size() == 2, "the world did not shrink: size %d" % hvd.size()
+    assert resets == [2], "reset callbacks ran with sizes %r, expected [2]" % (resets,)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), \
+        "rank %d: final weights %r after %d steps, reference %r after %d" % (
+            hvd.rank(), got.tolist(), state.steps, want.tolist(), want_steps)
+    assert state.steps == want_steps, "steps %d, expected %d" % (state.steps, want_steps)
+    print("rank %d (first world: %d): OK after %d steps, weights %s" % (hvd.rank(), first_rank, state.steps,
+                                                                        got.tolist()))
+
+
+if __name__ == "__main__":
+    main()
