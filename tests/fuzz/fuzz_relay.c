@@ -34,6 +34,7 @@
  * Crashes, leaks, out-of-bounds accesses and UB are the sanitizers' to report. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "util/time.h"
 #include "../../tools/weftrun.h"
 
 #define MAX_FILL (256 << 10) /* run bytes per input: keeps an execution short */
@@ -59,6 +61,28 @@ char *wf_run_remote_script(const struct wf_run_job *j, int rank) {
 char **wf_run_rsh_argv(const struct wf_run_job *j, const char *host) {
   (void)j, (void)host;
   fz_fail("wf_run_rsh_argv called");
+}
+/* elastic mode (weftrun_elastic.c): never on here (j->el is NULL), so as the driver does without it */
+void wf_run_el_tick(struct wf_run_job *j) {
+  if (j->el) fz_fail("an elastic job in the relay target");
+}
+int wf_run_el_fill(struct wf_run_job *j, struct pollfd *pf, int *slot, int max) {
+  (void)pf, (void)slot, (void)max;
+  if (j->el) fz_fail("an elastic job in the relay target");
+  return 0;
+}
+void wf_run_el_handle(struct wf_run_job *j, const struct pollfd *pf, const int *slot, int n) {
+  (void)pf, (void)slot;
+  if (j->el || n) fz_fail("an elastic job in the relay target");
+}
+int64_t wf_run_el_deadline(const struct wf_run_job *j) {
+  if (j->el) fz_fail("an elastic job in the relay target");
+  return WF_NO_DEADLINE;
+}
+int wf_run_el_on_exit(struct wf_run_job *j, int i) {
+  (void)i;
+  if (j->el) fz_fail("an elastic job in the relay target");
+  return 0;
 }
 
 /* ------------------------------------------------------------ a growable byte string */
