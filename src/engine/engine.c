@@ -703,17 +703,13 @@ void wf_engine_stop(weft_world *w) {
   while (w->in_head) {
     wf_inbox *m = w->in_head;
     w->in_head = m->next;
-    wf_requests_msg_free(&m->reqs);
-    wf_responses_msg_free(&m->resps);
-    wf_cache_refs_msg_free(&m->refs);
-    free(m);
+    wf_inbox_free(m);
   }
   w->in_tail = NULL;
   while (w->orphans) {
     wf_inbox *m = w->orphans;
     w->orphans = m->next;
-    wf_requests_msg_free(&m->reqs);
-    free(m);
+    wf_inbox_free(m);
   }
   wf_stage_detach(w);
   for (int gi = 0; gi < w->ngs; gi++) cache_detach(w->gs[gi]);

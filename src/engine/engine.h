@@ -263,6 +263,8 @@ int wf_world_failed(weft_world *w);
 /* inbox.c: the transport's control callbacks (they decode into the inbox)
  * and the engine loop's pass over the inbox. */
 void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p, size_t n);
+/* Frees a received message not acted on, and everything its decoder made. */
+void wf_inbox_free(wf_inbox *m);
 void wf_engine_on_error(void *ctx, int peer, weft_status st, const char *msg);
 void wf_engine_process_inbox(weft_world *w);
 

@@ -24,6 +24,16 @@ static void inbox_push(weft_world *w, wf_inbox *m) {
   w->in_tail = m;
 }
 
+void wf_inbox_free(wf_inbox *m) {
+  wf_requests_msg_free(&m->reqs);
+  wf_responses_msg_free(&m->resps);
+  wf_cache_refs_msg_free(&m->refs);
+  free(m->p2p_data);
+  wf_group_msg_free(&m->group);
+  wf_step_msg_free(&m->step);
+  free(m);
+}
+
 void wf_engine_on_ctrl(void *ctx, int peer, const wf_frame_hdr *h, const uint8_t *p, size_t n) {
   weft_world *w = ctx;
   char err[256];
@@ -259,12 +269,7 @@ void wf_engine_process_inbox(weft_world *w) {
     if (!w->in_head) w->in_tail = NULL;
     m->next = NULL;
     if (wf_world_failed(w)) { /* the first failure decides every pending request: drop the rest */
-      wf_requests_msg_free(&m->reqs);
-      wf_responses_msg_free(&m->resps);
-      wf_cache_refs_msg_free(&m->refs);
-      free(m->p2p_data);
-      wf_group_msg_free(&m->group);
-      free(m);
+      wf_inbox_free(m);
       continue;
     }
     switch (m->type) {
