@@ -153,6 +153,19 @@ weft_status wf_encode_remote_reply(wf_buf *out, uint32_t src, const wf_remote_ms
   return wf_frame_end(out, start, src, WF_MSG_REMOTE_REPLY);
 }
 
+/* A count field (at most WF_REMOTE_MAX_ARGS, each entry at least min_bytes
+ * of what is left) and its zeroed array of *n entries of size bytes: the
+ * array (NULL for none), *st WEFT_OK; or NULL and *st the error. */
+static void *rd_array(wf_rd *r, const char *field, const char *array, uint32_t *n, size_t min_bytes, size_t size,
+                      weft_status *st) {
+  void *a = NULL;
+  if ((*st = wf_rd_u32(r, field, n)) != WEFT_OK) return NULL;
+  if (*n > WF_REMOTE_MAX_ARGS) *st = wf_rd_fail(r, field, "%u > %d", *n, WF_REMOTE_MAX_ARGS);
+  else if ((*st = wf_rd_count(r, field, *n, min_bytes)) == WEFT_OK && *n && !(a = calloc(*n, size)))
+    *st = wf_rd_fail(r, array, "out of memory");
+  return a;
+}
+
 static weft_status rd_tensor(wf_rd *r, wf_remote_tensor *t, int with_data) {
   int32_t dev;
   char why[128];
@@ -198,16 +211,8 @@ weft_status wf_decode_remote_call(const uint8_t *p, size_t n, wf_remote_msg *m, 
   m->device = dev;
   WF_CHECK_GOTO(wf_rd_str(&r, "name", 0, WF_NAME_MAX, m->name), st, fail);
   WF_CHECK_GOTO(wf_rd_u32(&r, "n_meta", &m->n_meta), st, fail);
-  WF_CHECK_GOTO(wf_rd_u32(&r, "n_in", &m->n_in), st, fail);
-  if (m->n_in > WF_REMOTE_MAX_ARGS) {
-    st = wf_rd_fail(&r, "n_in", "%u > %d", m->n_in, WF_REMOTE_MAX_ARGS);
-    goto fail;
-  }
-  WF_CHECK_GOTO(wf_rd_count(&r, "n_in", m->n_in, 1 + 12), st, fail);
-  if (m->n_in && !(m->in = calloc(m->n_in, sizeof *m->in))) {
-    st = wf_rd_fail(&r, "in", "out of memory");
-    goto fail;
-  }
+  m->in = rd_array(&r, "n_in", "in", &m->n_in, 1 + 12, sizeof *m->in, &st);
+  if (st != WEFT_OK) goto fail;
   for (uint32_t i = 0; i < m->n_in; i++) {
     r.idx = i;
     WF_CHECK_GOTO(wf_rd_u8(&r, "in.kind", &m->in[i].is_inline), st, fail);
@@ -219,16 +224,8 @@ weft_status wf_decode_remote_call(const uint8_t *p, size_t n, wf_remote_msg *m, 
     else WF_CHECK_GOTO(rd_id(&r, &m->in[i].id), st, fail);
   }
   r.idx = -1;
-  WF_CHECK_GOTO(wf_rd_u32(&r, "n_out", &m->n_out), st, fail);
-  if (m->n_out > WF_REMOTE_MAX_ARGS) {
-    st = wf_rd_fail(&r, "n_out", "%u > %d", m->n_out, WF_REMOTE_MAX_ARGS);
-    goto fail;
-  }
-  WF_CHECK_GOTO(wf_rd_count(&r, "n_out", m->n_out, 12), st, fail);
-  if (m->n_out && !(m->out = calloc(m->n_out, sizeof *m->out))) {
-    st = wf_rd_fail(&r, "out", "out of memory");
-    goto fail;
-  }
+  m->out = rd_array(&r, "n_out", "out", &m->n_out, 12, sizeof *m->out, &st);
+  if (st != WEFT_OK) goto fail;
   for (uint32_t i = 0; i < m->n_out; i++) {
     r.idx = i;
     WF_CHECK_GOTO(rd_id(&r, &m->out[i]), st, fail);
@@ -263,16 +260,8 @@ weft_status wf_decode_remote_reply(const uint8_t *p, size_t n, wf_remote_msg *m,
     free(m->error);
     m->error = NULL;
   }
-  WF_CHECK_GOTO(wf_rd_u32(&r, "n_metas", &m->n_metas), st, fail);
-  if (m->n_metas > WF_REMOTE_MAX_ARGS) {
-    st = wf_rd_fail(&r, "n_metas", "%u > %d", m->n_metas, WF_REMOTE_MAX_ARGS);
-    goto fail;
-  }
-  WF_CHECK_GOTO(wf_rd_count(&r, "n_metas", m->n_metas, 14), st, fail);
-  if (m->n_metas && !(m->metas = calloc(m->n_metas, sizeof *m->metas))) {
-    st = wf_rd_fail(&r, "metas", "out of memory");
-    goto fail;
-  }
+  m->metas = rd_array(&r, "n_metas", "metas", &m->n_metas, 14, sizeof *m->metas, &st);
+  if (st != WEFT_OK) goto fail;
   for (uint32_t i = 0; i < m->n_metas; i++) {
     r.idx = i;
     WF_CHECK_GOTO(rd_tensor(&r, &m->metas[i], 0), st, fail);
