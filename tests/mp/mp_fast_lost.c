@@ -268,20 +268,13 @@ static int case_lost(int killer, int sig, int mode) {
   }
 teardown:
   mp_case("%s: finalize, nothing left in /dev/shm", how);
-  double f0 = mp_now();
-  weft_world *w = mp_world;
-  mp_world = NULL;
-  weft_status st = weft_finalize(w);
-  if (mp_now() - f0 > 5.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
-  if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
+  mp_finalize_within(5.0);
   const char *job = getenv("WEFT_JOB_ID");
   char cmd[512];
   snprintf(cmd, sizeof cmd, "ls /dev/shm 2>/dev/null | grep -F 'weft-%s-'", job ? job : "?");
   if (job && *job && system(cmd) == 0) mp_fail("files of job %s are left in /dev/shm (listed above)", job);
   mp_case_end();
-  int nf = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
-  return nf ? 1 : 0;
+  return mp_exit_status();
 }
 
 /* Finalize with fast requests pending: rank 0 keeps one nobody else
@@ -323,9 +316,7 @@ static int case_finalize(void) {
   if (h) weft_request_free(h);
   mp_case_end();
   mp_say("FASTEXPECT rank %d: done=2-2 diverted=0--1", mp_rank);
-  int nf = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
-  return nf ? 1 : 0;
+  return mp_exit_status();
 }
 
 /* WEFT_TIMEOUT_SECONDS=2 with WEFT_FAST_WAIT_SECONDS=30: rank 1 never

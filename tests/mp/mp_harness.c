@@ -148,15 +148,34 @@ MP_FN void mp_setup(void) {
     mp_fatal("bad world: rank %d size %d group %p", mp_rank, mp_size, (void *)mp_group);
 }
 
+/* Says DONE or FAILED with this rank's failure count; returns the process
+ * exit status. */
+MP_FN int mp_exit_status(void) {
+  int n = atomic_load(&mp_failures);
+  mp_say("%s rank %d: %d failure(s)", n ? "FAILED" : "DONE", mp_rank, n);
+  return n ? 1 : 0;
+}
+
 /* Leaves the world; returns the process exit status. */
 MP_FN int mp_teardown(void) {
   mp_case("weft_finalize");
   weft_status st = weft_finalize(mp_world);
   mp_world = NULL;
   if (st != WEFT_OK) mp_fail("weft_finalize: %s: %s", weft_status_string(st), weft_last_error());
-  int n = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", n ? "FAILED" : "DONE", mp_rank, n);
-  return n ? 1 : 0;
+  return mp_exit_status();
+}
+
+/* A survivor's finalize (a peer died): it must return within limit seconds,
+ * with any status that may report the dead peer, but not a handle or
+ * internal error. Returns its status. */
+MP_FN weft_status mp_finalize_within(double limit) {
+  double f0 = mp_now();
+  weft_world *w = mp_world;
+  mp_world = NULL;
+  weft_status st = weft_finalize(w);
+  if (mp_now() - f0 > limit) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
+  if (st == WEFT_ERR_MISUSE || st == WEFT_ERR_INTERNAL) mp_fail("weft_finalize: %s", weft_status_string(st));
+  return st;
 }
 
 /* A submission that should have succeeded but did not: the peers did submit,

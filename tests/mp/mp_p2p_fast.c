@@ -255,15 +255,9 @@ static int kill_rank(void) {
   expect_lost(q, st, t0, "recv from it");
   mp_case_end();
   mp_case("survivor: finalize within 2 s");
-  double f0 = mp_now();
-  weft_world *w = mp_world;
-  mp_world = NULL;
-  weft_finalize(w);
-  if (mp_now() - f0 > 2.0) mp_fail("weft_finalize took %.2f s", mp_now() - f0);
+  mp_finalize_within(2.0);
   mp_case_end();
-  int nf = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
-  return nf ? 1 : 0;
+  return mp_exit_status();
 }
 
 int main(int argc, char **argv) {

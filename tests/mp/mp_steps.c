@@ -154,9 +154,7 @@ static int die_rank(void) {
   weft_world *w = mp_world;
   mp_world = NULL;
   weft_finalize(w);
-  int nf = atomic_load(&mp_failures);
-  mp_say("%s rank %d: %d failure(s)", nf ? "FAILED" : "DONE", mp_rank, nf);
-  return nf ? 1 : 0;
+  return mp_exit_status();
 }
 
 int main(int argc, char **argv) {
