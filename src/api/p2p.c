@@ -3,7 +3,7 @@
  * hand it to the engine (engine/p2p.h). No name, no in-flight set: the
  * receiver's engine matches messages by (group, key, source). */
 #include <stddef.h>
-#include <stdio.h>
+#include <string.h>
 
 #include "engine/p2p.h"
 #include "engine/submit.h"
@@ -50,8 +50,13 @@ static weft_status submit(const char *fn, int dir, weft_group *g, const weft_ten
   if (!req) return INVALID("%s: req is NULL", fn);
   *req = NULL;
   WF_CHECK(check_p2p(fn, g, t, peer, dir == WF_P2P_REQ_RECV, opt));
-  char name[64];
-  snprintf(name, sizeof name, "%s.%llu", dir == WF_P2P_REQ_SEND ? "send" : "recv", (unsigned long long)key);
+  char name[32], digits[20];
+  int nd = 0; /* "send.<key>" / "recv.<key>", without snprintf (a third of a small transfer's own cost) */
+  uint64_t k = key;
+  do digits[nd++] = (char)('0' + k % 10); while ((k /= 10) && nd < 20);
+  memcpy(name, dir == WF_P2P_REQ_SEND ? "send." : "recv.", 5);
+  for (int i = 0; i < nd; i++) name[5 + i] = digits[nd - 1 - i];
+  name[5 + nd] = '\0';
   weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, t, opt); /* BROADCAST: output is the tensor */
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->out = r->in;
