@@ -2,13 +2,18 @@
  * threads, over the mailboxes of the host segment (host/mailbox.h): no
  * engine thread, no socket, no control message.
  *
- * Send (caller): a message of at most WF_MBOX_INLINE bytes, without a
- * callback, to a local peer, is copied into the next slot of the pair's
- * ring and published; the receiver's bell rings if it sleeps. It completes
+ * Send (caller): a message without a callback to a local peer goes into
+ * the next slot of the pair's ring: its bytes if at most WF_MBOX_INLINE,
+ * else (when the host's ranks agreed on cross-memory attach, w->cma_ok)
+ * only its address, and the receiver's matching thread reads the bytes
+ * straight from the sender's buffer (process_vm_readv: one copy, no engine,
+ * no control message, as an MPI library's single-copy rendezvous). Then it
+ * is published and the receiver's bell rings if it sleeps. It completes
  * when the receiver has matched it: whoever reaps the ring in order (its
  * weft_wait / weft_test, a later send finding the ring full, the engine's
- * scan) reads the result (OK, or MISMATCH with the receiver's dtype and
- * count). A send takes the engine's path instead while an earlier send to
+ * scan) reads the result (OK, MISMATCH with the receiver's dtype and count,
+ * or UNREAD: the receiver's read failed, and its receive says why), so a
+ * read message's buffer is the sender's again only once it is read. A send takes the engine's path instead while an earlier send to
  * that peer is still on it (p->slow_out), so per pair the unmatched
  * mailbox messages always precede the unmatched engine-path ones; the
  * receiver therefore looks at a sender's mailbox before its announcements
@@ -19,8 +24,9 @@
  * Receive (caller): posted on p->posted under p->mu and matched there by
  * whoever looks first (its waiter, a weft_test, the engine's scan every
  * WF_P2P_SCAN_NS or its handling of an announcement). A message from the
- * mailbox is copied out and its result written back; an announcement or a
- * request with a callback is left to the engine thread.
+ * mailbox is copied out (or read across processes) and its result written
+ * back; an announcement or a request with a callback is left to the engine
+ * thread. A read runs under p->mu, as every match does.
  *
  * Memory: the region is fixed by the host's rank count (mailbox.h), and
  * each rank holds WF_MBOX_SLOTS request pointers per local peer. */
@@ -30,10 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algo/cma.h"
 #include "engine/p2p_impl.h"
 #include "engine/submit.h"
 #include "host/segment.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define SPIN_NS 50000 /* a waiter spins this long before it sleeps on its bell */
@@ -87,6 +95,9 @@ weft_status wf_p2p_fast_attach(weft_world *w) {
 
 void wf_p2p_fast_detach(weft_world *w) {
   pthread_mutex_lock(&w->p2p->mu);
+  if (w->p2p->mbox) /* tests read this line to see which way messages went */
+    WF_INFO(WF_SUB_ENGINE, "point-to-point mailboxes: %llu messages received inline, %llu read across processes",
+            (unsigned long long)w->p2p->n_inline, (unsigned long long)w->p2p->n_read);
   w->p2p->mbox = NULL; /* every fast request failed before (finalize) */
   pthread_mutex_unlock(&w->p2p->mu);
 }
@@ -124,6 +135,13 @@ void wf_p2p_fast_reap(weft_world *w, int only) {
         mismatch_msg(msg, sizeof msg, s->group_id, s->key, w->rank, s->count, s->dtype, p->rank_of[li], s->rcount,
                      s->rdtype);
         wf_request_complete(w, r, WEFT_ERR_MISMATCH, msg);
+      } else if (s->status == WF_MBOX_UNREAD) {
+        char msg[512], g[32];
+        snprintf(msg, sizeof msg,
+                 "point-to-point send to rank %d (%skey %llu): the receiver matched it but could not read this "
+                 "rank's buffer across processes (its recv says why; WEFT_CMA=0 sends without such reads)",
+                 p->rank_of[li], group_str(s->group_id, g, sizeof g), (unsigned long long)s->key);
+        wf_request_complete(w, r, WEFT_ERR_SYSTEM, msg);
       } else {
         wf_request_complete(w, r, WEFT_OK, NULL);
       }
@@ -165,7 +183,8 @@ int wf_p2p_fast_send(weft_request *r) {
   int peer = r->p2p_peer;
   if (r->callback || on_engine(w) || atomic_load(&p->slow_out[peer])) return 0;
   uint64_t count = elems_of(r), bytes = count * weft_dtype_size((weft_dtype)r->msg.dtype);
-  if (bytes > WF_MBOX_INLINE) return 0;
+  int far = bytes > WF_MBOX_INLINE; /* the receiver reads it from r->in.data */
+  if (far && !w->cma_ok) return 0;
   wf_request_arm(r);
   pthread_mutex_lock(&p->mu);
   int li = p->mbox ? p->li_of[peer] : -1;
@@ -177,10 +196,11 @@ int wf_p2p_fast_send(weft_request *r) {
   s->key = r->p2p_key;
   s->count = count;
   s->group_id = r->group->id;
-  s->bytes = (uint32_t)bytes;
+  s->addr = far ? (uint64_t)(uintptr_t)r->in.data : 0;
+  s->bytes = far ? 0 : (uint32_t)bytes;
   s->dtype = r->msg.dtype;
   s->status = WF_MBOX_OK;
-  if (bytes) memcpy(s->data, r->in.data, bytes);
+  if (!far && bytes) memcpy(s->data, r->in.data, bytes);
   t->reqs[t->head % WF_MBOX_SLOTS] = r;
   r->p2p_fast = 1;
   r->p2p_li = li;
@@ -265,9 +285,17 @@ void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
     s->rdtype = r->msg.dtype;
     s->rcount = o->count;
     st = WEFT_ERR_MISMATCH;
+  } else if (s->addr) {
+    char what[96];
+    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)s->key);
+    st = wf_cma_read((int)w->peers[o->peer].pid, s->addr, r->in.data, (size_t)o->bytes, o->peer, what);
+    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
+    p->n_read += st == WEFT_OK;
   } else {
     if (o->bytes) memcpy(r->in.data, s->data, o->bytes);
     s->status = WF_MBOX_OK;
+    p->n_inline++;
   }
   /* release: the result (and our reads of the bytes) before done */
   atomic_store_explicit(&s->done, k + 1, memory_order_release);
@@ -279,10 +307,11 @@ int wf_p2p_fast_recv(weft_request *r) {
   weft_world *w = r->world;
   wf_p2p *p = w->p2p;
   /* a callback (on the engine thread), or a receive too large for a
-   * mailbox message (the engine posts it and will match it: it waits as
-   * before), or one behind such: through the engine's queue, in order */
+   * mailbox message when no message may be read across processes (the
+   * engine posts it and will match it: it waits as before), or one behind
+   * such: through the engine's queue, in order */
   if (on_engine(w) || atomic_load(&p->queued_recvs)) return 0;
-  if (elems_of(r) * weft_dtype_size((weft_dtype)r->msg.dtype) > WF_MBOX_INLINE) return 0;
+  if (!w->cma_ok && elems_of(r) * weft_dtype_size((weft_dtype)r->msg.dtype) > WF_MBOX_INLINE) return 0;
   op *o = malloc(sizeof *o); /* not calloc: glibc's calloc skips the thread's cache of small blocks */
   if (!o) return 0;
   *o = (op){0};

@@ -62,6 +62,7 @@ struct wf_p2p {
   wf_mbox_tx *tx;      /* per local index */
   int ntx;             /* fast sends not reaped */
   int oversub;         /* more local ranks than cores: waiters yield at once */
+  uint64_t n_inline, n_read; /* messages received through the mailboxes: copied out, read across processes */
 };
 
 /* p2p.c, p->mu held. */

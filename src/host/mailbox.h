@@ -1,6 +1,7 @@
 /* mailbox.h - the point-to-point mailboxes in the host's shared segment: one
  * ring of WF_MBOX_SLOTS slots per ordered pair of local ranks, each slot a
- * 64-byte header and WF_MBOX_INLINE bytes, written by the sender's threads
+ * 64-byte header and WF_MBOX_INLINE bytes (a larger message: its address in
+ * the sender, read across processes by the receiver), written by the sender's threads
  * and read by the receiver's (engine/p2p_fast.c decides what goes in), and
  * one futex bell per local rank.
  *
@@ -25,14 +26,17 @@
 #define WF_MBOX_INLINE 1024u /* payload bytes of a slot: larger messages take the engine's path */
 #define WF_MBOX_LINE 128u
 
-enum { WF_MBOX_OK = 0, WF_MBOX_MISMATCH = 1 };
+/* A slot's result: matched and copied; a dtype or count mismatch; matched
+ * but the receiver could not read the sender's memory (addr). */
+enum { WF_MBOX_OK = 0, WF_MBOX_MISMATCH = 1, WF_MBOX_UNREAD = 2 };
 
 typedef struct wf_mbox_slot {
   alignas(64) _Atomic uint64_t seq; /* producer: k + 1 once message k is in */
   _Atomic uint64_t done;            /* consumer: k + 1 once message k is matched */
   uint64_t key, count;              /* producer: the send's key and element count */
   uint64_t rcount;                  /* consumer: its element count (the result) */
-  uint32_t group_id, bytes;         /* producer */
+  uint64_t addr;                    /* producer: 0, the bytes are in data; else where they are in its memory */
+  uint32_t group_id, bytes;         /* producer (bytes: those in data) */
   uint8_t dtype, status, rdtype;    /* producer's dtype; consumer's WF_MBOX_* and dtype */
   uint8_t data[] __attribute__((aligned(64)));
 } wf_mbox_slot;

@@ -1,6 +1,7 @@
 /* mp_p2p_fast.c - weft_send / weft_recv between ranks of one host through
- * the mailboxes (engine/p2p_fast.c: messages up to 1 KiB in the callers'
- * threads) next to the engine's path (larger ones), checked against the
+ * the mailboxes (engine/p2p_fast.c: in the callers' threads, messages up to
+ * 1 KiB copied, larger ones read across processes, or with WEFT_CMA=0 on
+ * the engine's path) next to the engine's path, checked against the
  * senders' deterministic payloads, 2 to 4 ranks:
  *  - order across the two paths: under one key and pair, a sequence of
  *    large and small messages (small after large and large after small),
@@ -18,16 +19,23 @@
  *    message went the engine's way behind the full ring), then all of A in
  *    order: no deadlock, no loss;
  *  - all to all: every rank sends 5 small messages to every other rank under
- *    two keys, receives by source and by any source; all arrive, in order.
+ *    two keys, receives by source and by any source; all arrive, in order;
+ *  - a large send whose buffer is unmapped before the receiver reads it
+ *    (a caller's bug): both sides fail, naming each other; the key works
+ *    again after (not with WEFT_CMA=0: the engine's path reads the buffer
+ *    on the sender's side, which would fault).
  * With --kill, instead (3 ranks): rank 2 SIGKILLs itself while rank 1's
  * small send to it sits unmatched in its mailbox (and its own small send to
  * rank 0 in rank 0's): rank 1's send fails naming rank 2, and so do rank 0's
  * and rank 1's later receives from it. */
+#include <sys/mman.h>
+
 #include "mp_harness.c"
 #include "mp_p2p_util.c"
 
-/* float32 element counts: 20000 (80 KB) take the engine's path; the rest
- * (at most 256 = 1 KiB) the mailbox. Small after large, large after small,
+/* float32 element counts: 20000 (80 KB) are read across processes from the
+ * mailbox (with WEFT_CMA=0: take the engine's path); the rest (at most 256
+ * = 1 KiB) are copied through it. Small after large, large after small,
  * runs of each. */
 static const size_t k_seq[] = {2, 256, 20000, 1, 20000, 20000, 3, 257, 2, 20000, 1};
 #define NSEQ (sizeof k_seq / sizeof k_seq[0])
@@ -260,6 +268,64 @@ static int kill_rank(void) {
   return mp_exit_status();
 }
 
+/* A send whose buffer is unmapped before the receiver reads it (a caller's
+ * bug: the buffer is the library's until the send completes): rank 0's
+ * receive fails naming rank 1 and the cross-memory read, rank 1's send
+ * fails saying its buffer could not be read; the key then works again. */
+static void unread_case(void) {
+  mp_case("a 64 KiB send whose buffer is gone before it is read fails on both sides");
+  enum { N = 16384 };
+  size_t bytes = N * sizeof(int32_t);
+  int64_t s[2];
+  weft_request *r = NULL;
+  if (mp_rank == 1) {
+    int32_t *b = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED) mp_fatal("mmap: %s", strerror(errno));
+    for (int i = 0; i < N; i++) b[i] = i;
+    weft_tensor t = tens(WEFT_DTYPE_INT32, &s[0], N, b);
+    isend(mp_group, &t, 0, 95, &r, "send");
+    munmap(b, bytes);
+  }
+  if (!mp_same_everywhere("fast.unread.sent", 1)) mp_fatal("sync failed");
+  int32_t *in = mp_alloc(bytes);
+  weft_tensor ti = tens(WEFT_DTYPE_INT32, &s[1], N, in);
+  if (mp_rank == 0) {
+    irecv(mp_group, &ti, 1, 95, &r, "recv");
+    weft_status st = mp_wait(r, "recv");
+    const char *m = weft_request_error(r);
+    if (st != WEFT_ERR_SYSTEM || !mp_contains(m, "rank 1") || !mp_contains(m, "cross-memory read"))
+      mp_fail("recv: %s (%s), expected WEFT_ERR_SYSTEM naming rank 1 and the cross-memory read",
+              weft_status_string(st), m ? m : "");
+    weft_request_free(r);
+  } else if (mp_rank == 1) {
+    weft_status st = mp_wait(r, "send");
+    const char *m = weft_request_error(r);
+    if (st != WEFT_ERR_SYSTEM || !mp_contains(m, "rank 0") || !mp_contains(m, "could not read"))
+      mp_fail("send: %s (%s), expected WEFT_ERR_SYSTEM naming rank 0 and the failed read", weft_status_string(st),
+              m ? m : "");
+    weft_request_free(r);
+  }
+  /* the key again, with a live buffer */
+  for (int i = 0; i < N; i++) in[i] = mp_rank == 1 ? 3 * i : -1;
+  if (mp_rank == 1) {
+    weft_tensor t = tens(WEFT_DTYPE_INT32, &s[0], N, in);
+    isend(mp_group, &t, 0, 95, &r, "send again");
+    if (mp_wait(r, "send again") != WEFT_OK) mp_fail("send again: %s", weft_request_error(r));
+    weft_request_free(r);
+  } else if (mp_rank == 0) {
+    irecv(mp_group, &ti, 1, 95, &r, "recv again");
+    if (mp_wait(r, "recv again") != WEFT_OK) mp_fail("recv again: %s", weft_request_error(r));
+    weft_request_free(r);
+    for (int i = 0; i < N; i++)
+      if (in[i] != 3 * i) {
+        mp_fail("recv again: element %d is %d, expected %d", i, in[i], 3 * i);
+        break;
+      }
+  }
+  free(in);
+  mp_case_end();
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && !strcmp(argv[1], "--kill")) return mp_supervised(kill_rank);
@@ -276,5 +342,6 @@ int main(int argc, char **argv) {
   mismatch_case("mailbox ", WEFT_DTYPE_FLOAT32, 4, WEFT_DTYPE_INT32, 4, 52);
   full_case();
   all_to_all_case();
+  if (getenv("WEFT_CMA") == NULL || strcmp(getenv("WEFT_CMA"), "0") != 0) unread_case(); /* (engine path: copied at send) */
   return mp_teardown();
 }
