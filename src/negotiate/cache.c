@@ -147,9 +147,12 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
   return assign_at(c, find(c, name), name, payload, epoch);
 }
 
-uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch) {
+uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch,
+                              int *kept) {
   int ok = hint < c->used && c->slots[hint].name && !strcmp(c->slots[hint].name, name);
-  return assign_at(c, ok ? hint : find(c, name), name, payload, epoch);
+  uint32_t id = ok ? hint : find(c, name);
+  if (kept) *kept = id != NIL && payload && c->slots[id].payload == payload;
+  return assign_at(c, id, name, payload, epoch);
 }
 
 void *wf_cache_by_id(const wf_cache *c, uint32_t id, uint64_t epoch, const char **name) {

@@ -57,8 +57,12 @@ int wf_cache_assigns(const wf_response_msg *r);
 uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t *epoch);
 
 /* Same, when the caller believes slot hint holds name (from a reference
- * it received; any value is safe): saves the name lookup when it does. */
-uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch);
+ * it received; any value is safe): saves the name lookup when it does.
+ * *kept (may be NULL): 1 when the slot held payload already (it took no
+ * new reference to it), else 0. Only the slot's answer says so: a payload
+ * may sit in another slot too (one that lost its name for want of memory). */
+uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch,
+                              int *kept);
 
 /* The payload of slot id if it holds exactly epoch, else NULL; *name gets
  * its name. */

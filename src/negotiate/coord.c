@@ -39,7 +39,7 @@ static rblock *block_get(wf_coord *c) {
   }
   b->next_free = NULL;
   b->refs = 1;
-  b->in_cache = b->known = 0;
+  b->known = 0;
   b->nsizes = 0;
   b->sizes = NULL;
   memset(b->have, 0, 2 * (size_t)c->size);
@@ -63,9 +63,7 @@ void wf_cd_block_unpin(rblock *b) {
 
 /* The cache's free_payload: its slot lets go of the block. */
 static void block_release(void *p) {
-  rblock *b = p;
-  b->in_cache = 0;
-  wf_cd_block_unpin(b);
+  wf_cd_block_unpin(p);
 }
 
 /* Rank r's request in e (present). */

@@ -44,8 +44,7 @@ typedef struct meta {
 typedef struct rblock {
   struct wf_coord *owner;
   struct rblock *next_free;
-  int refs;             /* pins: the cache's slot, entries hitting it, a ready response */
-  int in_cache;         /* a cache slot holds it */
+  int refs;             /* pins: each cache slot holding it, entries hitting it, a ready response */
   int known;            /* m, sizes: the OK response these requests negotiated to */
   meta m;
   uint32_t nsizes;

@@ -178,11 +178,9 @@ size_t wf_coord_take(wf_coord *c, uint64_t fusion_threshold, wf_response_msg **o
     if (q->dropped) continue;
     if (c->cache && wf_cache_assigns(&q->resp)) {
       uint64_t epoch;
-      rblock *p = q->pay;
-      int again = p && p->in_cache; /* all hits: already this name's payload */
-      wf_cache_assign_hint(c->cache, q->slot, q->name, p, &epoch); /* takes the pin, unless it kept p */
-      if (again) wf_cd_block_unpin(p);
-      else if (p) p->in_cache = 1;
+      int kept; /* all hits: the name's slot holds this payload already */
+      wf_cache_assign_hint(c->cache, q->slot, q->name, q->pay, &epoch, &kept); /* takes the pin, unless it kept it */
+      if (kept) wf_cd_block_unpin(q->pay);
     } else {
       wf_cd_block_unpin(q->pay);
     }
