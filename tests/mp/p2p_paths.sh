@@ -5,17 +5,7 @@
 # cross-memory reads allowed (the default), every rank read its large
 # messages (R > 0) and copied its small ones (I > 0); with WEFT_CMA=0, no
 # rank read any (R = 0: they took the engine's path). Both runs must pass.
-set -u
-WR=$1
-BIN=$2
-NP=$3
-T=$(mktemp -d "${TMPDIR:-/tmp}/weft_p2ppaths.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-FAILS=0
-fail() {
-  echo "FAIL: $*"
-  FAILS=$((FAILS + 1))
-}
+. "$(dirname "$0")/joblib.sh"
 for cma in 1 0; do
   WEFT_CMA=$cma WEFT_LOG_LEVEL=info WEFT_LOG_SUBSYS=engine "$WR" -np "$NP" --timeout 100 \
     --output-filename "$T/cma$cma" "$BIN" || fail "the job with WEFT_CMA=$cma failed (exit $?)"
@@ -33,5 +23,4 @@ for cma in 1 0; do
     fi
   done
 done
-[ "$FAILS" -eq 0 ] && echo "PASS: p2p_paths np$NP"
-exit $((FAILS > 0))
+finish p2p_paths
