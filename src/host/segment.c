@@ -20,7 +20,9 @@
 
 #include "bootstrap/sockutil.h"
 #include "host/mailbox.h"
+#include "host/numa.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
@@ -168,17 +170,29 @@ static weft_status seg_make(const char *name, const wf_host_cfg *cfg, const wf_s
     snprintf(err, errlen, "ftruncate(/dev/shm%s, %zu): %s", name, l->size, strerror(errno));
     goto out;
   }
+  void *m = mmap(NULL, l->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of %zu bytes: %s", l->size, strerror(errno));
+    goto out;
+  }
+  /* Each rank's parts on its node (host/numa.h): the policy is the file's,
+   * so the pages reserved below are allocated there. A hint: a failure is
+   * only reported. */
+  if (cfg->numa_nodes) {
+    wf_numa_range *r = malloc(sizeof *r * 3 * (size_t)cfg->nlocal);
+    int nr = r ? wf_numa_ranges(l, cfg->nlocal, cfg->numa_nodes, r) : 0;
+    if (nr > 0 && wf_numa_bind(m, r, nr, wf_numa_machine(NULL, WF_NUMA_MAX_NODES)) < 0)
+      WF_WARN(WF_SUB_SHM, "placing the shared segment on NUMA nodes failed (mbind: %s); it stays where it is",
+              strerror(errno));
+    free(r);
+  }
   /* Reserve every page now: a full /dev/shm must fail here, not SIGBUS a
    * rank later when it first touches a slot. */
   while ((rc = posix_fallocate(fd, 0, (off_t)l->size)) == EINTR) {
   }
   if (rc) {
+    munmap(m, l->size);
     snprintf(err, errlen, "cannot reserve %zu MiB in /dev/shm (posix_fallocate: %s)", l->size >> 20, strerror(rc));
-    goto out;
-  }
-  void *m = mmap(NULL, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (m == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of %zu bytes: %s", l->size, strerror(errno));
     goto out;
   }
   wf_shm_seg_hdr *h = m; /* the pages are zero: rings empty, doorbells idle */

@@ -119,6 +119,10 @@ typedef struct wf_host_cfg {
    * rank (0 = none), zero-filled. */
   size_t board_bytes, stage_bytes;
   uint64_t board_param; /* stored for the board (wf_host_board) */
+  /* The creator's: the NUMA node of each local rank (nlocal entries, -1
+   * unknown), whose parts of the segment go there (host/numa.h); NULL: no
+   * placement. */
+  const int *numa_nodes;
 } wf_host_cfg;
 
 typedef struct wf_host wf_host;
