@@ -25,7 +25,9 @@
  * (the header's page holds up to ~1000 ranks). inbox_bytes by default is
  * twice a full ring of the configured geometry (so up to 3 local ranks
  * every pair has its full ring), at most WF_SHM_RINGS_CAP / n unless both
- * the slot size and count were configured.
+ * the slot size and count were configured. Each inbox, staging region
+ * and mailbox inbox is page-aligned, so the creator can place it on its
+ * rank's NUMA node (host/numa.h, wf_host_cfg.numa_nodes).
  * head counts slots published by the producer, tail slots released by the
  * consumer (both only grow; slot k lives at k % nslots). Each sits alone on
  * 128 bytes: the adjacent-line prefetcher pulls 64-byte lines in pairs. */
