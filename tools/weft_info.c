@@ -7,6 +7,8 @@
  * --topology joins the job (weftrun -np N weft-info --topology; outside a
  * job, a world of one) and rank 0 prints the hosts with their ranks, the
  * transports within and across hosts, whether cross-memory attach works,
+ * the per-host shared memory region by region with its formula in the
+ * number of local ranks,
  * the algorithm the registry picks for each collective of the world group
  * at a few sizes (schedules are built, never run), and each collective's
  * selection table (src/algo/select.c) with the world's thresholds. The
@@ -33,6 +35,8 @@
 #include "algo/algo.h"
 #include "device/device.h"
 #include "engine/topo_info.h"
+#include "host/mailbox.h"
+#include "host/segment.h"
 #include "util/params.h"
 #include "weft.h"
 
@@ -292,6 +296,41 @@ static void print_table(wf_coll coll, const char *name, const wf_settings *set) 
   }
 }
 
+static void print_bytes(const char *what, size_t bytes, const char *detail) {
+  int mib = bytes >= (4u << 20);
+  printf("  %-16s %10.1f %s%s%s\n", what, mib ? (double)bytes / (1 << 20) : (double)bytes / 1024, mib ? "MiB" : "KiB",
+         *detail ? "  " : "", detail);
+}
+
+/* The host segment of rank 0's host (host/segment.h), region by region, and
+ * the formula it follows in the number of local ranks n. */
+static void print_memory(const wf_topo_view *v) {
+  int n = v->seg_nlocal;
+  const wf_shm_layout *l = &v->seg;
+  if (!n) {
+    printf("per-host shared memory: none (%s)\n",
+           v->nhosts == v->size ? "one rank per host" : "the transport within a host is not shm");
+    return;
+  }
+  char d[160];
+  printf("per-host shared memory (rank 0's host, n = %d local ranks):\n", n);
+  print_bytes("header", l->rings_off, "geometry, the local ranks");
+  snprintf(d, sizeof d, "n x %zu KiB: per receiver a doorbell and n-1 rings of %zu x %zu B (at most %zu x %zu B)",
+           l->inbox_bytes >> 10, l->nslots, l->slot_bytes, l->cfg_nslots, l->cfg_slot_bytes);
+  print_bytes("ring inboxes", l->inbox_bytes * (size_t)n, d);
+  print_bytes("board", l->board_bytes, "one-host negotiation board (WEFT_FAST_BYTES)");
+  snprintf(d, sizeof d, "n x %zu KiB (WEFT_SHM_STAGE_BYTES, at most 256 MiB together)", l->stage_bytes >> 10);
+  print_bytes("stages", l->stage_bytes * (size_t)n, d);
+  snprintf(d, sizeof d, "n x %u KiB: per receiver a bell and %u slots of %u B, %u per sender", WF_MBOX_BLOCK >> 10,
+           WF_MBOX_INBOX, WF_MBOX_SLOT_BYTES, wf_mbox_pair_slots(n));
+  print_bytes("p2p mailboxes", l->mbox_bytes, d);
+  print_bytes("total", l->size, "");
+  printf("  formula: %zu KiB + n x (%zu KiB ring inbox + %zu KiB stage + %u KiB mailbox inbox) + board;\n"
+         "  the ring inboxes at most %zu MiB together (then smaller), a pair's ring the inbox / (n-1)\n",
+         l->rings_off >> 10, l->inbox_bytes >> 10, l->stage_bytes >> 10, WF_MBOX_BLOCK >> 10,
+         WF_SHM_RINGS_CAP >> 20);
+}
+
 static int print_topology(void) {
   weft_world *w = NULL;
   weft_status st = weft_init(NULL, &w);
@@ -330,6 +369,7 @@ static int print_topology(void) {
              shared ? v.local_transport : "- (one rank per host)", v.nhosts > 1 ? v.cross_transport : "- (one host)",
              v.set.transport);
       printf("cross-memory attach (rank 0 to its host's ranks): %s\n", v.topo.cma ? "yes" : "no");
+      print_memory(&v);
       printf("hierarchical algorithms: WEFT_HIERARCHICAL=%lld (-1: automatic, 0: never, 1: whenever on several hosts)\n",
              (long long)v.set.hierarchical);
       printf("algorithms chosen for the world group (float32; WEFT_ALGO_<COLL> applies):\n");

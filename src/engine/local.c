@@ -12,6 +12,7 @@
 
 #include "algo/shm_stage.h"
 #include "host/cma_agree.h"
+#include "host/numa.h"
 #include "engine/onehost.h"
 #include "util/params.h"
 #include <string.h>
@@ -69,6 +70,27 @@ void wf_stage_detach(weft_world *w) {
   w->world_gs->topo.stage = NULL;
 }
 
+int *wf_local_numa_nodes(const weft_world *w, const int *local, int nlocal, int *machine) {
+  const char *spec = wf_param_str("WEFT_NUMA_NODES");
+  *machine = wf_numa_machine(NULL, WF_NUMA_MAX_NODES);
+  if (spec && !strcmp(spec, "off")) return NULL;
+  int *nodes = malloc(sizeof *nodes * (size_t)nlocal), *pids = malloc(sizeof *pids * (size_t)nlocal);
+  char err[256];
+  if (nodes && pids && spec && *spec && !wf_numa_parse_nodes(spec, nlocal, nodes, err, sizeof err)) {
+    WF_WARN(WF_SUB_SHM, "%s: no NUMA placement", err);
+    free(nodes);
+    nodes = NULL;
+  } else if (nodes && pids && !(spec && *spec)) {
+    for (int i = 0; i < nlocal; i++) pids[i] = (int)w->peers[local[i]].pid;
+    wf_numa_detect(pids, nlocal, nodes);
+  } else if (!pids) {
+    free(nodes);
+    nodes = NULL;
+  }
+  free(pids);
+  return nodes;
+}
+
 static void on_shm_error(void *ctx, int peer, weft_status st, const char *msg) {
   weft_world *w = ctx;
   wf_world_fail(w, st, "%s (shared memory, rank %d on %s)", msg, peer, w->peers[peer].host);
@@ -103,7 +125,11 @@ weft_status wf_local_attach(weft_world *w, int *fds) {
                       .board_bytes = wf_fast_board_bytes(&w->set, nlocal),
                       .board_param = wf_fast_large_bytes(&w->set, nlocal),
                       .stage_bytes = wf_stage_bytes(&w->set, nlocal)};
+    int machine = 1;
+    int *nodes = w->rank == local[0] ? wf_local_numa_nodes(w, local, nlocal, &machine) : NULL;
+    hc.numa_nodes = nodes;
     st = wf_host_create(&hc, &w->host);
+    free(nodes);
     /* do without shared memory only when every local rank failed the same
      * way and the sockets are clean: not after a timeout or a lost peer */
     if (st != WEFT_OK && st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_PEER_LOST && strcmp(tp, "shm")) {

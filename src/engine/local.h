@@ -17,6 +17,13 @@ void wf_local_detach(weft_world *w);
 /* Same-host ranks agree on cross-memory attach (sets w->cma_ok). */
 weft_status wf_local_cma(weft_world *w, const int *fds);
 
+/* The NUMA node of each of the nlocal local ranks local[] (world ranks,
+ * ascending; nlocal entries malloc'd, -1: unknown), for the segment's
+ * placement (host/numa.h): WEFT_NUMA_NODES's layout, else each rank's CPU
+ * affinity; NULL with "off", a bad layout (warned about) or no memory.
+ * *machine: this machine's node count. */
+int *wf_local_numa_nodes(const weft_world *w, const int *local, int nlocal, int *machine);
+
 /* Bytes of each local rank's staging region for a segment of nlocal ranks
  * (WEFT_SHM_STAGE_BYTES, shrunk so that all regions stay within 256 MiB;
  * 0: none). Only the segment creator's value counts. */

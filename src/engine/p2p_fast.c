@@ -28,8 +28,10 @@
  * back; an announcement or a request with a callback is left to the engine
  * thread. A read runs under p->mu, as every match does.
  *
- * Memory: the region is fixed by the host's rank count (mailbox.h), and
- * each rank holds WF_MBOX_SLOTS request pointers per local peer. */
+ * Memory: the region is fixed by the host's rank count (mailbox.h: linear
+ * in it), and each rank holds WF_MBOX_SLOTS request pointers per local
+ * peer. Beyond WF_MBOX_INBOX + 1 local ranks a pair has no slot: no fast
+ * path (every transfer takes the engine's). */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +73,9 @@ static const char *group_str(uint32_t id, char *buf, size_t len) {
 weft_status wf_p2p_fast_attach(weft_world *w) {
   wf_p2p *p = w->p2p;
   uint8_t *mbox = w->host ? wf_host_mbox(w->host) : NULL;
-  if (!mbox) return WEFT_OK;
+  if (!mbox || !wf_mbox_pair_slots(wf_host_nlocal(w->host))) return WEFT_OK;
   int n = wf_host_nlocal(w->host);
+  p->mslots = wf_mbox_pair_slots(n);
   p->li_of = malloc(sizeof *p->li_of * (size_t)w->size);
   p->rank_of = malloc(sizeof *p->rank_of * (size_t)n);
   p->rx_tail = calloc((size_t)n, sizeof *p->rx_tail);
@@ -123,11 +126,11 @@ void wf_p2p_fast_reap(weft_world *w, int only) {
   for (int li = only < 0 ? 0 : only; li < (only < 0 ? p->nlocal : only + 1); li++) {
     wf_mbox_tx *t = &p->tx[li];
     while (t->reap < t->head) {
-      wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, p->li, li, t->reap);
+      wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, p->li, li, t->reap);
       /* acquire: the receiver's result fields before done */
       if (atomic_load_explicit(&s->done, memory_order_acquire) != t->reap + 1) break;
-      weft_request *r = t->reqs[t->reap % WF_MBOX_SLOTS];
-      t->reqs[t->reap % WF_MBOX_SLOTS] = NULL;
+      weft_request *r = t->reqs[t->reap % p->mslots];
+      t->reqs[t->reap % p->mslots] = NULL;
       t->reap++;
       p->ntx--;
       if (s->status == WF_MBOX_MISMATCH) {
@@ -154,8 +157,8 @@ void wf_p2p_fast_fail(weft_world *w, int only, weft_status st, const char *msg) 
   for (int li = only < 0 ? 0 : only; li < (only < 0 ? p->nlocal : only + 1); li++) {
     wf_mbox_tx *t = &p->tx[li];
     for (; t->reap < t->head; t->reap++) { /* nobody will match them (or it no longer matters) */
-      weft_request *r = t->reqs[t->reap % WF_MBOX_SLOTS];
-      t->reqs[t->reap % WF_MBOX_SLOTS] = NULL;
+      weft_request *r = t->reqs[t->reap % p->mslots];
+      t->reqs[t->reap % p->mslots] = NULL;
       p->ntx--;
       wf_request_complete(w, r, st, msg);
     }
@@ -168,7 +171,7 @@ int64_t wf_p2p_fast_deadline(wf_p2p *p, weft_request **which) {
   if (which) *which = NULL;
   for (int li = 0; p->ntx && li < p->nlocal; li++)
     for (uint64_t k = p->tx[li].reap; k < p->tx[li].head; k++) {
-      weft_request *r = p->tx[li].reqs[k % WF_MBOX_SLOTS];
+      weft_request *r = p->tx[li].reqs[k % p->mslots];
       if (r->deadline < d) {
         d = r->deadline;
         if (which) *which = r;
@@ -190,9 +193,9 @@ int wf_p2p_fast_send(weft_request *r) {
   int li = p->mbox ? p->li_of[peer] : -1;
   if (li < 0 || p->failed != WEFT_OK || p->gone[peer]) goto no;
   wf_mbox_tx *t = &p->tx[li];
-  if (t->head - t->reap == WF_MBOX_SLOTS) wf_p2p_fast_reap(w, li);
-  if (t->head - t->reap == WF_MBOX_SLOTS) goto no; /* full: the engine's path, behind these */
-  wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, p->li, li, t->head);
+  if (t->head - t->reap == p->mslots) wf_p2p_fast_reap(w, li);
+  if (t->head - t->reap == p->mslots) goto no; /* full: the engine's path, behind these */
+  wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, p->li, li, t->head);
   s->key = r->p2p_key;
   s->count = count;
   s->group_id = r->group->id;
@@ -201,7 +204,7 @@ int wf_p2p_fast_send(weft_request *r) {
   s->dtype = r->msg.dtype;
   s->status = WF_MBOX_OK;
   if (!far && bytes) memcpy(s->data, r->in.data, bytes);
-  t->reqs[t->head % WF_MBOX_SLOTS] = r;
+  t->reqs[t->head % p->mslots] = r;
   r->p2p_fast = 1;
   r->p2p_li = li;
   atomic_store_explicit(&r->state, WF_REQ_RUNNING, memory_order_relaxed);
@@ -224,8 +227,8 @@ void wf_p2p_fast_snapshot(wf_p2p *p) {
   for (int li = 0; li < p->nlocal; li++) {
     if (li == p->li) continue;
     uint64_t i = p->rx_tail[li];
-    while (i < p->rx_tail[li] + WF_MBOX_SLOTS) {
-      wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, i);
+    while (i < p->rx_tail[li] + p->mslots) {
+      wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, li, p->li, i);
       if (atomic_load_explicit(&s->seq, memory_order_acquire) < i + 1) break; /* not published yet */
       i++;
     }
@@ -238,7 +241,7 @@ void wf_p2p_fast_snapshot(wf_p2p *p) {
 static int scan(wf_p2p *p, const op *o, int li, uint64_t *k) {
   uint64_t t = p->rx_tail[li];
   for (;; t++) { /* past the matched ones (a reused slot: its message was reaped, so matched) */
-    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, t);
+    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, li, p->li, t);
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
     if (!(seq > t + 1 || (seq == t + 1 && atomic_load_explicit(&s->done, memory_order_relaxed) == t + 1))) break;
   }
@@ -246,7 +249,7 @@ static int scan(wf_p2p *p, const op *o, int li, uint64_t *k) {
   uint32_t gid = o->r->group->id;
   uint64_t key = o->r->p2p_key;
   for (uint64_t i = t; i < p->rx_lim[li]; i++) {
-    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, i);
+    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, li, p->li, i);
     /* acquire: pairs with the sender's release of seq */
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
     if (seq < i + 1) return 0; /* not written yet: nor is anything after it */
@@ -275,7 +278,7 @@ int wf_p2p_fast_find(wf_p2p *p, const op *o, int *li, uint64_t *k) {
 void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
   wf_p2p *p = w->p2p;
   weft_request *r = o->r;
-  wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->nlocal, li, p->li, k);
+  wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, li, p->li, k);
   r->p2p_peer = o->peer = p->rank_of[li];
   weft_status st = WEFT_OK;
   char msg[1024]; /* written only for a mismatch (no 1 KiB zeroing per message) */

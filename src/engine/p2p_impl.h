@@ -55,6 +55,7 @@ struct wf_p2p {
   /* the mailboxes (p2p_fast.c); mbox NULL: no fast path */
   uint8_t *mbox;
   int nlocal, li;      /* local ranks; this rank's local index */
+  unsigned mslots;     /* slots of each pair's ring (host/mailbox.h: wf_mbox_pair_slots) */
   int *li_of;          /* size entries: world rank -> local index, or -1 */
   int *rank_of;        /* nlocal entries: local index -> world rank */
   uint64_t *rx_tail;   /* per local index: the oldest message from it not matched */

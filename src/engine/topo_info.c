@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "host/segment.h"
 #include "util/err.h"
 #include "util/settings.h"
 
@@ -46,6 +47,10 @@ weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
   int mpi = !strcmp(w->set.transport, "mpi");
   v->cross_transport = mpi ? "mpi" : "tcp";
   v->local_transport = w->shm ? "shm" : v->cross_transport;
+  if (w->host) {
+    v->seg_nlocal = wf_host_nlocal(w->host);
+    v->seg = *wf_host_layout(w->host);
+  }
   return WEFT_OK;
 }
 

@@ -1,11 +1,12 @@
 /* topo_info.h - an internal view of a live world's layout for tools
  * (weft-info --topology): its hosts, every rank's host and local rank, the
- * transports between ranks of one host and of different hosts, and the
- * world group's topology exactly as the algorithms see it (wf_topo). Not
+ * transports between ranks of one host and of different hosts, the layout
+ * of this rank's host segment, and the world group's topology exactly as the algorithms see it (wf_topo). Not
  * part of the public API (weft.h). */
 #ifndef WF_API_TOPO_INFO_H
 #define WF_API_TOPO_INFO_H
 #include "algo/algo.h"
+#include "host/segment.h"
 #include "weft.h"
 #include "wire/wire.h"
 
@@ -18,6 +19,8 @@ typedef struct wf_topo_view {
   const char *cross_transport;    /* between hosts: "tcp" or "mpi" */
   wf_topo topo;                   /* the world group's, as its algorithms get it (own copies) */
   wf_settings set;                /* the world's settings, resolved at init */
+  int seg_nlocal;                 /* ranks sharing this rank's host segment (0: no segment) */
+  wf_shm_layout seg;              /* its layout (host/segment.h), when seg_nlocal > 0 */
 } wf_topo_view;
 
 /* Fills *v (allocating its arrays) from a world that weft_init returned.

@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 _Static_assert(offsetof(wf_mbox_slot, data) == 64, "a slot's header is 64 bytes");
+_Static_assert(WF_MBOX_BLOCK % 4096 == 0 && WF_MBOX_LINE % 64 == 0, "inboxes are page-aligned, slots 64-aligned");
 
 size_t wf_mbox_region_bytes(int nlocal) {
   if (nlocal < 2) return 0;
-  size_t n = (size_t)nlocal;
-  return n * WF_MBOX_LINE + n * (n - 1) * WF_MBOX_SLOTS * WF_MBOX_SLOT_BYTES;
+  return (size_t)nlocal * WF_MBOX_BLOCK;
 }
 
 static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *ts) {

@@ -20,15 +20,16 @@
 
 #include "bootstrap/sockutil.h"
 #include "host/mailbox.h"
+#include "host/numa.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
-#define SEG_VERSION 7
+#define SEG_VERSION 8
 #define PAGE 4096u
 #define DEF_SLOT_BYTES (64u << 10)
 #define DEF_NSLOTS 16u
-#define AUTO_MAX_BYTES (256u << 20) /* shrink default rings beyond this segment size */
 
 /* Records exchanged over the bootstrap sockets, all of this one size, strictly
  * paired: creator -> each peer NAME, READY; peer -> creator ACK (only after a
@@ -47,46 +48,59 @@ typedef struct setup_msg {
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Fills l from the geometry; 0 if the sizes overflow. */
-static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t board_bytes, size_t stage_bytes,
-                       wf_shm_layout *l) {
-  size_t pairs = (size_t)nlocal * (size_t)(nlocal - 1), ring, rings, stages, end;
-  l->slot_bytes = round_up(slot_bytes, 64);
-  l->nslots = nslots;
+/* Fills l from the geometry (inbox_bytes: one receiver's inbox, a page
+ * multiple); 0 if the sizes overflow or a ring would get less than two
+ * 64-byte slots. Every mapper recomputes it from the header's fields. */
+static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t inbox_bytes, size_t board_bytes,
+                       size_t stage_bytes, wf_shm_layout *l) {
+  size_t n = (size_t)nlocal, inboxes, stages, end;
+  if (nlocal < 2 || slot_bytes > SIZE_MAX / 4 || nslots > SIZE_MAX / 4 || inbox_bytes % PAGE ||
+      inbox_bytes < WF_SHM_LINE)
+    return 0;
+  l->cfg_slot_bytes = round_up(slot_bytes, 64);
+  l->cfg_nslots = nslots;
+  l->inbox_bytes = inbox_bytes;
+  /* each sender's share of the inbox (after the bell), 128-aligned: its ring */
+  l->ring_bytes = (inbox_bytes - WF_SHM_LINE) / (n - 1) / WF_SHM_LINE * WF_SHM_LINE;
+  if (l->ring_bytes < sizeof(wf_shm_ring) + 2 * (WF_SHM_SLOT_HDR + 64)) return 0;
+  size_t avail = l->ring_bytes - sizeof(wf_shm_ring), fit = avail / (WF_SHM_SLOT_HDR + l->cfg_slot_bytes);
+  if (fit >= 2) { /* the configured slots, as many as fit */
+    l->slot_bytes = l->cfg_slot_bytes;
+    l->nslots = fit < nslots ? fit : nslots;
+  } else { /* two smaller slots */
+    l->nslots = 2;
+    l->slot_bytes = (avail / 2 - WF_SHM_SLOT_HDR) / 64 * 64;
+  }
   l->stride = WF_SHM_SLOT_HDR + l->slot_bytes;
-  if (__builtin_mul_overflow(l->stride, nslots, &ring) || ring > SIZE_MAX / 2) return 0;
-  l->ring_bytes = round_up(sizeof(wf_shm_ring) + ring, PAGE);
-  l->bells_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * (size_t)nlocal, PAGE);
-  l->rings_off = l->bells_off + round_up(sizeof(wf_shm_bell) * (size_t)nlocal, PAGE);
-  if (__builtin_mul_overflow(l->ring_bytes, pairs, &rings) || __builtin_add_overflow(rings, l->rings_off, &end))
+  l->rings_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * n, PAGE);
+  if (__builtin_mul_overflow(inbox_bytes, n, &inboxes) || __builtin_add_overflow(inboxes, l->rings_off, &end))
     return 0;
   if (board_bytes > SIZE_MAX / 4 || stage_bytes > SIZE_MAX / 4) return 0;
   l->board_bytes = round_up(board_bytes, PAGE);
   l->stage_bytes = round_up(stage_bytes, PAGE);
   l->board_off = end;
   l->stage_off = end + l->board_bytes;
-  if (__builtin_mul_overflow(l->stage_bytes, (size_t)nlocal, &stages) ||
-      __builtin_add_overflow(l->stage_off, stages, &l->mbox_off))
+  if (__builtin_mul_overflow(l->stage_bytes, n, &stages) || __builtin_add_overflow(l->stage_off, stages, &l->mbox_off))
     return 0;
-  l->mbox_bytes = round_up(wf_mbox_region_bytes(nlocal), PAGE);
+  l->mbox_bytes = wf_mbox_region_bytes(nlocal); /* a page multiple */
   if (__builtin_add_overflow(l->mbox_off, l->mbox_bytes, &l->size)) return 0;
   return 1;
 }
 
-/* The geometry used when the config leaves it at 0: 64 KiB x 16 slots per
- * ring, fewer slots then smaller ones when many local ranks would make the
- * segment larger than AUTO_MAX_BYTES. */
-static int auto_layout(const wf_host_cfg *cfg, wf_shm_layout *l) {
-  size_t slot = cfg->slot_bytes ? cfg->slot_bytes : DEF_SLOT_BYTES;
-  size_t n = cfg->nslots ? (cfg->nslots < 2 ? 2 : cfg->nslots) : DEF_NSLOTS;
-  if (slot > UINT32_MAX - 64) slot = UINT32_MAX - 64;
-  if (!make_layout(cfg->nlocal, slot, n, cfg->board_bytes, cfg->stage_bytes, l)) return 0;
-  while (l->size > AUTO_MAX_BYTES && ((!cfg->nslots && n > 4) || (!cfg->slot_bytes && slot > 8192))) {
-    if (!cfg->nslots && n > 4) n /= 2;
-    else slot /= 2;
-    if (!make_layout(cfg->nlocal, slot, n, cfg->board_bytes, cfg->stage_bytes, l)) return 0;
-  }
-  return 1;
+int wf_host_plan(int nlocal, size_t slot_bytes, size_t nslots, size_t board_bytes, size_t stage_bytes,
+                 wf_shm_layout *l) {
+  size_t slot = slot_bytes ? slot_bytes : DEF_SLOT_BYTES;
+  size_t k = nslots ? (nslots < 2 ? 2 : nslots) : DEF_NSLOTS, full, inbox;
+  if (nlocal < 2 || slot > UINT32_MAX - 64) return 0;
+  slot = round_up(slot, 64);
+  /* twice a full ring: up to 3 local ranks every pair has the configured
+   * geometry; unless both sizes were given, capped so that all inboxes
+   * together stay within WF_SHM_RINGS_CAP */
+  if (__builtin_mul_overflow(WF_SHM_SLOT_HDR + slot, k, &full) || full > SIZE_MAX / 8) return 0;
+  inbox = round_up(WF_SHM_LINE + 2 * (sizeof(wf_shm_ring) + full), PAGE);
+  if ((!slot_bytes || !nslots) && inbox > WF_SHM_RINGS_CAP / (size_t)nlocal)
+    inbox = WF_SHM_RINGS_CAP / (size_t)nlocal / PAGE * PAGE;
+  return make_layout(nlocal, slot, k, inbox, board_bytes, stage_bytes, l);
 }
 
 static void sanitize(char *dst, size_t cap, const char *src) {
@@ -156,25 +170,37 @@ static weft_status seg_make(const char *name, const wf_host_cfg *cfg, const wf_s
     snprintf(err, errlen, "ftruncate(/dev/shm%s, %zu): %s", name, l->size, strerror(errno));
     goto out;
   }
+  void *m = mmap(NULL, l->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    snprintf(err, errlen, "mmap of %zu bytes: %s", l->size, strerror(errno));
+    goto out;
+  }
+  /* Each rank's parts on its node (host/numa.h): the policy is the file's,
+   * so the pages reserved below are allocated there. A hint: a failure is
+   * only reported. */
+  if (cfg->numa_nodes) {
+    wf_numa_range *r = malloc(sizeof *r * 3 * (size_t)cfg->nlocal);
+    int nr = r ? wf_numa_ranges(l, cfg->nlocal, cfg->numa_nodes, r) : 0;
+    if (nr > 0 && wf_numa_bind(m, r, nr, wf_numa_machine(NULL, WF_NUMA_MAX_NODES)) < 0)
+      WF_WARN(WF_SUB_SHM, "placing the shared segment on NUMA nodes failed (mbind: %s); it stays where it is",
+              strerror(errno));
+    free(r);
+  }
   /* Reserve every page now: a full /dev/shm must fail here, not SIGBUS a
    * rank later when it first touches a slot. */
   while ((rc = posix_fallocate(fd, 0, (off_t)l->size)) == EINTR) {
   }
   if (rc) {
+    munmap(m, l->size);
     snprintf(err, errlen, "cannot reserve %zu MiB in /dev/shm (posix_fallocate: %s)", l->size >> 20, strerror(rc));
-    goto out;
-  }
-  void *m = mmap(NULL, l->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (m == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of %zu bytes: %s", l->size, strerror(errno));
     goto out;
   }
   wf_shm_seg_hdr *h = m; /* the pages are zero: rings empty, doorbells idle */
   h->version = SEG_VERSION;
   h->nlocal = (uint32_t)cfg->nlocal;
-  h->slot_bytes = l->slot_bytes;
-  h->nslots = l->nslots;
-  h->ring_bytes = l->ring_bytes;
+  h->slot_bytes = l->cfg_slot_bytes;
+  h->nslots = l->cfg_nslots;
+  h->inbox_bytes = l->inbox_bytes;
   h->board_bytes = l->board_bytes;
   h->board_param = cfg->board_param;
   h->stage_bytes = l->stage_bytes;
@@ -210,7 +236,8 @@ static weft_status seg_attach(const char *name, size_t size, const wf_host_cfg *
   const wf_shm_seg_hdr *h = m;
   int ok = h->magic == SEG_MAGIC && h->version == SEG_VERSION && h->nlocal == (uint32_t)cfg->nlocal &&
            h->size == size && h->nslots >= 2 && h->slot_bytes >= 64 && h->slot_bytes <= UINT32_MAX &&
-           make_layout(cfg->nlocal, h->slot_bytes, h->nslots, h->board_bytes, h->stage_bytes, l) && l->size == size;
+           make_layout(cfg->nlocal, h->slot_bytes, h->nslots, h->inbox_bytes, h->board_bytes, h->stage_bytes, l) &&
+           l->size == size;
   for (int i = 0; ok && i < cfg->nlocal; i++) ok = h->ranks[i] == cfg->local_ranks[i];
   if (!ok) {
     munmap(m, size);
@@ -251,9 +278,10 @@ static weft_status setup_creator(const wf_host_cfg *cfg, weft_status local, wf_s
     if (r == WEFT_OK) state[i] = 1;
     else if (st == WEFT_OK) st = r, snprintf(err, errlen, "sending to rank %d: %s", cfg->local_ranks[i], e);
   }
-  if (st == WEFT_OK && !auto_layout(cfg, l)) {
+  if (st == WEFT_OK &&
+      !wf_host_plan(cfg->nlocal, cfg->slot_bytes, cfg->nslots, cfg->board_bytes, cfg->stage_bytes, l)) {
     st = WEFT_ERR_INVALID_ARGUMENT;
-    snprintf(err, errlen, "ring geometry too large");
+    snprintf(err, errlen, "ring geometry too large, or too many local ranks (%d) for the rings", cfg->nlocal);
   }
   if (st == WEFT_OK) st = seg_make(name, cfg, l, map, &created, err, errlen);
   for (int i = 1; i < n; i++) {

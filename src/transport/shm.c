@@ -1,6 +1,7 @@
 /* shm.c - the shared-memory transport's data path (see shm.h for the
  * design, host/segment.h for the segment): SPSC slot rings per ordered pair of
- * local ranks, copies in and out of them, and futex doorbells. Engine thread
+ * local ranks (each a sender's share of its receiver's inbox), copies in and
+ * out of them, and futex doorbells. Engine thread
  * only, except wf_shm_interrupt. */
 #include "transport/shm.h"
 #include "host/segment.h"
@@ -465,15 +466,15 @@ weft_status wf_shm_create(struct wf_host *host, const wf_shm_cfg *cfg, wf_shm **
   s->slot_bytes = l->slot_bytes;
   s->nslots = l->nslots;
   s->stride = l->stride;
-  s->bell = (wf_shm_bell *)(map + l->bells_off) + s->me;
+  s->bell = wf_shm_bell_at(map, l, s->me);
   for (int i = 0; i < s->nlocal; i++) {
     if (i == s->me) continue;
     peer *p = &s->peers[i];
-    p->out = wf_shm_ring_at(map, l, s->nlocal, s->me, i);
-    p->in = wf_shm_ring_at(map, l, s->nlocal, i, s->me);
+    p->out = wf_shm_ring_at(map, l, s->me, i);
+    p->in = wf_shm_ring_at(map, l, i, s->me);
     p->out_slots = (uint8_t *)(p->out + 1);
     p->in_slots = (uint8_t *)(p->in + 1);
-    p->bell = (wf_shm_bell *)(map + l->bells_off) + i;
+    p->bell = wf_shm_bell_at(map, l, i);
   }
   WF_INFO(WF_SUB_SHM, "shared memory with %d local ranks: %zu slots of %zu bytes per pair, %zu MiB", s->nlocal,
           s->nslots, s->slot_bytes, l->size >> 20);

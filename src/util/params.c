@@ -78,14 +78,18 @@ static const wf_param g_params[] = {
      "WEFT_TRANSPORT=mpi: the engine polls MPI without sleeping this long (plus 1 ns per pending byte) after a "
      "transfer was posted or completed, then every 1 ms",
      WF_SCOPE_RANK, F(mpi_spin_us), NULL},
-    {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair (0: 64 KiB)",
+    {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair, at most (0: 64 KiB; fewer, then smaller slots as a receiver's inbox is shared out)",
      WF_SCOPE_AGREED, F(shm_slot_bytes), NULL},
-    {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair (0: 16)",
+    {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair, at most (0: 16; each receiver's inbox holds twice that, shared out among its senders)",
      WF_SCOPE_AGREED, F(shm_slots), NULL},
     {"WEFT_SHM_STAGE_BYTES", NULL, WF_PARAM_INT, "4194304",
      "staging region per local rank for the shm algorithms (every rank on one host; the host's first rank decides; "
      "at most 256 MiB for all; 0: none)",
      WF_SCOPE_AGREED, F(shm_stage_bytes), NULL},
+    {"WEFT_NUMA_NODES", NULL, WF_PARAM_STRING, "",
+     "NUMA node of each local rank, comma list (\"0,0,1,1\": a declared layout), or off; empty: from each rank's "
+     "CPU affinity. The host segment's creator places each rank's inbox, staging region and mailbox on its node",
+     WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_SHM_COPY", NULL, WF_PARAM_STRING, "auto",
      "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt",
      WF_SCOPE_RANK, F(shm_copy), "auto|memcpy|nt"},

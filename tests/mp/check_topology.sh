@@ -2,7 +2,9 @@
 # check_topology.sh WEFTRUN WEFT_INFO HIER_HOSTS - runs weft-info --topology
 # as a 4-rank job over two fake hosts (hier_hosts.sh) and checks what rank 0
 # prints: both hosts with their ranks and local ranks, shm within a host and
-# tcp across, and "hier" chosen for allreduce, allgather and broadcast.
+# tcp across, "hier" chosen for allreduce, allgather and broadcast, and the
+# host segment's regions (2 local ranks: full 16 x 64 KiB rings) adding up
+# to its total.
 # Then once outside a job: the single-rank view.
 weftrun=$1 info=$2 hosts=$3
 out=$("$weftrun" -np 4 --timeout 100 --no-tag-output sh "$hosts" hostA,hostA,hostB,hostB "$info" --topology) || {
@@ -22,6 +24,19 @@ expect 'within a host shm, across hosts tcp'
 expect '^ *allreduce +hier +hier +hier +hier *$'
 expect '^ *allgather +hier +hier +hier +hier *$'
 expect '^ *broadcast +hier +hier +hier +hier *$'
+# the per-host shared memory: 2 local ranks, the regions add up to the total
+expect '^ *per-host shared memory \(rank 0.s host, n = 2 local ranks\):$'
+expect '^ *ring inboxes +4\.0 MiB +n x 2052 KiB: per receiver a doorbell and n-1 rings of 16 x 65536 B'
+expect '^ *p2p mailboxes +280\.0 KiB +n x 140 KiB: .* 16 per sender$'
+expect '^ *formula: 4 KiB \+ n x \(2052 KiB ring inbox \+ [0-9]+ KiB stage \+ 140 KiB mailbox inbox\) \+ board;$'
+if ! printf '%s\n' "$out" | awk '
+  /^ *per-host shared memory/ { on = 1; next }
+  on && /^ *formula:/ { on = 0 }
+  on { v = ($3 == "MiB") ? $2 * 1024 : $2; if ($1 == "total") total = v; else if ($1 == "ring" || $1 == "p2p") sum += ($4 == "MiB") ? $3 * 1024 : $3; else sum += v }
+  END { d = sum - total; if (total == 0 || d > 200 || d < -200) { printf "regions %.1f KiB, total %.1f KiB\n", sum, total; exit 1 } }'; then
+  echo "check_topology.sh: the segment's regions do not add up to its total"
+  fail=1
+fi
 # the selection tables, board first
 expect '^ *one host, board: every rank folds every input up to'
 expect '^ *spans hosts, some host with several ranks: any size -> hier$'
@@ -29,6 +44,7 @@ expect '^ *spans hosts, some host with several ranks: any size -> hier$'
 out=$(env -u WEFT_RANK -u WEFT_SIZE -u WEFT_ADDR "$info" --topology) || { echo "$out"; exit 1; }
 echo "$out"
 expect '1 rank on 1 host'
+expect '^per-host shared memory: none \(one rank per host\)$'
 expect '^ *allreduce +direct'
 # (the chosen algorithms' rows; the selection tables below them list every row)
 if printf '%s\n' "$out" | sed '/^selection tables/,$d' | grep -Eq ' hier( |$)'; then

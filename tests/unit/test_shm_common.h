@@ -145,11 +145,15 @@ static inline void on_error(void *ctx, int peer, weft_status st, const char *msg
   if (st == WEFT_ERR_PROTOCOL && peer >= 0) g_rep->errors_seen++;
 }
 
+/* Passed as wf_host_cfg.numa_nodes by mk (NULL: no placement). */
+static const int *g_numa_nodes;
+
 static inline weft_status mk(ctx *c, size_t slot, size_t nslots, int mode, double timeout) {
   int fds[MAXN];
   for (int i = 0; i < MAXN; i++) fds[i] = c->fds[i];
   wf_host_cfg hc = {.rank = c->rank, .size = c->world, .local_ranks = c->local, .nlocal = c->nlocal, .fds = fds,
-                    .job_id = c->job, .timeout_seconds = timeout, .slot_bytes = slot, .nslots = nslots};
+                    .job_id = c->job, .timeout_seconds = timeout, .slot_bytes = slot, .nslots = nslots,
+                    .numa_nodes = g_numa_nodes};
   c->h = NULL;
   c->s = NULL;
   c->t = NULL;
