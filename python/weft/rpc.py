@@ -658,6 +658,7 @@ class RRef(object):
         self._owner, self._id, self._stored, self._creator, self._creation = st.rank, _weft.rpc_id(), False, \
             st.rank, None
         _owned[self._id] = value
+        weakref.finalize(self, _owned.pop, self._id, None)
 
     @classmethod
     def _fork(cls, owner, oid):
