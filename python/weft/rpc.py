@@ -146,7 +146,6 @@ def init_rpc(name=None, backend=None, rank=-1, world_size=None, rpc_backend_opti
     if timeout is None and rpc_backend_options is not None:
         timeout = getattr(rpc_backend_options, "rpc_timeout", None)
     timeout = float(timeout) if timeout is not None and timeout > 0 else 0.0
-    _weft.rpc_serve(_dispatch)  # serving before the others can know this rank's name
     _init_count += 1
     mine = bytearray(128)
     mine[:len(name.encode())] = name.encode()
@@ -157,13 +156,15 @@ def init_rpc(name=None, backend=None, rank=-1, world_size=None, rpc_backend_opti
     seen = {}
     for k, nm in enumerate(names):
         if nm in seen:
-            _weft.rpc_serve(None)
             raise ValueError("init_rpc: ranks %d and %d are both named %r" % (seen[nm], k, nm))
         seen[nm] = k
     st = _State(me, names, timeout)
     st.completer = threading.Thread(target=_complete_loop, args=(st,), name="weft.rpc completer", daemon=True)
     st.completer.start()
     _state = st
+    _weft.rpc_serve(_dispatch)
+    # no rank returns (and calls) before every rank serves with its state set
+    _weft.barrier("weft.rpc.init.%d" % _init_count, None).wait()
     if not _atexit_registered:  # runs before weft's own shutdown (registered earlier)
         atexit.register(_at_exit)
         _atexit_registered = True
