@@ -160,6 +160,7 @@ def test_noncontiguous_aliased_and_objects():
     a = torch.ones(5) * r
     out = rpc.rpc_sync(peer, combine, args=(a, a), kwargs={"scale": 3, "tag": ("x", [r, {"k": None}])})
     assert out["same"] is True  # the same tensor twice arrives as one tensor
+    assert torch.equal(rpc.rpc_sync(peer, torch.add, args=(a, 1)), a + 1)  # a builtin, found by its name
     assert torch.equal(out["sum"], torch.ones(5) * r * 4)
     assert out["tag"] == ("x", [r, {"k": None}]) and out["rank"] == peer
     big = torch.randn(300000, dtype=torch.float64)

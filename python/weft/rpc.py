@@ -202,8 +202,10 @@ def shutdown(graceful=True, timeout=None):
             st.stop = True
             futs = list(st.pending)
             st.cv.notify_all()
-        for f in futs:
+        for f in futs:  # (none after a graceful shutdown) they fail, and their callbacks run
             f._call.cancel()
+            f._call.wait(1)
+            f._finish()
         st.completer.join(5)
         _owned.clear()
 
@@ -498,13 +500,13 @@ def _context(st, task):
 def _flush_deletes(st, task, ctx, force=False):
     """Frees fetched results on task in batches (one call, not waited for);
     drops the delete calls that have completed."""
-    st.deletes = [c for c in st.deletes if not c.poll()]
     with st.lock:
+        st.deletes = [c for c in st.deletes if not c.poll()]
         ids = st.result_dels[task]
         if not ids or (len(ids) < _DELETE_BATCH and not force):
             return
         st.result_dels[task] = []
-    st.deletes.append(_weft.rpc_delete(task, ctx, ids, st.timeout))
+        st.deletes.append(_weft.rpc_delete(task, ctx, ids, st.timeout))
 
 
 def _timeout(st, timeout):
@@ -629,10 +631,13 @@ def _complete_loop(st):
                 return
             futs = list(st.pending)
         # the oldest usually completes first (a callee serves in order); others are polled after it, or every 5 ms
-        futs[0]._call.wait(0.05 if len(futs) == 1 else 0.005)
-        for f in futs:
-            if f._call.poll():
-                f._finish()
+        try:
+            futs[0]._call.wait(0.05 if len(futs) == 1 else 0.005)
+            for f in futs:
+                if f._call.poll():
+                    f._finish()
+        except Exception:  # never expected; the loop must go on (waiters complete their own futures anyway)
+            traceback.print_exc()
 
 
 def rpc_async(to, func, args=None, kwargs=None, timeout=-1.0):
