@@ -2,7 +2,8 @@
 
 This module works on numpy arrays (and anything with the buffer protocol);
 `weft.torch` is the Horovod-compatible API for PyTorch (`import weft.torch as
-hvd`). Run scripts under the launcher: `weftrun -np 4 python3 train.py`.
+hvd`), and `weft.rpc` remote calls in torch.distributed.rpc's shape, in the
+same job. Run scripts under the launcher: `weftrun -np 4 python3 train.py`.
 
     import numpy as np, weft
     weft.init()

@@ -97,7 +97,7 @@ static int dtype_of_format(const char *f, Py_ssize_t itemsize) {
 
 /* Fills t from a buffer-protocol object or a (data_ptr, dtype, shape)
  * triple. -1 with a Python error on failure (t then holds nothing). */
-static int parse_tensor(PyObject *o, int writable, const char *what, wpy_tensor *t) {
+int wpy_parse_tensor(PyObject *o, int writable, const char *what, wpy_tensor *t) {
   memset(t, 0, sizeof *t);
   t->t.device = WEFT_DEVICE_CPU;
   t->t.shape = t->shape;
@@ -258,7 +258,8 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   if (!g) return NULL;
   wpy_op *op = op_new(WPY_ALLREDUCE, keep);
   if (!op) return NULL;
-  if (parse_tensor(in, 0, "allreduce input", &op->in) < 0 || parse_tensor(out, 1, "allreduce output", &op->out) < 0) {
+  if (wpy_parse_tensor(in, 0, "allreduce input", &op->in) < 0 ||
+      wpy_parse_tensor(out, 1, "allreduce output", &op->out) < 0) {
     wpy_op_free(op);
     return NULL;
   }
@@ -287,7 +288,7 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   if (!g) return NULL;
   wpy_op *op = op_new(WPY_ALLGATHER, keep);
   if (!op) return NULL;
-  if (parse_tensor(in, 0, "allgather input", &op->in) < 0) {
+  if (wpy_parse_tensor(in, 0, "allgather input", &op->in) < 0) {
     wpy_op_free(op);
     return NULL;
   }
@@ -317,7 +318,7 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   if (!g) return NULL;
   wpy_op *op = op_new(WPY_BROADCAST, keep);
   if (!op) return NULL;
-  if (parse_tensor(t, 1, "broadcast tensor", &op->in) < 0) {
+  if (wpy_parse_tensor(t, 1, "broadcast tensor", &op->in) < 0) {
     wpy_op_free(op);
     return NULL;
   }
@@ -367,7 +368,7 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
     if (!sp) return PyErr_NoMemory();
   }
   wpy_op *op = op_new(WPY_ALLTOALL, keep);
-  if (!op || parse_tensor(in, 0, "alltoall input", &op->in) < 0) {
+  if (!op || wpy_parse_tensor(in, 0, "alltoall input", &op->in) < 0) {
     PyMem_Free(sp);
     wpy_op_free(op);
     return NULL;
@@ -402,8 +403,8 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   if (!g) return NULL;
   wpy_op *op = op_new(WPY_REDUCESCATTER, keep);
   if (!op) return NULL;
-  if (parse_tensor(in, 0, "reducescatter input", &op->in) < 0 ||
-      (out != Py_None && parse_tensor(out, 1, "reducescatter output", &op->out) < 0)) {
+  if (wpy_parse_tensor(in, 0, "reducescatter input", &op->in) < 0 ||
+      (out != Py_None && wpy_parse_tensor(out, 1, "reducescatter output", &op->out) < 0)) {
     wpy_op_free(op);
     return NULL;
   }
@@ -463,7 +464,7 @@ static PyObject *p2p(PyObject *args, PyObject *kw, int recv) {
   if (!g) return NULL;
   wpy_op *op = op_new(recv ? WPY_RECV : WPY_SEND, keep);
   if (!op) return NULL;
-  if (parse_tensor(t, recv, recv ? "recv tensor" : "send tensor", &op->in) < 0) {
+  if (wpy_parse_tensor(t, recv, recv ? "recv tensor" : "send tensor", &op->in) < 0) {
     wpy_op_free(op);
     return NULL;
   }
@@ -478,7 +479,7 @@ static PyObject *py_recv(PyObject *self, PyObject *args, PyObject *kw) { return 
  * entries not parsed keep no view, so releasing all n is always right. */
 static int parse_tensors(PyObject *seq, Py_ssize_t n, int writable, const char *what, wpy_tensor *ts) {
   for (Py_ssize_t i = 0; i < n; i++)
-    if (parse_tensor(PySequence_Fast_GET_ITEM(seq, i), writable, what, &ts[i]) < 0) return -1;
+    if (wpy_parse_tensor(PySequence_Fast_GET_ITEM(seq, i), writable, what, &ts[i]) < 0) return -1;
   return 0;
 }
 
@@ -579,7 +580,7 @@ static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObj
         snprintf(what, sizeof what, "%s output", fn);
         for (int i = 0; i < n; i++) {
           PyObject *o = PySequence_Fast_GET_ITEM(out_seq, i);
-          if (o != Py_None && parse_tensor(o, 1, what, &op->outs[i]) < 0) break;
+          if (o != Py_None && wpy_parse_tensor(o, 1, what, &op->outs[i]) < 0) break;
         }
       }
     }
@@ -688,6 +689,7 @@ static PyObject *py_shutdown(PyObject *self, PyObject *unused) {
     usleep(1000);
     Py_END_ALLOW_THREADS
   }
+  wpy_remote_shutdown(); /* weft_finalize requires every remote call handle freed */
   weft_world *w = wpy_world;
   weft_status st;
   Py_BEGIN_ALLOW_THREADS
@@ -883,6 +885,7 @@ PyMODINIT_FUNC PyInit__weft(void) {
   for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
     if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0) goto fail;
   if (PyModule_AddStringConstant(m, "LIBRARY_VERSION", weft_version()) < 0) goto fail;
+  if (wpy_remote_add(m) < 0) goto fail;
   return m;
 fail:
   Py_DECREF(m);

@@ -1,6 +1,7 @@
 /* _weft.h - declarations shared by the C files of weft's Python extension
  * (_weft.c: the module, the world and operation submission; _weft_handle.c:
- * request handles, library-allocated output buffers, waiting).
+ * request handles, library-allocated output buffers, waiting; _weft_group.c:
+ * groups and the timeline; _weft_remote.c: remote execution for weft.rpc).
  *
  * The extension is written against weft.h only: no torch or numpy headers.
  * Tensors arrive either through the buffer protocol (numpy, bytearray, ...) or
@@ -72,6 +73,21 @@ weft_group *wpy_group_of(PyObject *group);
 /* Module functions of _weft_group.c. */
 PyObject *wpy_timeline_start(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *wpy_timeline_stop(PyObject *self, PyObject *unused);
+
+/* Fills t from a buffer-protocol object or a (data_ptr, dtype, shape[,
+ * device, device_kind, stream]) tuple; -1 with a Python error (t then holds
+ * nothing). `what` names the argument in messages. */
+int wpy_parse_tensor(PyObject *o, int writable, const char *what, wpy_tensor *t);
+
+/* A Buffer object owning malloc'd data (freed with it); NULL (data still the
+ * caller's) on failure. */
+PyObject *wpy_buffer_adopt(void *data, Py_ssize_t len);
+
+/* _weft_remote.c: adds RemoteCall and the rpc_* functions to the module (-1
+ * on failure); at shutdown, before weft_finalize and with no thread waiting,
+ * frees every remote call handle and stops serving. */
+int wpy_remote_add(PyObject *m);
+void wpy_remote_shutdown(void);
 
 /* Releases a tensor argument's buffer view, if it holds one. */
 void wpy_tensor_release(wpy_tensor *t);

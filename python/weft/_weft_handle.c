@@ -26,7 +26,7 @@ typedef struct {
   Py_ssize_t len;
 } wpy_buffer;
 
-static PyObject *buffer_adopt(void *data, Py_ssize_t len) {
+PyObject *wpy_buffer_adopt(void *data, Py_ssize_t len) {
   wpy_buffer *b = PyObject_New(wpy_buffer, &wpy_BufferType);
   if (!b) return NULL; /* caller still owns data */
   b->data = data;
@@ -235,7 +235,7 @@ static int collect_outputs(wpy_handle *h) {
       free(o.data);
       return 0;
     }
-    h->output = buffer_adopt(o.data, (Py_ssize_t)bytes);
+    h->output = wpy_buffer_adopt(o.data, (Py_ssize_t)bytes);
     if (!h->output) {
       free(o.data);
       return -1;
@@ -249,7 +249,7 @@ static int collect_outputs(wpy_handle *h) {
       return -1;
     }
     if (bytes) memcpy(copy, o.data, bytes);
-    h->output = buffer_adopt(copy, (Py_ssize_t)bytes);
+    h->output = wpy_buffer_adopt(copy, (Py_ssize_t)bytes);
     if (!h->output) {
       free(copy);
       return -1;
@@ -294,7 +294,7 @@ static int collect_grouped(wpy_handle *h) {
     if (rc == 0 && h->output && h->shape) {
       if (!mine) buf = (Py_INCREF(Py_None), Py_None);
       else if (op->dev_alloc) buf = wpy_device_owner(op, o.data);
-      else buf = buffer_adopt(o.data, (Py_ssize_t)tensor_bytes(&o));
+      else buf = wpy_buffer_adopt(o.data, (Py_ssize_t)tensor_bytes(&o));
       shape = shape_tuple(&o);
     }
     if (buf) {
