@@ -113,6 +113,23 @@ weft_status wf_p2p_submit(weft_request *r, weft_request **out) {
   return WEFT_OK;
 }
 
+weft_status wf_p2p_post(weft_group *g, int dir, int peer, uint64_t key, const weft_tensor *t,
+                        const weft_op_options *o, weft_request **out) {
+  char name[64];
+  snprintf(name, sizeof name, "%s.%llu", dir == WF_P2P_REQ_SEND ? "send" : "recv", (unsigned long long)key);
+  weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, t, o); /* BROADCAST: output is the tensor */
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->out = r->in;
+  r->p2p = dir;
+  r->p2p_peer = peer;
+  r->p2p_key = key;
+  if (dir == WF_P2P_REQ_SEND ? wf_p2p_fast_send(r) : wf_p2p_fast_recv(r)) { /* the host's mailboxes */
+    *out = r;
+    return WEFT_OK;
+  }
+  return wf_p2p_submit(r, out);
+}
+
 /* ------------------------------------------------------------------ helpers */
 
 static uint64_t elems_of(const weft_request *r) {

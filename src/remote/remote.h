@@ -18,6 +18,7 @@
 #include "wire/wire.h"
 
 typedef struct wf_remote wf_remote;
+typedef struct wf_rbulk wf_rbulk; /* one bulk transfer (bulk.c) */
 
 typedef struct wf_remote_link {
   void *ctx;
@@ -29,7 +30,18 @@ typedef struct wf_remote_link {
    * finalized); 2: it died or went silent (what it owned here is freed
    * after the grace). Why in msg. Any thread; never called with mu held. */
   int (*peer_lost)(void *ctx, int peer, char *msg, size_t len);
+  /* The bulk data path (NULL: every tensor travels inline). Posts the
+   * transfer of n bytes at data with peer under key (send: 1, else a
+   * receive); when it ends (or fails) the link calls wf_remote_bulk_done(tok,
+   * ...) once, from any thread but never with mu held. Returns an error
+   * (and never calls wf_remote_bulk_done) when it cannot post. Never called
+   * with mu held. */
+  weft_status (*bulk)(void *ctx, int peer, int send, uint64_t key, void *data, size_t n, wf_rbulk *tok);
+  uint64_t bulk_min;    /* tensors of at least this many bytes (> 0) take the bulk path, between distinct ranks */
 } wf_remote_link;
+
+/* The link: tok's transfer ended with st (msg: why, when st != WEFT_OK). */
+void wf_remote_bulk_done(wf_rbulk *tok, weft_status st, const char *msg);
 
 /* grace: seconds after a peer is lost before the objects it owned here
  * are freed. default_timeout: a call's deadline when it sets none. */
