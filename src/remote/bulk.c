@@ -195,3 +195,14 @@ void wf_bulk_free_all(wf_remote *r) {
   for (int l = 0; l < 4; l++) free_list(lists[l]);
   r->moving = NULL;
 }
+
+void wf_remote_bulk_counts(wf_remote *r, int *staged, int *held, int *moving) {
+  pthread_mutex_lock(&r->mu);
+  wf_rbulk *lists[3] = {r->stage, r->holds, r->moving};
+  int *outs[3] = {staged, held, moving};
+  for (int l = 0; l < 3; l++) {
+    *outs[l] = 0;
+    for (wf_rbulk *t = lists[l]; t; t = t->next) (*outs[l])++;
+  }
+  pthread_mutex_unlock(&r->mu);
+}

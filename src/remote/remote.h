@@ -70,5 +70,8 @@ weft_status wf_remote_fetch(wf_remote *r, int task, uint64_t ctx, weft_remote_id
 weft_status wf_remote_delete(wf_remote *r, int task, uint64_t ctx, int n, const weft_remote_id *ids,
                              const weft_remote_options *opt, weft_remote_call **call);
 void wf_remote_stats(wf_remote *r, weft_remote_stats *out);
+/* Bulk transfers (for tests): inputs staged for BULK_GO, objects held for a
+ * fetch's BULK_GO, transfers posted and not ended. */
+void wf_remote_bulk_counts(wf_remote *r, int *staged, int *held, int *moving);
 
 #endif
