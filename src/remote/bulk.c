@@ -23,6 +23,11 @@
 #include "remote/remote_impl.h"
 #include "util/err.h"
 
+/* A staging buffer this large is kept for the next call's copy when its
+ * transfer ends: a fresh one's first touch of every page (a fault each)
+ * costs more than the copy. At most one, at most WF_BULK_SPARE_MAX. */
+#define WF_BULK_SPARE_MIN ((size_t)1 << 20)
+#define WF_BULK_SPARE_MAX ((size_t)256 << 20)
 #define KEY(call_id, index) (((call_id) << 11) | (uint64_t)(index)) /* index < 2048 > WF_REMOTE_MAX_ARGS */
 
 weft_status wf_bulk_init(wf_remote *r) {
@@ -68,6 +73,42 @@ wf_rbulk *wf_bulk_new(wf_remote *r, int kind, int peer, uint64_t call_id, uint32
   t->index = index;
   t->n = n;
   return t;
+}
+
+void *wf_bulk_buf(wf_remote *r, size_t n, size_t *cap) {
+  for (int k = 0; k < 2; k++)
+    if (r->spare[k] && r->spare_cap[k] >= n && r->spare_cap[k] / 2 <= n) {
+      void *p = r->spare[k];
+      *cap = r->spare_cap[k];
+      r->spare[k] = NULL;
+      r->spare_cap[k] = 0;
+      return p;
+    }
+  *cap = n;
+  return malloc(n ? n : 1);
+}
+
+void *wf_bulk_stage_buf(wf_remote *r, size_t n, size_t *cap) {
+  pthread_mutex_lock(&r->mu);
+  void *p = wf_bulk_buf(r, n, cap);
+  pthread_mutex_unlock(&r->mu);
+  return p;
+}
+
+void wf_bulk_keep(wf_remote *r, void **buf, size_t cap) {
+  if (!*buf || !r->link.bulk || cap < WF_BULK_SPARE_MIN || cap > WF_BULK_SPARE_MAX) return;
+  int k = r->spare_cap[0] <= r->spare_cap[1] ? 0 : 1; /* the smaller (or empty) slot goes */
+  if (r->spare_cap[k] > cap) return;
+  free(r->spare[k]);
+  r->spare[k] = *buf;
+  r->spare_cap[k] = cap;
+  *buf = NULL;
+}
+
+/* An ARG_SEND's buffer after its transfer: kept as a spare, or freed. */
+static void stage_done(wf_remote *r, wf_rbulk *t) {
+  wf_bulk_keep(r, &t->buf, t->cap);
+  wf_bulk_free(t);
 }
 
 void wf_bulk_free(wf_rbulk *t) {
@@ -184,6 +225,7 @@ void wf_bulk_tick(wf_remote *r) {
     t->next = NULL;
     if (t->kind == WF_RB_ARG_RECV) wf_serve_bulk_done(r, t);
     else if (t->kind == WF_RB_FETCH_RECV) wf_call_bulk_done(r, t);
+    else if (t->kind == WF_RB_ARG_SEND && t->st == WEFT_OK) stage_done(r, t);
     else wf_bulk_free(t); /* a send: its copy or its reference goes */
   }
 }
@@ -194,6 +236,7 @@ void wf_bulk_free_all(wf_remote *r) {
   r->stage = r->holds = r->post_head = r->post_tail = r->bdone = NULL;
   for (int l = 0; l < 4; l++) free_list(lists[l]);
   r->moving = NULL;
+  for (int k = 0; k < 2; k++) free(r->spare[k]), r->spare[k] = NULL;
 }
 
 void wf_remote_bulk_counts(wf_remote *r, int *staged, int *held, int *moving) {

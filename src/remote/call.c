@@ -116,7 +116,7 @@ static weft_status start(wf_remote *r, int task, wf_remote_msg *m, const weft_re
     wf_remote_arg *a = &m->in[i];
     if (a->is_inline != WF_RT_INLINE || !wf_bulk_on(r, task, a->t.nbytes)) continue;
     wf_rbulk *t = wf_bulk_new(r, WF_RB_ARG_SEND, task, 0, i, (size_t)a->t.nbytes);
-    if (!t || !(t->buf = malloc(t->n))) {
+    if (!t || !(t->buf = wf_bulk_stage_buf(r, t->n, &t->cap))) {
       free(t);
       while (staged) {
         t = staged->next;

@@ -102,7 +102,7 @@ struct wf_rbulk {
   uint64_t call_id;     /* the caller's call */
   uint32_t index;       /* ARG_*: the input */
   void *buf;
-  size_t n;
+  size_t n, cap;        /* ARG_SEND: buf's size, cap >= n (a reused buffer) */
   int user_mem;         /* FETCH_RECV: buf from the call's allocator (never freed here) */
   wf_robj *obj;         /* ARG_RECV: the object it produces; FETCH_SEND: the object sent (a reference) */
   uint8_t op;           /* ARG_RECV of a put: WF_ROP_PUT (the reply waits for the bytes), else 0 */
@@ -163,6 +163,8 @@ struct wf_remote {
   wf_rbulk *post_head, *post_tail; /* to post (before the frames queued with them are sent) */
   wf_rbulk *moving;       /* posted */
   wf_rbulk *bdone;        /* ended, for the service thread */
+  void *spare[2];         /* large buffers whose transfer ended, for the next ones (pages mapped already) */
+  size_t spare_cap[2];
 };
 
 /* core.c */
@@ -178,6 +180,9 @@ void wf_bulk_release(wf_remote *r);                     /* (no mu) finish_free's
 int wf_bulk_on(const wf_remote *r, int peer, uint64_t nbytes); /* 1: this tensor takes the bulk path */
 wf_rbulk *wf_bulk_new(wf_remote *r, int kind, int peer, uint64_t call_id, uint32_t index, size_t n);
 void wf_bulk_free(wf_rbulk *t);                         /* frees buf (unless user_mem), unrefs obj */
+void *wf_bulk_buf(wf_remote *r, size_t n, size_t *cap); /* memory for a transfer (a spare, or new) */
+void *wf_bulk_stage_buf(wf_remote *r, size_t n, size_t *cap); /* the same, mu not held */
+void wf_bulk_keep(wf_remote *r, void **buf, size_t cap); /* a buffer done with: a spare (*buf NULL), or not */
 void wf_bulk_post_locked(wf_remote *r, wf_rbulk *t);    /* posted at the next flush, before its frames */
 void wf_bulk_post_all(wf_remote *r, wf_rbulk *list);    /* (no mu) posts a list taken from post_head */
 void wf_bulk_go(wf_remote *r, int peer, uint64_t call_id, int callee, int go); /* BULK_GO / DROP / a reply */

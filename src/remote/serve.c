@@ -58,9 +58,13 @@ static void ctx_missing(wf_remote *r, int peer, const wf_remote_msg *m) {
         r->rank, why);
 }
 
-static void job_free(wf_rjob *j) {
-  for (uint32_t i = 0; j->ins && i < j->msg.n_in; i++)
-    if (j->ins[i]) wf_robj_unref(j->ins[i]);
+static void job_free(wf_remote *r, wf_rjob *j) {
+  for (uint32_t i = 0; j->ins && i < j->msg.n_in; i++) {
+    wf_robj *o = j->ins[i];
+    if (!o) continue;
+    if (j->msg.in[i].is_inline && o->refs == 1) wf_bulk_keep(r, &o->data, o->nbytes); /* a sent input's memory */
+    wf_robj_unref(o);
+  }
   for (uint32_t i = 0; j->outs && i < j->msg.n_out; i++)
     if (j->outs[i]) wf_robj_unref(j->outs[i]);
   free(j->ins);
@@ -82,7 +86,7 @@ static void job_fail(wf_remote *r, wf_rjob *j, int reply_too, weft_status st, co
   for (uint32_t i = 0; j->outs && i < j->msg.n_out; i++)
     if (j->outs[i]) set_failed(j->outs[i], why);
   if (reply_too) reply(r, j->peer, &j->msg, j->ctx, st, "%s", why);
-  job_free(j);
+  job_free(r, j);
 }
 
 static void tensor_meta(const wf_robj *o, wf_remote_tensor *t, int with_data) {
@@ -161,7 +165,7 @@ void wf_serve_recheck(wf_remote *r) {
       job_fail(r, j, 1, WEFT_ERR_NOT_FOUND, why);
     } else if (j->msg.op == WF_ROP_FETCH) {
       fetch_reply(r, j);
-      job_free(j);
+      job_free(r, j);
     } else {
       if (r->ready_tail) r->ready_tail->next = j;
       else r->ready_head = j;
@@ -236,7 +240,7 @@ static wf_robj *bulk_obj(wf_remote *r, int peer, const wf_remote_msg *m, uint32_
   const wf_remote_tensor *w = &m->in[i].t;
   wf_robj *o = calloc(1, sizeof *o);
   *t = o && r->link.bulk ? wf_bulk_new(r, WF_RB_ARG_RECV, peer, m->call_id, i, (size_t)w->nbytes) : NULL;
-  if (!*t || !((*t)->buf = malloc(w->nbytes ? (size_t)w->nbytes : 1))) {
+  if (!*t || !((*t)->buf = wf_bulk_buf(r, (size_t)w->nbytes, &(*t)->cap))) {
     free(*t);
     free(o);
     *t = NULL;
@@ -655,7 +659,7 @@ static void finish_execute(wf_remote *r, wf_rjob *j, weft_status st, weft_remote
   if (wf_encode_remote_reply(&b, (uint32_t)r->rank, &m) == WEFT_OK) wf_remote_out_locked(r, j->peer, &b);
   else wf_buf_free(&b);
   free(metas);
-  job_free(j);
+  job_free(r, j);
 }
 
 static void run_job(wf_remote *r, wf_rjob *j) {
