@@ -271,7 +271,9 @@ weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_
   weft_status st = type == WF_MSG_REMOTE_CALL ? wf_decode_remote_call(p, n, &m, err, errlen)
                                               : wf_decode_remote_reply(p, n, &m, err, errlen);
   if (st != WEFT_OK) return st;
+  uint8_t op = m.op;
   wf_remote_msg_free(&m);
+  m.op = op;
   wf_rframe *f = malloc(sizeof *f + n);
   if (!f) {
     snprintf(err, errlen, "out of memory (%zu bytes)", n);
@@ -283,10 +285,19 @@ weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_
   f->n = n;
   if (n) memcpy(f->bytes, p, n);
   pthread_mutex_lock(&r->mu);
-  if (r->in_tail) r->in_tail->next = f;
-  else r->in_head = f;
-  r->in_tail = f;
-  pthread_cond_signal(&r->svc_cv);
+  /* acted on here, one handoff less per frame, unless it may run user code
+   * (a fetch's reply calls the allocator) or frames wait before it (order);
+   * what it queues to send goes with the service thread (this thread may
+   * hold the link's locks: the link is never called here) */
+  int here = !r->stopping && !r->in_head && !(type == WF_MSG_REMOTE_REPLY && m.op == WF_ROP_FETCH);
+  if (here) {
+    handle_frame(r, f);
+  } else {
+    if (r->in_tail) r->in_tail->next = f;
+    else r->in_head = f;
+    r->in_tail = f;
+  }
+  if (!here || r->out_head || r->post_head || r->bdone) pthread_cond_signal(&r->svc_cv);
   pthread_mutex_unlock(&r->mu);
   return WEFT_OK;
 }
