@@ -254,6 +254,9 @@ void wf_remote_free(wf_remote *r) {
               WF_REMOTE_JOIN_SECONDS);
       return;
     }
+    /* transfers posted end first (bounded: a peer that leaves fails them):
+     * one cut off by this rank's leaving would fail the peer's world */
+    while (r->moving && wf_now_ns() < until) timed_wait(&r->done_cv, &r->mu, WF_REMOTE_TICK_NS);
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->worker, NULL);
   }
