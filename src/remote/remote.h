@@ -3,9 +3,10 @@
  * world's connections (remote/api.c) and in one process (unit tests).
  *
  * One wf_remote per rank. Threads: caller threads start calls and wait;
- * the link delivers frames from any thread (the engine thread in a world)
- * into the inbox; a service thread acts on them (checks, the store,
- * replies, deadlines, idle contexts, dead peers) and never runs user code;
+ * the link delivers frames from any thread (the engine thread in a world),
+ * which acts on them itself when it can (wf_remote_deliver), else puts them
+ * in the inbox; a service thread acts on those, and on deadlines, idle
+ * contexts, dead peers and ended bulk transfers, and never runs user code;
  * a worker thread runs the registered functions. Lock order: whatever the
  * link's deliver caller holds, then wf_remote.mu; the link's send is never
  * called with mu held. */
@@ -51,7 +52,8 @@ weft_status wf_remote_new(int rank, int size, const wf_remote_link *link, double
  * everything. Call handles must be freed before (they point to r). */
 void wf_remote_free(wf_remote *r);
 /* A frame from peer (type REMOTE_CALL or REMOTE_REPLY; payload p, n bytes,
- * copied). Any thread. A malformed one is dropped and returns
+ * copied). Any thread; it may hold the link's locks (the link is not called
+ * here). A malformed one is dropped and returns
  * WEFT_ERR_PROTOCOL with the reason in err. */
 weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_t *p, size_t n, char *err,
                               size_t errlen);
