@@ -96,7 +96,7 @@ void *wf_bulk_stage_buf(wf_remote *r, size_t n, size_t *cap) {
 }
 
 void wf_bulk_keep(wf_remote *r, void **buf, size_t cap) {
-  if (!*buf || !r->link.bulk || cap < WF_BULK_SPARE_MIN || cap > WF_BULK_SPARE_MAX) return;
+  if (!*buf || !r->link.bulk || r->stopping || cap < WF_BULK_SPARE_MIN || cap > WF_BULK_SPARE_MAX) return;
   int k = r->spare_cap[0] <= r->spare_cap[1] ? 0 : 1; /* the smaller (or empty) slot goes */
   if (r->spare_cap[k] > cap) return;
   free(r->spare[k]);

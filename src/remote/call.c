@@ -146,7 +146,7 @@ static weft_status start(wf_remote *r, int task, wf_remote_msg *m, const weft_re
   }
   c->id = m->call_id = r->next_call++;
   weft_status st = wf_encode_remote_call(&b, (uint32_t)r->rank, m);
-  if (st == WEFT_OK && r->link.max_payload && b.len - WF_FRAME_HDR_SIZE > r->link.max_payload)
+  if (st == WEFT_OK && r->link.max_payload && task != r->rank && b.len - WF_FRAME_HDR_SIZE > r->link.max_payload)
     st = wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: its message is %zu bytes, over WEFT_MAX_MESSAGE_BYTES (%llu): tensors "
                 "travel inline", what, b.len - WF_FRAME_HDR_SIZE, (unsigned long long)r->link.max_payload);
   if (st != WEFT_OK) {

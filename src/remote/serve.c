@@ -129,7 +129,7 @@ static void fetch_reply(wf_remote *r, wf_rjob *j) {
     t->next = r->holds;
     r->holds = t;
     wf_remote_out_locked(r, j->peer, &b);
-  } else if (r->link.max_payload > 256 && o->nbytes > r->link.max_payload - 256) {
+  } else if (r->link.max_payload > 256 && j->peer != r->rank && o->nbytes > r->link.max_payload - 256) {
     reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_INVALID_ARGUMENT,
           "object %s is %zu bytes, over WEFT_MAX_MESSAGE_BYTES (%llu): tensors travel inline", id, o->nbytes,
           (unsigned long long)r->link.max_payload);

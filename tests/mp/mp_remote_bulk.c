@@ -8,7 +8,8 @@
  * bytes (the last over WEFT_MAX_MESSAGE_BYTES: it cannot go inline): put
  * p; inc(tensor inline) -> x; inc(x) -> y issued while x is pending; fetch
  * p and y (y through an allocator) against the data and data + 2 computed
- * here; delete; the stores end empty.
+ * here; delete; the same for 64 MiB with this rank itself (inline, no
+ * frame: over WEFT_MAX_MESSAGE_BYTES too); the stores end empty.
  * --kill-callee (np 2; supervised): rank 1 dies by SIGKILL while rank 0
  *  puts and fetches 64 MiB tensors in a loop: the call in flight fails
  *  within 10 s naming rank 1. */
@@ -113,6 +114,10 @@ static int run_default(void) {
   const size_t sizes[] = {0, BULK_MIN - 1, BULK_MIN, BULK_MIN + 1, ((size_t)1 << 20) + 3, BIG};
   for (int k = 0; k < (int)(sizeof sizes / sizeof *sizes); k++) one_size(task, ctx, sizes[k], k);
   must(weft_remote_context_close(mp_world, task, ctx), "close");
+  uint64_t self;
+  must(weft_remote_context_create(mp_world, mp_rank, 0, &self), "context on this rank");
+  one_size(mp_rank, self, BIG, 99);
+  must(weft_remote_context_close(mp_world, mp_rank, self), "close");
   if (!mp_same_everywhere("remote.done", 1)) mp_fatal("sync failed");
   mp_case("the store is empty and nothing is pending");
   weft_remote_stats s;
