@@ -657,9 +657,10 @@ WEFT_API weft_status weft_peer_locality(const weft_world *world, int rank, weft_
  * weft_remote_register, before the job's first call reaches it); calls that
  * arrive earlier wait for that, within their deadline. Objects are dense
  * host tensors in the callee's store, named by ids the caller makes. Calls
- * travel over the world's authenticated connections, tensors inline (each
- * message at most WEFT_MAX_MESSAGE_BYTES). A callee that finalized, or a
- * failed world, fails calls with WEFT_ERR_SHUTDOWN; a dead callee with
+ * travel over the world's authenticated connections; tensors of 64 KiB or
+ * more (any size) on its point-to-point data path (shared memory or CMA on
+ * one host, TCP across hosts), smaller ones inline. A callee that
+ * finalized, or a failed world, fails calls with WEFT_ERR_SHUTDOWN; a dead callee with
  * WEFT_ERR_PEER_LOST naming it. What a dead caller owned on a callee is
  * freed there 2 s after its death is seen. Free every weft_remote_call
  * before weft_finalize (which fails pending ones with WEFT_ERR_SHUTDOWN and

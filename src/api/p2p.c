@@ -50,24 +50,7 @@ static weft_status submit(const char *fn, int dir, weft_group *g, const weft_ten
   if (!req) return INVALID("%s: req is NULL", fn);
   *req = NULL;
   WF_CHECK(check_p2p(fn, g, t, peer, dir == WF_P2P_REQ_RECV, opt));
-  char name[32], digits[20];
-  int nd = 0; /* "send.<key>" / "recv.<key>", without snprintf (a third of a small transfer's own cost) */
-  uint64_t k = key;
-  do digits[nd++] = (char)('0' + k % 10); while ((k /= 10) && nd < 20);
-  memcpy(name, dir == WF_P2P_REQ_SEND ? "send." : "recv.", 5);
-  for (int i = 0; i < nd; i++) name[5 + i] = digits[nd - 1 - i];
-  name[5 + nd] = '\0';
-  weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, t, opt); /* BROADCAST: output is the tensor */
-  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
-  r->out = r->in;
-  r->p2p = dir;
-  r->p2p_peer = peer == WEFT_ANY_SOURCE ? -1 : g->ranks[peer];
-  r->p2p_key = key;
-  if (dir == WF_P2P_REQ_SEND ? wf_p2p_fast_send(r) : wf_p2p_fast_recv(r)) { /* the host's mailboxes */
-    *req = r;
-    return WEFT_OK;
-  }
-  return wf_p2p_submit(r, req);
+  return wf_p2p_post(g, dir, peer == WEFT_ANY_SOURCE ? -1 : g->ranks[peer], key, t, opt, req);
 }
 
 weft_status weft_send(weft_group *g, const weft_tensor *in, int dst, uint64_t key, const weft_op_options *opt,

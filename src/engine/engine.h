@@ -110,6 +110,7 @@ struct weft_world {
   wf_peer_info *peers;       /* size entries */
   wf_timeline tl;            /* Chrome-trace timeline (off unless started) */
   weft_group world_group;
+  weft_group remote_group;   /* the world's ranks under WF_REMOTE_GROUP_ID: remote execution's bulk transfers (p2p.h) */
   wf_settings set;           /* resolved once in weft_init (settings.h); read-only after */
   double timeout_seconds;
   double hb_interval, hb_timeout;

@@ -113,6 +113,28 @@ weft_status wf_p2p_submit(weft_request *r, weft_request **out) {
   return WEFT_OK;
 }
 
+weft_status wf_p2p_post(weft_group *g, int dir, int peer, uint64_t key, const weft_tensor *t,
+                        const weft_op_options *o, weft_request **out) {
+  char name[32], digits[20];
+  int nd = 0; /* "send.<key>" / "recv.<key>", without snprintf (a third of a small transfer's own cost) */
+  uint64_t k = key;
+  do digits[nd++] = (char)('0' + k % 10); while ((k /= 10) && nd < 20);
+  memcpy(name, dir == WF_P2P_REQ_SEND ? "send." : "recv.", 5);
+  for (int i = 0; i < nd; i++) name[5 + i] = digits[nd - 1 - i];
+  name[5 + nd] = '\0';
+  weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, t, o); /* BROADCAST: output is the tensor */
+  if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
+  r->out = r->in;
+  r->p2p = dir;
+  r->p2p_peer = peer;
+  r->p2p_key = key;
+  if (dir == WF_P2P_REQ_SEND ? wf_p2p_fast_send(r) : wf_p2p_fast_recv(r)) { /* the host's mailboxes */
+    *out = r;
+    return WEFT_OK;
+  }
+  return wf_p2p_submit(r, out);
+}
+
 /* ------------------------------------------------------------------ helpers */
 
 static uint64_t elems_of(const weft_request *r) {

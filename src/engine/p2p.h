@@ -20,6 +20,20 @@ wf_p2p *wf_p2p_new(int size);
 /* Frees what is left (after the engine stopped). NULL: no-op. */
 void wf_p2p_free(wf_p2p *p);
 
+/* The group id of remote execution's bulk transfers (src/remote/bulk.c):
+ * above the 24 bits of every process set's id (api/group.c), so no weft_recv
+ * of the application ever matches one. */
+#define WF_REMOTE_GROUP_ID 0x1000000u
+
+/* Any thread: the request of a transfer of tensor t (described, checked)
+ * with world rank peer (-1: any source; a receive) under key in group g
+ * (dir WF_P2P_REQ_SEND or WF_P2P_REQ_RECV): weft_send/weft_recv's, and
+ * remote execution's bulk transfers. A completion callback in o runs with
+ * p2p's lock held: it must not post another transfer. WEFT_OK and *out, or
+ * the error. */
+weft_status wf_p2p_post(weft_group *g, int dir, int peer, uint64_t key, const weft_tensor *t,
+                        const weft_op_options *o, weft_request **out);
+
 /* Any thread: queues r (weft_send/weft_recv's request, described) for the
  * engine. WEFT_OK and *out = r, or the world's failure (r freed). */
 weft_status wf_p2p_submit(weft_request *r, weft_request **out);

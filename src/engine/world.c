@@ -58,6 +58,8 @@ weft_world *wf_world_new(int rank, int size, const wf_settings *set, double time
   g->rank = rank;
   g->ranks = ranks;
   for (int i = 0; i < size; i++) g->ranks[i] = i;
+  w->remote_group = *g; /* the same ranks (owned by world_group); never registered with the engine */
+  w->remote_group.id = WF_REMOTE_GROUP_ID;
   return w;
 }
 

@@ -1,16 +1,22 @@
 /* api.c - weft_remote_* on a world: the world's core (made on first use
  * and attached to the engine's hook, engine/ext.h), its link (frames out
  * through the engine thread, to this rank directly; peers' state from the
- * engine), and argument checks that need the world. */
+ * engine; bulk transfers as point-to-point transfers in the world's remote
+ * group, engine/p2p.h), and argument checks that need the world. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
 #include "engine/ext.h"
+#include "engine/p2p.h"
 #include "remote/remote.h"
 #include "util/err.h"
 
 #define WF_REMOTE_GRACE_SECONDS 2.0 /* a dead caller's objects are freed this long after it was seen dead */
+/* Tensors of at least this many bytes travel on the point-to-point data path
+ * rather than inline in their frame: p2p's own inline size (below it a
+ * transfer is one frame either way). */
+#define WF_REMOTE_BULK_MIN ((uint64_t)WF_P2P_EAGER_MAX)
 
 typedef struct wf_remote_world {
   weft_world *w;
@@ -27,6 +33,23 @@ static weft_status link_send(void *ctx, int peer, wf_buf *frame) {
                                            frame->len - WF_FRAME_HDR_SIZE, err, sizeof err);
   wf_buf_free(frame);
   return st;
+}
+
+/* Engine thread, p2p's lock held: hands the end to the core (which posts nothing here). */
+static void bulk_done(weft_request *req, weft_status st, void *ctx) {
+  wf_remote_bulk_done(ctx, st, st == WEFT_OK ? NULL : weft_request_error(req));
+  weft_request_free(req);
+}
+
+static weft_status link_bulk(void *ctx, int peer, int send, uint64_t key, void *data, size_t n, wf_rbulk *tok) {
+  weft_world *w = ((wf_remote_world *)ctx)->w;
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor t = {.dtype = WEFT_DTYPE_UINT8, .ndim = 1, .shape = shape, .data = data, .device = WEFT_DEVICE_CPU};
+  weft_op_options o = WEFT_OP_OPTIONS_INIT;
+  o.callback = bulk_done;
+  o.user_data = tok;
+  weft_request *req;
+  return wf_p2p_post(&w->remote_group, send ? WF_P2P_REQ_SEND : WF_P2P_REQ_RECV, peer, key, &t, &o, &req);
 }
 
 static int link_lost(void *ctx, int peer, char *msg, size_t len) {
@@ -58,7 +81,10 @@ static weft_status get(weft_world *w, const char *fn, wf_remote **out) {
   }
   if (!(rw = calloc(1, sizeof *rw))) return wf_err(WEFT_ERR_NO_MEMORY, "%s: out of memory", fn);
   rw->w = w;
-  wf_remote_link link = {rw, (uint64_t)w->set.max_message_bytes, link_send, link_lost};
+  uint64_t bulk_min = WF_REMOTE_BULK_MIN;
+  if (w->set.max_message_bytes > 0 && bulk_min > (uint64_t)w->set.max_message_bytes / 2)
+    bulk_min = (uint64_t)w->set.max_message_bytes / 2; /* whatever does not fit a frame goes apart */
+  wf_remote_link link = {rw, (uint64_t)w->set.max_message_bytes, link_send, link_lost, link_bulk, bulk_min};
   WF_CHECK_GOTO(wf_remote_new(w->rank, w->size, &link, w->timeout_seconds, WF_REMOTE_GRACE_SECONDS, &rw->r), st,
                 fail);
   void *got;

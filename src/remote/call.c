@@ -110,26 +110,65 @@ static weft_status start(wf_remote *r, int task, wf_remote_msg *m, const weft_re
     call_destroy(c);
     return wf_err(WEFT_ERR_NO_MEMORY, "remote: out of memory");
   }
+  /* large inputs: their bytes go apart (bulk.c), from a copy made now */
+  wf_rbulk *staged = NULL;
+  for (uint32_t i = 0; i < m->n_in; i++) {
+    wf_remote_arg *a = &m->in[i];
+    if (a->is_inline != WF_RT_INLINE || !wf_bulk_on(r, task, a->t.nbytes)) continue;
+    wf_rbulk *t = wf_bulk_new(r, WF_RB_ARG_SEND, task, 0, i, (size_t)a->t.nbytes);
+    if (!t || !(t->buf = wf_bulk_stage_buf(r, t->n, &t->cap))) {
+      free(t);
+      while (staged) {
+        t = staged->next;
+        wf_bulk_free(staged);
+        staged = t;
+      }
+      call_destroy(c);
+      return wf_err(WEFT_ERR_NO_MEMORY, "%s: no memory for a copy of input %u (%llu bytes)", what, i,
+                    (unsigned long long)a->t.nbytes);
+    }
+    memcpy(t->buf, a->t.data, t->n);
+    a->is_inline = WF_RT_BULK;
+    t->next = staged;
+    staged = t;
+  }
   wf_buf b = {0};
   pthread_mutex_lock(&r->mu);
   if (r->stopping) {
     pthread_mutex_unlock(&r->mu);
     call_destroy(c);
+    while (staged) {
+      wf_rbulk *t = staged->next;
+      wf_bulk_free(staged);
+      staged = t;
+    }
     return wf_err(WEFT_ERR_SHUTDOWN, "%s: the world is being finalized", what);
   }
   c->id = m->call_id = r->next_call++;
   weft_status st = wf_encode_remote_call(&b, (uint32_t)r->rank, m);
-  if (st == WEFT_OK && r->link.max_payload && b.len - WF_FRAME_HDR_SIZE > r->link.max_payload)
+  if (st == WEFT_OK && r->link.max_payload && task != r->rank && b.len - WF_FRAME_HDR_SIZE > r->link.max_payload)
     st = wf_err(WEFT_ERR_INVALID_ARGUMENT, "%s: its message is %zu bytes, over WEFT_MAX_MESSAGE_BYTES (%llu): tensors "
                 "travel inline", what, b.len - WF_FRAME_HDR_SIZE, (unsigned long long)r->link.max_payload);
   if (st != WEFT_OK) {
     pthread_mutex_unlock(&r->mu);
     wf_buf_free(&b);
     call_destroy(c);
+    while (staged) {
+      wf_rbulk *t = staged->next;
+      wf_bulk_free(staged);
+      staged = t;
+    }
     return st;
   }
   c->next = r->calls;
   r->calls = c;
+  while (staged) { /* until the callee's BULK_GO (or its reply: it took none) */
+    wf_rbulk *t = staged->next;
+    staged->call_id = c->id;
+    staged->next = r->stage;
+    r->stage = staged;
+    staged = t;
+  }
   pthread_mutex_unlock(&r->mu);
   /* outside mu (lock order); a frame sent after a later one of this thread cannot overtake it */
   r->link.send(r->link.ctx, task, &b);
@@ -252,10 +291,68 @@ weft_status wf_remote_ctx_op(wf_remote *r, int task, int op, uint64_t ctx, doubl
 
 /* ---- service thread side (mu held) */
 
+static void send_bulk_ctl(wf_remote *r, int peer, uint64_t call_id, uint8_t op) {
+  wf_remote_msg m = {.call_id = call_id, .op = op, .device = WEFT_DEVICE_CPU};
+  wf_buf b = {0};
+  if (wf_encode_remote_call(&b, (uint32_t)r->rank, &m) == WEFT_OK) wf_remote_out_locked(r, peer, &b);
+  else wf_buf_free(&b);
+}
+
+/* A fetch's tensor comes apart: its memory, the receive (posted first), BULK_GO. */
+static void fetch_bulk(wf_remote *r, int peer, weft_remote_call *c, const wf_remote_msg *m) {
+  if (!r->link.bulk) {
+    send_bulk_ctl(r, peer, m->call_id, WF_ROP_BULK_DROP);
+    complete(r, c, WEFT_ERR_PROTOCOL, "its tensor comes apart, but this rank has no bulk path");
+    return;
+  }
+  size_t nb = (size_t)m->tensor.nbytes;
+  void *p = c->alloc ? c->alloc(nb, c->alloc_ctx) : malloc(nb ? nb : 1);
+  wf_rbulk *t = p ? wf_bulk_new(r, WF_RB_FETCH_RECV, peer, c->id, 0, nb) : NULL;
+  if (!t) {
+    if (p && !c->alloc) free(p);
+    send_bulk_ctl(r, peer, m->call_id, WF_ROP_BULK_DROP);
+    complete(r, c, WEFT_ERR_NO_MEMORY, "no memory for %zu bytes%s", nb, c->alloc ? " (the allocator)" : "");
+    return;
+  }
+  t->buf = p;
+  t->user_mem = c->alloc != NULL;
+  memcpy(c->out_shape, m->tensor.shape, sizeof c->out_shape);
+  c->out = (weft_tensor){.dtype = (weft_dtype)m->tensor.dtype, .ndim = m->tensor.ndim, .shape = c->out_shape,
+                         .device = WEFT_DEVICE_CPU};
+  wf_bulk_post_locked(r, t);
+  send_bulk_ctl(r, peer, m->call_id, WF_ROP_BULK_GO); /* flushed after the receive is posted */
+}
+
+void wf_call_bulk_done(wf_remote *r, wf_rbulk *t) {
+  weft_remote_call *c = r->calls;
+  while (c && !(c->id == t->call_id && c->peer == t->peer && c->op == WF_ROP_FETCH)) c = c->next;
+  if (!c) { /* cancelled, timed out or failed meanwhile */
+    wf_bulk_free(t);
+    return;
+  }
+  if (t->st != WEFT_OK) {
+    complete(r, c, t->st, "its %zu bytes did not arrive: %s", t->n, t->msg);
+  } else {
+    c->out.data = t->buf;
+    c->out_owned = !t->user_mem;
+    t->buf = NULL;
+    complete(r, c, WEFT_OK, " ");
+  }
+  wf_bulk_free(t);
+}
+
 void wf_call_on_reply(wf_remote *r, int peer, wf_remote_msg *m) {
+  if (m->op == WF_ROP_BULK_GO) { /* the callee posted its receives: send the inputs */
+    wf_bulk_go(r, peer, m->call_id, 0, 1);
+    return;
+  }
+  if (r->stage) wf_bulk_go(r, peer, m->call_id, 0, 0); /* its outcome: inputs it never asked for go */
   weft_remote_call *c = r->calls;
   while (c && !(c->id == m->call_id && c->peer == peer)) c = c->next;
-  if (!c || c->op != m->op) return; /* cancelled or timed out already (or a stray frame: dropped) */
+  if (!c || c->op != m->op) { /* cancelled or timed out already (or a stray frame: dropped) */
+    if (m->op == WF_ROP_FETCH && m->has_tensor == WF_RT_BULK) send_bulk_ctl(r, peer, m->call_id, WF_ROP_BULK_DROP);
+    return;
+  }
   if (m->status != WEFT_OK) {
     complete(r, c, (weft_status)m->status, "%s", m->error);
     return;
@@ -275,6 +372,10 @@ void wf_call_on_reply(wf_remote *r, int peer, wf_remote_msg *m) {
   } else if (c->op == WF_ROP_FETCH) {
     if (!m->has_tensor) {
       complete(r, c, WEFT_ERR_PROTOCOL, "the reply has no tensor");
+      return;
+    }
+    if (m->has_tensor == WF_RT_BULK) {
+      fetch_bulk(r, peer, c, m);
       return;
     }
     size_t nb = (size_t)m->tensor.nbytes;

@@ -33,7 +33,10 @@ void wf_remote_flush(wf_remote *r) {
   pthread_mutex_lock(&r->mu);
   wf_rout *o = r->out_head;
   r->out_head = r->out_tail = NULL;
+  wf_rbulk *b = r->post_head;
+  r->post_head = r->post_tail = NULL;
   pthread_mutex_unlock(&r->mu);
+  if (b) wf_bulk_post_all(r, b); /* receives before the BULK_GO frames that announce them */
   while (o) {
     wf_rout *next = o->next;
     r->link.send(r->link.ctx, o->peer, &o->frame);
@@ -54,6 +57,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns) {
  * here is freed. (Calls to them fail in call.c's tick.) */
 static void peers_tick(wf_remote *r, int64_t now) {
   for (int p = 0; p < r->size; p++) {
+    if (r->pstate[p] && (r->stage || r->holds)) wf_bulk_drop_peer(r, p);
     if (p == r->rank || r->lost_at[p] < 0 || r->pstate[p] != 2) continue;
     if (!r->lost_at[p]) {
       r->lost_at[p] = now;
@@ -105,6 +109,7 @@ static void *service(void *arg) {
       if (!r->in_head) r->in_tail = NULL;
       handle_frame(r, f);
     }
+    if (r->bdone) wf_bulk_tick(r);
     int64_t now = wf_now_ns();
     if (now >= next_tick) {
       peers_query(r);
@@ -115,13 +120,13 @@ static void *service(void *arg) {
       wf_remote_collect_idle(r, now);
       next_tick = now + WF_REMOTE_TICK_NS;
     }
-    if (r->out_head) {
+    if (r->out_head || r->post_head) {
       pthread_mutex_unlock(&r->mu);
       wf_remote_flush(r);
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    if (!r->in_head && !r->stopping) timed_wait(&r->svc_cv, &r->mu, next_tick - now);
+    if (!r->in_head && !r->bdone && !r->stopping) timed_wait(&r->svc_cv, &r->mu, next_tick - now);
   }
   pthread_mutex_unlock(&r->mu);
   return NULL;
@@ -145,6 +150,10 @@ weft_status wf_remote_new(int rank, int size, const wf_remote_link *link, double
   r->next_ctx = 1;
   r->next_call = 1;
   r->next_local = 1;
+  if (wf_bulk_init(r) != WEFT_OK) {
+    free(r->lost_at), free(r->pstate), free(r->pmsg), free(r);
+    return wf_err(WEFT_ERR_NO_MEMORY, "remote: out of memory");
+  }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -166,6 +175,8 @@ weft_status wf_remote_new(int rank, int size, const wf_remote_link *link, double
   *out = r;
   return WEFT_OK;
 fail:
+  wf_bulk_detach(r);
+  wf_bulk_release(r);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->svc_cv);
   pthread_cond_destroy(&r->work_cv);
@@ -179,8 +190,10 @@ fail:
 
 /* Frees what is left once no thread of r runs (mu not held). */
 static void finish_free(wf_remote *r) {
+  wf_bulk_detach(r); /* transfers that end from now on free what they hold (after this teardown) */
   pthread_mutex_lock(&r->mu);
   wf_call_fail_all(r, WEFT_ERR_SHUTDOWN, "the world was finalized");
+  wf_bulk_free_all(r);
   wf_serve_free_all(r);
   while (r->in_head) {
     wf_rframe *f = r->in_head;
@@ -203,6 +216,7 @@ static void finish_free(wf_remote *r) {
   pthread_cond_destroy(&r->svc_cv);
   pthread_cond_destroy(&r->work_cv);
   pthread_cond_destroy(&r->done_cv);
+  wf_bulk_release(r);
   free(r->lost_at);
   free(r->pstate);
   free(r->pmsg);
@@ -240,6 +254,9 @@ void wf_remote_free(wf_remote *r) {
               WF_REMOTE_JOIN_SECONDS);
       return;
     }
+    /* transfers posted end first (bounded: a peer that leaves fails them):
+     * one cut off by this rank's leaving would fail the peer's world */
+    while (r->moving && wf_now_ns() < until) timed_wait(&r->done_cv, &r->mu, WF_REMOTE_TICK_NS);
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->worker, NULL);
   }
@@ -257,7 +274,9 @@ weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_
   weft_status st = type == WF_MSG_REMOTE_CALL ? wf_decode_remote_call(p, n, &m, err, errlen)
                                               : wf_decode_remote_reply(p, n, &m, err, errlen);
   if (st != WEFT_OK) return st;
+  uint8_t op = m.op;
   wf_remote_msg_free(&m);
+  m.op = op;
   wf_rframe *f = malloc(sizeof *f + n);
   if (!f) {
     snprintf(err, errlen, "out of memory (%zu bytes)", n);
@@ -269,10 +288,19 @@ weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_
   f->n = n;
   if (n) memcpy(f->bytes, p, n);
   pthread_mutex_lock(&r->mu);
-  if (r->in_tail) r->in_tail->next = f;
-  else r->in_head = f;
-  r->in_tail = f;
-  pthread_cond_signal(&r->svc_cv);
+  /* acted on here, one handoff less per frame, unless it may run user code
+   * (a fetch's reply calls the allocator) or frames wait before it (order);
+   * what it queues to send goes with the service thread (this thread may
+   * hold the link's locks: the link is never called here) */
+  int here = !r->stopping && !r->in_head && !(type == WF_MSG_REMOTE_REPLY && m.op == WF_ROP_FETCH);
+  if (here) {
+    handle_frame(r, f);
+  } else {
+    if (r->in_tail) r->in_tail->next = f;
+    else r->in_head = f;
+    r->in_tail = f;
+  }
+  if (!here || r->out_head || r->post_head || r->bdone) pthread_cond_signal(&r->svc_cv);
   pthread_mutex_unlock(&r->mu);
   return WEFT_OK;
 }

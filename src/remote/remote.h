@@ -3,9 +3,10 @@
  * world's connections (remote/api.c) and in one process (unit tests).
  *
  * One wf_remote per rank. Threads: caller threads start calls and wait;
- * the link delivers frames from any thread (the engine thread in a world)
- * into the inbox; a service thread acts on them (checks, the store,
- * replies, deadlines, idle contexts, dead peers) and never runs user code;
+ * the link delivers frames from any thread (the engine thread in a world),
+ * which acts on them itself when it can (wf_remote_deliver), else puts them
+ * in the inbox; a service thread acts on those, and on deadlines, idle
+ * contexts, dead peers and ended bulk transfers, and never runs user code;
  * a worker thread runs the registered functions. Lock order: whatever the
  * link's deliver caller holds, then wf_remote.mu; the link's send is never
  * called with mu held. */
@@ -18,6 +19,7 @@
 #include "wire/wire.h"
 
 typedef struct wf_remote wf_remote;
+typedef struct wf_rbulk wf_rbulk; /* one bulk transfer (bulk.c) */
 
 typedef struct wf_remote_link {
   void *ctx;
@@ -29,7 +31,18 @@ typedef struct wf_remote_link {
    * finalized); 2: it died or went silent (what it owned here is freed
    * after the grace). Why in msg. Any thread; never called with mu held. */
   int (*peer_lost)(void *ctx, int peer, char *msg, size_t len);
+  /* The bulk data path (NULL: every tensor travels inline). Posts the
+   * transfer of n bytes at data with peer under key (send: 1, else a
+   * receive); when it ends (or fails) the link calls wf_remote_bulk_done(tok,
+   * ...) once, from any thread but never with mu held. Returns an error
+   * (and never calls wf_remote_bulk_done) when it cannot post. Never called
+   * with mu held. */
+  weft_status (*bulk)(void *ctx, int peer, int send, uint64_t key, void *data, size_t n, wf_rbulk *tok);
+  uint64_t bulk_min;    /* tensors of at least this many bytes (> 0) take the bulk path, between distinct ranks */
 } wf_remote_link;
+
+/* The link: tok's transfer ended with st (msg: why, when st != WEFT_OK). */
+void wf_remote_bulk_done(wf_rbulk *tok, weft_status st, const char *msg);
 
 /* grace: seconds after a peer is lost before the objects it owned here
  * are freed. default_timeout: a call's deadline when it sets none. */
@@ -39,7 +52,8 @@ weft_status wf_remote_new(int rank, int size, const wf_remote_link *link, double
  * everything. Call handles must be freed before (they point to r). */
 void wf_remote_free(wf_remote *r);
 /* A frame from peer (type REMOTE_CALL or REMOTE_REPLY; payload p, n bytes,
- * copied). Any thread. A malformed one is dropped and returns
+ * copied). Any thread; it may hold the link's locks (the link is not called
+ * here). A malformed one is dropped and returns
  * WEFT_ERR_PROTOCOL with the reason in err. */
 weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_t *p, size_t n, char *err,
                               size_t errlen);
@@ -58,5 +72,8 @@ weft_status wf_remote_fetch(wf_remote *r, int task, uint64_t ctx, weft_remote_id
 weft_status wf_remote_delete(wf_remote *r, int task, uint64_t ctx, int n, const weft_remote_id *ids,
                              const weft_remote_options *opt, weft_remote_call **call);
 void wf_remote_stats(wf_remote *r, weft_remote_stats *out);
+/* Bulk transfers (for tests): inputs staged for BULK_GO, objects held for a
+ * fetch's BULK_GO, transfers posted and not ended. */
+void wf_remote_bulk_counts(wf_remote *r, int *staged, int *held, int *moving);
 
 #endif

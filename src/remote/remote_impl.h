@@ -81,6 +81,36 @@ struct weft_remote_call {
   uint64_t ctx;           /* CTX_CREATE: the new context */
 };
 
+/* ---- the bulk data path (bulk.c): a tensor's bytes apart from its frame.
+ * The data's receiver posts its receive first, then tells the sender
+ * (BULK_GO), so a send never waits for a receive that may not come. */
+enum {
+  WF_RB_ARG_SEND = 1,   /* caller: an execute/put input's bytes (a copy made at the call) */
+  WF_RB_ARG_RECV = 2,   /* callee: into a new object (an input, or a put's object) */
+  WF_RB_FETCH_SEND = 3, /* callee: a fetched object's bytes (a reference on it) */
+  WF_RB_FETCH_RECV = 4  /* caller: into the fetch's memory */
+};
+typedef struct wf_rhub { /* outlives the core while transfers are posted: their ends find it gone */
+  pthread_mutex_t mu;
+  wf_remote *r;         /* NULL once the core is being freed */
+  int refs;             /* the core, and each posted transfer */
+} wf_rhub;
+struct wf_rbulk {
+  struct wf_rbulk *next;
+  wf_rhub *hub;
+  int kind, peer;
+  uint64_t call_id;     /* the caller's call */
+  uint32_t index;       /* ARG_*: the input */
+  void *buf;
+  size_t n, cap;        /* ARG_SEND: buf's size, cap >= n (a reused buffer) */
+  int user_mem;         /* FETCH_RECV: buf from the call's allocator (never freed here) */
+  wf_robj *obj;         /* ARG_RECV: the object it produces; FETCH_SEND: the object sent (a reference) */
+  uint8_t op;           /* ARG_RECV of a put: WF_ROP_PUT (the reply waits for the bytes), else 0 */
+  uint64_t ctx;
+  weft_status st;
+  char msg[WF_ERRMSG_MAX / 2];
+};
+
 /* a frame waiting for the service thread */
 typedef struct wf_rframe {
   struct wf_rframe *next;
@@ -126,6 +156,15 @@ struct wf_remote {
   int *pstate;            /* per peer: the link's peer_lost at the last tick (service thread only) */
   char (*pmsg)[512];      /* and why */
   int64_t orphans_freed, ncollected_total;
+  /* bulk.c */
+  wf_rhub *hub;
+  wf_rbulk *stage;        /* caller: inputs' bytes waiting for BULK_GO */
+  wf_rbulk *holds;        /* callee: fetched objects waiting for BULK_GO */
+  wf_rbulk *post_head, *post_tail; /* to post (before the frames queued with them are sent) */
+  wf_rbulk *moving;       /* posted */
+  wf_rbulk *bdone;        /* ended, for the service thread */
+  void *spare[2];         /* large buffers whose transfer ended, for the next ones (pages mapped already) */
+  size_t spare_cap[2];
 };
 
 /* core.c */
@@ -133,6 +172,23 @@ void wf_remote_out_locked(wf_remote *r, int peer, wf_buf *frame); /* queue (take
 void wf_remote_flush(wf_remote *r);                               /* sends the queue (mu not held) */
 void wf_remote_worker_exit(wf_remote *r);                         /* the worker's last act (mu held; unlocks) */
 int64_t wf_remote_deadline(double seconds);                       /* now + seconds (<= 0: INT64_MAX) */
+
+/* bulk.c (mu held unless said) */
+weft_status wf_bulk_init(wf_remote *r);                 /* (no mu) */
+void wf_bulk_detach(wf_remote *r);                      /* (no mu) finish_free's first act: ends find the core gone */
+void wf_bulk_release(wf_remote *r);                     /* (no mu) finish_free's last act */
+int wf_bulk_on(const wf_remote *r, int peer, uint64_t nbytes); /* 1: this tensor takes the bulk path */
+wf_rbulk *wf_bulk_new(wf_remote *r, int kind, int peer, uint64_t call_id, uint32_t index, size_t n);
+void wf_bulk_free(wf_rbulk *t);                         /* frees buf (unless user_mem), unrefs obj */
+void *wf_bulk_buf(wf_remote *r, size_t n, size_t *cap); /* memory for a transfer (a spare, or new) */
+void *wf_bulk_stage_buf(wf_remote *r, size_t n, size_t *cap); /* the same, mu not held */
+void wf_bulk_keep(wf_remote *r, void **buf, size_t cap); /* a buffer done with: a spare (*buf NULL), or not */
+void wf_bulk_post_locked(wf_remote *r, wf_rbulk *t);    /* posted at the next flush, before its frames */
+void wf_bulk_post_all(wf_remote *r, wf_rbulk *list);    /* (no mu) posts a list taken from post_head */
+void wf_bulk_go(wf_remote *r, int peer, uint64_t call_id, int callee, int go); /* BULK_GO / DROP / a reply */
+void wf_bulk_drop_peer(wf_remote *r, int peer);         /* staged and held transfers for a lost peer */
+void wf_bulk_tick(wf_remote *r);                        /* ended transfers */
+void wf_bulk_free_all(wf_remote *r);
 
 /* store.c (mu held) */
 wf_rctx *wf_rctx_find(wf_remote *r, uint64_t id);
@@ -146,6 +202,7 @@ void wf_remote_collect_idle(wf_remote *r, int64_t now);
 void wf_oid_str(wf_remote_oid id, char *buf, size_t len);     /* "{0, 7}" */
 
 /* serve.c (mu held) */
+void wf_serve_bulk_done(wf_remote *r, wf_rbulk *t); /* an ARG_RECV ended (takes t) */
 void wf_serve_call(wf_remote *r, int peer, uint8_t *payload, wf_remote_msg *m); /* takes payload */
 void wf_serve_tick(wf_remote *r, int64_t now);
 void wf_serve_drop_peer(wf_remote *r, int peer);
@@ -154,6 +211,7 @@ void *wf_serve_worker(void *arg);
 void wf_serve_free_all(wf_remote *r);
 
 /* call.c (mu held) */
+void wf_call_bulk_done(wf_remote *r, wf_rbulk *t); /* a FETCH_RECV ended (takes t) */
 void wf_call_on_reply(wf_remote *r, int peer, wf_remote_msg *m);
 void wf_call_tick(wf_remote *r, int64_t now);
 void wf_call_fail_all(wf_remote *r, weft_status st, const char *msg);

@@ -58,9 +58,13 @@ static void ctx_missing(wf_remote *r, int peer, const wf_remote_msg *m) {
         r->rank, why);
 }
 
-static void job_free(wf_rjob *j) {
-  for (uint32_t i = 0; j->ins && i < j->msg.n_in; i++)
-    if (j->ins[i]) wf_robj_unref(j->ins[i]);
+static void job_free(wf_remote *r, wf_rjob *j) {
+  for (uint32_t i = 0; j->ins && i < j->msg.n_in; i++) {
+    wf_robj *o = j->ins[i];
+    if (!o) continue;
+    if (j->msg.in[i].is_inline && o->refs == 1) wf_bulk_keep(r, &o->data, o->nbytes); /* a sent input's memory */
+    wf_robj_unref(o);
+  }
   for (uint32_t i = 0; j->outs && i < j->msg.n_out; i++)
     if (j->outs[i]) wf_robj_unref(j->outs[i]);
   free(j->ins);
@@ -82,7 +86,7 @@ static void job_fail(wf_remote *r, wf_rjob *j, int reply_too, weft_status st, co
   for (uint32_t i = 0; j->outs && i < j->msg.n_out; i++)
     if (j->outs[i]) set_failed(j->outs[i], why);
   if (reply_too) reply(r, j->peer, &j->msg, j->ctx, st, "%s", why);
-  job_free(j);
+  job_free(r, j);
 }
 
 static void tensor_meta(const wf_robj *o, wf_remote_tensor *t, int with_data) {
@@ -105,10 +109,27 @@ static void fetch_reply(wf_remote *r, wf_rjob *j) {
     reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_NOT_FOUND, "object %s failed: %s", id, o->error);
     return;
   }
-  wf_remote_msg m = {.call_id = j->msg.call_id, .op = WF_ROP_FETCH, .ctx = j->ctx, .has_tensor = 1};
+  wf_remote_msg m = {.call_id = j->msg.call_id, .op = WF_ROP_FETCH, .ctx = j->ctx, .has_tensor = WF_RT_INLINE};
   tensor_meta(o, &m.tensor, 1);
   wf_buf b = {0};
-  if (r->link.max_payload > 256 && o->nbytes > r->link.max_payload - 256) {
+  wf_rbulk *t = NULL;
+  if (wf_bulk_on(r, j->peer, o->nbytes)) { /* the metadata now, the bytes at the caller's BULK_GO (bulk.c) */
+    m.has_tensor = WF_RT_BULK;
+    if (!(t = wf_bulk_new(r, WF_RB_FETCH_SEND, j->peer, j->msg.call_id, 0, o->nbytes)) ||
+        wf_encode_remote_reply(&b, (uint32_t)r->rank, &m) != WEFT_OK) {
+      free(t);
+      wf_buf_free(&b);
+      reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_NO_MEMORY, "object %s (%zu bytes) cannot be sent", id, o->nbytes);
+      return;
+    }
+    t->buf = o->data;
+    t->user_mem = 1; /* the object's */
+    t->obj = o;
+    o->refs++;
+    t->next = r->holds;
+    r->holds = t;
+    wf_remote_out_locked(r, j->peer, &b);
+  } else if (r->link.max_payload > 256 && j->peer != r->rank && o->nbytes > r->link.max_payload - 256) {
     reply(r, j->peer, &j->msg, j->ctx, WEFT_ERR_INVALID_ARGUMENT,
           "object %s is %zu bytes, over WEFT_MAX_MESSAGE_BYTES (%llu): tensors travel inline", id, o->nbytes,
           (unsigned long long)r->link.max_payload);
@@ -144,7 +165,7 @@ void wf_serve_recheck(wf_remote *r) {
       job_fail(r, j, 1, WEFT_ERR_NOT_FOUND, why);
     } else if (j->msg.op == WF_ROP_FETCH) {
       fetch_reply(r, j);
-      job_free(j);
+      job_free(r, j);
     } else {
       if (r->ready_tail) r->ready_tail->next = j;
       else r->ready_head = j;
@@ -213,6 +234,62 @@ static wf_robj *inline_obj(const wf_remote_tensor *t) {
   return o;
 }
 
+/* A bulk input's object: PENDING until its bytes arrive (a reference for the
+ * job), and its receive (*t, to post with the others once the call is taken). */
+static wf_robj *bulk_obj(wf_remote *r, int peer, const wf_remote_msg *m, uint32_t i, wf_rbulk **t) {
+  const wf_remote_tensor *w = &m->in[i].t;
+  wf_robj *o = calloc(1, sizeof *o);
+  *t = o && r->link.bulk ? wf_bulk_new(r, WF_RB_ARG_RECV, peer, m->call_id, i, (size_t)w->nbytes) : NULL;
+  if (!*t || !((*t)->buf = wf_bulk_buf(r, (size_t)w->nbytes, &(*t)->cap))) {
+    free(*t);
+    free(o);
+    *t = NULL;
+    return NULL;
+  }
+  o->refs = 2; /* the job's, the receive's */
+  o->state = WF_OBJ_PENDING;
+  o->dtype = (weft_dtype)w->dtype;
+  o->ndim = w->ndim;
+  memcpy(o->shape, w->shape, sizeof o->shape);
+  o->nbytes = (size_t)w->nbytes;
+  (*t)->obj = o;
+  return o;
+}
+
+/* The call is taken: its bulk inputs' receives are posted, then BULK_GO asks for the bytes. */
+static void bulk_commit(wf_remote *r, int peer, const wf_remote_msg *m, wf_rbulk *list) {
+  if (!list) return;
+  for (wf_rbulk *t, *next = list; (t = next);) {
+    next = t->next;
+    wf_bulk_post_locked(r, t);
+  }
+  wf_remote_msg go = {.call_id = m->call_id, .op = WF_ROP_BULK_GO, .ctx = m->ctx};
+  wf_buf b = {0};
+  if (wf_encode_remote_reply(&b, (uint32_t)r->rank, &go) == WEFT_OK) wf_remote_out_locked(r, peer, &b);
+  else wf_buf_free(&b);
+}
+
+void wf_serve_bulk_done(wf_remote *r, wf_rbulk *t) {
+  wf_robj *o = t->obj;
+  if (t->st == WEFT_OK && o->state == WF_OBJ_PENDING) {
+    o->state = WF_OBJ_READY;
+    o->data = t->buf;
+    t->buf = NULL;
+  } else if (t->st != WEFT_OK) {
+    char why[WF_ERRMSG_MAX / 2 + 64];
+    snprintf(why, sizeof why, "its bytes did not arrive from rank %d: %s", t->peer, t->msg);
+    set_failed(o, why);
+  }
+  if (t->op == WF_ROP_PUT) {
+    wf_remote_msg m = {.call_id = t->call_id, .op = WF_ROP_PUT};
+    if (o->state == WF_OBJ_READY) reply(r, t->peer, &m, t->ctx, WEFT_OK, " ");
+    else reply(r, t->peer, &m, t->ctx, t->st != WEFT_OK ? t->st : WEFT_ERR_NOT_FOUND, "%s",
+               o->error ? o->error : "deleted before its bytes arrived");
+  }
+  wf_bulk_free(t); /* its reference on o */
+  wf_serve_recheck(r);
+}
+
 static void serve_execute(wf_remote *r, int peer, uint8_t *payload, wf_remote_msg *m, wf_rctx *c) {
   const wf_rfn *fn = NULL;
   for (const wf_rfn *f = r->fns; f && !fn; f = f->next)
@@ -246,8 +323,13 @@ static void serve_execute(wf_remote *r, int peer, uint8_t *payload, wf_remote_ms
   j->fn = fn;
   j->deadline = wf_remote_deadline(m->timeout);
   int oom = 0;
+  wf_rbulk *bulk = NULL;
   for (uint32_t i = 0; i < m->n_in; i++) {
-    j->ins[i] = m->in[i].is_inline ? inline_obj(&m->in[i].t) : input_obj(c, m->in[i].id);
+    wf_rbulk *t = NULL;
+    j->ins[i] = m->in[i].is_inline == WF_RT_BULK ? bulk_obj(r, peer, m, i, &t)
+                : m->in[i].is_inline             ? inline_obj(&m->in[i].t)
+                                                 : input_obj(c, m->in[i].id);
+    if (t) t->next = bulk, bulk = t;
     oom |= !j->ins[i];
   }
   for (uint32_t i = 0; i < m->n_out && !oom; i++) {
@@ -261,9 +343,11 @@ static void serve_execute(wf_remote *r, int peer, uint8_t *payload, wf_remote_ms
     }
   }
   if (oom) {
-    job_fail(r, j, 1, WEFT_ERR_NO_MEMORY, "out of memory");
+    for (wf_rbulk *t; (t = bulk);) bulk = t->next, wf_bulk_free(t);
+    job_fail(r, j, 1, WEFT_ERR_NO_MEMORY, "out of memory (or no bulk path)");
     return;
   }
+  bulk_commit(r, peer, m, bulk);
   j->next = r->waiting;
   r->waiting = j;
   wf_serve_recheck(r);
@@ -279,6 +363,31 @@ static void serve_put(wf_remote *r, int peer, const wf_remote_msg *m, wf_rctx *c
     return;
   }
   if (device_bad(r, peer, m) || output_taken(r, peer, m, c)) return;
+  if (m->in[0].is_inline == WF_RT_BULK) { /* the object waits for its bytes; so does the reply */
+    wf_rbulk *t = NULL;
+    wf_robj *src = bulk_obj(r, peer, m, 0, &t);
+    wf_robj *o = src ? wf_robj_find(c, m->out[0]) : NULL;
+    if (src && !o) o = wf_robj_add(c, m->out[0]);
+    if (!o) {
+      wf_bulk_free(t);
+      if (src) free(src);
+      reply(r, peer, m, m->ctx, WEFT_ERR_NO_MEMORY, "out of memory (or no bulk path) on rank %d", r->rank);
+      return;
+    }
+    free(src); /* (its metadata goes to the store's object, which the receive fills) */
+    o->implicit = 0;
+    o->dtype = (weft_dtype)m->in[0].t.dtype;
+    o->ndim = m->in[0].t.ndim;
+    memcpy(o->shape, m->in[0].t.shape, sizeof o->shape);
+    o->nbytes = (size_t)m->in[0].t.nbytes;
+    o->refs++;
+    t->obj = o;
+    t->op = WF_ROP_PUT;
+    t->ctx = m->ctx;
+    bulk_commit(r, peer, m, t);
+    wf_serve_recheck(r);
+    return;
+  }
   wf_robj *src = inline_obj(&m->in[0].t);
   wf_robj *o = wf_robj_find(c, m->out[0]);
   if (!o) o = wf_robj_add(c, m->out[0]);
@@ -364,6 +473,10 @@ static void serve_cancel(wf_remote *r, int peer, const wf_remote_msg *m) {
 
 void wf_serve_call(wf_remote *r, int peer, uint8_t *payload, wf_remote_msg *m) {
   int64_t now = wf_now_ns();
+  if (m->op == WF_ROP_BULK_GO || m->op == WF_ROP_BULK_DROP) { /* a fetch's caller is ready for its bytes, or not */
+    wf_bulk_go(r, peer, m->call_id, 1, m->op == WF_ROP_BULK_GO);
+    goto drop;
+  }
   if (m->op == WF_ROP_CANCEL) {
     serve_cancel(r, peer, m);
     goto drop;
@@ -546,7 +659,7 @@ static void finish_execute(wf_remote *r, wf_rjob *j, weft_status st, weft_remote
   if (wf_encode_remote_reply(&b, (uint32_t)r->rank, &m) == WEFT_OK) wf_remote_out_locked(r, j->peer, &b);
   else wf_buf_free(&b);
   free(metas);
-  job_free(j);
+  job_free(r, j);
 }
 
 static void run_job(wf_remote *r, wf_rjob *j) {

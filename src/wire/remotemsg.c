@@ -1,16 +1,18 @@
 /* remotemsg.c - REMOTE_CALL and REMOTE_REPLY: remote execution (src/remote/).
  *
  * REMOTE_CALL payload (little-endian):
- *   u64 call_id (>= 1), u8 op (1..8), u64 ctx, f64 timeout (>= 0), f64 idle (>= 0),
+ *   u64 call_id (>= 1), u8 op (1..10), u64 ctx, f64 timeout (>= 0), f64 idle (>= 0),
  *   i32 device (>= -1), str name (EXECUTE: 1..WF_NAME_MAX bytes; else empty),
  *   u32 n_meta (EXECUTE: <= n_out; else 0),
- *   u32 n_in, n_in x { u8 kind: 0 id {i32 owner >= 0, u64 local >= 1} | 1 tensor },
+ *   u32 n_in, n_in x { u8 kind: 0 id {i32 owner >= 0, u64 local >= 1} | 1 tensor | 2 bulk tensor },
  *   u32 n_out, n_out x id
  * REMOTE_REPLY payload:
  *   u64 call_id (>= 1), u8 op, u64 ctx, i32 status (<= 0), str error (status < 0: 1..WF_ERRMSG_MAX; else empty),
- *   u32 n_metas, n_metas x tensor without bytes, u8 has_tensor (0/1), [tensor]
+ *   u32 n_metas, n_metas x tensor without bytes, u8 has_tensor (0/1/2), [tensor (1) | bulk tensor (2)]
  * tensor: u8 dtype, u8 ndim (<= WEFT_MAX_DIMS), i32 device (>= -1), i64 shape[ndim] (>= 0),
  *   u64 nbytes (with bytes: elements x dtype size; metadata: 0), nbytes bytes
+ * bulk tensor: a tensor whose nbytes (elements x dtype size) do not follow: they travel on the
+ *   point-to-point data path (remote/bulk.c)
  * Counts are at most WF_REMOTE_MAX_ARGS. One check per field runs in the encoder (WEFT_ERR_INVALID_ARGUMENT)
  * and the decoder (WEFT_ERR_PROTOCOL), so every payload that decodes re-encodes to the same bytes. */
 #include <math.h>
@@ -35,7 +37,7 @@ static uint64_t tensor_bytes(const wf_remote_tensor *t, int *ok) {
   return *ok ? b : 0;
 }
 
-/* NULL if t is well formed (with_data: nbytes matches the shape; else 0). */
+/* NULL if t is well formed (with_data, inline or bulk: nbytes matches the shape; else 0). */
 static const char *tensor_bad(const wf_remote_tensor *t, int with_data, char *why, size_t len) {
   int ok;
   uint64_t b = tensor_bytes(t, &ok);
@@ -87,17 +89,18 @@ static const char *reply_bad(const wf_remote_msg *m, char *why, size_t len) {
   if (m->status < 0 ? el < 1 || el > WF_ERRMSG_MAX : el != 0)
     return snprintf(why, len, "%zu bytes with status %d", el, (int)m->status), "error";
   if (m->n_metas > WF_REMOTE_MAX_ARGS) return snprintf(why, len, "%u", m->n_metas), "n_metas";
-  if (m->has_tensor > 1) return snprintf(why, len, "%u", m->has_tensor), "has_tensor";
+  if (m->has_tensor > WF_RT_BULK) return snprintf(why, len, "%u", m->has_tensor), "has_tensor";
   return NULL;
 }
 
-static void put_tensor(wf_buf *b, const wf_remote_tensor *t) {
+/* bytes: the nbytes follow (an inline tensor), or not (metadata, a bulk tensor). */
+static void put_tensor(wf_buf *b, const wf_remote_tensor *t, int bytes) {
   wf_buf_uint(b, t->dtype, 1);
   wf_buf_uint(b, t->ndim, 1);
   wf_buf_uint(b, (uint32_t)t->device, 4);
   for (int i = 0; i < t->ndim; i++) wf_buf_uint(b, (uint64_t)t->shape[i], 8);
   wf_buf_uint(b, t->nbytes, 8);
-  if (t->nbytes) wf_buf_put(b, t->data, (size_t)t->nbytes);
+  if (bytes && t->nbytes) wf_buf_put(b, t->data, (size_t)t->nbytes);
 }
 
 static void put_id(wf_buf *b, const wf_remote_oid *id) {
@@ -109,7 +112,7 @@ weft_status wf_encode_remote_call(wf_buf *out, uint32_t src, const wf_remote_msg
   char why[128];
   const char *bad = m ? call_bad(m, why, sizeof why) : "message";
   for (uint32_t i = 0; !bad && i < m->n_in; i++)
-    bad = m->in[i].is_inline > 1 ? (snprintf(why, sizeof why, "kind %u", m->in[i].is_inline), "in.kind")
+    bad = m->in[i].is_inline > WF_RT_BULK ? (snprintf(why, sizeof why, "kind %u", m->in[i].is_inline), "in.kind")
           : m->in[i].is_inline  ? tensor_bad(&m->in[i].t, 1, why, sizeof why)
                                 : id_bad(&m->in[i].id, why, sizeof why);
   for (uint32_t i = 0; !bad && i < m->n_out; i++) bad = id_bad(&m->out[i], why, sizeof why);
@@ -126,7 +129,7 @@ weft_status wf_encode_remote_call(wf_buf *out, uint32_t src, const wf_remote_msg
   wf_buf_uint(out, m->n_in, 4);
   for (uint32_t i = 0; i < m->n_in; i++) {
     wf_buf_uint(out, m->in[i].is_inline, 1);
-    if (m->in[i].is_inline) put_tensor(out, &m->in[i].t);
+    if (m->in[i].is_inline) put_tensor(out, &m->in[i].t, m->in[i].is_inline == WF_RT_INLINE);
     else put_id(out, &m->in[i].id);
   }
   wf_buf_uint(out, m->n_out, 4);
@@ -147,9 +150,9 @@ weft_status wf_encode_remote_reply(wf_buf *out, uint32_t src, const wf_remote_ms
   wf_buf_uint(out, (uint32_t)m->status, 4);
   wf_buf_str(out, m->error ? m->error : "", m->error ? strlen(m->error) : 0);
   wf_buf_uint(out, m->n_metas, 4);
-  for (uint32_t i = 0; i < m->n_metas; i++) put_tensor(out, &m->metas[i]);
+  for (uint32_t i = 0; i < m->n_metas; i++) put_tensor(out, &m->metas[i], 0);
   wf_buf_uint(out, m->has_tensor, 1);
-  if (m->has_tensor) put_tensor(out, &m->tensor);
+  if (m->has_tensor) put_tensor(out, &m->tensor, m->has_tensor == WF_RT_INLINE);
   return wf_frame_end(out, start, src, WF_MSG_REMOTE_REPLY);
 }
 
@@ -166,6 +169,7 @@ static void *rd_array(wf_rd *r, const char *field, const char *array, uint32_t *
   return a;
 }
 
+/* with_data: 0 metadata, WF_RT_INLINE (the bytes follow), WF_RT_BULK (they do not). */
 static weft_status rd_tensor(wf_rd *r, wf_remote_tensor *t, int with_data) {
   int32_t dev;
   char why[128];
@@ -180,6 +184,7 @@ static weft_status rd_tensor(wf_rd *r, wf_remote_tensor *t, int with_data) {
   WF_CHECK(wf_rd_u64(r, "tensor.nbytes", &t->nbytes));
   const char *bad = tensor_bad(t, with_data, why, sizeof why);
   if (bad) return wf_rd_fail(r, bad, "%s", why);
+  if (with_data == WF_RT_BULK) return WEFT_OK;
   if (t->nbytes > wf_rd_left(r))
     return wf_rd_fail(r, "tensor.data", "%llu bytes, %zu left", (unsigned long long)t->nbytes, wf_rd_left(r));
   t->data = t->nbytes ? r->p + r->off : NULL;
@@ -216,11 +221,11 @@ weft_status wf_decode_remote_call(const uint8_t *p, size_t n, wf_remote_msg *m, 
   for (uint32_t i = 0; i < m->n_in; i++) {
     r.idx = i;
     WF_CHECK_GOTO(wf_rd_u8(&r, "in.kind", &m->in[i].is_inline), st, fail);
-    if (m->in[i].is_inline > 1) {
-      st = wf_rd_fail(&r, "in.kind", "%u is not 0 (id) or 1 (tensor)", m->in[i].is_inline);
+    if (m->in[i].is_inline > WF_RT_BULK) {
+      st = wf_rd_fail(&r, "in.kind", "%u is not 0 (id), 1 (tensor) or 2 (bulk tensor)", m->in[i].is_inline);
       goto fail;
     }
-    if (m->in[i].is_inline) WF_CHECK_GOTO(rd_tensor(&r, &m->in[i].t, 1), st, fail);
+    if (m->in[i].is_inline) WF_CHECK_GOTO(rd_tensor(&r, &m->in[i].t, m->in[i].is_inline), st, fail);
     else WF_CHECK_GOTO(rd_id(&r, &m->in[i].id), st, fail);
   }
   r.idx = -1;
@@ -268,11 +273,11 @@ weft_status wf_decode_remote_reply(const uint8_t *p, size_t n, wf_remote_msg *m,
   }
   r.idx = -1;
   WF_CHECK_GOTO(wf_rd_u8(&r, "has_tensor", &m->has_tensor), st, fail);
-  if (m->has_tensor > 1) {
-    st = wf_rd_fail(&r, "has_tensor", "%u is not 0 or 1", m->has_tensor);
+  if (m->has_tensor > WF_RT_BULK) {
+    st = wf_rd_fail(&r, "has_tensor", "%u is not 0, 1 or 2", m->has_tensor);
     goto fail;
   }
-  if (m->has_tensor) WF_CHECK_GOTO(rd_tensor(&r, &m->tensor, 1), st, fail);
+  if (m->has_tensor) WF_CHECK_GOTO(rd_tensor(&r, &m->tensor, m->has_tensor), st, fail);
   WF_CHECK_GOTO(wf_rd_end(&r), st, fail);
   const char *bad = reply_bad(m, why, sizeof why);
   if (bad) {

@@ -318,7 +318,9 @@ weft_status wf_decode_p2p_send(const uint8_t *p, size_t n, wf_p2p_send_msg *m, c
 weft_status wf_decode_p2p_reply(const uint8_t *p, size_t n, wf_p2p_reply_msg *m, char *err, size_t errlen);
 
 /* ---- REMOTE_CALL / REMOTE_REPLY (remotemsg.c): remote execution
- * (src/remote/). Tensors travel inline (dense, host memory). */
+ * (src/remote/). Tensors travel inline (dense, host memory), or, when
+ * large, as metadata with their bytes on the point-to-point data path
+ * (kind/has_tensor WF_RT_BULK; remote/bulk.c). */
 #define WF_REMOTE_MAX_ARGS 1024  /* inputs, outputs, ids to delete or metadata in one message */
 typedef enum wf_remote_op {
   WF_ROP_CTX_CREATE = 1, /* make a context on the callee (idle seconds) */
@@ -329,7 +331,10 @@ typedef enum wf_remote_op {
   WF_ROP_FETCH = 6,      /* send an object's tensor back */
   WF_ROP_DELETE = 7,     /* free objects */
   WF_ROP_CANCEL = 8,     /* the caller gave up on call_id (cancelled or past its deadline); no reply */
-  WF_ROP_COUNT_ = 9
+  WF_ROP_BULK_GO = 9,    /* the data's receiver posted its receive: CALL: send fetch call_id's tensor; REPLY:
+                            send call_id's bulk inputs. No reply */
+  WF_ROP_BULK_DROP = 10, /* CALL: the caller no longer wants fetch call_id's tensor (no reply) */
+  WF_ROP_COUNT_ = 11
 } wf_remote_op;
 typedef struct wf_remote_tensor {
   uint8_t dtype;        /* weft_dtype */
@@ -343,8 +348,9 @@ typedef struct wf_remote_oid {
   int32_t owner;        /* the rank that made the id (>= 0) */
   uint64_t local;       /* >= 1 */
 } wf_remote_oid;
+enum { WF_RT_NONE = 0, WF_RT_INLINE = 1, WF_RT_BULK = 2 }; /* an input's kind (0: an id), has_tensor */
 typedef struct wf_remote_arg {
-  uint8_t is_inline;    /* 0: id; 1: tensor */
+  uint8_t is_inline;    /* 0: id; WF_RT_INLINE: tensor with its bytes; WF_RT_BULK: tensor, bytes sent apart */
   wf_remote_oid id;
   wf_remote_tensor t;
 } wf_remote_arg;
@@ -367,7 +373,7 @@ typedef struct wf_remote_msg {
   char *error;          /* status < 0: the message (<= WF_ERRMSG_MAX bytes; malloc'd by the decoder) */
   uint32_t n_metas;     /* EXECUTE: dtype and shape of the last outputs (nbytes 0) */
   wf_remote_tensor *metas; /* malloc'd by the decoder */
-  uint8_t has_tensor;   /* FETCH: the tensor follows */
+  uint8_t has_tensor;   /* FETCH: the tensor follows (WF_RT_INLINE), or its metadata (WF_RT_BULK) */
   wf_remote_tensor tensor;
 } wf_remote_msg;
 weft_status wf_encode_remote_call(wf_buf *out, uint32_t src, const wf_remote_msg *m);

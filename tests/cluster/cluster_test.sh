@@ -11,6 +11,10 @@
 #               pairs through shm, cross-host pairs through TCP), the same
 #               checks but loopback's share: small messages ride their
 #               P2P_SEND control frames, over loopback between a host's ranks
+#   remote      2 hosts x 1 rank of mp_remote_bulk: remote calls both ways
+#               (chained on a pending output, fetches against the reference,
+#               tensors up to 64 MiB on the bulk data path) over TCP on eth0;
+#               then --kill-callee: the call in flight fails naming rank 1
 #   kill        a rank on host 2 is SIGKILLed mid-job: weftrun stops the job
 #               within the bound, names the rank and its host, exits 137
 #   partition   host 2's link goes down mid-job (no RST): the job fails within
@@ -202,6 +206,26 @@ case $CASE in
 3x2_gather) run_mp 3 mp_gather ;;
 user_at_host) LARGE=30011 run_mp 2 mp_reduce weftuser ;; # about the addresses: less data
 2x2_p2p) LO_CHECK=0 run_mp 2 mp_p2p ;;
+remote)
+  up 2
+  declare -A e0
+  for h in $HOSTS; do e0[$h]=$(tx "$h" eth0); done
+  timeout -k 5 100 "$WR" -np 2 -H "$(hostlist 1)" --rsh "$RSH" --timeout 90 -x WEFT_TIMEOUT_SECONDS=60 \
+    "$MP/mp_remote_bulk" >"$D/out" 2>"$D/err" || fail "the job exited $?"
+  for k in 0 1; do grep -q "^\[$k\] DONE rank $k: 0 failure" "$D/out" || fail "rank $k did not finish cleanly"; done
+  # each host sent its 64 MiB put and input and the 2 x 64 MiB it was asked to fetch back across
+  for h in $HOSTS; do
+    e=$(( $(tx "$h" eth0) - ${e0[$h]} ))
+    echo "host $h: $e bytes out on eth0"
+    [ $e -gt $(( 4 * 64 << 20 )) ] || fail "host $h sent only $e bytes to the other host"
+  done
+  timeout -k 5 60 "$WR" -np 2 -H "$(hostlist 1)" --rsh "$RSH" --timeout 50 -x WEFT_TIMEOUT_SECONDS=30 \
+    -x WEFT_HEARTBEAT_TIMEOUT=5 "$MP/mp_remote_bulk" --kill-callee >"$D/out" 2>"$D/err" ||
+    fail "the kill job exited $?"
+  grep -q "^\[0\] PASS rank 0: a 64 MiB put or fetch to rank 1 fails naming it" "$D/out" ||
+    fail "rank 0's call did not fail naming rank 1"
+  grep "^\[0\] INFO" "$D/out"
+  ;;
 kill)
   loop_job
   h2=${HOSTS#* }

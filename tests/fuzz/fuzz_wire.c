@@ -522,7 +522,7 @@ static void build_remote_call(fz_in *in, wf_buf *b) {
   m.n_out = (uint32_t)(fz_take(in, 1) % 5);
   for (uint32_t i = 0; i < m.n_in; i++) {
     memset(&args[i], 0, sizeof args[i]);
-    args[i].is_inline = (uint8_t)(fz_take(in, 1) & 1);
+    args[i].is_inline = (uint8_t)(fz_take(in, 1) % 3); /* an id, a tensor, a bulk tensor (bytes apart) */
     if (args[i].is_inline) take_remote_tensor(in, &args[i].t, 1, room[i], sizeof room[i]);
     else args[i].id = (wf_remote_oid){(int32_t)(fz_take(in, 2)), 1 + fz_take(in, 8) % UINT64_MAX};
   }
@@ -546,7 +546,7 @@ static void build_remote_reply(fz_in *in, wf_buf *b) {
   m.n_metas = (uint32_t)(fz_take(in, 1) % 5);
   for (uint32_t i = 0; i < m.n_metas; i++) take_remote_tensor(in, &metas[i], 0, NULL, 0);
   m.metas = metas;
-  m.has_tensor = (uint8_t)(fz_take(in, 1) & 1);
+  m.has_tensor = (uint8_t)(fz_take(in, 1) % 3); /* none, a tensor, a bulk tensor (bytes apart) */
   if (m.has_tensor) take_remote_tensor(in, &m.tensor, 1, room, sizeof room);
   if (wf_encode_remote_reply(b, (uint32_t)fz_take(in, 2), &m) != WEFT_OK) fz_fail("a valid REMOTE_REPLY was rejected");
 }
