@@ -639,7 +639,9 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     fprintf(stderr, "weftrun: elastic: worker %d (pid %d%s%s) %s; %d worker%s remain%s (%s)\n", i, (int)r->pid,
             *h ? " on host " : "", h, how, n, n == 1 ? "" : "s", n == 1 ? "s" : "", n ? ids : "none");
     if (j->disc) wf_run_disc_failed(j->disc, j->o, r->host);
-    if (below_min(j, n) && (!j->disc || n == 0)) { /* no discovery: none can come; none left: nothing to go on */
+    int keepers = 0; /* workers alive that were in a world: the training state lives in them */
+    for (int w = 0; w < j->nranks; w++) keepers += alive(j, w) && e->placed[w];
+    if (below_min(j, n) && (!j->disc || !keepers)) { /* no discovery: none can come; no keeper: nothing to go on */
       snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d", n, n == 1 ? "" : "s",
                n ? ids : "none", j->o->min_np);
       stop_job(j, why);
