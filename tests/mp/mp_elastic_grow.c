@@ -14,7 +14,8 @@
  * Two schedules, each with a result computed here independently:
  *   --grow-step S --grow-to M --hosts-file F: at the first commit at or
  *     after step S, rank 0 rewrites F (the discovery script prints it) from
- *     --workers slots to M and waits (at most 30 s) until weftrun reports
+ *     --workers slots to M (localhost:M, or F.next where the test wrote
+ *     one, e.g. with another host) and waits (at most 30 s) until weftrun reports
  *     the new workers; they join there: generation 1 = ids 0..workers-1 up
  *     to that commit, generation 2 = ids 0..M-1 after it.
  *   --die-worker W --die-step S --cooldown X: worker W SIGKILLs itself at
@@ -119,8 +120,18 @@ static int ask_updates(weft_world *w, int wait) {
   }
 }
 
+/* The discovery script's file: F.next when the test prepared one (other
+ * hosts: tests/cluster), else localhost:slots. */
 static void write_hosts(int slots) {
   char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.next", g_hosts_file);
+  if (access(tmp, R_OK) == 0) {
+    if (rename(tmp, g_hosts_file) != 0) {
+      printf("FAIL: worker %d: cannot rename %s\n", g_id, tmp);
+      exit(1);
+    }
+    return;
+  }
   snprintf(tmp, sizeof tmp, "%s.tmp", g_hosts_file);
   FILE *f = fopen(tmp, "w");
   if (!f || fprintf(f, "localhost:%d\n", slots) < 0 || fclose(f) != 0 || rename(tmp, g_hosts_file) != 0) {
