@@ -49,7 +49,8 @@ static const char *const g_reserved[] = {
     "WEFT_RANK",          "WEFT_SIZE",          "WEFT_LOCAL_RANK",   "WEFT_LOCAL_SIZE",   "WEFT_CROSS_RANK",
     "WEFT_CROSS_SIZE",    "WEFT_ADDR",          "WEFT_SECRET",       "WEFT_JOB_ID",       "HOROVOD_RANK",
     "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
-    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT"};
+    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT",
+    "WEFT_ELASTIC_GROWTH"};
 #define NRESERVED (sizeof g_reserved / sizeof g_reserved[0])
 
 static void usage(FILE *f) {

@@ -154,6 +154,7 @@ void wf_run_el_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ADDR=%s", j->el_addr);
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ID=%d", rank);
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_TIMEOUT=%g", o->elastic_timeout);
+  if (o->discovery) snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_GROWTH=1"); /* commits ask for host updates */
   snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
   snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
   if (r->host >= 0) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", o->hosts[r->host].addr);
@@ -630,7 +631,7 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     char ids[512], why[700];
     const char *h = wf_run_host_of(j, i);
     e->last_lost_code = r->code;
-    e->unrecovered = i;
+    if (e->placed[i]) e->unrecovered = i; /* a world lost it (a newcomer never placed: none did) */
     int n = alive_count(j);
     list_ids(j, is_alive, ids, sizeof ids);
     char how[64];

@@ -7,7 +7,7 @@
 
 #include "bootstrap/auth.h"
 #include "bootstrap/elastic.h"
-#include "engine/engine.h"
+#include "engine/submit.h"
 #include "util/err.h"
 #include "util/params.h"
 

@@ -97,9 +97,11 @@ class State(object):
         (weft_elastic_hosts_updated) and broadcasts the answer, so all ranks
         raise at the same call, as Horovod's (which broadcasts its
         notifications' timestamps from rank 0). A collective: every rank
-        calls it (commit() does). Outside elastic mode there is never an
-        update, and nothing is communicated. Returns False otherwise."""
-        if not _elastic_mode():
+        calls it (commit() does). Without weftrun's host discovery
+        (WEFT_ELASTIC_GROWTH unset: no worker can join) and outside elastic
+        mode there is never an update, and nothing is communicated. Returns
+        False otherwise."""
+        if not _elastic_mode() or os.environ.get("WEFT_ELASTIC_GROWTH") != "1":
             return False
         update = _weft.elastic_hosts_updated() if self._rank() == 0 else 0
         update = self._bcast_object(update)
