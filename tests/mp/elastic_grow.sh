@@ -13,6 +13,8 @@
 #         survivors re-form generation 2; after the cool-down weftrun starts
 #         worker 3 on the freed slot, and generation 3 takes it in (it
 #         checks it started no sooner than 3 s after the death).
+#   errors: discovery scripts that fail or print a bad line: weftrun names
+#         the problem and does not start the job.
 set -u
 WEFTRUN=$1 PROG=$2 CASE=$3
 DIR=$(mktemp -d)
@@ -49,6 +51,24 @@ flap)
   grep -q "weftrun: elastic: generation 3: 3 ranks (workers 0, 1, 3)" "$OUT" || fail "no generation 3 with worker 3"
   for w in 0 1 3; do grep -q "PASS: worker $w " "$OUT" || fail "worker $w did not pass"; done
   echo "PASS: flap"
+  ;;
+errors)
+  # a discovery script that fails or prints a bad line: reported, the job is not started (exit 1) once
+  # --elastic-timeout passes without --min-np slots; nothing runs
+  bad() { # expected-message script
+    "$WEFTRUN" -np 2 --min-np 2 --elastic-timeout 1 --host-discovery-script "$2" --timeout 30 "$PROG" \
+      --grow-step 1 --hosts-file "$DIR/none" >"$OUT" 2>&1
+    local rc=$?
+    [ $rc -eq 1 ] || fail "script '$2': weftrun exited $rc, expected 1"
+    grep -qF -- "$1" "$OUT" || fail "script '$2': no '$1'"
+    grep -qF "host discovery found 0 slots, fewer than --min-np 2, within --elastic-timeout 1 s; not starting the job" \
+      "$OUT" || fail "script '$2': no message saying the job does not start"
+    ! grep -q "PASS\|FAIL" "$OUT" || fail "script '$2': a worker ran"
+  }
+  bad "host discovery: the script printed 'not a host!', not HOST or HOST:SLOTS" "echo 'not a host!'"
+  bad "host discovery: the script 'exit 3' exited with status 3" "exit 3"
+  bad "host discovery: the script printed 'localhost:x': bad slot count (0..4096)" "echo localhost:x"
+  echo "PASS: errors"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac
