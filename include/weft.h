@@ -831,6 +831,31 @@ WEFT_API weft_status weft_device_available(int device_kind, int *count);
  * elastic mode or for an invalid world. Non-blocking, any thread. */
 WEFT_API uint64_t weft_generation(const weft_world *world);
 
+/* Growth (weftrun --host-discovery-script): when discovery finds free
+ * slots, weftrun starts new processes there (up to --max-np); their
+ * weft_init waits for a place. The running members are not interrupted:
+ * they ask, at a point of their choosing (a commit), with
+ * weft_elastic_hosts_updated, and on an update re-form as after a failure
+ * (weft_finalize, weft_init: the next generation takes the new processes
+ * in; ranks follow weftrun's process order, where a process started later
+ * comes after every earlier one, so rank 0 stays an old member), then broadcast the
+ * training state from rank 0 (the newcomers have none). A member that does
+ * not ask within --elastic-timeout of a newcomer's question is not left
+ * out: the newcomers wait (their weft_init fails at its own deadline).
+ *
+ * weft_elastic_hosts_updated asks weftrun (one authenticated TCP question,
+ * at most about 10 s) whether the membership changed since this world's
+ * generation; *update gets WEFT_HOSTS_* bits (0: no change). Not
+ * collective: members that must agree to re-form together ask on one rank
+ * and broadcast the answer (weft.torch.elastic does this at every
+ * commit(), as Horovod's State.check_host_updates). Outside elastic mode
+ * WEFT_OK with *update 0 (the world never changes). Errors: MISUSE (no live
+ * world), INVALID_ARGUMENT (update NULL), the driver's refusal
+ * (SHUTDOWN/ABORTED: the job is ending), PEER_LOST/TIMEOUT (weftrun
+ * unreachable). Blocking; any thread. */
+enum { WEFT_HOSTS_REMOVED = 1, WEFT_HOSTS_ADDED = 2 }; /* Horovod's HostUpdateResult bits */
+WEFT_API weft_status weft_elastic_hosts_updated(const weft_world *world, int *update);
+
 #ifdef __cplusplus
 }
 #endif

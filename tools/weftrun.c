@@ -49,7 +49,8 @@ static const char *const g_reserved[] = {
     "WEFT_RANK",          "WEFT_SIZE",          "WEFT_LOCAL_RANK",   "WEFT_LOCAL_SIZE",   "WEFT_CROSS_RANK",
     "WEFT_CROSS_SIZE",    "WEFT_ADDR",          "WEFT_SECRET",       "WEFT_JOB_ID",       "HOROVOD_RANK",
     "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
-    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT"};
+    "WEFT_LAUNCHER_FD",   "WEFT_LAUNCHER_TAG",  "WEFT_ELASTIC_ADDR", "WEFT_ELASTIC_ID",   "WEFT_ELASTIC_TIMEOUT",
+    "WEFT_ELASTIC_GROWTH"};
 #define NRESERVED (sizeof g_reserved / sizeof g_reserved[0])
 
 static void usage(FILE *f) {
@@ -114,6 +115,7 @@ static void usage(FILE *f) {
           NP_MAX);
   wf_run_hvd_usage(f);
   wf_run_el_usage(f);
+  wf_run_disc_usage(f);
 }
 
 void wf_run_usage_error(const char *fmt, ...) {
@@ -207,6 +209,8 @@ static int user_host_ok(const char *s, size_t n) {
   return host_name_ok(s, un) && host_name_ok(at + 1, n - un - 1);
 }
 
+int wf_run_host_ok(const char *s, size_t n) { return user_host_ok(s, n); }
+
 /* The host part of [USER@]HOST. */
 static const char *host_part(const char *s) {
   const char *at = strchr(s, '@');
@@ -288,7 +292,7 @@ static void read_hostfile(struct wf_run_opts *o, const char *path) {
 }
 
 /* localhost, 127.x, this machine's name (full or up to the first dot). */
-static int host_is_local(const char *h) {
+int wf_run_host_is_local(const char *h) {
   if (!strcmp(h, "localhost") || !strncmp(h, "127.", 4)) return 1;
   char me[HOST_NAME_MAX_LEN + 2] = "";
   if (gethostname(me, sizeof me - 1) != 0 || !me[0]) return 0;
@@ -308,7 +312,7 @@ static void place(struct wf_run_opts *o) {
     struct wf_run_host *x = &o->hosts[h];
     x->nranks = left < x->slots ? left : x->slots;
     left -= x->nranks;
-    x->local = host_is_local(x->addr);
+    x->local = wf_run_host_is_local(x->addr);
     x->index = x->nranks > 0 ? o->nused++ : -1;
   }
 }
@@ -404,7 +408,7 @@ static void parse_args(int argc, char **argv, struct wf_run_opts *o) {
   if (i >= argc) wf_run_usage_error("missing the command to run");
   o->cmd = argv + i;
   wf_run_hvd_finish(o);
-  if (o->nhosts > 0) place(o);
+  if (o->nhosts > 0 && !o->discovery) place(o); /* with discovery: once the script has told the hosts */
   for (int n = o->np - 1; n >= 10; n /= 10) o->outdir_width++;
   o->outdir_width++;
   if (o->ifaces) pick_iface(o);
@@ -705,7 +709,8 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* two pipes per rank (three for remote ones) stay open in weftrun; ranks get the old limit back */
-  rlim_t want = (rlim_t)o.np * 3 + 64 + (o.elastic ? (rlim_t)o.np * 2 + 17 : 0); /* + the driver's connections */
+  rlim_t most = (rlim_t)(o.elastic ? o.max_np : o.np); /* ranks running at once */
+  rlim_t want = most * 3 + 64 + (o.elastic ? most * 2 + 19 : 0); /* + the driver's connections */
   if (getrlimit(RLIMIT_NOFILE, &j.nofile) == 0 && j.nofile.rlim_cur != RLIM_INFINITY && j.nofile.rlim_cur < want) {
     struct rlimit r = j.nofile;
     r.rlim_cur = (r.rlim_max == RLIM_INFINITY || r.rlim_max > want) ? want : r.rlim_max;
@@ -715,7 +720,15 @@ int main(int argc, char **argv) {
     what = "cannot get random bytes (getrandom)";
     goto out;
   }
-  j.ranks = calloc((size_t)o.np, sizeof *j.ranks);
+  if (o.discovery) { /* its hosts and slots; then the placement */
+    j.disc = wf_run_disc_first(&o);
+    if (!j.disc) goto out; /* message printed */
+    place(&o);
+  }
+  j.mo = &o;
+  j.nranks = o.np;
+  j.cap_ranks = o.discovery ? WF_RUN_MAX_WORKERS : o.np; /* workers started later (growth) get the next ids */
+  j.ranks = calloc((size_t)j.cap_ranks, sizeof *j.ranks);
   if (!j.ranks) {
     what = "cannot allocate the rank table";
     goto out;
@@ -794,6 +807,7 @@ out:
   if (j.link_w >= 0) close(j.link_w);
   if (j.listen_fd >= 0) close(j.listen_fd);
   wf_run_el_free(&j);
+  wf_run_disc_free(j.disc);
   free(j.ranks);
   wf_run_hvd_free(&o);
   free(o.env);

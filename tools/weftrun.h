@@ -27,6 +27,9 @@
 #define WF_RUN_EXIT_USAGE 2    /* bad command line */
 #define WF_RUN_EXIT_TIMEOUT 124 /* --timeout passed (as timeout(1)) */
 
+/* Workers an elastic job with host discovery starts in all (their ids). */
+#define WF_RUN_MAX_WORKERS 4096
+
 /* One entry of -H / --hostfile. */
 struct wf_run_host {
   char *name;             /* as given, [USER@]HOST: what the remote shell's {host} gets */
@@ -77,6 +80,9 @@ struct wf_run_opts {
   int min_np, max_np;     /* --min-np (default -np), --max-np (default -np) */
   double elastic_timeout; /* --elastic-timeout seconds (default 600, as horovodrun) */
   int reset_limit;        /* --reset-limit re-formations, -1: none */
+  const char *discovery;  /* --host-discovery-script (sh -c), or NULL (weftrun_discovery.c) */
+  int slots_per_host;     /* --slots-per-host: slots of a discovered HOST without :SLOTS (default 1) */
+  double cooldown_min, cooldown_max; /* --blacklist-cooldown-range seconds; 0 0: a failed host is never reused */
 };
 
 /* weftrun.c: a bad command line (message, hint, exit WF_RUN_EXIT_USAGE). */
@@ -120,7 +126,9 @@ struct wf_run_rank {
 
 struct wf_run_job {
   const struct wf_run_opts *o;
-  struct wf_run_rank *ranks;   /* o->np entries */
+  struct wf_run_opts *mo;      /* the same, writable: host discovery adds hosts and changes slots */
+  struct wf_run_rank *ranks;   /* cap_ranks entries, nranks used (o->np, more as discovery starts workers) */
+  int nranks, cap_ranks;
   char addr[300];              /* WEFT_ADDR: rank 0's host and port */
   char secret[65];             /* WEFT_SECRET, 64 hex chars */
   char job_id[17];             /* WEFT_JOB_ID, 16 hex chars */
@@ -147,6 +155,7 @@ struct wf_run_job {
   struct wf_run_elastic *el;   /* elastic mode: the driver (weftrun_elastic.c); NULL otherwise */
   char el_addr[64];            /* its service's address (WEFT_ELASTIC_ADDR) */
   char el_ip[64];              /* this machine's address for the ranks (a local rank 0 binds there) */
+  struct wf_run_disc *disc;    /* --host-discovery-script's state (weftrun_discovery.c), or NULL */
 };
 
 /* What the ranks' status lines start with: "weft-link <job id> ". */
@@ -205,6 +214,35 @@ void wf_run_stop(struct wf_run_job *j, int sig);
 /* Runs the job until every rank is reaped and its output relayed; returns
  * weftrun's exit code. */
 int wf_run_supervise(struct wf_run_job *j);
+
+/* weftrun.c: [USER@]HOST is a valid host (n bytes of s); h is this machine. */
+int wf_run_host_ok(const char *s, size_t n);
+int wf_run_host_is_local(const char *h);
+
+/* weftrun_discovery.c: --host-discovery-script. */
+struct wf_run_disc;
+/* Its options (--host-discovery-script, --slots-per-host,
+ * --blacklist-cooldown-range), as wf_run_hvd_option; its usage text. */
+int wf_run_disc_option(struct wf_run_opts *o, int argc, char **argv, int *i);
+void wf_run_disc_usage(FILE *f);
+/* Runs the script until it reports --min-np slots (every second, at most
+ * --elastic-timeout): o->hosts are its hosts, o->np at most their slots.
+ * NULL on failure (message printed). */
+struct wf_run_disc *wf_run_disc_first(struct wf_run_opts *o);
+void wf_run_disc_free(struct wf_run_disc *d);
+/* The running script's output pipe (-1: none), read on POLLIN; the next
+ * run or kill is due at the deadline, done by the tick. Each finished run
+ * updates o->hosts (new hosts appended, slots changed; a host missing from
+ * the output keeps its index with 0 slots). */
+int wf_run_disc_fd(const struct wf_run_disc *d);
+void wf_run_disc_read(struct wf_run_disc *d, struct wf_run_opts *o);
+void wf_run_disc_tick(struct wf_run_disc *d, struct wf_run_opts *o);
+int64_t wf_run_disc_deadline(const struct wf_run_disc *d);
+/* A worker failed on host h: h cools down (--blacklist-cooldown-range:
+ * MIN * 2^(failures-1) seconds, at most MAX; without it, for good). */
+void wf_run_disc_failed(struct wf_run_disc *d, const struct wf_run_opts *o, int h);
+/* Host h takes new workers now (not cooling down). */
+int wf_run_disc_usable(const struct wf_run_disc *d, int h);
 
 /* weftrun_elastic.c: the elastic driver. */
 struct pollfd;

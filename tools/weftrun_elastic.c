@@ -15,9 +15,20 @@
  * rank 0 that does not report within the deadline is left out and the rest
  * re-form at once, without asking again.
  *
+ * Growth (--host-discovery-script, weftrun_discovery.c): while fewer than
+ * --max-np workers live, new ones start on the discovered hosts' free
+ * slots (host order; a host where a worker failed cools down first), with
+ * the next ids. Their questions are held without starting a round: the
+ * members learn of them by a CHECK (weft_elastic_hosts_updated: "added"
+ * while a worker that is no member of the last generation waits) and ask
+ * when they choose; only a member's question starts the round's
+ * --elastic-timeout. A worker started that way that was never placed when
+ * the job ends (a worker exited 0) is stopped, and its exit is no failure.
+ *
  * The job stops, with a message, when fewer than --min-np workers are
- * alive (no discovery yet: none can come), or a round would exceed
- * --reset-limit re-formations. A worker that exits 0 means training is
+ * alive (without discovery at once: none can come; with it, once that has
+ * lasted --elastic-timeout), or a round would exceed --reset-limit
+ * re-formations. A worker that exits 0 means training is
  * over: from then on questions are refused (WEFT_ERR_SHUTDOWN) and a
  * failure stops the job as outside elastic mode (weftrun_job.c); a worker
  * lost since the last formation (no world went on without it, as when it
@@ -57,6 +68,9 @@ struct wf_run_elastic {
   int finishing;             /* a worker exited 0 */
   int last_lost_code;        /* exit code of the last worker lost (for the job's status) */
   int unrecovered;           /* a worker lost since the last formation (-1: none) */
+  int *cur;                  /* per worker: a member of the last generation formed */
+  int *placed;               /* per worker: a member of some generation */
+  int64_t short_at;          /* discovery: when fewer than --min-np workers left lasts too long (WF_NO_DEADLINE: not short) */
 };
 
 /* ------------------------------------------------------- the command line */
@@ -70,7 +84,7 @@ void wf_run_el_usage(FILE *f) {
         "                           HOROVOD_*); fewer than N left stops the job with the lost\n"
         "                           process's status; a process exiting 0 means training is over\n"
         "  --max-np N               at most N processes (default -np; -np defaults to --min-np);\n"
-        "                           no host discovery yet, so no growth\n"
+        "                           more than -np only with --host-discovery-script\n"
         "  --elastic-timeout SECONDS\n"
         "                           how long a re-formation waits for every live process to ask\n"
         "                           for its place (default 600); one that has not asked by then\n"
@@ -90,7 +104,8 @@ static int parse_count(const char *opt, const char *v, int lo) {
 }
 
 int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i) {
-  const char *a = argv[*i], *v;
+  const char *v;
+  if (wf_run_disc_option(o, argc, argv, i)) return 1;
   if ((v = wf_run_opt_value(argc, argv, i, "--min-np"))) {
     o->min_np = parse_count("--min-np", v, 1);
     o->elastic = 1;
@@ -105,10 +120,6 @@ int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i) {
       wf_run_usage_error("--elastic-timeout wants a number of seconds above 0 (at most a day), not '%s'", v);
   } else if ((v = wf_run_opt_value(argc, argv, i, "--reset-limit"))) {
     o->reset_limit = parse_count("--reset-limit", v, 0);
-  } else if (!strcmp(a, "--host-discovery-script") || !strncmp(a, "--host-discovery-script=", 24) ||
-             !strcmp(a, "--slots-per-host") || !strncmp(a, "--slots-per-host=", 17)) {
-    wf_run_usage_error("%.*s is not supported yet: elastic mode runs on the hosts of -H/--hostfile",
-                       (int)strcspn(a, "="), a);
   } else {
     return 0;
   }
@@ -116,6 +127,14 @@ int wf_run_el_option(struct wf_run_opts *o, int argc, char **argv, int *i) {
 }
 
 void wf_run_el_finish(struct wf_run_opts *o) {
+  if (o->discovery) {
+    o->elastic = 1; /* as horovodrun */
+    if (o->nhosts)
+      wf_run_usage_error("--host-discovery-script tells the hosts: give no -H/--hostfile with it");
+    if (!o->slots_per_host) o->slots_per_host = 1;
+  } else if (o->slots_per_host || o->cooldown_min > 0) {
+    wf_run_usage_error("--slots-per-host and --blacklist-cooldown-range need --host-discovery-script");
+  }
   if (!o->elastic && (o->elastic_timeout > 0 || o->reset_limit >= 0))
     wf_run_usage_error("--elastic-timeout and --reset-limit need elastic mode (--min-np or --max-np)");
   if (!o->elastic) return;
@@ -135,6 +154,7 @@ void wf_run_el_set_vars(const struct wf_run_job *j, int rank, struct wf_run_env_
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ADDR=%s", j->el_addr);
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_ID=%d", rank);
   snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_TIMEOUT=%g", o->elastic_timeout);
+  if (o->discovery) snprintf(st->s[st->n++], cap, "WEFT_ELASTIC_GROWTH=1"); /* commits ask for host updates */
   snprintf(st->s[st->n++], cap, "WEFT_SECRET=%s", j->secret);
   snprintf(st->s[st->n++], cap, "WEFT_JOB_ID=%s", j->job_id);
   if (r->host >= 0) snprintf(st->s[st->n++], cap, "WEFT_HOSTNAME=%s", o->hosts[r->host].addr);
@@ -151,7 +171,7 @@ static int below_min(const struct wf_run_job *j, int n) { return n < j->o->min_n
 
 static int alive_count(const struct wf_run_job *j) {
   int n = 0;
-  for (int i = 0; i < j->o->np; i++) n += alive(j, i);
+  for (int i = 0; i < j->nranks; i++) n += alive(j, i);
   return n;
 }
 
@@ -159,7 +179,7 @@ static int alive_count(const struct wf_run_job *j) {
 static void list_ids(const struct wf_run_job *j, int (*pick)(const struct wf_run_job *, int), char *out, size_t cap) {
   size_t n = 0;
   out[0] = '\0';
-  for (int i = 0; i < j->o->np && n + 12 < cap; i++)
+  for (int i = 0; i < j->nranks && n + 12 < cap; i++)
     if (pick(j, i)) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? ", " : "", i);
 }
 static int is_alive(const struct wf_run_job *j, int i) { return alive(j, i); }
@@ -167,7 +187,7 @@ static int is_held(const struct wf_run_job *j, int i) { return j->el->held[i] >=
 
 static void drop_conn(struct wf_run_job *j, int k) {
   wf_el_conn *c = &j->el->conns[k];
-  for (int i = 0; i < j->o->np; i++)
+  for (int i = 0; i < j->nranks; i++)
     if (j->el->held[i] == k) j->el->held[i] = -1;
   wf_el_conn_close(c);
 }
@@ -223,7 +243,7 @@ static void bind_hint(const struct wf_run_job *j, int i, char *out, size_t cap) 
 static void finish_round(struct wf_run_job *j, const char *addr0) {
   struct wf_run_elastic *e = j->el;
   int rank = 0;
-  for (int i = 0; i < j->o->np; i++) {
+  for (int i = 0; i < j->nranks; i++) {
     if (!e->member[i]) continue;
     e->member[i] = 0;
     int k = e->held[i], r = rank++; /* rank 0 is the first member */
@@ -246,19 +266,19 @@ static void form(struct wf_run_job *j) {
   struct wf_run_elastic *e = j->el;
   const struct wf_run_opts *o = j->o;
   char ids[512], why[700];
-  for (int i = 0; i < o->np; i++)
+  for (int i = 0; i < j->nranks; i++)
     if (alive(j, i) && e->held[i] < 0) {
       snprintf(why, sizeof why, "did not ask for a place in generation %llu within --elastic-timeout %g s",
                (unsigned long long)e->gen + 1, o->elastic_timeout);
       leave_out(j, i, why);
     }
   int n = 0, first = -1;
-  for (int i = 0; i < o->np; i++)
+  for (int i = 0; i < j->nranks; i++)
     if (e->held[i] >= 0) {
       if (first < 0) first = i;
       n++;
     }
-  for (int i = 0; i < o->np; i++) e->member[i] = e->held[i] >= 0;
+  for (int i = 0; i < j->nranks; i++) e->member[i] = e->held[i] >= 0;
   e->size = n;
   list_ids(j, is_held, ids, sizeof ids);
   if (below_min(j, n)) {
@@ -275,6 +295,10 @@ static void form(struct wf_run_job *j) {
   }
   if (e->gen > 0) e->resets++;
   e->gen++;
+  for (int i = 0; i < j->nranks; i++) {
+    e->cur[i] = e->member[i];
+    e->placed[i] |= e->member[i];
+  }
   e->unrecovered = -1; /* the survivors went on without it */
   e->rank0 = first;
   if (e->gen > 1 || o->verbose)
@@ -295,6 +319,74 @@ static void form(struct wf_run_job *j) {
   else e->forming = 1;
 }
 
+/* Workers alive on host h. */
+static int on_host(const struct wf_run_job *j, int h) {
+  int n = 0;
+  for (int i = 0; i < j->nranks; i++) n += alive(j, i) && j->ranks[i].host == h;
+  return n;
+}
+
+/* Host discovery: new workers on free slots (hosts in order, none cooling
+ * down), up to --max-np live ones. Only from the tick: starting one may
+ * not happen while the supervisor walks the rank table. */
+static void grow(struct wf_run_job *j) {
+  struct wf_run_elastic *e = j->el;
+  const struct wf_run_opts *o = j->o;
+  if (!e || !j->disc || j->stopping || e->finishing) return;
+  int n = alive_count(j);
+  while (n < o->max_np && j->nranks < j->cap_ranks) {
+    int h = 0;
+    while (h < o->nhosts && (on_host(j, h) >= o->hosts[h].slots || !wf_run_disc_usable(j->disc, h))) h++;
+    if (h == o->nhosts) return;
+    int i = j->nranks++;
+    struct wf_run_rank *r = &j->ranks[i];
+    memset(r, 0, sizeof *r);
+    r->pidfd = r->stdin_w = -1;
+    r->cause = -2;
+    r->code = -1;
+    r->host = h;
+    r->local_rank = on_host(j, h);
+    r->local_size = o->hosts[h].slots;
+    r->remote = !o->hosts[h].local;
+    e->held[i] = -1;
+    e->kill_at[i] = WF_NO_DEADLINE;
+    fprintf(stderr, "weftrun: elastic: host discovery: starting worker %d on host %s (%d of at most %d)\n", i,
+            o->hosts[h].name, n + 1, o->max_np);
+    if (wf_run_spawn(j, i) != 0) { /* message printed */
+      e->out[i] = 1;
+      wf_run_disc_failed(j->disc, o, h);
+      return;
+    }
+    n++;
+    if (r->exec_errno) return; /* its exit cools the host down */
+  }
+}
+
+/* A CHECK (weft_elastic_hosts_updated): "added" while a worker that is no
+ * member of the last generation waits for a place; "removed" to a worker
+ * of an older generation. Once the job ends: no update (no world will
+ * form again). */
+static void answer_check(struct wf_run_job *j, int k) {
+  struct wf_run_elastic *e = j->el;
+  wf_el_conn *c = &e->conns[k];
+  int i = (int)c->id;
+  int32_t st = 0;
+  uint32_t upd = 0;
+  if (j->stopping || i >= j->nranks || e->out[i]) {
+    st = WEFT_ERR_ABORTED;
+  } else if (!e->finishing) {
+    for (int w = 0; w < j->nranks; w++)
+      if (e->held[w] >= 0 && !e->cur[w]) upd |= WF_EL_UPD_ADDED;
+    if (c->last_gen != e->gen) upd |= WF_EL_UPD_REMOVED;
+  }
+  if (j->o->verbose)
+    fprintf(stderr, "weftrun: elastic: worker %d (generation %llu) asks for host updates: %s\n", i,
+            (unsigned long long)c->last_gen, st ? "refused" : upd ? "updated" : "none");
+  char err[256];
+  (void)wf_el_conn_update(c, st, upd, e->gen, err, sizeof err);
+  drop_conn(j, k);
+}
+
 /* Questions, formations, refusals: whatever can be decided now. */
 static void decide(struct wf_run_job *j) {
   struct wf_run_elastic *e = j->el;
@@ -307,8 +399,24 @@ static void decide(struct wf_run_job *j) {
     return;
   }
   if (e->forming) return;
+  if (e->short_at != WF_NO_DEADLINE) { /* discovery: fewer than --min-np workers; more may come */
+    int n = alive_count(j);
+    if (n >= j->o->min_np) {
+      e->short_at = WF_NO_DEADLINE;
+    } else if (wf_now_ns() >= e->short_at) {
+      char ids[512], why[800];
+      list_ids(j, is_alive, ids, sizeof ids);
+      snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d, for --elastic-timeout %g s, and "
+               "host discovery brought no more", n, n == 1 ? "" : "s", n ? ids : "none", j->o->min_np,
+               j->o->elastic_timeout);
+      stop_job(j, why);
+      return;
+    } else {
+      return; /* the survivors stay held */
+    }
+  }
   int all = 1, any = 0;
-  for (int i = 0; i < j->o->np; i++) {
+  for (int i = 0; i < j->nranks; i++) {
     if (e->held[i] >= 0) any = 1;
     else if (alive(j, i)) all = 0;
   }
@@ -318,20 +426,23 @@ static void decide(struct wf_run_job *j) {
 
 int wf_run_el_start(struct wf_run_job *j, const char *ip) {
   struct wf_run_elastic *e = calloc(1, sizeof *e);
-  int np = j->o->np;
+  int np = j->cap_ranks; /* every worker that may ever start */
   if (!e) return -1;
   j->el = e;
   e->lfd = -1;
   e->rank0 = -1;
   e->unrecovered = -1;
   e->round_at = WF_NO_DEADLINE;
-  e->nconn = 2 * np + 16;
+  e->short_at = WF_NO_DEADLINE;
+  e->nconn = 2 * j->o->max_np + 16;
   e->conns = calloc((size_t)e->nconn, sizeof *e->conns);
   e->held = malloc((size_t)np * sizeof *e->held);
   e->out = calloc((size_t)np, sizeof *e->out);
   e->member = calloc((size_t)np, sizeof *e->member);
+  e->cur = calloc((size_t)np, sizeof *e->cur);
+  e->placed = calloc((size_t)np, sizeof *e->placed);
   e->kill_at = malloc((size_t)np * sizeof *e->kill_at);
-  if (!e->conns || !e->held || !e->out || !e->kill_at || !e->member) return -1;
+  if (!e->conns || !e->held || !e->out || !e->kill_at || !e->member || !e->cur || !e->placed) return -1;
   for (int k = 0; k < e->nconn; k++) e->conns[k].fd = -1;
   for (int i = 0; i < np; i++) e->held[i] = -1, e->kill_at[i] = WF_NO_DEADLINE;
   wf_el_job_id(j->job_id, e->job, sizeof e->job);
@@ -357,6 +468,8 @@ void wf_run_el_free(struct wf_run_job *j) {
   free(e->held);
   free(e->out);
   free(e->member);
+  free(e->cur);
+  free(e->placed);
   free(e->kill_at);
   free(e);
   j->el = NULL;
@@ -367,6 +480,8 @@ int wf_run_el_fill(struct wf_run_job *j, struct pollfd *pf, int *slot, int max) 
   int n = 0;
   if (!e) return 0;
   if (e->lfd >= 0 && n < max) slot[n] = -1, pf[n++] = (struct pollfd){.fd = e->lfd, .events = POLLIN};
+  int dfd = wf_run_disc_fd(j->disc);
+  if (dfd >= 0 && n < max) slot[n] = -2, pf[n++] = (struct pollfd){.fd = dfd, .events = POLLIN};
   for (int k = 0; k < e->nconn && n < max; k++)
     if (e->conns[k].fd >= 0) slot[n] = k, pf[n++] = (struct pollfd){.fd = e->conns[k].fd, .events = e->conns[k].events};
   return n;
@@ -413,17 +528,21 @@ static void on_conn(struct wf_run_job *j, int k, weft_status st, const char *err
   }
   if (c->phase == WF_EL_C_HELD) {
     int i = (int)c->id;
-    if (i >= j->o->np || e->out[i] || !j->ranks[i].running) {
-      refuse(j, k, WEFT_ERR_ABORTED, i >= j->o->np ? "not a worker of this job" : "this worker was left out");
+    if (i >= j->nranks || e->out[i] || !j->ranks[i].running) {
+      refuse(j, k, WEFT_ERR_ABORTED, i >= j->nranks ? "not a worker of this job" : "this worker was left out");
       return;
     }
     if (e->held[i] >= 0 && e->held[i] != k) drop_conn(j, e->held[i]); /* it asks again: the newer question */
     if (e->forming && (int)i == e->rank0) return; /* cannot happen: rank 0 is in PORT */
     e->held[i] = k;
-    if (e->round_at == WF_NO_DEADLINE) e->round_at = wf_deadline_after(j->o->elastic_timeout);
+    /* a member's question starts the round; a newcomer's waits for the members (they ask when they choose) */
+    if (e->round_at == WF_NO_DEADLINE && (e->gen == 0 || e->cur[i]))
+      e->round_at = wf_deadline_after(j->o->elastic_timeout);
     if (j->o->verbose)
       fprintf(stderr, "weftrun: elastic: worker %d asks for a place (its last generation: %llu)\n", i,
               (unsigned long long)c->last_gen);
+  } else if (c->phase == WF_EL_C_CHECK) {
+    answer_check(j, k);
   } else if (c->phase == WF_EL_C_DONE && e->forming && (int)c->id == e->rank0) {
     char addr0[WF_EL_ADDR_MAX];
     snprintf(addr0, sizeof addr0, "%s", c->port_addr);
@@ -436,6 +555,10 @@ void wf_run_el_handle(struct wf_run_job *j, const struct pollfd *pf, const int *
   if (!e) return;
   for (int x = 0; x < n; x++) {
     if (!pf[x].revents) continue;
+    if (slot[x] == -2) {
+      wf_run_disc_read(j->disc, j->mo);
+      continue;
+    }
     if (slot[x] < 0) {
       accept_all(j);
       continue;
@@ -457,9 +580,11 @@ int64_t wf_run_el_deadline(const struct wf_run_job *j) {
   int64_t t = e->forming ? WF_NO_DEADLINE : e->round_at;
   for (int k = 0; k < e->nconn; k++)
     if (e->conns[k].fd >= 0 && e->conns[k].deadline < t) t = e->conns[k].deadline;
-  for (int i = 0; i < j->o->np; i++)
+  for (int i = 0; i < j->nranks; i++)
     if (e->kill_at[i] < t && j->ranks[i].running) t = e->kill_at[i];
-  return t;
+  if (e->short_at < t) t = e->short_at;
+  int64_t d = wf_run_disc_deadline(j->disc);
+  return d < t ? d : t;
 }
 
 void wf_run_el_tick(struct wf_run_job *j) {
@@ -472,11 +597,13 @@ void wf_run_el_tick(struct wf_run_job *j) {
     on_conn(j, k, WEFT_ERR_TIMEOUT, "timed out");
     if (c->fd >= 0 && c->phase != WF_EL_C_HELD) drop_conn(j, k);
   }
-  for (int i = 0; i < j->o->np; i++)
+  for (int i = 0; i < j->nranks; i++)
     if (j->ranks[i].running && now >= e->kill_at[i]) {
       (void)kill(-j->ranks[i].pid, SIGKILL);
       e->kill_at[i] = WF_NO_DEADLINE;
     }
+  wf_run_disc_tick(j->disc, j->mo);
+  grow(j);
   decide(j);
 }
 
@@ -494,6 +621,8 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
               (unsigned long long)e->gen, e->last_lost_code);
     }
     e->finishing = 1;
+    for (int w = 0; w < j->nranks; w++) /* started by discovery, never placed: nothing to finish */
+      if (alive(j, w) && !e->placed[w]) leave_out(j, w, "was never placed in a world before the job ended");
     decide(j);
     return 0; /* as outside elastic mode */
   }
@@ -502,7 +631,7 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     char ids[512], why[700];
     const char *h = wf_run_host_of(j, i);
     e->last_lost_code = r->code;
-    e->unrecovered = i;
+    if (e->placed[i]) e->unrecovered = i; /* a world lost it (a newcomer never placed: none did) */
     int n = alive_count(j);
     list_ids(j, is_alive, ids, sizeof ids);
     char how[64];
@@ -510,11 +639,19 @@ int wf_run_el_on_exit(struct wf_run_job *j, int i) {
     else snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(r->wstatus));
     fprintf(stderr, "weftrun: elastic: worker %d (pid %d%s%s) %s; %d worker%s remain%s (%s)\n", i, (int)r->pid,
             *h ? " on host " : "", h, how, n, n == 1 ? "" : "s", n == 1 ? "s" : "", n ? ids : "none");
-    if (below_min(j, n)) {
+    if (j->disc) wf_run_disc_failed(j->disc, j->o, r->host);
+    int keepers = 0; /* workers alive that were in a world: the training state lives in them */
+    for (int w = 0; w < j->nranks; w++) keepers += alive(j, w) && e->placed[w];
+    if (below_min(j, n) && (!j->disc || !keepers)) { /* no discovery: none can come; no keeper: nothing to go on */
       snprintf(why, sizeof why, "%d worker%s left (%s), fewer than --min-np %d", n, n == 1 ? "" : "s",
                n ? ids : "none", j->o->min_np);
       stop_job(j, why);
       return 1;
+    }
+    if (below_min(j, n) && e->short_at == WF_NO_DEADLINE) {
+      e->short_at = wf_deadline_after(j->o->elastic_timeout);
+      fprintf(stderr, "weftrun: elastic: fewer than --min-np %d workers; waiting up to --elastic-timeout %g s for "
+              "host discovery to bring more\n", j->o->min_np, j->o->elastic_timeout);
     }
   }
   if (e->forming && i == e->rank0) { /* rank 0 died before it reported: the rest form again */

@@ -258,7 +258,7 @@ out:
 
 static int running_count(const struct wf_run_job *j) {
   int n = 0;
-  for (int i = 0; i < j->o->np; i++) n += j->ranks[i].running;
+  for (int i = 0; i < j->nranks; i++) n += j->ranks[i].running;
   return n;
 }
 
@@ -267,7 +267,7 @@ static int running_count(const struct wf_run_job *j) {
  * reserved while its process group has members, so -pid is still its group. */
 static void signal_ranks(struct wf_run_job *j, int sig) {
   j->signalled = 1;
-  for (int i = 0; i < j->o->np; i++) {
+  for (int i = 0; i < j->nranks; i++) {
     struct wf_run_rank *r = &j->ranks[i];
     if (r->pid <= 0 || !(r->running || r->out.fd >= 0 || r->err.fd >= 0)) continue;
     if (kill(-r->pid, sig) != 0 && r->running) (void)kill(r->pid, sig);
@@ -303,11 +303,11 @@ void wf_run_link_line(struct wf_run_job *j, int rank, const char *line, size_t n
   char cause[16];
   if (sscanf(buf, "rank=%d cause=%15s status=%d", &r, cause, &st) != 3) return;
   if (rank >= 0) r = rank;
-  if (r < 0 || r >= j->o->np) return;
+  if (r < 0 || r >= j->nranks) return;
   if (strcmp(cause, "self") != 0) {
     char *end;
     long v = strtol(cause, &end, 10);
-    if (*end || v < 0 || v >= j->o->np || v == r) return;
+    if (*end || v < 0 || v >= j->nranks || v == r) return;
     c = (int)v;
   }
   if (j->ranks[r].cause == -2) j->ranks[r].cause = c; /* the first failure of its world */
@@ -363,7 +363,7 @@ static void who(const struct wf_run_job *j, int i, char *out, size_t cap) {
  * the links go round in a circle (a partition: each side blames the other). */
 static int root_of(const struct wf_run_job *j, int i) {
   int r = i;
-  for (int steps = 0; steps <= j->o->np; steps++) {
+  for (int steps = 0; steps <= j->nranks; steps++) {
     if (j->ranks[r].cause < 0) return r;
     r = j->ranks[r].cause;
   }
@@ -471,7 +471,7 @@ static int reap_one(struct wf_run_job *j, int i) {
  * between two looks: a rank dies, the others fail because of it), so the
  * first failure is the one reported and returned. */
 static void reap(struct wf_run_job *j) {
-  int np = j->o->np;
+  int np = j->nranks;
   if (j->exitfd >= 0) { /* number the ranks as the exit set saw them end */
     struct epoll_event ev[64];
     int n;
@@ -557,7 +557,7 @@ static void on_deadlines(struct wf_run_job *j, int64_t *linger_at, int64_t *aban
     *linger_at = wf_deadline_after(LINGER_SECONDS);
     return;
   }
-  for (int i = 0; i < j->o->np; i++) {
+  for (int i = 0; i < j->nranks; i++) {
     struct wf_run_rank *r = &j->ranks[i];
     if (r->out.fd < 0 && r->err.fd < 0) continue;
     if (*abandon_at == WF_NO_DEADLINE && now >= *linger_at) {
@@ -576,10 +576,10 @@ static void on_deadlines(struct wf_run_job *j, int64_t *linger_at, int64_t *aban
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int wf_run_supervise(struct wf_run_job *j) {
-  int np = j->o->np;
   /* the signalfd, each rank's stdout, stderr and script pipe, the status channel */
-  /* ... and in elastic mode the driver's listener and connections (weftrun_elastic.c) */
-  size_t cap = 2 + 3 * (size_t)np + (j->el ? 2 * (size_t)np + 17 : 0);
+  /* ... and in elastic mode the driver's listener, connections and discovery script (weftrun_elastic.c);
+   * for every rank that may ever run (elastic growth adds ranks: cap_ranks) */
+  size_t cap = 2 + 3 * (size_t)j->cap_ranks + (j->el ? 2 * (size_t)j->o->max_np + 19 : 0);
   struct pollfd *pf = calloc(cap, sizeof *pf);
   struct wf_run_stream **ps = calloc(cap, sizeof *ps);
   int *pin = calloc(cap, sizeof *pin); /* rank whose script pipe pf[k] is, else -1 */
@@ -604,7 +604,7 @@ int wf_run_supervise(struct wf_run_job *j) {
       pf[n++] = (struct pollfd){.fd = j->link_r, .events = POLLIN};
     }
     int fixed = n;
-    for (int i = 0; i < np; i++) {
+    for (int i = 0; i < j->nranks; i++) {
       struct wf_run_rank *r = &j->ranks[i];
       struct wf_run_stream *s[2] = {&r->out, &r->err};
       for (int k = 0; k < 2; k++) {
@@ -652,7 +652,7 @@ int wf_run_supervise(struct wf_run_job *j) {
   }
 out:
   /* normally nobody is left; after a failure above, do not leave zombies */
-  for (int i = 0; i < np; i++) {
+  for (int i = 0; i < j->nranks; i++) {
     struct wf_run_rank *r = &j->ranks[i];
     if (r->running) (void)waitpid(r->pid, NULL, 0);
     if (r->stdin_w >= 0) close(r->stdin_w);

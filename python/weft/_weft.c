@@ -729,6 +729,27 @@ WORLD_GETTER(local_size)
 WORLD_GETTER(cross_rank)
 WORLD_GETTER(cross_size)
 
+/* elastic_hosts_updated() -> int: weft_elastic_hosts_updated's WEFT_HOSTS_* bits (0: none). */
+static PyObject *py_elastic_hosts_updated(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  if (require_world() != 0) return NULL;
+  int upd = 0;
+  weft_status st;
+  Py_BEGIN_ALLOW_THREADS
+  st = weft_elastic_hosts_updated(wpy_world, &upd);
+  Py_END_ALLOW_THREADS
+  if (st != WEFT_OK) return wpy_raise(st, weft_last_error());
+  return PyLong_FromLong(upd);
+}
+
+static PyObject *py_generation(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  if (require_world() != 0) return NULL;
+  return PyLong_FromUnsignedLongLong((unsigned long long)weft_generation(wpy_world));
+}
+
 static PyObject *py_abort(PyObject *self, PyObject *args) {
   (void)self;
   const char *reason;
@@ -793,6 +814,9 @@ static PyMethodDef methods[] = {
     {"local_size", py_local_size, METH_NOARGS, "local_size() -> int: ranks on this host"},
     {"cross_rank", py_cross_rank, METH_NOARGS, "cross_rank() -> int: this host's index"},
     {"cross_size", py_cross_size, METH_NOARGS, "cross_size() -> int: number of hosts"},
+    {"elastic_hosts_updated", py_elastic_hosts_updated, METH_NOARGS,
+     "elastic_hosts_updated() -> int: weftrun's host updates since this world's generation (HOSTS_* bits; 0: none)"},
+    {"generation", py_generation, METH_NOARGS, "generation() -> int: the world's elastic generation (0: not elastic)"},
     {"abort", py_abort, METH_VARARGS, "abort(reason): fail every pending and future operation here and on peers."},
     {"async_error", py_async_error, METH_NOARGS, "async_error() -> None or (status, message)"},
     {"dtype_size", py_dtype_size, METH_VARARGS, "dtype_size(dtype) -> bytes per element (0: unknown)"},
@@ -873,6 +897,7 @@ PyMODINIT_FUNC PyInit__weft(void) {
       {"DTYPE_BOOL", WEFT_DTYPE_BOOL},       {"OP_SUM", WEFT_OP_SUM},
       {"OP_AVERAGE", WEFT_OP_AVERAGE},       {"OP_MIN", WEFT_OP_MIN},
       {"OP_MAX", WEFT_OP_MAX},               {"OP_PRODUCT", WEFT_OP_PRODUCT},
+      {"HOSTS_REMOVED", WEFT_HOSTS_REMOVED}, {"HOSTS_ADDED", WEFT_HOSTS_ADDED},
       {"OK", WEFT_OK},                       {"IN_PROGRESS", WEFT_IN_PROGRESS},
       {"ERR_INVALID_ARGUMENT", WEFT_ERR_INVALID_ARGUMENT}, {"ERR_MISUSE", WEFT_ERR_MISUSE},
       {"ERR_TIMEOUT", WEFT_ERR_TIMEOUT},     {"ERR_PEER_LOST", WEFT_ERR_PEER_LOST},

@@ -22,6 +22,8 @@
 #define K_ASK 1
 #define K_PLACE 2
 #define K_PORT 3
+#define K_CHECK 4
+#define K_UPDATE 5
 #define BACKOFF_NS (50 * 1000000LL)
 
 static void put32(uint8_t *o, uint32_t v) {
@@ -137,6 +139,49 @@ weft_status wf_el_decode_port(const uint8_t in[WF_EL_PORT_SIZE], uint32_t *id, u
   return get_str(in + 24, WF_EL_ADDR_MAX, addr, "addr", err, errlen);
 }
 
+void wf_el_encode_check(uint8_t out[WF_EL_CHECK_SIZE], uint32_t id, uint64_t gen) {
+  put_hdr(out, K_CHECK);
+  put32(out + 8, id);
+  put32(out + 12, 0);
+  put64(out + 16, gen);
+}
+
+weft_status wf_el_decode_check(const uint8_t in[WF_EL_CHECK_SIZE], uint32_t *id, uint64_t *gen, char *err,
+                               size_t errlen) {
+  weft_status st = check_hdr(in, K_CHECK, err, errlen);
+  if (st != WEFT_OK) return st;
+  if (get32(in + 12) != 0 || get32(in + 8) >= WF_EL_IDS) {
+    snprintf(err, errlen, "elastic CHECK: bad id %u or reserved field", get32(in + 8));
+    return WEFT_ERR_PROTOCOL;
+  }
+  *id = get32(in + 8);
+  *gen = get64(in + 16);
+  return WEFT_OK;
+}
+
+void wf_el_encode_update(uint8_t out[WF_EL_CHECK_SIZE], int32_t status, uint32_t update, uint64_t gen) {
+  put_hdr(out, K_UPDATE);
+  put32(out + 8, (uint32_t)status);
+  put32(out + 12, update);
+  put64(out + 16, gen);
+}
+
+weft_status wf_el_decode_update(const uint8_t in[WF_EL_CHECK_SIZE], int32_t *status, uint32_t *update,
+                                uint64_t *gen, char *err, size_t errlen) {
+  weft_status st = check_hdr(in, K_UPDATE, err, errlen);
+  if (st != WEFT_OK) return st;
+  int32_t s = (int32_t)get32(in + 8);
+  uint32_t u = get32(in + 12);
+  if (s > 0 || (u & ~(WF_EL_UPD_REMOVED | WF_EL_UPD_ADDED))) {
+    snprintf(err, errlen, "elastic UPDATE: bad values (status %d, update 0x%x)", s, u);
+    return WEFT_ERR_PROTOCOL;
+  }
+  *status = s;
+  *update = u;
+  *gen = get64(in + 16);
+  return WEFT_OK;
+}
+
 void wf_el_job_id(const char *job_id, char *out, size_t outlen) {
   snprintf(out, outlen, "%.*s/elastic", (int)(outlen > 9 ? outlen - 9 : 0), job_id ? job_id : "");
 }
@@ -208,10 +253,9 @@ static weft_status open_rendezvous(const wf_el_join_cfg *c, wf_el_place *p, int 
   return WEFT_OK;
 }
 
-weft_status wf_el_join(const wf_el_join_cfg *c, wf_el_place *place, int *listen_fd) {
+/* Checks c, connects and authenticates (one question's connection). */
+static weft_status open_question(const wf_el_join_cfg *c, int64_t deadline, int *fd) {
   char err[512], job[WF_EL_JOB_MAX];
-  *listen_fd = -1;
-  memset(place, 0, sizeof *place);
   struct sockaddr_in a;
   weft_status st = wf_sock_parse_addr(c->driver, 1, &a, err, sizeof err);
   if (st != WEFT_OK) return wf_err(st, "elastic worker %u: WEFT_ELASTIC_ADDR: %s", c->id, err);
@@ -219,9 +263,41 @@ weft_status wf_el_join(const wf_el_join_cfg *c, wf_el_place *place, int *listen_
     return wf_err(WEFT_ERR_INVALID_ARGUMENT, "WEFT_ELASTIC_ID=%u is out of range 0..%u", c->id, WF_EL_DRIVER - 1);
   wf_el_job_id(c->job_id, job, sizeof job);
   wf_auth_params ap = {c->secret, c->secret_len, job, c->id, WF_EL_IDS};
+  return dial(c, &a, &ap, deadline, fd);
+}
+
+weft_status wf_el_check(const wf_el_join_cfg *c, uint64_t gen, uint32_t *update) {
+  char err[512];
+  *update = 0;
   int64_t deadline = wf_deadline_after(c->timeout_seconds > 0 ? c->timeout_seconds : 60);
   int fd = -1;
-  if ((st = dial(c, &a, &ap, deadline, &fd)) != WEFT_OK) return st;
+  weft_status st = open_question(c, deadline, &fd);
+  if (st != WEFT_OK) return st;
+  uint8_t q[WF_EL_CHECK_SIZE], in[WF_EL_CHECK_SIZE];
+  wf_el_encode_check(q, c->id, gen);
+  size_t got = 0;
+  int32_t status = 0;
+  uint64_t last = 0;
+  st = wf_sock_write_all(fd, q, sizeof q, deadline, NULL, err, sizeof err);
+  if (st == WEFT_OK) st = wf_sock_read_all(fd, in, sizeof in, deadline, &got, err, sizeof err);
+  if (st == WEFT_OK) st = wf_el_decode_update(in, &status, update, &last, err, sizeof err);
+  close(fd);
+  if (st != WEFT_OK)
+    return wf_err(st, "elastic worker %u: asking the driver at %s for host updates: %s", c->id, c->driver, err);
+  if (status != 0)
+    return wf_err((weft_status)status, "elastic worker %u: the driver at %s refused to tell host updates (its "
+                  "generation %llu)", c->id, c->driver, (unsigned long long)last);
+  return WEFT_OK;
+}
+
+weft_status wf_el_join(const wf_el_join_cfg *c, wf_el_place *place, int *listen_fd) {
+  char err[512];
+  *listen_fd = -1;
+  memset(place, 0, sizeof *place);
+  int64_t deadline = wf_deadline_after(c->timeout_seconds > 0 ? c->timeout_seconds : 60);
+  int fd = -1;
+  weft_status st = open_question(c, deadline, &fd);
+  if (st != WEFT_OK) return st;
   uint8_t ask[WF_EL_ASK_SIZE], in[WF_EL_PLACE_SIZE];
   wf_el_encode_ask(ask, c->id, c->last_gen);
   size_t got = 0;
@@ -286,14 +362,18 @@ weft_status wf_el_conn_step(wf_el_conn *c, char *err, size_t errlen) {
     if (st != WEFT_OK) return st;
     if (c->off < WF_EL_ASK_SIZE) return WEFT_IN_PROGRESS;
     uint32_t id;
-    if ((st = wf_el_decode_ask(c->in, &id, &c->last_gen, err, errlen)) != WEFT_OK) return st;
+    int check = c->in[5] == K_CHECK; /* the header's kind: the decoders check the rest */
+    if (check) st = wf_el_decode_check(c->in, &id, &c->last_gen, err, errlen);
+    else st = wf_el_decode_ask(c->in, &id, &c->last_gen, err, errlen);
+    if (st != WEFT_OK) return st;
     if (id != c->acc.peer_rank) {
-      snprintf(err, errlen, "authenticated as worker %u but asks as worker %u", c->acc.peer_rank, id);
+      snprintf(err, errlen, "authenticated as worker %u but %s as worker %u", c->acc.peer_rank,
+               check ? "checks" : "asks", id);
       return WEFT_ERR_AUTH;
     }
     c->id = id;
-    c->phase = WF_EL_C_HELD;
-    c->deadline = WF_NO_DEADLINE;
+    c->phase = check ? WF_EL_C_CHECK : WF_EL_C_HELD;
+    if (!check) c->deadline = WF_NO_DEADLINE;
     return WEFT_OK;
   }
   if (c->phase == WF_EL_C_HELD) { /* nothing more may come: data or EOF is the worker gone */
@@ -336,6 +416,14 @@ weft_status wf_el_conn_answer(wf_el_conn *c, const wf_el_place *p, double port_s
     c->phase = WF_EL_C_DONE;
   }
   return WEFT_OK;
+}
+
+weft_status wf_el_conn_update(wf_el_conn *c, int32_t status, uint32_t update, uint64_t gen, char *err,
+                              size_t errlen) {
+  uint8_t out[WF_EL_CHECK_SIZE];
+  wf_el_encode_update(out, status, update, gen);
+  c->phase = WF_EL_C_DONE;
+  return wf_sock_write_all(c->fd, out, sizeof out, wf_deadline_after(0.5), NULL, err, errlen);
 }
 
 void wf_el_conn_close(wf_el_conn *c) {

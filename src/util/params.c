@@ -50,6 +50,8 @@ static const wf_param g_params[] = {
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_ELASTIC_ID", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode: this process's stable worker id",
      WF_SCOPE_LAUNCH, NOF, NULL},
+    {"WEFT_ELASTIC_GROWTH", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode with --host-discovery-script: 1 (workers may join a running job; weft.torch.elastic's commit() then asks for host updates)",
+     WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_ELASTIC_TIMEOUT", NULL, WF_PARAM_STRING, "", "set by weftrun in elastic mode: its --elastic-timeout (seconds), added to weft_init's wait for a place",
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_CUDA_LIBRARY", NULL, WF_PARAM_PATH, "",

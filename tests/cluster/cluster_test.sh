@@ -22,6 +22,11 @@
 #   elastic     weftrun --min-np 3 on 2 hosts x 2 workers: a worker on host 2
 #               is SIGKILLed mid-training; the 3 survivors re-form across the
 #               hosts and finish with the reference's parameters (mp_elastic)
+#   elastic_grow weftrun --host-discovery-script: 2 workers on host 1; at
+#               step 15 discovery adds host 2 with 2 slots: weftrun starts
+#               workers 2 and 3 there (through --rsh), the members take them
+#               in at that commit, and all four finish with the reference's
+#               parameters (mp_elastic_grow)
 #   ssh_keys    weftrun's default remote shell, real ssh to an sshd in each
 #               host: hosts missing from known_hosts are recorded and the job
 #               runs (accept-new); after host 2's key changes, the job fails
@@ -315,6 +320,25 @@ elastic)
     fail "weftrun did not name worker 3 on $h2"
   grep -q "^weftrun: elastic: generation 2: 3 ranks (workers 0, 1, 2)" "$D/err" || fail "no generation 2 of 3 ranks"
   for k in 0 1 2; do grep -q "^\[$k\] PASS: worker $k" "$D/out" || fail "worker $k did not finish with the reference"; done
+  grep "^weftrun:" "$D/err"
+  ;;
+elastic_grow)
+  up 2
+  h1=${HOSTS%% *} h2=${HOSTS#* }
+  echo "$h1:2" >"$D/hosts"
+  printf '%s:2\n%s:2\n' "$h1" "$h2" >"$D/hosts.next" # what rank 0 puts in place at step 15
+  ip netns exec "$h1" timeout -k 5 110 "$WR" -np 2 --min-np 2 --max-np 4 --host-discovery-script "cat $D/hosts" \
+    --rsh "$RSH" --network-interfaces eth0 --elastic-timeout 30 --timeout 100 -x WEFT_TIMEOUT_SECONDS=30 \
+    "$MP/mp_elastic_grow" --steps 30 --commit-every 5 --workers 2 --grow-step 15 --grow-to 4 \
+    --hosts-file "$D/hosts" >"$D/out" 2>"$D/err"
+  rc=$?
+  [ $rc = 0 ] || fail "the job exited $rc"
+  for k in 2 3; do
+    grep -q "^weftrun: elastic: host discovery: starting worker $k on host $h2" "$D/err" ||
+      fail "weftrun did not start worker $k on $h2"
+  done
+  grep -q "^weftrun: elastic: generation 2: 4 ranks (workers 0, 1, 2, 3)" "$D/err" || fail "no generation 2 of 4 ranks"
+  for k in 0 1 2 3; do grep -q "^\[$k\] PASS: worker $k" "$D/out" || fail "worker $k did not finish with the reference"; done
   grep "^weftrun:" "$D/err"
   ;;
 *)

@@ -250,6 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&g_job, 0, sizeof g_job);
   g_job.o = &g_opts;
   g_job.ranks = g_ranks;
+  g_job.nranks = g_job.cap_ranks = g_opts.np;
   memcpy(g_job.job_id, JOB_ID, sizeof JOB_ID);
   for (int r = 0; r < 8; r++) g_ranks[r].cause = g_causes[r] = -2;
   M.rank = (int)(fz_take(&in, 1) % (unsigned)g_opts.np);

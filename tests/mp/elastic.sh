@@ -11,8 +11,8 @@
 #           the reference's parameters, and the job exits 0.
 #   reset_limit: worker 2 dies under --reset-limit 0: weftrun refuses to
 #           re-form, says why, exits non-zero.
-#   usage:  bad elastic command lines are refused, naming the problem; -np
-#           defaults to --min-np.
+#   usage:  bad elastic command lines are refused, naming the problem
+#           (host discovery's options too); -np defaults to --min-np.
 #   fail_at_exit: worker 1 exits 7 after training, before the others exit
 #           0: no world went on without it, so the job fails with its 7.
 set -u
@@ -82,7 +82,11 @@ usage)
   check "--elastic-timeout wants a number of seconds above 0" -np 2 --min-np 1 --elastic-timeout 0
   check "--reset-limit wants a number from 0 to 1000000, not '-1'" -np 2 --min-np 1 --reset-limit -1
   check "--min-np wants a number from 1 to 1000000, not 'x'" --min-np x
-  check "--host-discovery-script is not supported yet" --min-np 1 --host-discovery-script ./d.sh
+  check "--host-discovery-script tells the hosts: give no -H/--hostfile with it" --min-np 1 -H localhost:2 \
+    --host-discovery-script ./d.sh
+  check "--slots-per-host and --blacklist-cooldown-range need --host-discovery-script" --min-np 1 --slots-per-host 2
+  check "--blacklist-cooldown-range wants 0 < MIN <= MAX, not 5 2" --min-np 1 --host-discovery-script ./d.sh \
+    --blacklist-cooldown-range 5 2
   # -np defaults to --min-np: a one-worker job that trains alone
   "$WEFTRUN" --min-np 1 --timeout 60 "$PROG" --workers 1 --die-worker 99 --steps 20 >"$OUT" 2>&1 ||
     fail "weftrun --min-np 1 (no -np) exited $?"

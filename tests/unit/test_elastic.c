@@ -5,7 +5,9 @@
  * (wf_el_join) against a driver connection (wf_el_conn) over loopback TCP:
  * rank 0 opens a listener and reports its address before a second worker
  * gets it; a refusal carries the driver's status and message; a worker
- * with a wrong secret fails with WEFT_ERR_AUTH and the driver drops it. */
+ * with a wrong secret fails with WEFT_ERR_AUTH and the driver drops it.
+ * The host-update question (CHECK/UPDATE, wf_el_check): its codec, and the
+ * driver's answer reaching the worker with the worker's generation. */
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <poll.h>
@@ -64,6 +66,30 @@ static void test_codec(void) {
         "port: %s", err);
   q[0] ^= 1;
   CHECK(wf_el_decode_port(q, &id, &gen, addr, err, sizeof err) == WEFT_ERR_PROTOCOL, "bad magic accepted");
+
+  uint8_t c[WF_EL_CHECK_SIZE];
+  wf_el_encode_check(c, 9, 3);
+  CHECK(wf_el_decode_check(c, &id, &gen, err, sizeof err) == WEFT_OK && id == 9 && gen == 3, "check: %s", err);
+  CHECK(wf_el_decode_ask(c, &id, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "a CHECK taken for an ASK");
+  c[12] = 1;
+  CHECK(wf_el_decode_check(c, &id, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "check: reserved field accepted");
+  wf_el_encode_check(c, WF_EL_IDS, 3);
+  CHECK(wf_el_decode_check(c, &id, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "check: id out of range accepted");
+  int32_t status;
+  uint32_t upd;
+  wf_el_encode_update(c, 0, WF_EL_UPD_ADDED | WF_EL_UPD_REMOVED, 12);
+  CHECK(wf_el_decode_update(c, &status, &upd, &gen, err, sizeof err) == WEFT_OK && status == 0 && upd == 3 &&
+            gen == 12,
+        "update: %s", err);
+  wf_el_encode_update(c, WEFT_ERR_SHUTDOWN, 0, 2);
+  CHECK(wf_el_decode_update(c, &status, &upd, &gen, err, sizeof err) == WEFT_OK && status == WEFT_ERR_SHUTDOWN,
+        "update refusal: %s", err);
+  wf_el_encode_update(c, 0, 4, 12);
+  CHECK(wf_el_decode_update(c, &status, &upd, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "update bit 4 accepted");
+  wf_el_encode_update(c, 1, 0, 12);
+  CHECK(wf_el_decode_update(c, &status, &upd, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "update status 1 accepted");
+  wf_el_encode_check(c, 1, 1);
+  CHECK(wf_el_decode_update(c, &status, &upd, &gen, err, sizeof err) == WEFT_ERR_PROTOCOL, "a CHECK taken for UPDATE");
 }
 
 /* ---- the generation's secret */
@@ -120,6 +146,8 @@ typedef struct drv {
   weft_status st;              /* how the connection ended */
   char port_addr[WF_EL_ADDR_MAX];
   uint32_t id;
+  uint32_t update;             /* a CHECK's answer */
+  uint64_t check_gen;          /* the generation a CHECK named */
   char err[512];
 } drv;
 
@@ -141,6 +169,12 @@ static void *serve(void *x) {
     if (st == WEFT_IN_PROGRESS) continue;
     if (st != WEFT_OK) {
       d->st = st;
+      break;
+    }
+    if (c.phase == WF_EL_C_CHECK) {
+      d->id = c.id;
+      d->check_gen = c.last_gen;
+      d->st = wf_el_conn_update(&c, 0, d->update, 7, d->err, sizeof d->err);
       break;
     }
     if (c.phase == WF_EL_C_HELD) {
@@ -209,6 +243,22 @@ static void test_join(void) {
   st = ask(&d, driver, secret, 1, &pl, &lfd);
   CHECK(st == WEFT_ERR_SHUTDOWN && strstr(weft_last_error(), "the job is ending"), "refusal: %d %s", st,
         weft_last_error());
+
+  /* host updates: the driver's bits reach the worker; it named its generation */
+  for (uint32_t u = 0; u <= WF_EL_UPD_ADDED; u += WF_EL_UPD_ADDED) {
+    pthread_t th;
+    d.update = u;
+    d.check_gen = 0;
+    pthread_create(&th, NULL, serve, &d);
+    wf_el_join_cfg jc = {.driver = driver, .id = 6, .secret = (const uint8_t *)secret, .secret_len = strlen(secret),
+                         .job_id = "job", .timeout_seconds = 5, .handshake_timeout = 2};
+    uint32_t got = 99;
+    st = wf_el_check(&jc, 5, &got);
+    pthread_join(th, NULL);
+    CHECK(st == WEFT_OK && d.st == WEFT_OK && got == u && d.id == 6 && d.check_gen == 5,
+          "check (update %u): got %u, worker %s, driver %s (id %u, generation %llu)", u, got, weft_last_error(), d.err,
+          d.id, (unsigned long long)d.check_gen);
+  }
 
   /* a wrong secret: refused in the handshake, never held */
   st = ask(&d, driver, "not-the-secret", 1, &pl, &lfd);

@@ -15,9 +15,14 @@ restores the last commit on every survivor, re-forms the world
 the reset callbacks, broadcasts the state from the new rank 0 and calls the
 function again. Errors every rank sees alike and that a new world would
 repeat (WEFT_ERR_MISMATCH, WEFT_ERR_CANCELLED, ...) and any failure outside
-elastic mode are raised as they are. Growth is not supported yet: weftrun
-has no host discovery, so check_host_updates() never finds an update and
-HostsUpdatedInterrupt is only raised by the caller's own code.
+elastic mode are raised as they are.
+
+Growth (`weftrun --host-discovery-script ...`): weftrun starts new workers
+on discovered slots; at the next commit() (or check_host_updates()) rank 0
+asks weftrun whether workers wait to join and broadcasts the answer, every
+rank raises HostsUpdatedInterrupt, and run() re-forms the world with them
+(without restoring: the commit was just made), then syncs the state from
+rank 0, which is how the new workers get it.
 """
 
 import copy
@@ -28,6 +33,7 @@ import random
 
 import torch
 
+from .. import _weft
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import HorovodInternalError, init, rank, shutdown, size
 
@@ -42,8 +48,9 @@ _WORLD_FAILURES = frozenset(("WEFT_ERR_PEER_LOST", "WEFT_ERR_TIMEOUT", "WEFT_ERR
 class HostsUpdatedInterrupt(RuntimeError):
     """The set of hosts changed: run() re-forms the world without restoring
     the last commit (Horovod's horovod.common.exceptions.HostsUpdatedInterrupt;
-    skip_sync: the state is not broadcast after the re-formation). weft never
-    raises it itself yet (no host discovery)."""
+    skip_sync: the state is not broadcast after the re-formation; as in
+    Horovod, set when hosts were only removed). State.check_host_updates()
+    raises it on every rank at the same commit."""
 
     def __init__(self, skip_sync=False):
         super(HostsUpdatedInterrupt, self).__init__("hosts updated" + (" (skip sync)" if skip_sync else ""))
@@ -84,10 +91,22 @@ class State(object):
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Horovod raises HostsUpdatedInterrupt here when hosts were added or
-        removed. weftrun has no host discovery yet (the world only shrinks,
-        on failures, which surface as HorovodInternalError): there is never
-        an update, so this returns False on every rank without communicating."""
+        """Raises HostsUpdatedInterrupt on every rank when weftrun reports
+        that the membership changed since this world was formed (host
+        discovery started workers that wait to join): rank 0 asks weftrun
+        (weft_elastic_hosts_updated) and broadcasts the answer, so all ranks
+        raise at the same call, as Horovod's (which broadcasts its
+        notifications' timestamps from rank 0). A collective: every rank
+        calls it (commit() does). Without weftrun's host discovery
+        (WEFT_ELASTIC_GROWTH unset: no worker can join) and outside elastic
+        mode there is never an update, and nothing is communicated. Returns
+        False otherwise."""
+        if not _elastic_mode() or os.environ.get("WEFT_ELASTIC_GROWTH") != "1":
+            return False
+        update = _weft.elastic_hosts_updated() if self._rank() == 0 else 0
+        update = self._bcast_object(update)
+        if update:
+            raise HostsUpdatedInterrupt(skip_sync=(update == _weft.HOSTS_REMOVED))
         return False
 
     def save(self):

@@ -1,0 +1,128 @@
+"""hvd.elastic growth under the real launcher: `weftrun -np 2 --min-np 2
+--max-np 3 --host-discovery-script 'cat FILE'` runs this script with FILE
+holding localhost:2 (python/CMakeLists.txt, py.elastic_grow.np3; FILE is
+WEFT_TEST_HOSTS_FILE). The model of elastic_torch.py: a linear model in
+float64, DistributedOptimizer (SGD with momentum), an ElasticSampler over
+integer-valued data, a commit every COMMIT steps.
+
+After step GROW_AT rank 0 rewrites FILE to localhost:3 and waits (at most
+60 s) until weftrun reports the new worker waiting to join
+(weft._weft.elastic_hosts_updated), so the growth happens at that commit
+whatever the timing: its state.commit() raises HostsUpdatedInterrupt on both
+ranks (check_host_updates), @hvd.elastic.run re-forms a world of 3 without
+restoring, and the new worker (weftrun's worker 2) gets the model, the
+momentum, the sampler's place in the epoch and the step count by the sync.
+
+Checked on every rank: the world is 3 at the end; the members' reset
+callback ran once (with size 3); the new worker started at step GROW_AT;
+the final parameters equal a reference computed here without weft (GROW_AT
+steps on 2 ranks, the rest of the epoch and a second epoch on 3, momentum
+carried on: nothing was restored)."""
+
+import os
+import random
+import time
+
+import torch
+
+import weft.torch as hvd
+from weft import _weft
+
+N, D, B, COMMIT, EPOCHS, GROW_AT = 120, 4, 2, 4, 2, 12
+LR, MOMENTUM, SEED = 0.002, 0.5, 7
+
+gen = torch.Generator().manual_seed(1234)
+X = torch.randint(-3, 4, (N, D), generator=gen).double()
+Y = X @ torch.tensor([1.0, -2.0, 3.0, 0.5], dtype=torch.float64)
+W0 = torch.tensor([[0.25, -0.5, 0.75, 1.0]], dtype=torch.float64)
+
+
+def reference():
+    """The expected final weights, without weft."""
+    w, buf, steps = W0[0].clone(), None, 0
+    for epoch in range(EPOCHS):
+        order = list(range(N))
+        random.Random(SEED + epoch).shuffle(order)
+        processed = 0
+        while processed < N:
+            n = 2 if steps < GROW_AT else 3
+            g = torch.zeros(D, dtype=torch.float64)
+            for r in range(n):
+                idx = order[processed + r::n][:B]
+                xb, yb = X[idx], Y[idx]
+                g += 2.0 / B * xb.t() @ (xb @ w - yb)
+            g /= n
+            buf = g.clone() if buf is None else MOMENTUM * buf + g
+            w = w - LR * buf
+            processed += n * B
+            steps += 1
+    return w, steps
+
+
+def grow(hosts_file):
+    """Rank 0: more slots for discovery, then wait for the new worker."""
+    with open(hosts_file + ".tmp", "w") as f:
+        f.write("localhost:3\n")
+    os.rename(hosts_file + ".tmp", hosts_file)
+    until = time.monotonic() + 60
+    while not _weft.elastic_hosts_updated():
+        assert time.monotonic() < until, "weftrun reported no new worker within 60 s"
+        time.sleep(0.05)
+
+
+def main():
+    hosts_file = os.environ["WEFT_TEST_HOSTS_FILE"]
+    worker = int(os.environ["WEFT_ELASTIC_ID"])
+    hvd.init()
+    joined = _weft.generation()
+    assert (worker < 2 and joined == 1 and hvd.size() == 2) or (worker == 2 and joined == 2 and hvd.size() == 3), \
+        "worker %d: generation %d of size %d" % (worker, joined, hvd.size())
+    model = torch.nn.Linear(D, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(W0 + worker)  # only rank 0's survive the sync
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
+                                         named_parameters=model.named_parameters())
+    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=SEED)
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    resets, started = [], []
+    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+
+    @hvd.elastic.run
+    def train(state):
+        started.append(state.steps)
+        while state.epoch < EPOCHS:
+            idx = list(iter(state.sampler))
+            for k in range(len(idx) // B):
+                batch = idx[k * B:(k + 1) * B]
+                optimizer.zero_grad()
+                loss = ((model(X[batch]).squeeze(1) - Y[batch]) ** 2).mean()
+                loss.backward()
+                optimizer.step()
+                state.sampler.record_batch(k, B)
+                state.steps += 1
+                if state.steps == GROW_AT and hvd.size() == 2 and hvd.rank() == 0:
+                    grow(hosts_file)
+                if state.steps % COMMIT == 0:
+                    state.commit()
+            state.epoch += 1
+            state.sampler.set_epoch(state.epoch)
+            state.commit()
+
+    train(state)
+    want, want_steps = reference()
+    got = model.weight.detach()[0]
+    assert hvd.size() == 3, "the world did not grow: size %d" % hvd.size()
+    if worker < 2:
+        assert resets == [3] and started == [0, GROW_AT], "resets %r, starts %r" % (resets, started)
+    else:
+        assert resets == [] and started == [GROW_AT], "new worker: resets %r, starts %r" % (resets, started)
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), \
+        "worker %d: final weights %r after %d steps, reference %r after %d" % (
+            worker, got.tolist(), state.steps, want.tolist(), want_steps)
+    assert state.steps == want_steps, "steps %d, expected %d" % (state.steps, want_steps)
+    print("worker %d (rank %d, joined in generation %d): OK after %d steps, weights %s" % (
+        worker, hvd.rank(), joined, state.steps, got.tolist()))
+
+
+if __name__ == "__main__":
+    main()
