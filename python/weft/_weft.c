@@ -172,7 +172,7 @@ int wpy_parse_tensor(PyObject *o, int writable, const char *what, wpy_tensor *t)
   return 0;
 }
 
-static wpy_op *op_new(int kind, PyObject *keep) {
+wpy_op *wpy_op_new(int kind, PyObject *keep) {
   wpy_op *op = PyMem_Calloc(1, sizeof *op);
   if (!op) {
     PyErr_NoMemory();
@@ -188,7 +188,7 @@ static wpy_op *op_new(int kind, PyObject *keep) {
 
 /* Finishes a submission: a Handle on success; otherwise the error (its
  * message copied before op's cleanup can run Python code) and op freed. */
-static PyObject *submitted(wpy_op *op, weft_status st, weft_request *req, const char *name) {
+PyObject *wpy_submitted(wpy_op *op, weft_status st, weft_request *req, const char *name) {
   if (st != WEFT_OK) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", weft_last_error());
@@ -199,7 +199,7 @@ static PyObject *submitted(wpy_op *op, weft_status st, weft_request *req, const 
   return wpy_handle_new(op, name);
 }
 
-static void options(weft_op_options *o, double prescale, double postscale, int priority) {
+void wpy_options(weft_op_options *o, double prescale, double postscale, int priority) {
   weft_op_options init = WEFT_OP_OPTIONS_INIT;
   *o = init;
   o->prescale = prescale;
@@ -212,7 +212,7 @@ static void options(weft_op_options *o, double prescale, double postscale, int p
  * and alloc, a callable nbytes -> (data_ptr, owner) for the outputs weft
  * sizes (allgather, alltoall, reducescatter without an output) of device
  * tensors (None: host outputs come from malloc). 0 or -1 with an error. */
-static int device_options(wpy_op *op, weft_op_options *o, PyObject *stream, PyObject *alloc) {
+int wpy_device_options(wpy_op *op, weft_op_options *o, PyObject *stream, PyObject *alloc) {
   if (stream && stream != Py_None) {
     o->consumer_stream = PyLong_AsVoidPtr(stream);
     if (!o->consumer_stream && PyErr_Occurred()) return -1;
@@ -236,7 +236,7 @@ static int device_options(wpy_op *op, weft_op_options *o, PyObject *stream, PyOb
 /* What every operation entry point starts with: a live world, the group
  * (None: the world), and a sweep of finished ops whose Python handle is gone.
  * NULL with an exception set on failure. */
-static weft_group *op_group(PyObject *group) {
+weft_group *wpy_op_group(PyObject *group) {
   if (require_world() < 0) return NULL;
   weft_group *g = wpy_group_of(group);
   if (g) wpy_sweep_orphans(0);
@@ -254,9 +254,9 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOOO:allreduce", kwlist, &name, &in, &out, &rop, &pre, &post,
                                    &prio, &keep, &group, &stream))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_ALLREDUCE, keep);
+  wpy_op *op = wpy_op_new(WPY_ALLREDUCE, keep);
   if (!op) return NULL;
   if (wpy_parse_tensor(in, 0, "allreduce input", &op->in) < 0 ||
       wpy_parse_tensor(out, 1, "allreduce output", &op->out) < 0) {
@@ -264,15 +264,15 @@ static PyObject *py_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
     return NULL;
   }
   weft_op_options o;
-  options(&o, pre, post, prio);
-  if (device_options(op, &o, stream, NULL) < 0) {
+  wpy_options(&o, pre, post, prio);
+  if (wpy_device_options(op, &o, stream, NULL) < 0) {
     wpy_op_free(op);
     return NULL;
   }
   weft_request *req = NULL;
   weft_status st = weft_allreduce(g, name, &op->in.t, &op->out.t, (weft_reduce_op)rop, &o,
                                   &req);
-  return submitted(op, st, req, name);
+  return wpy_submitted(op, st, req, name);
 }
 
 static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
@@ -284,25 +284,25 @@ static PyObject *py_allgather(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOOOO:allgather", kwlist, &name, &in, &prio, &keep, &group, &stream,
                                    &alloc))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_ALLGATHER, keep);
+  wpy_op *op = wpy_op_new(WPY_ALLGATHER, keep);
   if (!op) return NULL;
   if (wpy_parse_tensor(in, 0, "allgather input", &op->in) < 0) {
     wpy_op_free(op);
     return NULL;
   }
   weft_op_options o;
-  options(&o, 1.0, 1.0, prio);
+  wpy_options(&o, 1.0, 1.0, prio);
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
-  if (device_options(op, &o, stream, alloc) < 0) {
+  if (wpy_device_options(op, &o, stream, alloc) < 0) {
     wpy_op_free(op);
     return NULL;
   }
   weft_request *req = NULL;
   weft_status st = weft_allgather(g, name, &op->in.t, &o, &req);
-  return submitted(op, st, req, name);
+  return wpy_submitted(op, st, req, name);
 }
 
 static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
@@ -314,23 +314,23 @@ static PyObject *py_broadcast(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sOi|iOOO:broadcast", kwlist, &name, &t, &root, &prio, &keep, &group,
                                    &stream))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_BROADCAST, keep);
+  wpy_op *op = wpy_op_new(WPY_BROADCAST, keep);
   if (!op) return NULL;
   if (wpy_parse_tensor(t, 1, "broadcast tensor", &op->in) < 0) {
     wpy_op_free(op);
     return NULL;
   }
   weft_op_options o;
-  options(&o, 1.0, 1.0, prio);
-  if (device_options(op, &o, stream, NULL) < 0) {
+  wpy_options(&o, 1.0, 1.0, prio);
+  if (wpy_device_options(op, &o, stream, NULL) < 0) {
     wpy_op_free(op);
     return NULL;
   }
   weft_request *req = NULL;
   weft_status st = weft_broadcast(g, name, &op->in.t, root, &o, &req);
-  return submitted(op, st, req, name);
+  return wpy_submitted(op, st, req, name);
 }
 
 static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
@@ -342,7 +342,7 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiOOOO:alltoall", kwlist, &name, &in, &splits, &prio, &keep, &group,
                                    &stream, &alloc))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
   int size = weft_group_size(g);
   int64_t *sp = NULL;
@@ -367,17 +367,17 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
     Py_DECREF(seq);
     if (!sp) return PyErr_NoMemory();
   }
-  wpy_op *op = op_new(WPY_ALLTOALL, keep);
+  wpy_op *op = wpy_op_new(WPY_ALLTOALL, keep);
   if (!op || wpy_parse_tensor(in, 0, "alltoall input", &op->in) < 0) {
     PyMem_Free(sp);
     wpy_op_free(op);
     return NULL;
   }
   weft_op_options o;
-  options(&o, 1.0, 1.0, prio);
+  wpy_options(&o, 1.0, 1.0, prio);
   o.alloc = wpy_output_alloc;
   op->lib_alloc = 1;
-  if (device_options(op, &o, stream, alloc) < 0) {
+  if (wpy_device_options(op, &o, stream, alloc) < 0) {
     PyMem_Free(sp);
     wpy_op_free(op);
     return NULL;
@@ -385,7 +385,7 @@ static PyObject *py_alltoall(PyObject *self, PyObject *args, PyObject *kw) {
   weft_request *req = NULL;
   weft_status st = weft_alltoall(g, name, &op->in.t, sp, &o, &req);
   PyMem_Free(sp); /* copied at submission */
-  return submitted(op, st, req, name);
+  return wpy_submitted(op, st, req, name);
 }
 
 static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
@@ -399,9 +399,9 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOOOO:reducescatter", kwlist, &name, &in, &out, &rop, &pre,
                                    &post, &prio, &keep, &group, &stream, &alloc))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_REDUCESCATTER, keep);
+  wpy_op *op = wpy_op_new(WPY_REDUCESCATTER, keep);
   if (!op) return NULL;
   if (wpy_parse_tensor(in, 0, "reducescatter input", &op->in) < 0 ||
       (out != Py_None && wpy_parse_tensor(out, 1, "reducescatter output", &op->out) < 0)) {
@@ -409,8 +409,8 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
     return NULL;
   }
   weft_op_options o;
-  options(&o, pre, post, prio);
-  if (device_options(op, &o, stream, out == Py_None ? alloc : NULL) < 0) {
+  wpy_options(&o, pre, post, prio);
+  if (wpy_device_options(op, &o, stream, out == Py_None ? alloc : NULL) < 0) {
     wpy_op_free(op);
     return NULL;
   }
@@ -418,7 +418,7 @@ static PyObject *py_reducescatter(PyObject *self, PyObject *args, PyObject *kw) 
   weft_request *req = NULL;
   weft_status st = weft_reducescatter(g, name, &op->in.t, out != Py_None ? &op->out.t : NULL,
                                       (weft_reduce_op)rop, &o, &req);
-  return submitted(op, st, req, name);
+  return wpy_submitted(op, st, req, name);
 }
 
 static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw) {
@@ -427,13 +427,13 @@ static PyObject *py_barrier(PyObject *self, PyObject *args, PyObject *kw) {
   const char *name = NULL;
   PyObject *group = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|zO:barrier", kwlist, &name, &group)) return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_BARRIER, NULL);
+  wpy_op *op = wpy_op_new(WPY_BARRIER, NULL);
   if (!op) return NULL;
   weft_request *req = NULL;
   weft_status st = weft_barrier(g, name, NULL, &req);
-  return submitted(op, st, req, name ? name : "barrier");
+  return wpy_submitted(op, st, req, name ? name : "barrier");
 }
 
 static PyObject *py_join(PyObject *self, PyObject *args, PyObject *kw) {
@@ -441,13 +441,13 @@ static PyObject *py_join(PyObject *self, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"group", NULL};
   PyObject *group = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:join", kwlist, &group)) return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(WPY_JOIN, NULL);
+  wpy_op *op = wpy_op_new(WPY_JOIN, NULL);
   if (!op) return NULL;
   weft_request *req = NULL;
   weft_status st = weft_join(g, NULL, &req);
-  return submitted(op, st, req, "join");
+  return wpy_submitted(op, st, req, "join");
 }
 
 /* send(tensor, dst, key=0, keep=None, group=None) / recv(tensor, src, key=0,
@@ -460,9 +460,9 @@ static PyObject *p2p(PyObject *args, PyObject *kw, int recv) {
   if (!PyArg_ParseTupleAndKeywords(args, kw, recv ? "Oi|KOO:recv" : "Oi|KOO:send", kwlist, &t, &peer, &key, &keep,
                                    &group))
     return NULL;
-  weft_group *g = op_group(group);
+  weft_group *g = wpy_op_group(group);
   if (!g) return NULL;
-  wpy_op *op = op_new(recv ? WPY_RECV : WPY_SEND, keep);
+  wpy_op *op = wpy_op_new(recv ? WPY_RECV : WPY_SEND, keep);
   if (!op) return NULL;
   if (wpy_parse_tensor(t, recv, recv ? "recv tensor" : "send tensor", &op->in) < 0) {
     wpy_op_free(op);
@@ -470,184 +470,10 @@ static PyObject *p2p(PyObject *args, PyObject *kw, int recv) {
   }
   weft_request *req = NULL;
   weft_status st = recv ? weft_recv(g, &op->in.t, peer, key, NULL, &req) : weft_send(g, &op->in.t, peer, key, NULL, &req);
-  return submitted(op, st, req, recv ? "recv" : "send");
+  return wpy_submitted(op, st, req, recv ? "recv" : "send");
 }
 static PyObject *py_send(PyObject *self, PyObject *args, PyObject *kw) { return (void)self, p2p(args, kw, 0); }
 static PyObject *py_recv(PyObject *self, PyObject *args, PyObject *kw) { return (void)self, p2p(args, kw, 1); }
-
-/* Parses a sequence of n tensor arguments into ts (zeroed, n entries):
- * entries not parsed keep no view, so releasing all n is always right. */
-static int parse_tensors(PyObject *seq, Py_ssize_t n, int writable, const char *what, wpy_tensor *ts) {
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (wpy_parse_tensor(PySequence_Fast_GET_ITEM(seq, i), writable, what, &ts[i]) < 0) return -1;
-  return 0;
-}
-
-static PyObject *py_grouped_allreduce(PyObject *self, PyObject *args, PyObject *kw) {
-  (void)self;
-  static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
-                           "stream", NULL};
-  const char *name;
-  PyObject *ins, *outs, *keep = NULL, *group = NULL, *stream = NULL;
-  int rop = WEFT_OP_SUM, prio = 0;
-  double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sOO|iddiOOO:grouped_allreduce", kwlist, &name, &ins, &outs, &rop, &pre,
-                                   &post, &prio, &keep, &group, &stream))
-    return NULL;
-  weft_group *g = op_group(group);
-  if (!g) return NULL;
-  PyObject *in_seq = PySequence_Fast(ins, "grouped_allreduce: inputs must be a sequence of tensors");
-  PyObject *out_seq = in_seq ? PySequence_Fast(outs, "grouped_allreduce: outputs must be a sequence of tensors") : NULL;
-  wpy_op *op = out_seq ? op_new(WPY_ALLREDUCE, keep) : NULL;
-  int nin = 0;
-  if (op) {
-    nin = (int)PySequence_Fast_GET_SIZE(in_seq);
-    if (PySequence_Fast_GET_SIZE(out_seq) != nin) {
-      PyErr_Format(PyExc_ValueError, "grouped_allreduce('%s'): %d inputs but %zd outputs", name, nin,
-                   PySequence_Fast_GET_SIZE(out_seq));
-    } else {
-      op->n = nin;
-      op->ins = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *op->ins);
-      op->outs = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *op->outs);
-      if (!op->ins || !op->outs) PyErr_NoMemory();
-      else if (parse_tensors(in_seq, nin, 0, "grouped_allreduce input", op->ins) == 0)
-        parse_tensors(out_seq, nin, 1, "grouped_allreduce output", op->outs);
-    }
-  }
-  Py_XDECREF(in_seq);
-  Py_XDECREF(out_seq);
-  if (PyErr_Occurred()) {
-    wpy_op_free(op);
-    return NULL;
-  }
-  weft_tensor *tin = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *tin);
-  weft_tensor *tout = PyMem_Calloc(nin ? (size_t)nin : 1, sizeof *tout);
-  if (!tin || !tout) {
-    PyMem_Free(tin);
-    PyMem_Free(tout);
-    wpy_op_free(op);
-    return PyErr_NoMemory();
-  }
-  for (int i = 0; i < nin; i++) {
-    tin[i] = op->ins[i].t;
-    tout[i] = op->outs[i].t;
-  }
-  weft_op_options o;
-  options(&o, pre, post, prio);
-  if (device_options(op, &o, stream, NULL) < 0) {
-    PyMem_Free(tin);
-    PyMem_Free(tout);
-    wpy_op_free(op);
-    return NULL;
-  }
-  weft_request *req = NULL;
-  weft_status st = weft_grouped_allreduce(g, name, nin, tin, tout, (weft_reduce_op)rop, &o, &req);
-  PyMem_Free(tin); /* descriptors are copied at submission */
-  PyMem_Free(tout);
-  return submitted(op, st, req, name);
-}
-
-/* Grouped allgather and reducescatter: n tensors, one request. Outputs
- * whose size only the negotiation reveals (every allgather output; a
- * reducescatter output given as None) come from wpy_output_alloc and are
- * collected per tensor at completion (the Handle's output and shape are then
- * lists). */
-static PyObject *grouped_sized(int kind, const char *fn, const char *name, PyObject *ins, PyObject *outs, int rop,
-                               double pre, double post, int prio, PyObject *keep, PyObject *group, PyObject *stream,
-                               PyObject *alloc) {
-  weft_group *g = op_group(group);
-  if (!g) return NULL;
-  char what[96];
-  PyObject *in_seq = PySequence_Fast(ins, "inputs must be a sequence of tensors");
-  PyObject *out_seq = in_seq && outs && outs != Py_None ? PySequence_Fast(outs, "outputs must be a sequence") : NULL;
-  wpy_op *op = in_seq && (!outs || outs == Py_None || out_seq) ? op_new(kind, keep) : NULL;
-  int n = 0;
-  if (op) {
-    n = (int)PySequence_Fast_GET_SIZE(in_seq);
-    op->n = n;
-    op->grouped = 1;
-    op->lib_alloc = 1;
-    op->ins = PyMem_Calloc(n ? (size_t)n : 1, sizeof *op->ins);
-    op->outs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *op->outs);
-    if (!op->ins || !op->outs) {
-      PyErr_NoMemory();
-    } else if (out_seq && PySequence_Fast_GET_SIZE(out_seq) != n) {
-      PyErr_Format(PyExc_ValueError, "%s('%s'): %d inputs but %zd outputs", fn, name, n,
-                   PySequence_Fast_GET_SIZE(out_seq));
-    } else {
-      snprintf(what, sizeof what, "%s input", fn);
-      if (parse_tensors(in_seq, n, 0, what, op->ins) == 0 && out_seq) {
-        snprintf(what, sizeof what, "%s output", fn);
-        for (int i = 0; i < n; i++) {
-          PyObject *o = PySequence_Fast_GET_ITEM(out_seq, i);
-          if (o != Py_None && wpy_parse_tensor(o, 1, what, &op->outs[i]) < 0) break;
-        }
-      }
-    }
-  }
-  Py_XDECREF(in_seq);
-  Py_XDECREF(out_seq);
-  if (!op || PyErr_Occurred()) {
-    wpy_op_free(op);
-    return NULL;
-  }
-  weft_tensor *tin = PyMem_Calloc(n ? (size_t)n : 1, sizeof *tin);
-  weft_tensor *tout = PyMem_Calloc(n ? (size_t)n : 1, sizeof *tout);
-  if (!tin || !tout) {
-    PyMem_Free(tin);
-    PyMem_Free(tout);
-    wpy_op_free(op);
-    return PyErr_NoMemory();
-  }
-  for (int i = 0; i < n; i++) {
-    tin[i] = op->ins[i].t;
-    tout[i] = op->outs[i].t; /* data NULL: the library allocates it */
-  }
-  weft_op_options o;
-  options(&o, pre, post, prio);
-  o.alloc = wpy_output_alloc;
-  if (device_options(op, &o, stream, alloc) < 0) {
-    PyMem_Free(tin);
-    PyMem_Free(tout);
-    wpy_op_free(op);
-    return NULL;
-  }
-  weft_request *req = NULL;
-  weft_status st = kind == WPY_ALLGATHER
-                       ? weft_grouped_allgather(g, name, n, tin, &o, &req)
-                       : weft_grouped_reducescatter(g, name, n, tin, tout, (weft_reduce_op)rop, &o, &req);
-  PyMem_Free(tin); /* descriptors are copied at submission */
-  PyMem_Free(tout);
-  return submitted(op, st, req, name);
-}
-
-static PyObject *py_grouped_allgather(PyObject *self, PyObject *args, PyObject *kw) {
-  (void)self;
-  static char *kwlist[] = {"name", "inputs", "priority", "keep", "group", "stream", "alloc", NULL};
-  const char *name;
-  PyObject *ins, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
-  int prio = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|iOOOO:grouped_allgather", kwlist, &name, &ins, &prio, &keep, &group,
-                                   &stream, &alloc))
-    return NULL;
-  return grouped_sized(WPY_ALLGATHER, "grouped_allgather", name, ins, NULL, WEFT_OP_SUM, 1.0, 1.0, prio, keep, group,
-                       stream, alloc);
-}
-
-static PyObject *py_grouped_reducescatter(PyObject *self, PyObject *args, PyObject *kw) {
-  (void)self;
-  static char *kwlist[] = {"name", "inputs", "outputs", "op", "prescale", "postscale", "priority", "keep", "group",
-                           "stream", "alloc", NULL};
-  const char *name;
-  PyObject *ins, *outs = Py_None, *keep = NULL, *group = NULL, *stream = NULL, *alloc = NULL;
-  int rop = WEFT_OP_SUM, prio = 0;
-  double pre = 1.0, post = 1.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OiddiOOOO:grouped_reducescatter", kwlist, &name, &ins, &outs, &rop,
-                                   &pre, &post, &prio, &keep, &group, &stream, &alloc))
-    return NULL;
-  return grouped_sized(WPY_REDUCESCATTER, "grouped_reducescatter", name, ins, outs, rop, pre, post, prio, keep, group,
-                       stream, alloc);
-}
 
 /* ------------------------------------------------------------------ world */
 static PyObject *py_init(PyObject *self, PyObject *args, PyObject *kw) {
@@ -844,13 +670,13 @@ static PyMethodDef methods[] = {
     {"barrier", KW py_barrier, METH_VARARGS | METH_KEYWORDS, "barrier(name=None, group=None) -> Handle"},
     {"join", KW py_join, METH_VARARGS | METH_KEYWORDS,
      "join(group=None) -> Handle: this rank has no more data; Handle.last_joined once all have joined"},
-    {"grouped_allreduce", KW py_grouped_allreduce, METH_VARARGS | METH_KEYWORDS,
+    {"grouped_allreduce", KW wpy_grouped_allreduce, METH_VARARGS | METH_KEYWORDS,
      "grouped_allreduce(name, inputs, outputs, op=SUM, prescale=1.0, postscale=1.0, priority=0, keep=None,\n"
      "group=None) -> one Handle for all (tensor i is named '<name>.<i>')"},
-    {"grouped_allgather", KW py_grouped_allgather, METH_VARARGS | METH_KEYWORDS,
+    {"grouped_allgather", KW wpy_grouped_allgather, METH_VARARGS | METH_KEYWORDS,
      "grouped_allgather(name, inputs, priority=0, keep=None, group=None) -> one Handle for all (tensor i is\n"
      "named '<name>.<i>'); its output and shape are lists, one entry per tensor"},
-    {"grouped_reducescatter", KW py_grouped_reducescatter, METH_VARARGS | METH_KEYWORDS,
+    {"grouped_reducescatter", KW wpy_grouped_reducescatter, METH_VARARGS | METH_KEYWORDS,
      "grouped_reducescatter(name, inputs, outputs=None, op=SUM, prescale=1.0, postscale=1.0, priority=0,\n"
      "keep=None, group=None) -> one Handle for all; outputs: a tensor or None (library-allocated: then in the\n"
      "Handle's output and shape lists) per input"},

@@ -1,7 +1,8 @@
 /* _weft.h - declarations shared by the C files of weft's Python extension
  * (_weft.c: the module, the world and operation submission; _weft_handle.c:
  * request handles, library-allocated output buffers, waiting; _weft_group.c:
- * groups and the timeline; _weft_remote.c: remote execution for weft.rpc).
+ * groups and the timeline; _weft_remote.c: remote execution for weft.rpc;
+ * _weft_grouped.c: the grouped operations).
  *
  * The extension is written against weft.h only: no torch or numpy headers.
  * Tensors arrive either through the buffer protocol (numpy, bytearray, ...) or
@@ -73,6 +74,22 @@ weft_group *wpy_group_of(PyObject *group);
 /* Module functions of _weft_group.c. */
 PyObject *wpy_timeline_start(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *wpy_timeline_stop(PyObject *self, PyObject *unused);
+
+/* Submission helpers of _weft.c, for _weft_grouped.c too: a new op of kind
+ * (keep: objects held until it completes); a Handle for a submitted request
+ * or the error (op freed); per-operation options; the device keywords
+ * (stream, alloc); the group of an operation (a live world, None: the
+ * world's; sweeps finished orphans). NULL / -1 with a Python error. */
+wpy_op *wpy_op_new(int kind, PyObject *keep);
+PyObject *wpy_submitted(wpy_op *op, weft_status st, weft_request *req, const char *name);
+void wpy_options(weft_op_options *o, double prescale, double postscale, int priority);
+int wpy_device_options(wpy_op *op, weft_op_options *o, PyObject *stream, PyObject *alloc);
+weft_group *wpy_op_group(PyObject *group);
+
+/* Module functions of _weft_grouped.c. */
+PyObject *wpy_grouped_allreduce(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *wpy_grouped_allgather(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *wpy_grouped_reducescatter(PyObject *self, PyObject *args, PyObject *kw);
 
 /* Fills t from a buffer-protocol object or a (data_ptr, dtype, shape[,
  * device, device_kind, stream]) tuple; -1 with a Python error (t then holds
