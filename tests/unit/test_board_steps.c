@@ -3,11 +3,12 @@
  * the members grow, and that the tree gets the rounds right when the members
  * really race. Boards in ordinary memory, one handle per simulated rank.
  *
- *   steps     n = 2 .. 64 members, one thread: every small (inline)
- *             collective (allreduce 8 B, broadcast 8 B, allgather 64 B,
- *             alltoall and reducescatter of n bytes, barrier) for 4
- *             generations, the members arriving in 5 orders (ascending,
- *             descending, 3 shuffles). Exactly the last arrival gets
+ *   steps     n = 2 .. 64 members, one thread: every small collective
+ *             (inline: allreduce 8 B, broadcast 8 B, allgather 64 B,
+ *             alltoall and reducescatter of n bytes, barrier; pooled: 1 KiB
+ *             allgather and reducescatter) for 20 generations (5 under a
+ *             sanitizer), the members arriving in 5 orders in turn
+ *             (ascending, descending, shuffles). Exactly the last arrival gets
  *             WF_BOARD_DONE, the others WF_BOARD_WAIT and then DONE, every
  *             member reads every input intact; each arrival's steps (the
  *             exchanges on shared lines it made: wf_board_ticket.steps) are at
@@ -15,7 +16,7 @@
  *             longest chain of serialised exchanges: .depth of the deciding
  *             arrival) at most 2 ceil(log2 n) + 2. Under the old scheme every
  *             arrival queued on the record's one lock, a chain of n.
- *   race      8 and 33 threads, 150 generations of an 8-byte allreduce
+ *   race      8 and 33 threads, 150 generations (40 under a sanitizer) of an 8-byte allreduce
  *             (inline), and 8 and 17 threads of a 1 KiB allgather (pooled
  *             slots), waiting as the fast path does: every generation
  *             completes on the board with every member's input and the
@@ -75,6 +76,16 @@ static unsigned rnd(unsigned *s) {
 }
 
 enum { NCOLL = 8, INMAX = 1024 };
+/* generations per collective and n (each of the 5 arrival orders alike), and
+ * per race: fewer under a sanitizer, which makes every arrival many times
+ * slower */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define STEP_GENS 5
+#define RACE_GENS_ 40
+#else
+#define STEP_GENS 20
+#define RACE_GENS_ 150
+#endif
 
 static void test_steps(void) {
   printf("members  max steps per arrival  critical path\n");
@@ -103,7 +114,7 @@ static void test_steps(void) {
         case 6: d = desc_of(WF_COLL_ALLGATHER, WEFT_DTYPE_INT32, 1, 256, -1), len = 1024, name = "ag1k"; break;
         default: d = desc_of(WF_COLL_REDUCESCATTER, WEFT_DTYPE_INT32, 1, 256, -1), len = 1024, name = "rs1k"; break;
       }
-      for (int g = 0; g < 4 * 5; g++) { /* 4 generations x 5 orders */
+      for (int g = 0; g < STEP_GENS; g++) { /* the 5 orders in turn */
         int order[MAXN];
         for (int k = 0; k < n; k++) order[k] = k;
         int o = g % 5;
@@ -159,7 +170,7 @@ static void test_steps(void) {
 
 /* ------------------------------------------------------------------ race */
 
-enum { RACE_GENS = 150, RACE_INTS = 256 };
+enum { RACE_GENS = RACE_GENS_, RACE_INTS = 256 };
 
 typedef struct race_arg {
   wf_board *b;
