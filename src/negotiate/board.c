@@ -10,11 +10,15 @@
  * waiters read (with a pause)
  * instead of retrying exchanges, which would take the line from the holder;
  * the board's lock only serialises inserting a record and the data-slot
- * pool, always taken inside a record's lock, never around one. Records are
+ * pool, always taken inside a record's lock, never around one. The record's
+ * lock is taken by a round's opener, by arrivals into large slots or that
+ * divert, and by the last claim; other arrivals copy in without it and meet
+ * in the arrival tree (below), so n arrivals are not n critical sections in
+ * a row. Records are
  * never removed, so lookups need no lock: a record is published (used = 1,
  * release) after its key is written. Each rank keeps its own submission
  * counts per record in private memory: nobody else reads them. */
-#include "negotiate/board.h"
+#include "negotiate/board_impl.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -33,108 +37,21 @@
 #include "util/strmap.h"
 #include "util/time.h"
 
-#define NREC 1024u       /* records (names) per board */
-#define NDATA 256u       /* pooled data slots, for inputs over INLINE bytes (a multiple of 64) */
-#define NBIG 4u          /* large slots, for inputs over the pooled slots' size; index NDATA + k */
-#define LARGE_BUDGET ((size_t)32 << 20) /* the large slots' bytes at most, all members together */
-#define PROBES 64u       /* linear probing limit: a longer chain counts as full */
-#define INLINE 64u       /* inputs up to this size live in the record itself */
-#define D_NONE (-1)      /* round data: none */
-#define D_INLINE (-2)    /* round data: the record's inline area */
-#define D_REMOTE (-3)    /* round data: in the members' own memory; the inline area says where */
-#define SPIN_NS 50000    /* wf_board_wait spins (yielding) this long before sleeping */
-#define LOCK_SLICE_NS 10000000 /* a sleeping lock waiter rechecks its deadline this often */
-#define SLEEP_NS 20000000 /* wf_board_wait sleeps at most this long at a time */
-
-enum { R_FREE = 0, R_OPEN = 1, R_DIVERTED = 2, R_DONE = 3 };
-
-/* ThreadSanitizer sees the atomics and locks of this process only. A data
- * slot's reuse is ordered by a chain that may pass through another local
- * rank (its claim, or its free of the slot, then this process's board lock),
- * so its accesses are told to TSan as what they are: released by every
- * thread of this process done with a slot (after writing its input, before
- * its claim), acquired before every access (wf_board_part: the round's
- * opener may be another process, and the reader another thread). */
-#if defined(__SANITIZE_THREAD__)
-#define WF_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define WF_TSAN 1
-#endif
-#endif
-#ifdef WF_TSAN
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define SLOT_ACQUIRE(b, d) __tsan_acquire((void *)slot_base(b, d))
-#define SLOT_RELEASE(b, d) __tsan_release((void *)slot_base(b, d))
-#else
-#define SLOT_ACQUIRE(b, d) ((void)(b), (void)(d))
-#define SLOT_RELEASE(b, d) ((void)(b), (void)(d))
-#endif
-
-typedef struct round {
-  /* the line waiters poll, written when the round opens, completes,
-   * diverts or is freed (arrivals and claims write the next one, so a
-   * waiter's reads do not take the line from an arrival in progress) */
-  alignas(64) _Atomic uint32_t state; /* R_* */
-  _Atomic uint32_t gen;
-  int32_t data;              /* data slot, D_NONE, D_INLINE or D_REMOTE */
-  _Atomic uint32_t word;     /* futex: bumped on a state change when someone sleeps */
-  _Atomic uint32_t sleepers; /* waiters asleep on word */
-  uint32_t claims;           /* members claim the round (all but named inline rounds: wf_board_claim) */
-  alignas(64) uint64_t arrived; /* group-rank bits (under the record's lock) */
-  _Atomic uint64_t claimed;  /* group-rank bits of members done reading a DONE round */
-  uint32_t writers;          /* large slot: members copying their input in, outside the lock */
-  uint32_t release_late;     /* large slot: freed or diverted while writers > 0; the last writer releases it */
-  _Atomic uint32_t gone;     /* remote round: a member stopped waiting for the claims */
-} round;
-
-typedef struct record {
-  /* what every arrival writes: the lock on its own line, then each round
-   * on two (above) */
-  alignas(128) _Atomic uint32_t lock; /* 0 free, 1 held, 2 held with sleepers */
-  round r0, r1;
-  /* read-mostly (every lookup reads the key; not on the lock's line, which
-   * moves between ranks at every arrival): written when made, and when a
-   * round opens only if its description changed */
-  alignas(128) _Atomic uint32_t used;
-  uint32_t group;
-  uint64_t hash;
-  wf_board_desc desc[2];
-  char name[WF_NAME_MAX + 1];
-  /* then 2 x nlocal x INLINE bytes: each round's inline inputs */
-} record;
-
-typedef struct hdr {
-  alignas(128) _Atomic uint32_t lock; /* inserts and the data pool */
-  alignas(128) _Atomic uint32_t off;  /* read on every submission: alone on its lines */
-  alignas(128) uint64_t data_used[NDATA / 64 + 1]; /* bit per data slot, then per large slot; under lock */
-} hdr;
-
-struct wf_board {
-  hdr *h;
-  uint8_t *recs;
-  size_t rec_stride;
-  uint8_t *data, *big;
-  size_t part_bytes, slot_bytes; /* per member; per data slot (nlocal parts) */
-  size_t big_part, big_slot;     /* the same for the large slots (0: none) */
-  int nlocal;
-  int yield_after; /* spins before each yield: 0 when the host's ranks outnumber its cores */
-  uint32_t *count; /* this process's submissions per record (private) */
-};
-
-static size_t rup(size_t x, size_t a) { return (x + a - 1) / a * a; }
 static size_t recs_off(void) { return rup(sizeof(hdr), 4096); }
-static size_t rec_head(void) { return rup(sizeof(record), 128); }
-static size_t rec_stride(int nlocal) { return rec_head() + 2 * (size_t)nlocal * INLINE; }
+static size_t rec_stride(int nlocal) { return rec_head() + 2 * (size_t)nlocal * CELL; }
 static size_t data_off(int nlocal) { return rup(recs_off() + rec_stride(nlocal) * NREC, 4096); }
 
 /* The large slots' bytes for nlocal members of large bytes each (0: none). */
-static size_t big_bytes(int nlocal, size_t large) { return rup(large, 4096) * (size_t)nlocal * NBIG; }
+static size_t nbig(int nlocal, size_t large) {
+  size_t per = rup(large, 4096) * (size_t)nlocal, k = per ? LARGE_BUDGET / per : NBIG;
+  return k < 2 ? 2 : k > NBIG ? NBIG : k;
+}
+static size_t big_bytes(int nlocal, size_t large) { return rup(large, 4096) * (size_t)nlocal * nbig(nlocal, large); }
 
 size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes) {
   if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || large_bytes > WF_BOARD_MAX_LARGE) return 0;
-  size_t cap = LARGE_BUDGET / NBIG / (size_t)nlocal / 4096 * 4096;
+  size_t cap = LARGE_BUDGET / 2 / (size_t)nlocal / 4096 * 4096;
+  if (cap < LARGE_PER_RANK) cap = LARGE_PER_RANK;
   if (large_bytes > cap) large_bytes = cap;
   return large_bytes > rup(part_bytes < INLINE ? INLINE : part_bytes, 64) ? rup(large_bytes, 4096) : 0;
 }
@@ -168,6 +85,7 @@ wf_board *wf_board_open(void *mem, size_t bytes, int nlocal, size_t large_bytes)
     b->big_part = rup(large_bytes, 4096);
     b->big_slot = b->big_part * (size_t)nlocal;
     b->big = (uint8_t *)mem + bytes - big;
+    b->nbig = (uint32_t)nbig(nlocal, large_bytes);
   }
   b->nlocal = nlocal;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -201,16 +119,6 @@ static inline void cpu_relax(void) {
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
-#endif
-}
-
-/* A hint to fetch p's line for writing (x86 prefetchw: a no-op on CPUs
- * without it). */
-static inline void prefetch_w(const void *p) {
-#if defined(__x86_64__)
-  __asm__ __volatile__("prefetchw %0" : : "m"(*(const char *)p));
-#else
-  __builtin_prefetch(p, 1, 3);
 #endif
 }
 
@@ -257,8 +165,6 @@ uint64_t wf_board_hash(uint32_t group, const char *name) {
   return wf_str_hash_n(key, n < 0 ? 0 : (size_t)n < sizeof key ? (size_t)n : sizeof key - 1);
 }
 
-static record *rec_at(const wf_board *b, uint32_t i) { return (record *)(b->recs + b->rec_stride * i); }
-static round *rnd(record *r, uint32_t k) { return k & 1 ? &r->r1 : &r->r0; }
 
 /* Probes for (group, name): the record, or NULL with *idx at the first
  * unused slot of its chain (*idx = NREC: the chain is full). */
@@ -297,7 +203,7 @@ static record *find(wf_board *b, uint32_t group, const char *name, uint64_t h, i
 /* Publishes a state change and wakes sleepers. seq_cst on state/sleepers
  * here and in wf_board_wait: a waiter either sees the change before it
  * sleeps or is counted before the waker looks. */
-static void wake(round *o) {
+void wf_board_wake(round *o) {
   if (atomic_load(&o->sleepers)) {
     atomic_fetch_add(&o->word, 1);
     futex(&o->word, FUTEX_WAKE, INT_MAX, NULL);
@@ -306,11 +212,11 @@ static void wake(round *o) {
 
 static void set_state(round *o, uint32_t st) {
   atomic_store(&o->state, st);
-  wake(o);
+  wf_board_wake(o);
 }
 
 /* set_state for an arrival, which holds its record's lock: a release store
- * only; the caller calls wake(o) after it unlocks. The unlock's exchange
+ * only; the caller calls wf_board_wake(o) after it unlocks. The unlock's exchange
  * orders the store before wake's look at the sleepers on x86 (a locked
  * instruction) and AArch64 (a release store before a seq_cst load), not by
  * the letter of C11: a wake-up lost there would cost a waiter one bounded
@@ -319,12 +225,6 @@ static void set_state(round *o, uint32_t st) {
  * (bench/NOTES.md, "Barriers of an arrival"). */
 static void set_state_quiet(round *o, uint32_t st) { atomic_store_explicit(&o->state, st, memory_order_release); }
 
-#ifdef WF_TSAN
-/* The first byte of data slot d (pooled or large): the slot's name for TSan. */
-static const uint8_t *slot_base(const wf_board *b, int32_t d) {
-  return d >= (int32_t)NDATA ? b->big + (size_t)(d - (int32_t)NDATA) * b->big_slot : b->data + (size_t)d * b->slot_bytes;
-}
-#endif
 
 /* Data pool (a record's lock held; takes the board's lock inside it): a
  * pooled slot for inputs of need bytes, or a large one, the lowest free
@@ -334,7 +234,7 @@ static int32_t alloc_data(wf_board *b, size_t need, int64_t deadline) {
   if ((big && need > b->big_part) || lock(b, &b->h->lock, deadline) != WEFT_OK) return D_NONE;
   int32_t k = D_NONE;
   for (uint32_t w = big ? NDATA / 64 : 0; k == D_NONE && w < (big ? NDATA / 64 + 1 : NDATA / 64); w++) {
-    uint64_t u = b->h->data_used[w] | (big ? ~0ull << NBIG : 0);
+    uint64_t u = b->h->data_used[w] | (big ? ~0ull << b->nbig : 0);
     if (u == ~0ull) continue;
     int bit = __builtin_ctzll(~u);
     b->h->data_used[w] |= 1ull << bit;
@@ -357,14 +257,13 @@ static void release_data(wf_board *b, round *o) {
   if (lock(b, &b->h->lock, wf_deadline_after(10.0)) == WEFT_OK) {
     b->h->data_used[o->data / 64] &= ~(1ull << (o->data % 64));
     unlock(&b->h->lock);
-    o->data = D_NONE;
+    __atomic_store_n(&o->data, D_NONE, __ATOMIC_RELAXED); /* open_fast reads it without the lock */
     o->release_late = 0;
   }
 }
 
 static void free_round(wf_board *b, round *o) {
   release_data(b, o);
-  o->arrived = 0;
   atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
   set_state(o, R_FREE);
 }
@@ -372,9 +271,21 @@ static void free_round(wf_board *b, round *o) {
 /* Diverts an open round (record locked): nobody reads its inputs any more,
  * so a pooled slot goes back at once (a generation some rank never submits
  * must not hold it for the rest of the job). */
-static void divert(wf_board *b, round *o) {
+static int writing(const wf_board *b, record *r, const round *o);
+
+static void divert(wf_board *b, record *r, round *o) {
+  /* an exchange: the generation's last arrival completes an open round
+   * without the lock (arrived), so exactly one of the two wins; seq_cst:
+   * the state before the look at the writers, who announce themselves
+   * before they look at the state (open_fast's callers) */
+  uint32_t open = R_OPEN;
+  if (!atomic_compare_exchange_strong(&o->state, &open, R_DIVERTED)) return; /* DONE meanwhile */
+  wf_board_wake(o);
+  if (o->data >= 0 && !is_big(o) && writing(b, r, o)) {
+    o->release_late = 1; /* the last of them gives it back (wrote) */
+    return;
+  }
   release_data(b, o);
-  set_state(o, R_DIVERTED);
 }
 
 static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
@@ -387,30 +298,6 @@ static int same_desc(const wf_board_desc *a, const wf_board_desc *b) {
   return 1;
 }
 
-static round *round_of(const wf_board *b, wf_board_ticket t) { return rnd(rec_at(b, t.rec), t.gen); }
-
-/* Member k's inline cell of t's round: its input (inline rounds) or where
- * its input is (remote rounds). */
-static uint8_t *cell_of(const wf_board *b, record *r, uint32_t gen, int k) {
-  return (uint8_t *)r + rec_head() + ((size_t)(gen & 1) * (size_t)b->nlocal + (size_t)k) * INLINE;
-}
-
-static uint8_t *cell(const wf_board *b, wf_board_ticket t, int k) { return cell_of(b, rec_at(b, t.rec), t.gen, k); }
-
-typedef struct remote_cell {
-  uint64_t pid, addr, len;
-} remote_cell;
-_Static_assert(sizeof(remote_cell) <= INLINE, "a remote cell fits a member's inline cell");
-
-/* A split round's slice s: 0 free, else taken ((taker + 1) << 2 | 1) or
- * folded (2), at the start of member s's inline cell. */
-static _Atomic uint64_t *slice_word_of(const wf_board *b, record *r, uint32_t gen, int s) {
-  return (_Atomic uint64_t *)(void *)cell_of(b, r, gen, s);
-}
-static _Atomic uint64_t *slice_word(const wf_board *b, wf_board_ticket t, int s) {
-  return slice_word_of(b, rec_at(b, t.rec), t.gen, s);
-}
-_Static_assert(INLINE % sizeof(uint64_t) == 0, "a slice word is aligned in its cell");
 
 const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   int32_t d = round_of(b, t)->data;
@@ -421,15 +308,21 @@ const void *wf_board_part(const wf_board *b, wf_board_ticket t, int k) {
   return b->data + (size_t)d * b->slot_bytes + (size_t)k * b->part_bytes;
 }
 
+/* Bytes of each member's input a description says (a broadcast root's). */
+static size_t desc_bytes(const wf_board_desc *d) {
+  size_t need = weft_dtype_size((weft_dtype)d->dtype);
+  for (int i = 0; i < d->ndim; i++) need *= (size_t)d->shape[i];
+  return need;
+}
+
 /* Opens round o of record r for generation gen (record locked). */
-static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_board_desc *desc, int64_t deadline) {
-  atomic_store_explicit(&o->gen, gen, memory_order_relaxed);
-  o->arrived = 0;
+static void open_round(wf_board *b, record *r, round *o, uint32_t gen, int gsize, const wf_board_desc *desc,
+                       int64_t deadline) {
+  o->n = (uint32_t)gsize;
   atomic_store_explicit(&o->claimed, 0, memory_order_relaxed);
   /* sized by the description, not by this arrival's part: a broadcast's
    * non-roots bring none, and one of them may open the round */
-  size_t need = desc ? weft_dtype_size((weft_dtype)desc->dtype) : 0;
-  for (int i = 0; desc && i < desc->ndim; i++) need *= (size_t)desc->shape[i];
+  size_t need = desc ? desc_bytes(desc) : 0;
   /* a split round's slice words live in the inline cells: its data never does */
   o->data = !desc                          ? D_NONE
             : desc->remote                 ? D_REMOTE
@@ -444,6 +337,9 @@ static void open_round(wf_board *b, record *r, round *o, uint32_t gen, const wf_
       atomic_store_explicit(slice_word_of(b, r, gen, k), 0, memory_order_relaxed);
   wf_board_desc *d = &r->desc[gen & 1];
   if (desc && !same_desc(desc, d)) *d = *desc; /* unchanged: the line stays shared in every cache */
+  /* release: open_fast reads the generation first, then what was written
+   * above (it holds no lock) */
+  atomic_store_explicit(&o->gen, gen, memory_order_release);
   set_state_quiet(o, o->data != D_NONE ? R_OPEN : R_DIVERTED); /* the caller wakes: an arrival */
 }
 
@@ -468,11 +364,11 @@ static size_t capacity(const wf_board *b, const round *o) {
                                : 0;
 }
 
-/* A member finished copying its input into o's large slot: the round is
- * DONE if it is still open and every member arrived and copied; a slot
- * released meanwhile goes back now that nobody writes it. The round cannot
- * have moved on to another generation: that needs this member's arrival. */
-static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t deadline, int *how) {
+/* A member finished copying its input into o's large slot (it climbs the
+ * arrival tree next): a slot released meanwhile goes back now that nobody
+ * writes it. The round cannot have moved on to another generation: that
+ * needs this member's arrival. */
+static weft_status copied(wf_board *b, record *r, round *o, int64_t deadline) {
   /* without the lock by the deadline (a local rank died holding it) the
    * slot stays taken and the round open until waiters give up on it */
   weft_status st = lock(b, &r->lock, deadline);
@@ -482,16 +378,7 @@ static weft_status copied(wf_board *b, record *r, round *o, int gsize, int64_t d
   }
   o->writers--;
   uint32_t state = atomic_load_explicit(&o->state, memory_order_relaxed);
-  if (state == R_OPEN && !o->writers && o->arrived == wf_board_all(gsize)) {
-    set_state(o, R_DONE);
-    *how = WF_BOARD_DONE;
-  } else if (state != R_OPEN && o->release_late && !o->writers) {
-    release_data(b, o);
-    /* diverted after every member arrived (a waiter gave up while copies
-     * ran): no later arrival frees it, so free it now (the members'
-     * tickets read it as diverted: same generation, not open) */
-    if (o->arrived == wf_board_all(gsize)) free_round(b, o);
-  }
+  if (state != R_OPEN && o->release_late && !o->writers) release_data(b, o);
   unlock(&r->lock);
   return WEFT_OK;
 }
@@ -516,6 +403,134 @@ weft_status wf_board_arrive(wf_board *b, uint32_t group, const char *name, int g
                            deadline, how, t);
 }
 
+/* ------------------------------------------------------------------ the arrival tree
+ *
+ * Every arrival of generation gen (eligible or not, into an open round or a
+ * diverted one) climbs a binary combining tree over the members: leaves
+ * n .. 2n-1 are the members (heap order), internal node i (1 .. n-1) lives
+ * in member i's cell and counts the arrivals of its two children; the
+ * first arrival at a node stops there, the second climbs on, so the
+ * arrival that completes node 1 is the generation's last, and it alone
+ * decides the round (DONE, or freed if diverted) under the record's lock.
+ * An arrival thus takes at most ceil(log2 n) exchanges on lines shared
+ * with one other arrival each, plus the decision, instead of every member
+ * queueing on one lock: no arrival waits for another. The exchanges are
+ * acq_rel, so the decider has seen every member's input before it
+ * publishes DONE (release), and a waiter that sees DONE (acquire) has too.
+ * A node's word carries the generation (a stale count from two
+ * generations ago reads as zero) and a step clock (one more than the
+ * latest of the exchanges it follows): the decider's clock is the longest
+ * chain of serialised exchanges this generation took (wf_board_ticket
+ * depth, for tests). */
+
+/* Climbs from grank's leaf; 1 if this arrival completed the root (the
+ * generation's last). *steps: exchanges made; *clock: the clock reached. */
+static int climb(const wf_board *b, record *r, uint32_t gen, int grank, int n, uint32_t *steps, uint32_t *clock) {
+  uint32_t clk = *clock, k = 0;
+  for (uint32_t i = ((uint32_t)n + (uint32_t)grank) >> 1; i >= 1; i >>= 1) {
+    _Atomic uint64_t *w = &tline(b, r, gen, (int)i)->node;
+    uint64_t old = atomic_load_explicit(w, memory_order_relaxed), nw;
+    uint32_t cnt;
+    do {
+      int cur = (uint32_t)(old >> 32) == gen + 1; /* else another generation's: none yet in this one */
+      uint32_t ck = cur ? (uint32_t)(old >> 8) & 0xffffffu : 0;
+      cnt = (cur ? (uint32_t)old & 0xffu : 0) + 1;
+      nw = (uint64_t)(gen + 1) << 32 | (uint64_t)(((ck > clk ? ck : clk) + 1) & 0xffffffu) << 8 | cnt;
+    } while (!atomic_compare_exchange_weak_explicit(w, &old, nw, memory_order_acq_rel, memory_order_relaxed));
+    k++;
+    clk = (uint32_t)(nw >> 8) & 0xffffffu;
+    if (cnt < 2) break; /* the node's other child is still to come: it climbs on */
+    if (i == 1) {
+      *steps = k;
+      *clock = clk;
+      return 1;
+    }
+  }
+  *steps = k;
+  *clock = clk;
+  return n == 1;
+}
+
+/* This member arrived at t's round (its input in place, or the round not
+ * open for it): it climbs, and the generation's last decides: an open round
+ * is DONE (*how = WF_BOARD_DONE if it arrived eligible), a diverted one is
+ * freed (everyone has seen it: the next but one generation may use it).
+ * lock_steps: record-lock acquisitions this arrival made already. */
+static weft_status arrived(wf_board *b, record *r, round *o, wf_board_ticket *t, int grank, int gsize,
+                           uint32_t lock_steps, int64_t deadline, int *how) {
+  uint32_t steps = 0, clock = lock_steps;
+  int last = climb(b, r, t->gen, grank, gsize, &steps, &clock);
+  t->steps = (uint16_t)(steps + lock_steps);
+  t->depth = 0;
+  if (!last) return WEFT_OK;
+  t->steps++;
+  t->depth = (uint16_t)(clock + 1);
+  /* an open round is DONE by an exchange, without the lock (a divert
+   * exchanges too: one of them wins); seq_cst: the state before wake's
+   * look at the sleepers (set_state); release: every input before it */
+  uint32_t open = R_OPEN;
+  if (atomic_compare_exchange_strong(&o->state, &open, R_DONE)) {
+    wf_board_wake(o);
+    if (*how == WF_BOARD_WAIT) *how = WF_BOARD_DONE;
+    return WEFT_OK;
+  }
+  weft_status st = lock(b, &r->lock, deadline); /* diverted: free it */
+  if (st != WEFT_OK) { /* the round can never give its slot back */
+    wf_board_off(b, wf_now_ns() + 1000000000);
+    return st;
+  }
+  if (atomic_load_explicit(&o->gen, memory_order_relaxed) == t->gen &&
+      atomic_load_explicit(&o->state, memory_order_relaxed) == R_DIVERTED)
+    free_round(b, o);
+  unlock(&r->lock);
+  return WEFT_OK;
+}
+
+/* How an arrival may write its input without the record's lock:
+ * FAST_INLINE (the round is open for this generation with an equal
+ * description and its inputs inline: the cell stays this generation's
+ * until every member arrived at the next one, this member included, and a
+ * divert meanwhile only makes the write useless) or FAST_POOLED (the same
+ * with a pooled slot, which a divert gives back at once: so the writer
+ * announces itself first (IN_WRITING in its arrival word) and looks again,
+ * and a divert that sees it leaves the slot to the last writer: wrote);
+ * 0: the lock path. */
+enum { FAST_NO = 0, FAST_INLINE = 1, FAST_POOLED = 2 };
+#define IN_WRITING 0x80000000u /* arrival word: writing into a pooled slot without the lock */
+static int open_fast(const wf_board *b, record *r, round *o, uint32_t gen, const wf_board_desc *desc,
+                     size_t part_len) {
+  /* the generation first (acquire: open_round's description and data are
+   * then visible), then the state: open for it, or not yet */
+  if (atomic_load_explicit(&o->gen, memory_order_acquire) != gen ||
+      atomic_load_explicit(&o->state, memory_order_acquire) != R_OPEN || desc->remote ||
+      !same_desc(desc, &r->desc[gen & 1]))
+    return FAST_NO;
+  int32_t d = __atomic_load_n(&o->data, __ATOMIC_RELAXED); /* a divert may give a pooled slot back meanwhile */
+  if (d == D_INLINE) return part_len <= INLINE ? FAST_INLINE : FAST_NO;
+  return d >= 0 && d < (int32_t)NDATA && part_len <= b->part_bytes ? FAST_POOLED : FAST_NO;
+}
+
+/* Whether a member is writing into o's pooled slot without the lock
+ * (record locked; seq_cst loads: after the divert's state store). */
+static int writing(const wf_board *b, record *r, const round *o) {
+  uint32_t gen = atomic_load_explicit(&o->gen, memory_order_relaxed);
+  for (int k = 0; k < (int)o->n && k < b->nlocal; k++)
+    if (atomic_load(&tline(b, r, gen, k)->in) == ((gen + 1) | IN_WRITING)) return 1;
+  return 0;
+}
+
+/* A FAST_POOLED writer is done with the slot (its arrival word now says
+ * in, or what it was if it backs out): if the round was diverted meanwhile,
+ * the last such writer gives the slot back. */
+static void wrote(wf_board *b, record *r, round *o, uint32_t gen, tree_line *me, uint32_t in, int64_t deadline) {
+  atomic_store(&me->in, in); /* seq_cst: before the look at the state (as divert's, the other way round) */
+  if (atomic_load(&o->state) == R_OPEN) return; /* a divert from now on sees this member done */
+  if (lock(b, &r->lock, deadline) != WEFT_OK) return; /* the slot stays taken: no worse than a lost rank */
+  if (atomic_load_explicit(&o->gen, memory_order_relaxed) == gen && o->release_late && !writing(b, r, o))
+    release_data(b, o);
+  unlock(&r->lock);
+}
+
 weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uint64_t hash, int grank, int gsize,
                               const wf_board_desc *desc, const void *part, size_t part_len, wf_board_span skip,
                               int64_t deadline, int *how, wf_board_ticket *t) {
@@ -525,49 +540,81 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
   uint32_t idx;
   record *r = wf_board_is_off(b) ? NULL : find(b, group, name, hash, deadline, &idx);
   if (!r) return WEFT_OK;
-  /* this rank's cell (its inline input), to be written under the lock:
-   * its line comes over (from the members that read it last) while the
-   * lock's does */
-  if (part_len && part_len <= INLINE) /* the count: another thread may bump it under the lock meanwhile */
-    prefetch_w(cell_of(b, r, __atomic_load_n(&b->count[idx], __ATOMIC_RELAXED), grank));
+  /* one thread of this rank at a time per name (the in-flight set) */
+  uint32_t gen = __atomic_fetch_add(&b->count[idx], 1, __ATOMIC_RELAXED);
+  round *o = rnd(r, gen);
+  tree_line *me = tline(b, r, gen, grank);
+  t->rec = idx;
+  t->gen = gen;
+  uint32_t was = atomic_load_explicit(&me->in, memory_order_relaxed);
+  int fast = desc && was != gen + 1 ? open_fast(b, r, o, gen, desc, part_len) : FAST_NO;
+  /* a round not open yet whose inputs go inline or pooled, its lock held
+   * (likely by its opener): wait for the opening rather than queue on the
+   * lock (bounded) */
+  int could = desc && was != gen + 1 && !desc->remote && desc_bytes(desc) <= b->part_bytes;
+  for (int i = 0; !fast && could && i < 4096 && atomic_load_explicit(&r->lock, memory_order_relaxed); i++) {
+    if (b->yield_after && i < 256) cpu_relax();
+    else sched_yield();
+    fast = open_fast(b, r, o, gen, desc, part_len);
+  }
+  if (fast == FAST_POOLED) { /* announce, then look again (see open_fast) */
+    atomic_store(&me->in, (gen + 1) | IN_WRITING);
+    if (atomic_load(&o->state) != R_OPEN) { /* diverted meanwhile: back out, the lock path sees it */
+      wrote(b, r, o, gen, me, was, deadline);
+      fast = FAST_NO;
+    }
+  }
+  if (fast) {
+    if (fast == FAST_INLINE) atomic_store_explicit(&me->in, gen + 1, memory_order_relaxed);
+    if (part_len) put(b, *t, grank, part, part_len, skip);
+    if (fast == FAST_POOLED) {
+      if (part_len) SLOT_RELEASE(b, o->data);
+      wrote(b, r, o, gen, me, gen + 1, deadline);
+    }
+    *how = WF_BOARD_WAIT;
+    return arrived(b, r, o, t, grank, gsize, 0, deadline, how);
+  }
   WF_CHECK(lock(b, &r->lock, deadline));
   if (atomic_load(&b->h->off)) { /* turned off meanwhile: the counts no longer matter */
     unlock(&r->lock);
     return WEFT_OK;
   }
-  uint32_t gen = __atomic_fetch_add(&b->count[idx], 1, __ATOMIC_RELAXED); /* under the lock; read above without */
-  round *o = rnd(r, gen);
   uint32_t st = atomic_load_explicit(&o->state, memory_order_relaxed);
   uint32_t og = atomic_load_explicit(&o->gen, memory_order_relaxed);
+  if (atomic_load_explicit(&me->in, memory_order_relaxed) == gen + 1) {
+    unlock(&r->lock);
+    /* arrived twice at one generation: a bug; never guess */
+    wf_board_off(b, deadline);
+    return WEFT_OK;
+  }
   if (st == R_DONE && og != gen && (o->data == D_INLINE || o->data == D_REMOTE) &&
-      (o->claims ? atomic_load_explicit(&o->claimed, memory_order_acquire) == o->arrived : all_came_next(r, gen)))
+      (o->claims ? atomic_load_explicit(&o->claimed, memory_order_acquire) == wf_board_all((int)o->n)
+                 : all_came_next(r, gen)))
     st = R_FREE; /* an inline or remote round every member has read: left as it was, reused now */
   if (st == R_FREE) {
-    open_round(b, r, o, gen, desc, deadline);
+    open_round(b, r, o, gen, gsize, desc, deadline);
     st = atomic_load_explicit(&o->state, memory_order_relaxed);
-  } else if (og != gen || (o->arrived >> grank & 1)) {
+  } else if (og != gen) {
     unlock(&r->lock);
     /* generations out of step: a bug or a rank that skipped; never guess */
     wf_board_off(b, deadline);
     return WEFT_OK;
   } else if (st == R_OPEN && (!desc || !same_desc(desc, &r->desc[gen & 1]) || part_len > capacity(b, o))) {
-    divert(b, o);
+    divert(b, r, o);
     st = R_DIVERTED;
   }
-  o->arrived |= 1ull << grank;
-  int all = o->arrived == wf_board_all(gsize);
+  atomic_store_explicit(&me->in, gen + 1, memory_order_relaxed);
   if (st == R_OPEN) {
-    t->rec = idx;
-    t->gen = gen;
     *how = WF_BOARD_WAIT;
     if (is_big(o) && part_len) { /* copied outside the lock: the others arrive meanwhile */
       int32_t d = o->data; /* stays: writers > 0 holds the slot */
       o->writers++;
       unlock(&r->lock);
-      wake(o); /* it may have opened the round (set_state_quiet) */
+      wf_board_wake(o); /* it may have opened the round (set_state_quiet) */
       put(b, *t, grank, part, part_len, skip);
       SLOT_RELEASE(b, d);
-      return copied(b, r, o, gsize, deadline, how);
+      WF_CHECK(copied(b, r, o, deadline));
+      return arrived(b, r, o, t, grank, gsize, 2, deadline, how);
     }
     if (o->data == D_REMOTE) { /* where the others read it: nothing is copied */
       remote_cell c = {(uint64_t)getpid(), (uint64_t)(uintptr_t)part, (uint64_t)part_len};
@@ -576,16 +623,10 @@ weft_status wf_board_arrive_h(wf_board *b, uint32_t group, const char *name, uin
       put(b, *t, grank, part, part_len, skip);
     }
     if (part_len && o->data >= 0) SLOT_RELEASE(b, o->data);
-    if (all && !o->writers) {
-      set_state_quiet(o, R_DONE);
-      *how = WF_BOARD_DONE;
-    }
-  } else if (all) {
-    free_round(b, o); /* diverted and everyone has seen it: the next but one generation may use it */
   }
   unlock(&r->lock);
-  wake(o); /* after set_state_quiet: the unlock's exchange ordered the state before this look */
-  return WEFT_OK;
+  wf_board_wake(o); /* it may have opened or diverted the round */
+  return arrived(b, r, o, t, grank, gsize, 1, deadline, how);
 }
 
 int wf_board_state(const wf_board *b, wf_board_ticket t) {
@@ -595,7 +636,13 @@ int wf_board_state(const wf_board *b, wf_board_ticket t) {
   return st == R_OPEN ? WF_BOARD_WAIT : st == R_DONE ? WF_BOARD_DONE : WF_BOARD_SLOW;
 }
 
-uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t) { return round_of(b, t)->arrived; }
+uint64_t wf_board_arrived(const wf_board *b, wf_board_ticket t) {
+  uint64_t bits = 0;
+  record *r = rec_at(b, t.rec);
+  for (int k = 0; k < (int)round_of(b, t)->n && k < b->nlocal; k++)
+    if (atomic_load_explicit(&tline(b, r, t.gen, k)->in, memory_order_relaxed) == t.gen + 1) bits |= 1ull << k;
+  return bits;
+}
 
 weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t deadline) {
   round *o = round_of(b, t);
@@ -606,12 +653,12 @@ weft_status wf_board_claim(wf_board *b, wf_board_ticket t, int grank, int64_t de
   /* no lock but for the last pooled claim: acq_rel orders every member's
    * reads of the inputs before the last claim frees the slot (an inline
    * round is left as it is and reused by its next but one generation) */
-  uint64_t all = o->arrived; /* before our claim: the last claim's free_round clears it */
+  uint64_t all = wf_board_all((int)o->n); /* every member claims a DONE round */
   int32_t data = o->data;
   if (data >= 0) SLOT_RELEASE(b, data); /* this thread's reads of the inputs are done */
   /* seq_cst: against the claim waiters' sleepers count (as in set_state) */
   uint64_t bit = 1ull << grank, prev = atomic_fetch_or(&o->claimed, bit);
-  if (data == D_REMOTE && (prev | bit) == all) wake(o); /* members waiting for the claims */
+  if (data == D_REMOTE && (prev | bit) == all) wf_board_wake(o); /* members waiting for the claims */
   if ((prev | bit) != all || data == D_INLINE || data == D_REMOTE) return WEFT_OK;
   record *r = rec_at(b, t.rec);
   WF_CHECK(lock(b, &r->lock, deadline));
@@ -626,7 +673,7 @@ int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
   round *o = round_of(b, t);
   if (atomic_load_explicit(&o->gen, memory_order_relaxed) == t.gen &&
       atomic_load_explicit(&o->state, memory_order_relaxed) == R_OPEN)
-    divert(b, o);
+    divert(b, r, o);
   unlock(&r->lock);
   return wf_board_state(b, t);
 }
@@ -636,8 +683,8 @@ int wf_board_divert(wf_board *b, wf_board_ticket t, int64_t deadline) {
  * the clock now and then; after SPIN_NS sleeps once on t's round's futex
  * word (SLEEP_NS at most: callers notice other events). Returns done's last
  * value. Whoever makes done true bumps the word if anyone sleeps. */
-static int wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *, wf_board_ticket, const void *),
-                    const void *arg, int64_t until) {
+int wf_board_wait_for(wf_board *b, wf_board_ticket t, int (*done)(const wf_board *, wf_board_ticket, const void *),
+                      const void *arg, int64_t until) {
   round *o = round_of(b, t);
   int64_t t0 = 0, now = 0;
   for (int i = 1;; i++) {
@@ -669,7 +716,7 @@ static int not_open(const wf_board *b, wf_board_ticket t, const void *unused) {
 }
 
 int wf_board_wait(wf_board *b, wf_board_ticket t, int64_t until) {
-  return !wait_for(b, t, not_open, NULL, until) && wf_now_ns() >= until;
+  return !wf_board_wait_for(b, t, not_open, NULL, until) && wf_now_ns() >= until;
 }
 
 void wf_board_off(wf_board *b, int64_t deadline) {
@@ -681,104 +728,7 @@ void wf_board_off(wf_board *b, int64_t deadline) {
     record *r = rec_at(b, i);
     if (!atomic_load_explicit(&r->used, memory_order_acquire) || lock(b, &r->lock, deadline) != WEFT_OK) continue;
     for (uint32_t k = 0; k < 2; k++)
-      if (atomic_load_explicit(&rnd(r, k)->state, memory_order_relaxed) == R_OPEN) divert(b, rnd(r, k));
+      if (atomic_load_explicit(&rnd(r, k)->state, memory_order_relaxed) == R_OPEN) divert(b, r, rnd(r, k));
     unlock(&r->lock);
   }
 }
-
-/* ------------------------------------------------------------------ remote rounds */
-
-int wf_board_is_remote(const wf_board *b, wf_board_ticket t) { return round_of(b, t)->data == D_REMOTE; }
-
-void wf_board_remote(const wf_board *b, wf_board_ticket t, int k, int *pid, uint64_t *addr, uint64_t *len) {
-  remote_cell c;
-  memcpy(&c, cell(b, t, k), sizeof c);
-  *pid = (int)c.pid;
-  *addr = c.addr;
-  *len = c.len;
-}
-
-uint64_t wf_board_claimed(const wf_board *b, wf_board_ticket t) {
-  return atomic_load_explicit(&round_of(b, t)->claimed, memory_order_acquire);
-}
-
-/* Every member of gsize claimed t's round (it may have moved on since: it
- * is reused only after every claim). */
-static int all_claimed(const wf_board *b, wf_board_ticket t, const void *arg) {
-  int gsize = *(const int *)arg;
-  round *o = round_of(b, t);
-  uint64_t c = atomic_load(&o->claimed);
-  return c == wf_board_all(gsize) || atomic_load(&o->gen) != t.gen;
-}
-
-int wf_board_wait_claims(wf_board *b, wf_board_ticket t, int gsize, int64_t until) {
-  if (until <= 0) return all_claimed(b, t, &gsize); /* a look only */
-  return wait_for(b, t, all_claimed, &gsize, until);
-}
-
-void wf_board_abandon(wf_board *b, wf_board_ticket t) { atomic_store(&round_of(b, t)->gone, 1); }
-
-/* ------------------------------------------------------------------ split rounds */
-
-#define SLICE_DONE 2u
-
-int wf_board_split_kind(const wf_board *b, wf_board_ticket t) { return rec_at(b, t.rec)->desc[t.gen & 1].split; }
-
-int wf_board_slice_take(wf_board *b, wf_board_ticket t, int s, int grank) {
-  _Atomic uint64_t *w = slice_word(b, t, s);
-  uint64_t free_ = 0;
-  if (atomic_load_explicit(w, memory_order_relaxed)) return 0;
-  /* acquire: the slice's inputs were written before DONE, which the caller
-   * saw; the CAS only decides who folds */
-  return atomic_compare_exchange_strong_explicit(w, &free_, (uint64_t)(grank + 1) << 2 | 1, memory_order_acquire,
-                                                 memory_order_relaxed);
-}
-
-void wf_board_slice_done(wf_board *b, wf_board_ticket t, int s) {
-  round *o = round_of(b, t);
-  if (o->data >= 0) SLOT_RELEASE(b, o->data); /* the folded slice, for TSan (see SLOT_ACQUIRE) */
-  /* seq_cst: publishes the slice (release) and pairs with the sleepers
-   * count in wait_for (as set_state does) */
-  atomic_store(slice_word(b, t, s), SLICE_DONE);
-  wake(o);
-}
-
-uint64_t wf_board_slices_done(const wf_board *b, wf_board_ticket t, int gsize, uint64_t *busy, int *taker) {
-  uint64_t done = 0, taken = 0;
-  if (taker) *taker = -1;
-  for (int s = 0; s < gsize; s++) {
-    uint64_t v = atomic_load(slice_word(b, t, s)); /* acquire (seq_cst): a folded slice is readable */
-    if (v == SLICE_DONE) {
-      done |= 1ull << s;
-    } else if (v) {
-      if (taker && !taken) *taker = (int)(v >> 2) - 1;
-      taken |= 1ull << s;
-    }
-  }
-  if (busy) *busy = taken;
-  return done;
-}
-
-typedef struct slices_arg {
-  int gsize;
-  uint64_t have, mine; /* mine: the slices the caller may take */
-} slices_arg;
-
-/* A slice outside have is folded, or one the caller may take is free. */
-static int slices_moved(const wf_board *b, wf_board_ticket t, const void *arg) {
-  const slices_arg *a = arg;
-  uint64_t busy, done = wf_board_slices_done(b, t, a->gsize, &busy, NULL);
-  return (done & ~a->have) != 0 || (~(done | busy) & a->mine) != 0;
-}
-
-void wf_board_wait_slices(wf_board *b, wf_board_ticket t, int gsize, int grank, uint64_t have, int64_t until) {
-  /* a WF_SPLIT_OWN round's slices are their owners' alone: another's free
-   * slice is no reason to stop waiting (it would spin) */
-  uint64_t mine = wf_board_split_kind(b, t) == WF_SPLIT_OWN ? 1ull << grank : wf_board_all(gsize);
-  slices_arg a = {gsize, have, mine};
-  wait_for(b, t, slices_moved, &a, until);
-}
-
-void *wf_board_part_mut(const wf_board *b, wf_board_ticket t, int k) { return (void *)(uintptr_t)wf_board_part(b, t, k); }
-
-int wf_board_abandoned(const wf_board *b, wf_board_ticket t) { return atomic_load(&round_of(b, t)->gone) != 0; }

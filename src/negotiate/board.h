@@ -27,8 +27,11 @@
  * every member's arrival at g; a round found still in use turns the board
  * off).
  *
- * A round is OPEN while eligible arrivals with equal descriptions gather;
- * DONE when every member arrived (each then reads all inputs, folds them
+ * A round is OPEN while eligible arrivals with equal descriptions gather
+ * (the first opens it under the record's lock; later ones with inline or
+ * pooled inputs copy in without it); every arrival then climbs the round's
+ * arrival tree (board.c), whose last climber alone decides: DONE when every
+ * member arrived (each then reads all inputs, folds them
  * itself, or its slices of a split round, and claims, but for a named
  * inline round: see wf_board_claim; the last claim frees the round);
  * DIVERTED as soon as
@@ -70,9 +73,14 @@ typedef struct wf_board_span {
   size_t off, len;
 } wf_board_span;
 
-/* Where a rank's arrival went: record, round and generation. */
+/* Where a rank's arrival went: record, round and generation. steps: the
+ * exchanges on shared lines (record lock, arrival-tree nodes) the arrival
+ * took; depth: for the generation's last arrival (which decided the round),
+ * the longest chain of serialised exchanges of the whole generation, else
+ * 0 (both for tests: they grow as log2 of the members, see board.c). */
 typedef struct wf_board_ticket {
   uint32_t rec, gen;
+  uint16_t steps, depth;
 } wf_board_ticket;
 
 enum {
@@ -86,9 +94,11 @@ enum {
  * slots (0: none). 0 if out of range. */
 size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes);
 /* The large slots' input size such a board really has (0: none): large_bytes
- * rounded up to a page, at most 32 MiB for all 4 slots of nlocal members
- * together, 0 unless above the pooled slots' size. The creator hands this to
- * every rank's wf_board_open. */
+ * rounded up to a page, at most max(32 MiB / nlocal, 2 MiB) (so the default
+ * 2 MiB never shrinks with the members), 0 unless above the pooled slots'
+ * size. The board has as many large slots (2 to 4) as 64 MiB holds, at
+ * least two: the large slots take at most max(64 MiB, nlocal x 4 MiB). The
+ * creator hands this to every rank's wf_board_open. */
 size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes);
 
 /* Opens the board in mem (bytes long, the same on every local rank); the

@@ -130,7 +130,7 @@ static const wf_param g_params[] = {
      "largest input of the one-host fast path, rounded up to 64 bytes (the host's first rank decides; 0: no board)",
      WF_SCOPE_AGREED, F(fast_bytes), NULL},
     {"WEFT_FAST_LARGE_BYTES", NULL, WF_PARAM_INT, "2097152",
-     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; 4 per host, rounded up to 4 KiB, at most 32 MiB for all 4 slots of all local ranks; the host's first rank decides; 0: none)",
+     "largest input of the fast path's large slots (allgather, broadcast, alltoall, reducescatter, larger allreduce; rounded up to 4 KiB, at most max(32 MiB / local ranks, 2 MiB); as many slots (2 to 4) as 64 MiB holds, at least two, so at most max(64 MiB, local ranks x 4 MiB) in all; the host's first rank decides; 0: none)",
      WF_SCOPE_AGREED, F(fast_large_bytes), NULL},
     {"WEFT_FAST_ALLREDUCE_BYTES", NULL, WF_PARAM_INT, "262144",
      "largest fast-path allreduce that every rank folds whole (at least WEFT_FAST_BYTES); larger ones, up to WEFT_FAST_LARGE_BYTES, are split (WEFT_FAST_SPLIT_BYTES)",

@@ -23,6 +23,8 @@
 #   deadline   WEFT_TIMEOUT_SECONDS=2 with WEFT_FAST_WAIT_SECONDS=30
 #   kill K | stop K | stopsplit K | killdone K   the survivors' own verdicts (mp_fast
 #              checks them)
+#   scale      (MP_FAST is mp_onehost_scale) one job, WEFT_FAST_WAIT_SECONDS=30:
+#              every operation completed on the board (its FASTEXPECT)
 #   hosts H,H,...  the ranks on fake hosts (hier_hosts.sh; a rank alone on
 #              its host has no board and must log no counters)
 #   others     one job with WEFT_FAST_WAIT_SECONDS=30 (no round may miss it)
@@ -69,14 +71,17 @@ run_job() {
     "$WEFTRUN" -np "$NP" --timeout 200 --output-filename "$TMP/$name/out" "${wrap[@]}" "$BIN" "$@"
   local rc=$?
   for ((r = 0; r < NP; r++)); do
-    grep -v '^PASS' "$TMP/$name/out/rank.$r/stdout" 2>/dev/null | sed "s/^/[$name $r] /"
-    grep -E 'WARN|one-host|FAIL' "$TMP/$name/out/rank.$r/stderr" 2>/dev/null | sed "s/^/[$name $r stderr] /"
+    out_of "$name" "$r" | grep -v '^PASS' | sed "s/^/[$name $r] /"
+    err_of "$name" "$r" | grep -E 'WARN|one-host|FAIL' | sed "s/^/[$name $r stderr] /"
   done
   [ "$rc" -eq 0 ] || fail "$name: the job exited with status $rc"
   return 0
 }
-out_of() { cat "$TMP/$1/out/rank.$2/stdout" 2>/dev/null; }
-err_of() { cat "$TMP/$1/out/rank.$2/stderr" 2>/dev/null; }
+# weftrun pads the rank in its per-rank folders to the width of NP - 1
+rank_dir() { printf 'rank.%0*d' "${#LAST}" "$1"; }
+LAST=$((NP - 1))
+out_of() { cat "$TMP/$1/out/$(rank_dir "$2")/stdout" 2>/dev/null; }
+err_of() { cat "$TMP/$1/out/$(rank_dir "$2")/stderr" 2>/dev/null; }
 has() { err_of "$1" "$2" | grep -Eq -- "$3" || fail "$1: rank $2's stderr has no line matching /$3/ ($4)"; }
 lacks() { ! err_of "$1" "$2" | grep -Eq -- "$3" || fail "$1: rank $2's stderr matches /$3/ ($4)"; }
 
@@ -228,6 +233,10 @@ stopsplit) # the survivors may arrive far apart on a loaded machine: no divertin
 hosts) # ARG: one fake host per rank (hier_hosts.sh)
   HOSTS=$ARG run_job hosts $LONG -- hosts
   counts hosts
+  ;;
+scale) # mp_onehost_scale: every op on the board, whatever the number of ranks
+  run_job scale $LONG --
+  counts scale
   ;;
 order | join | detached | threads | groups | names | many | finalize)
   run_job "$CASE" $LONG -- "$CASE" $ARG

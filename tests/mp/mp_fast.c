@@ -88,6 +88,7 @@ static void expect(long dmin, long dmax) {
 static size_t g_ar_bytes = 262144;     /* WEFT_FAST_ALLREDUCE_BYTES */
 static size_t g_split_bytes = 16384;   /* WEFT_FAST_SPLIT_BYTES */
 static size_t g_large_bytes = 2 << 20; /* WEFT_FAST_LARGE_BYTES (clamped in main, as the library does) */
+static int g_large_slots = 4;          /* the board's large slots (main, as the library has them) */
 static size_t maxc(weft_dtype t) { return g_fast_bytes / mp_esize(t); }
 /* 1 if an allreduce of count elements of t is small enough for the board:
  * split rounds (from WEFT_FAST_SPLIT_BYTES on 3+ ranks, beyond
@@ -677,10 +678,16 @@ int main(int argc, char **argv) {
                      !strcmp(c, "stopsplit") ? LOST_SPLIT : !strcmp(c, "killdone") ? LOST_DONE : LOST_ALLGATHER);
   }
   mp_setup();
-  /* the library's clamp (wf_board_large_for): the 4 large slots of all local
-   * ranks share 32 MiB, so 5 ranks get less than the default 2 MiB */
-  size_t lcap = ((size_t)32 << 20) / 4 / (size_t)mp_size / 4096 * 4096;
+  /* the library's clamp (wf_board_large_for): max(32 MiB / local ranks,
+   * 2 MiB), so the default 2 MiB holds on any number of ranks */
+  size_t lcap = ((size_t)32 << 20) / (size_t)mp_size / 4096 * 4096;
+  if (lcap < ((size_t)2 << 20)) lcap = (size_t)2 << 20;
   if (g_large_bytes > lcap) g_large_bytes = lcap;
+  /* and as many large slots (2 to 4) as 64 MiB holds */
+  size_t per = (g_large_bytes + 4095) / 4096 * 4096 * (size_t)mp_size;
+  g_large_slots = per ? (int)(((size_t)64 << 20) / per) : 4;
+  if (g_large_slots < 2) g_large_slots = 2;
+  if (g_large_slots > 4) g_large_slots = 4;
   if (!strcmp(c, "bits")) case_bits();
   else if (!strcmp(c, "mismatch")) case_mismatch();
   else if (!strcmp(c, "skew")) case_skew();

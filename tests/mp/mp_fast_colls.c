@@ -19,7 +19,7 @@
  *   broadcast      the largest input that fits and one element more
  *   allocator      allgather through an output allocator; one returning
  *                  NULL on rank 1: WEFT_ERR_NO_MEMORY there only
- *   slots          12 pending 64 KiB allgathers (4 large slots): all right
+ *   slots          12 pending 64 KiB allgathers (2 to 4 large slots): all right
  * Every result goes into the DIGEST (every rank's, allgathered: fast.sh
  * compares it across ranks and with WEFT_FAST=0). */
 #ifndef MP_FAST_COLLS_C
@@ -273,7 +273,7 @@ static void case_colls(void) {
   expect(2, 2);
   mp_case_end();
 
-  mp_case("12 pending 64 KiB allgathers (4 large slots)");
+  mp_case("12 pending 64 KiB allgathers (%d large slots)", g_large_slots);
   {
     enum { K = 12 };
     weft_request *r[K];
@@ -298,7 +298,7 @@ static void case_colls(void) {
       weft_request_free(r[k]);
       free(in[k]);
     }
-    expect(4, K);
+    expect(g_large_slots, K);
   }
   mp_case_end();
   /* results differ by rank: the digest of every rank's, the same everywhere */

@@ -53,11 +53,24 @@ static void test_geometry(void) {
         size_t bytes = wf_board_bytes(n, part, large), big = wf_board_large_for(n, part, large);
         size_t want_part = rup(part < 64 ? 64 : part, 64);
         CHECK(bytes > 0, "n %d part %zu large %zu: no board", n, part, large);
-        /* large slots of large bytes rounded up to a page, at most 32 MiB for
-         * 4 slots of n members; none unless larger than pooled inputs */
-        size_t cap = (32u << 20) / 4 / (size_t)n / 4096 * 4096, m = large < cap ? large : cap;
+        /* large slots of large bytes rounded up to a page, at most
+         * max(32 MiB / n, 2 MiB) (not falling with n below 2 MiB: no cliff);
+         * none unless larger than pooled inputs */
+        size_t cap = (32u << 20) / (size_t)n / 4096 * 4096, m;
+        if (cap < (2u << 20)) cap = 2u << 20;
+        m = large < cap ? large : cap;
         CHECK(big == (m > want_part ? rup(m, 4096) : 0), "n %d part %zu large %zu: large slots of %zu", n, part,
               large, big);
+        /* the large slots: as many (2 to 4) as 64 MiB holds, at least two,
+         * so at most max(64 MiB, n x 4 MiB) */
+        size_t slots = big ? (64u << 20) / (rup(big, 4096) * (size_t)n) : 0;
+        if (big && slots < 2) slots = 2;
+        if (slots > 4) slots = 4;
+        size_t lim = (size_t)n * (4u << 20) > (64u << 20) ? (size_t)n * (4u << 20) : (64u << 20);
+        CHECK(slots * (size_t)n * rup(big, 4096) <= lim, "n %d part %zu large %zu: large slots of %zu bytes", n, part,
+              large, slots * (size_t)n * rup(big, 4096));
+        CHECK(bytes >= slots * (size_t)n * rup(big, 4096), "n %d part %zu large %zu: %zu bytes hold no large slots",
+              n, part, large, bytes);
         if (bytes > (64u << 20)) continue; /* 256 pooled 1 MiB inputs of 64 ranks: not allocated here */
         void *mem = calloc(1, rup(bytes, 4096));
         wf_board *b = mem ? wf_board_open(mem, rup(bytes, 4096), n, big) : NULL;
