@@ -37,6 +37,7 @@
 #include "engine/topo_info.h"
 #include "host/mailbox.h"
 #include "host/segment.h"
+#include "negotiate/board.h"
 #include "util/params.h"
 #include "weft.h"
 
@@ -318,7 +319,10 @@ static void print_memory(const wf_topo_view *v) {
   snprintf(d, sizeof d, "n x %zu KiB: per receiver a doorbell and n-1 rings of %zu x %zu B (at most %zu x %zu B)",
            l->inbox_bytes >> 10, l->nslots, l->slot_bytes, l->cfg_nslots, l->cfg_slot_bytes);
   print_bytes("ring inboxes", l->inbox_bytes * (size_t)n, d);
-  print_bytes("board", l->board_bytes, "one-host negotiation board (WEFT_FAST_BYTES)");
+  char bf[320];
+  wf_board_formula(bf, sizeof bf);
+  print_bytes("board", l->board_bytes, "one-host negotiation board:");
+  printf("    %s\n", bf);
   snprintf(d, sizeof d, "n x %zu KiB (WEFT_SHM_STAGE_BYTES, at most 256 MiB together)", l->stage_bytes >> 10);
   print_bytes("stages", l->stage_bytes * (size_t)n, d);
   snprintf(d, sizeof d, "n x %u KiB: per receiver a bell and %u slots of %u B, %u per sender", WF_MBOX_BLOCK >> 10,

@@ -56,6 +56,14 @@ size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes) {
   return large_bytes > rup(part_bytes < INLINE ? INLINE : part_bytes, 64) ? rup(large_bytes, 4096) : 0;
 }
 
+void wf_board_formula(char *buf, size_t len) {
+  snprintf(buf, len,
+           "n x (%u records x %u B + %u pooled slots x WEFT_FAST_BYTES) + 2..%u large slots of n x "
+           "min(WEFT_FAST_LARGE_BYTES, max(%zu MiB / n, %zu MiB)), at most max(%zu MiB, n x %zu MiB) together",
+           NREC, 2 * CELL, NDATA, NBIG, LARGE_BUDGET / 2 >> 20, LARGE_PER_RANK >> 20, LARGE_BUDGET >> 20,
+           2 * LARGE_PER_RANK >> 20);
+}
+
 size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes) {
   if (nlocal < 2 || nlocal > WF_BOARD_MAX_MEMBERS || part_bytes > (1u << 20) || large_bytes > WF_BOARD_MAX_LARGE)
     return 0;

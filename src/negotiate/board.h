@@ -101,6 +101,10 @@ size_t wf_board_bytes(int nlocal, size_t part_bytes, size_t large_bytes);
  * creator hands this to every rank's wf_board_open. */
 size_t wf_board_large_for(int nlocal, size_t part_bytes, size_t large_bytes);
 
+/* The board's size as a formula in the members n (for weft-info): its
+ * records, pooled slots and large slots. Writes at most len bytes. */
+void wf_board_formula(char *buf, size_t len);
+
 /* Opens the board in mem (bytes long, the same on every local rank); the
  * geometry is derived from bytes, nlocal and large_bytes (the creator's,
  * which the segment carries), so every rank finds the same. NULL (no
