@@ -4,8 +4,8 @@
  *
  * Send (caller): a message without a callback to a local peer goes into
  * the next slot of the pair's ring: its bytes if at most WF_MBOX_INLINE,
- * else (when the host's ranks agreed on cross-memory attach, w->cma_ok)
- * only its address, and the receiver's matching thread reads the bytes
+ * else, up to READ_MAX and when the host's ranks agreed on cross-memory
+ * attach (w->cma_ok), only its address, and the receiver's matching thread reads the bytes
  * straight from the sender's buffer (process_vm_readv: one copy, no engine,
  * no control message, as an MPI library's single-copy rendezvous). Then it
  * is published and the receiver's bell rings if it sleeps. It completes
@@ -47,6 +47,10 @@
 #include "util/time.h"
 
 #define SPIN_NS 50000 /* a waiter spins this long before it sleeps on its bell */
+/* The largest message read across processes; larger ones take the engine's
+ * pipelined copy through the rings, which is faster from there on
+ * (bench/results/p2p-vs-openmpi.md) */
+#define READ_MAX ((uint64_t)256 << 10)
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -187,7 +191,7 @@ int wf_p2p_fast_send(weft_request *r) {
   if (r->callback || on_engine(w) || atomic_load(&p->slow_out[peer])) return 0;
   uint64_t count = elems_of(r), bytes = count * weft_dtype_size((weft_dtype)r->msg.dtype);
   int far = bytes > WF_MBOX_INLINE; /* the receiver reads it from r->in.data */
-  if (far && !w->cma_ok) return 0;
+  if (far && (!w->cma_ok || bytes > READ_MAX)) return 0;
   wf_request_arm(r);
   pthread_mutex_lock(&p->mu);
   int li = p->mbox ? p->li_of[peer] : -1;
@@ -310,11 +314,12 @@ int wf_p2p_fast_recv(weft_request *r) {
   weft_world *w = r->world;
   wf_p2p *p = w->p2p;
   /* a callback (on the engine thread), or a receive too large for a
-   * mailbox message when no message may be read across processes (the
-   * engine posts it and will match it: it waits as before), or one behind
-   * such: through the engine's queue, in order */
+   * mailbox message (beyond READ_MAX, or beyond a slot when no message may
+   * be read across processes: the engine posts it and will match it), or
+   * one behind such: through the engine's queue, in order */
   if (on_engine(w) || atomic_load(&p->queued_recvs)) return 0;
-  if (!w->cma_ok && elems_of(r) * weft_dtype_size((weft_dtype)r->msg.dtype) > WF_MBOX_INLINE) return 0;
+  uint64_t bytes = elems_of(r) * weft_dtype_size((weft_dtype)r->msg.dtype);
+  if (bytes > WF_MBOX_INLINE && (!w->cma_ok || bytes > READ_MAX)) return 0;
   op *o = malloc(sizeof *o); /* not calloc: glibc's calloc skips the thread's cache of small blocks */
   if (!o) return 0;
   *o = (op){0};
