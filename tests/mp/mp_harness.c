@@ -508,6 +508,19 @@ MP_FN int mp_contains(const char *hay, const char *needle) {
   return n == 0;
 }
 
+/* What a transfer or call with a peer that died must end in: st (its
+ * status; IN_PROGRESS if it never ended) an error whose message msg names
+ * dead ("rank 1"), within limit seconds of t0. Says how it ended. */
+MP_FN void mp_expect_lost(weft_status st, const char *msg, double t0, double limit, const char *dead,
+                          const char *what) {
+  double dt = mp_now() - t0;
+  if (st == WEFT_IN_PROGRESS) mp_fail("%s: no error %.1f s after it began", what, dt);
+  else if (st >= 0) mp_fail("%s: completed (%s) although %s died", what, weft_status_string(st), dead);
+  else if (!mp_contains(msg, dead)) mp_fail("%s: \"%s\" does not name %s", what, msg, dead);
+  else if (dt > limit) mp_fail("%s: failed only after %.1f s", what, dt);
+  else mp_say("INFO rank %d: %s failed after %.2f s: %s: %s", mp_rank, what, dt, weft_status_string(st), msg);
+}
+
 /* ---- a rank that kills itself on purpose (mp_fault, mp_p2p_fault). The
  * weft rank runs in a child; the process weftrun started waits for it, so
  * weftrun does not stop the survivors when the rank dies. Just before

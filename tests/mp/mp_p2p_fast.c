@@ -232,12 +232,7 @@ static void expect_lost(weft_request *r, weft_status submitted, double t0, const
     return;
   }
   weft_status st = weft_wait(r, 12.0);
-  double dt = mp_now() - t0;
-  const char *msg = weft_request_error(r);
-  if (st == WEFT_IN_PROGRESS) mp_fail("%s: no error %.1f s after the kill", what, dt);
-  else if (st >= 0) mp_fail("%s: completed (%s) although the peer died", what, weft_status_string(st));
-  else if (!mp_contains(msg, "rank 2")) mp_fail("%s: \"%s\" does not name rank 2", what, msg);
-  else mp_say("INFO rank %d: %s failed after %.2f s: %s: %s", mp_rank, what, dt, weft_status_string(st), msg);
+  mp_expect_lost(st, weft_request_error(r), t0, 12.0, "rank 2", what);
   weft_request_free(r);
 }
 

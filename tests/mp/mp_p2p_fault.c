@@ -10,13 +10,7 @@
 
 static void expect_lost(weft_request *r, double t0, const char *dead, const char *what) {
   weft_status st = weft_wait(r, 12.0);
-  double dt = mp_now() - t0;
-  const char *msg = weft_request_error(r);
-  if (st == WEFT_IN_PROGRESS) mp_fail("%s: no error %.1f s after the kill", what, dt);
-  else if (st >= 0) mp_fail("%s: completed (%s) after %.2f s although the peer died", what, weft_status_string(st), dt);
-  else if (!mp_contains(msg, dead)) mp_fail("%s: \"%s\" does not name %s", what, msg, dead);
-  else if (dt > 10.0) mp_fail("%s: failed only after %.1f s", what, dt);
-  else mp_say("INFO rank %d: %s failed after %.2f s: %s: %s", mp_rank, what, dt, weft_status_string(st), msg);
+  mp_expect_lost(st, weft_request_error(r), t0, 10.0, dead, what);
   weft_request_free(r);
 }
 
