@@ -100,7 +100,7 @@ static uint32_t find(const wf_cache *c, const char *name) {
 
 /* The assignment for name, whose slot is id (NIL: not cached): see
  * wf_cache_assign. */
-static uint32_t assign_at(wf_cache *c, uint32_t id, const char *name, void *payload, uint64_t *epoch) {
+static uint32_t assign_at(wf_cache *c, uint32_t id, const char *name, void *payload, uint64_t *epoch, int *kept) {
   if (id != NIL) {
     unlink_slot(c, id);
   } else {
@@ -135,6 +135,7 @@ static uint32_t assign_at(wf_cache *c, uint32_t id, const char *name, void *payl
     }
   }
   slot *s = &c->slots[id];
+  if (kept) *kept = payload && s->payload == payload; /* (an evicted slot may have held it too) */
   if (s->payload && s->payload != payload && c->free_payload) c->free_payload(s->payload);
   s->payload = payload;
   s->epoch = ++c->epoch;
@@ -144,15 +145,13 @@ static uint32_t assign_at(wf_cache *c, uint32_t id, const char *name, void *payl
 }
 
 uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t *epoch) {
-  return assign_at(c, find(c, name), name, payload, epoch);
+  return assign_at(c, find(c, name), name, payload, epoch, NULL);
 }
 
 uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch,
                               int *kept) {
   int ok = hint < c->used && c->slots[hint].name && !strcmp(c->slots[hint].name, name);
-  uint32_t id = ok ? hint : find(c, name);
-  if (kept) *kept = id != NIL && payload && c->slots[id].payload == payload;
-  return assign_at(c, id, name, payload, epoch);
+  return assign_at(c, ok ? hint : find(c, name), name, payload, epoch, kept);
 }
 
 void *wf_cache_by_id(const wf_cache *c, uint32_t id, uint64_t epoch, const char **name) {
@@ -256,7 +255,7 @@ void wf_mcache_response(wf_mcache *m, const wf_response_msg *r, int rank,
       else if (!keep || !wf_req_same(keep, q)) pay = wf_req_dup(q); /* NULL (no memory): a miss next time */
     }
     uint64_t epoch;
-    assign_at(c, id, name, pay, &epoch);
+    assign_at(c, id, name, pay, &epoch, NULL);
   }
 }
 

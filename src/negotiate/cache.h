@@ -58,9 +58,10 @@ uint32_t wf_cache_assign(wf_cache *c, const char *name, void *payload, uint64_t 
 
 /* Same, when the caller believes slot hint holds name (from a reference
  * it received; any value is safe): saves the name lookup when it does.
- * *kept (may be NULL): 1 when the slot held payload already (it took no
- * new reference to it), else 0. Only the slot's answer says so: a payload
- * may sit in another slot too (one that lost its name for want of memory). */
+ * *kept (may be NULL): 1 when the slot the name gets (its own, or the one
+ * evicted for it) held payload already, so it took no new reference to it;
+ * else 0. Only the slot's answer says so: a payload may sit in another slot
+ * too (one that lost its name for want of memory). */
 uint32_t wf_cache_assign_hint(wf_cache *c, uint32_t hint, const char *name, void *payload, uint64_t *epoch,
                               int *kept);
 
