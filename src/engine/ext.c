@@ -90,8 +90,11 @@ int wf_ext_peer_state(weft_world *w, int peer, char *msg, size_t len) {
   int failed = w->fail_status != WEFT_OK;
   if (g == 2 || failed) snprintf(msg, len, "%s", w->fail_msg[0] ? w->fail_msg : "the world failed");
   else if (g == 1) snprintf(msg, len, "rank %d finalized (%s)", peer, w->peers[peer].host);
+  /* a world failed by a lost rank that this rank has not seen go itself
+   * (another rank reported it first): 3, the failure names that rank */
+  int lost_elsewhere = g != 2 && w->fail_status == WEFT_ERR_PEER_LOST;
   pthread_mutex_unlock(&w->mu);
-  return g == 2 ? 2 : g == 1 || failed ? 1 : 0;
+  return g == 2 ? 2 : lost_elsewhere ? 3 : g == 1 || failed ? 1 : 0;
 }
 
 void wf_ext_on_frame(weft_world *w, int peer, uint8_t type, const uint8_t *p, size_t n) {

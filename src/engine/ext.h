@@ -31,7 +31,9 @@ void *wf_ext_get(weft_world *w);
 /* Queues a whole frame (taken) for peer; the engine thread sends it (any thread). */
 weft_status wf_ext_send(weft_world *w, int peer, wf_buf *frame);
 /* 0: peer is fine; 1: the world failed or peer finalized (why in msg); 2:
- * peer was lost (died or went silent). Any thread. */
+ * peer was lost (died or went silent); 3: the world failed because a rank
+ * was lost, which may or may not be peer (the message names it). Any
+ * thread. */
 int wf_ext_peer_state(weft_world *w, int peer, char *msg, size_t len);
 
 /* Engine side (engine thread): a frame of the layer's types arrived; the

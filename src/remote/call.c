@@ -3,6 +3,7 @@
  * (service thread), and the call handle's public functions. A call's
  * messages name the operation and the callee ("execute 'f' on rank 1:
  * can't find program: f"). */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,7 +406,7 @@ void wf_call_tick(wf_remote *r, int64_t now) {
   while (c) {
     weft_remote_call *next = c->next;
     if (r->pstate[c->peer]) {
-      complete(r, c, r->pstate[c->peer] == 2 ? WEFT_ERR_PEER_LOST : WEFT_ERR_SHUTDOWN, "rank %d is gone: %s",
+      complete(r, c, r->pstate[c->peer] >= 2 ? WEFT_ERR_PEER_LOST : WEFT_ERR_SHUTDOWN, "rank %d is gone: %s",
                c->peer, r->pmsg[c->peer]);
     } else if (now >= c->deadline) {
       send_cancel(r, c);
@@ -437,10 +438,17 @@ weft_status weft_remote_wait(weft_remote_call *call, double timeout_seconds) {
   /* the call's own deadline always ends it (the service thread's tick), so
    * a negative timeout waits a little past it at most */
   int64_t until = timeout_seconds < 0 ? INT64_MAX : wf_deadline_after(timeout_seconds);
+  int64_t spin_end = wf_now_ns() + WF_REMOTE_SPIN_NS;
   pthread_mutex_lock(&r->mu);
   while (call->status == WEFT_IN_PROGRESS) {
     int64_t now = wf_now_ns();
     if (now >= until) break;
+    if (now < spin_end) { /* a call on one host returns within tens of microseconds: look, handing the core over */
+      pthread_mutex_unlock(&r->mu);
+      sched_yield();
+      pthread_mutex_lock(&r->mu);
+      continue;
+    }
     int64_t at = until - now > WF_REMOTE_TICK_NS * 5 ? now + WF_REMOTE_TICK_NS * 5 : until;
     struct timespec ts = {.tv_sec = (time_t)(at / WF_NS_PER_SEC), .tv_nsec = (long)(at % WF_NS_PER_SEC)};
     pthread_cond_timedwait(&r->done_cv, &r->mu, &ts);

@@ -29,7 +29,9 @@ typedef struct wf_remote_link {
   weft_status (*send)(void *ctx, int peer, wf_buf *frame);
   /* 0: peer is fine; 1: calls to it cannot complete (the world failed, it
    * finalized); 2: it died or went silent (what it owned here is freed
-   * after the grace). Why in msg. Any thread; never called with mu held. */
+   * after the grace); 3: calls cannot complete because some rank died (as
+   * 1, but its calls fail as lost, naming that rank). Why in msg. Any
+   * thread; never called with mu held. */
   int (*peer_lost)(void *ctx, int peer, char *msg, size_t len);
   /* The bulk data path (NULL: every tensor travels inline). Posts the
    * transfer of n bytes at data with peer under key (send: 1, else a

@@ -10,6 +10,7 @@
 #define WF_RCALL_MAGIC 0x72636c6cu /* "rcll" */
 #define WF_REMOTE_JOIN_SECONDS 10   /* finalize waits this long for a running function */
 #define WF_REMOTE_TICK_NS 20000000LL /* the service thread looks at deadlines, idle contexts, peers this often */
+#define WF_REMOTE_SPIN_NS 50000 /* a waiter (a caller, the idle worker) looks this long before it sleeps */
 
 /* ---- callee: objects, contexts, jobs */
 enum { WF_OBJ_PENDING = 0, WF_OBJ_READY = 1, WF_OBJ_FAILED = 2 };

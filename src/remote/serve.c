@@ -11,6 +11,7 @@
  * announced yet is a placeholder too (another caller's put may be on its
  * way). Jobs whose inputs are ready run one at a time, in order, on the
  * worker thread. */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -694,13 +695,27 @@ static void run_job(wf_remote *r, wf_rjob *j) {
 
 void *wf_serve_worker(void *arg) {
   wf_remote *r = arg;
+  int64_t idle_since = 0;
   pthread_mutex_lock(&r->mu);
   while (!r->stopping) {
     wf_rjob *j = r->ready_head;
     if (!j) {
-      pthread_cond_wait(&r->work_cv, &r->mu);
+      /* just after a job the next one usually follows within microseconds
+       * (a caller's next call), and a futex sleep and wake-up cost more than
+       * that on a VM: look again for a moment, handing the core over */
+      int64_t now = wf_now_ns();
+      if (!idle_since) idle_since = now;
+      if (now - idle_since < WF_REMOTE_SPIN_NS) {
+        pthread_mutex_unlock(&r->mu);
+        sched_yield();
+        pthread_mutex_lock(&r->mu);
+      } else {
+        pthread_cond_wait(&r->work_cv, &r->mu);
+        idle_since = 0;
+      }
       continue;
     }
+    idle_since = 0;
     r->ready_head = j->next;
     if (!r->ready_head) r->ready_tail = NULL;
     j->next = NULL;

@@ -575,6 +575,46 @@ static void test_free_bounded(void) {
   wf_remote_free(g_r[0]);
 }
 
+/* The world failed because some other rank was lost (the link says 3 for
+ * a live peer): a call to the peer fails as lost, naming what the link
+ * says, and what the peer owns is kept past the grace (only a dead rank's
+ * objects go). Fresh cores. */
+static void test_lost_elsewhere(void) {
+  for (int i = 0; i < N; i++) atomic_store(&g_lost[i], 0);
+  for (int i = 0; i < 2; i++) {
+    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, NULL, 0};
+    CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
+  }
+  CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
+  uint64_t ctx;
+  CHECK(wf_remote_ctx_op(g_r[0], 1, WF_ROP_CTX_CREATE, 0, 0, &ctx) == WEFT_OK, "context");
+  int64_t sh[1] = {1};
+  float x[1] = {1};
+  put(0, 1, ctx, new_id(0), x, sh);
+  weft_remote_stats s0, s1;
+  wf_remote_stats(g_r[1], &s0);
+  weft_tensor t = vec(x, sh);
+  weft_remote_input in[1] = {{.tensor = &t}};
+  weft_remote_id o = new_id(0);
+  weft_remote_call *c;
+  gate(0);
+  CHECK(wf_remote_execute(g_r[0], 1, ctx, "slow", 1, in, 1, &o, 0, NULL, &c) == WEFT_OK, "slow");
+  sleep_s(0.1);
+  atomic_store(&g_lost[1], 3);
+  atomic_store(&g_lost[0], 3);
+  weft_status st = weft_remote_wait(c, 5);
+  CHECK(st == WEFT_ERR_PEER_LOST && strstr(weft_remote_call_error(c), "rank 1"), "lost elsewhere: %d %s", st,
+        weft_remote_call_error(c));
+  weft_remote_call_free(c);
+  sleep_s(0.8); /* twice the grace */
+  wf_remote_stats(g_r[1], &s1);
+  CHECK(s1.orphans_freed == s0.orphans_freed && s1.objects >= s0.objects,
+        "a live rank's objects were freed as a dead one's: freed %lld (was %lld), objects %lld (was %lld)",
+        (long long)s1.orphans_freed, (long long)s0.orphans_freed, (long long)s1.objects, (long long)s0.objects);
+  gate(1);
+  for (int i = 0; i < 2; i++) wf_remote_free(g_r[i]);
+}
+
 int main(void) {
   g_test_thread = pthread_self();
   for (int i = 0; i < N; i++) {
@@ -601,5 +641,6 @@ int main(void) {
   test_deaths(ctx);
   for (int i = 0; i < N; i++) wf_remote_free(g_r[i]);
   test_free_bounded();
+  test_lost_elsewhere();
   return unit_result("test_remote");
 }
