@@ -13,6 +13,11 @@
 #         survivors re-form generation 2; after the cool-down weftrun starts
 #         worker 3 on the freed slot, and generation 3 takes it in (it
 #         checks it started no sooner than 3 s after the death).
+#   shrink: 3 workers on localhost:3; at step 15 rank 0 rewrites the file
+#         to localhost:2: weftrun removes worker 2 (the highest id), the
+#         members learn it at that commit ("removed"), generation 2 forms
+#         with workers 0 and 1, weftrun stops worker 2; the two finish equal
+#         to the reference, no worker counts as lost, the job exits 0.
 #   errors: discovery scripts that fail or print a bad line: weftrun names
 #         the problem and does not start the job.
 set -u
@@ -51,6 +56,23 @@ flap)
   grep -q "weftrun: elastic: generation 3: 3 ranks (workers 0, 1, 3)" "$OUT" || fail "no generation 3 with worker 3"
   for w in 0 1 3; do grep -q "PASS: worker $w " "$OUT" || fail "worker $w did not pass"; done
   echo "PASS: flap"
+  ;;
+shrink)
+  echo localhost:3 >"$DIR/hosts"
+  "$WEFTRUN" -np 3 --min-np 2 --max-np 3 --host-discovery-script "cat $DIR/hosts" --elastic-timeout 30 \
+    --timeout 100 "$PROG" --steps 30 --commit-every 5 --workers 3 --grow-step 15 --grow-to 2 \
+    --hosts-file "$DIR/hosts" >"$OUT" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || fail "weftrun exited $rc"
+  grep -q "weftrun: elastic: host discovery lists 2 slots on host localhost: worker 2 is removed when the members" \
+    "$OUT" || fail "no message removing worker 2"
+  grep -q "weftrun: elastic: generation 2: 2 ranks (workers 0, 1)" "$OUT" || fail "no generation 2 of workers 0, 1"
+  grep -q "weftrun: elastic: worker 2 (pid [0-9]* on host localhost) removed by host discovery: the members re-formed" \
+    "$OUT" || fail "worker 2 not stopped after the re-formation"
+  for w in 0 1; do grep -q "PASS: worker $w " "$OUT" || fail "worker $w did not pass"; done
+  ! grep -q "FAIL\|remain (\|cools down\|gets no new workers\|starting worker" "$OUT" ||
+    fail "a failure, a lost worker, a cool-down or a new worker"
+  echo "PASS: shrink"
   ;;
 errors)
   # a discovery script that fails or prints a bad line: reported, the job is not started (exit 1) once
