@@ -843,6 +843,15 @@ WEFT_API uint64_t weft_generation(const weft_world *world);
  * not ask within --elastic-timeout of a newcomer's question is not left
  * out: the newcomers wait (their weft_init fails at its own deadline).
  *
+ * Removal: when discovery lists fewer slots on a host than it runs
+ * processes, weftrun removes its highest-numbered ones (never below
+ * --min-np). The members learn it the same way (WEFT_HOSTS_REMOVED) and
+ * re-form at the same point; the removed processes re-form too, and their
+ * weft_init does not return: weftrun stops them (SIGTERM, SIGKILL after
+ * --grace; should its refusal come first, weft_init fails with
+ * WEFT_ERR_SHUTDOWN). Their exit is no failure of the job. The training
+ * state of the others is current: no restore, no broadcast is needed.
+ *
  * weft_elastic_hosts_updated asks weftrun (one authenticated TCP question,
  * at most about 10 s) whether the membership changed since this world's
  * generation; *update gets WEFT_HOSTS_* bits (0: no change). Not

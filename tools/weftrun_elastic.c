@@ -24,6 +24,15 @@
  * when they choose; only a member's question starts the round's
  * --elastic-timeout. A worker started that way that was never placed when
  * the job ends (a worker exited 0) is stopped, and its exit is no failure.
+ * Removal: a host listing fewer slots than it runs workers (0 when it is
+ * missing) gives up its highest ids first, never leaving fewer than
+ * --min-np workers (the rest stay until discovery lists fewer again). A
+ * removed worker of the current world stays until the members re-form:
+ * a CHECK answers "removed", every member asks at the same commit, and the
+ * round forms without it; then it is stopped (SIGTERM, then SIGKILL after
+ * --grace) before its question is refused. Any other removed worker is
+ * stopped at once. A removed worker's exit is no loss: no failure, no
+ * cool-down.
  *
  * The job stops, with a message, when fewer than --min-np workers are
  * alive (without discovery at once: none can come; with it, once that has
@@ -71,6 +80,8 @@ struct wf_run_elastic {
   int *cur;                  /* per worker: a member of the last generation formed */
   int *placed;               /* per worker: a member of some generation */
   int64_t short_at;          /* discovery: when fewer than --min-np workers left lasts too long (WF_NO_DEADLINE: not short) */
+  int *removing;             /* per worker: host discovery removed its slot (stopped when the members re-form) */
+  int min_np_said;           /* a removal held back by --min-np was reported (once until none is) */
 };
 
 /* ------------------------------------------------------- the command line */
@@ -228,6 +239,18 @@ static void leave_out(struct wf_run_job *j, int i, const char *why) {
   }
 }
 
+/* Stops worker i, removed by host discovery: SIGTERM before its question
+ * (if held) is refused, so it leaves rather than fails; its exit is no loss. */
+static void stop_removed(struct wf_run_job *j, int i, const char *when) {
+  struct wf_run_elastic *e = j->el;
+  fprintf(stderr, "weftrun: elastic: worker %d (pid %d on host %s) removed by host discovery: %s; stopping it\n", i,
+          (int)j->ranks[i].pid, wf_run_host_of(j, i), when);
+  e->out[i] = 1;
+  (void)kill(-j->ranks[i].pid, SIGTERM);
+  e->kill_at[i] = wf_deadline_after(j->o->grace);
+  if (e->held[i] >= 0) refuse(j, e->held[i], WEFT_ERR_SHUTDOWN, "this worker was removed by host discovery");
+}
+
 /* Where worker i binds as rank 0: this machine's address for a local one,
  * its host's name for a remote one; the port is its own choice. */
 static void bind_hint(const struct wf_run_job *j, int i, char *out, size_t cap) {
@@ -266,6 +289,8 @@ static void form(struct wf_run_job *j) {
   struct wf_run_elastic *e = j->el;
   const struct wf_run_opts *o = j->o;
   char ids[512], why[700];
+  for (int i = 0; i < j->nranks; i++)
+    if (alive(j, i) && e->removing[i]) stop_removed(j, i, "the members re-formed without it");
   for (int i = 0; i < j->nranks; i++)
     if (alive(j, i) && e->held[i] < 0) {
       snprintf(why, sizeof why, "did not ask for a place in generation %llu within --elastic-timeout %g s",
@@ -362,9 +387,44 @@ static void grow(struct wf_run_job *j) {
   }
 }
 
+/* Host discovery: a host running more workers than its listed slots gives
+ * up its highest ids first, down to --min-np workers at most. A member of
+ * the current world is marked (CHECK answers "removed"; form() stops it);
+ * any other is stopped at once. A removal is final. */
+static void shrink(struct wf_run_job *j) {
+  struct wf_run_elastic *e = j->el;
+  const struct wf_run_opts *o = j->o;
+  if (!e || !j->disc || j->stopping || e->finishing) return;
+  int keep = 0, held_back = 0;
+  for (int i = 0; i < j->nranks; i++) keep += alive(j, i) && !e->removing[i];
+  for (int h = 0; h < o->nhosts; h++) {
+    int n = 0;
+    for (int i = 0; i < j->nranks; i++) n += alive(j, i) && !e->removing[i] && j->ranks[i].host == h;
+    for (int i = j->nranks - 1; i >= 0 && n > o->hosts[h].slots; i--) {
+      if (!alive(j, i) || e->removing[i] || j->ranks[i].host != h) continue;
+      if (keep <= o->min_np) {
+        if (!e->min_np_said)
+          fprintf(stderr, "weftrun: elastic: host discovery lists %d slot%s on host %s, but removing worker %d would "
+                  "leave fewer than --min-np %d workers; it stays\n", o->hosts[h].slots,
+                  o->hosts[h].slots == 1 ? "" : "s", o->hosts[h].name, i, o->min_np);
+        held_back = 1;
+        break;
+      }
+      e->removing[i] = 1;
+      n--, keep--;
+      if (!e->cur[i]) stop_removed(j, i, "it is in no world");
+      else
+        fprintf(stderr, "weftrun: elastic: host discovery lists %d slot%s on host %s: worker %d is removed when the "
+                "members re-form\n", o->hosts[h].slots, o->hosts[h].slots == 1 ? "" : "s", o->hosts[h].name, i);
+    }
+  }
+  e->min_np_said = held_back;
+}
+
 /* A CHECK (weft_elastic_hosts_updated): "added" while a worker that is no
- * member of the last generation waits for a place; "removed" to a worker
- * of an older generation. Once the job ends: no update (no world will
+ * member of the last generation waits for a place; "removed" while a
+ * member of it is removed by host discovery, or to a worker of an older
+ * generation. Once the job ends: no update (no world will
  * form again). */
 static void answer_check(struct wf_run_job *j, int k) {
   struct wf_run_elastic *e = j->el;
@@ -376,7 +436,8 @@ static void answer_check(struct wf_run_job *j, int k) {
     st = WEFT_ERR_ABORTED;
   } else if (!e->finishing) {
     for (int w = 0; w < j->nranks; w++)
-      if (e->held[w] >= 0 && !e->cur[w]) upd |= WF_EL_UPD_ADDED;
+      if (e->held[w] >= 0 && !e->cur[w] && !e->out[w]) upd |= WF_EL_UPD_ADDED;
+      else if (e->removing[w] && e->cur[w] && !e->out[w]) upd |= WF_EL_UPD_REMOVED;
     if (c->last_gen != e->gen) upd |= WF_EL_UPD_REMOVED;
   }
   if (j->o->verbose)
@@ -442,7 +503,9 @@ int wf_run_el_start(struct wf_run_job *j, const char *ip) {
   e->cur = calloc((size_t)np, sizeof *e->cur);
   e->placed = calloc((size_t)np, sizeof *e->placed);
   e->kill_at = malloc((size_t)np * sizeof *e->kill_at);
-  if (!e->conns || !e->held || !e->out || !e->kill_at || !e->member || !e->cur || !e->placed) return -1;
+  e->removing = calloc((size_t)np, sizeof *e->removing);
+  if (!e->conns || !e->held || !e->out || !e->kill_at || !e->member || !e->cur || !e->placed || !e->removing)
+    return -1;
   for (int k = 0; k < e->nconn; k++) e->conns[k].fd = -1;
   for (int i = 0; i < np; i++) e->held[i] = -1, e->kill_at[i] = WF_NO_DEADLINE;
   wf_el_job_id(j->job_id, e->job, sizeof e->job);
@@ -471,6 +534,7 @@ void wf_run_el_free(struct wf_run_job *j) {
   free(e->cur);
   free(e->placed);
   free(e->kill_at);
+  free(e->removing);
   free(e);
   j->el = NULL;
 }
@@ -603,6 +667,7 @@ void wf_run_el_tick(struct wf_run_job *j) {
       e->kill_at[i] = WF_NO_DEADLINE;
     }
   wf_run_disc_tick(j->disc, j->mo);
+  shrink(j);
   grow(j);
   decide(j);
 }

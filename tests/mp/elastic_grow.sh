@@ -13,6 +13,15 @@
 #         survivors re-form generation 2; after the cool-down weftrun starts
 #         worker 3 on the freed slot, and generation 3 takes it in (it
 #         checks it started no sooner than 3 s after the death).
+#   shrink: 3 workers on localhost:3; at step 15 rank 0 rewrites the file
+#         to localhost:2: weftrun removes worker 2 (the highest id), the
+#         members learn it at that commit ("removed"), generation 2 forms
+#         with workers 0 and 1, weftrun stops worker 2; the two finish equal
+#         to the reference, no worker counts as lost, the job exits 0.
+#   shrink_min_np: the same with --min-np 2, but rank 0 rewrites the file
+#         to localhost:1: only worker 2 is removed (removing worker 1 too
+#         would leave fewer than --min-np), weftrun says so, and the job
+#         ends on workers 0 and 1 as above.
 #   errors: discovery scripts that fail or print a bad line: weftrun names
 #         the problem and does not start the job.
 set -u
@@ -51,6 +60,30 @@ flap)
   grep -q "weftrun: elastic: generation 3: 3 ranks (workers 0, 1, 3)" "$OUT" || fail "no generation 3 with worker 3"
   for w in 0 1 3; do grep -q "PASS: worker $w " "$OUT" || fail "worker $w did not pass"; done
   echo "PASS: flap"
+  ;;
+shrink | shrink_min_np)
+  echo localhost:3 >"$DIR/hosts"
+  [ "$CASE" = shrink ] || echo localhost:1 >"$DIR/hosts.next" # rank 0 renames it over the hosts file
+  "$WEFTRUN" -np 3 --min-np 2 --max-np 3 --host-discovery-script "cat $DIR/hosts" --elastic-timeout 30 \
+    --timeout 100 "$PROG" --steps 30 --commit-every 5 --workers 3 --grow-step 15 --grow-to 2 \
+    --hosts-file "$DIR/hosts" >"$OUT" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || fail "weftrun exited $rc"
+  n=2; [ "$CASE" = shrink ] || n=1
+  grep -q "weftrun: elastic: host discovery lists $n slots\? on host localhost: worker 2 is removed when the members" \
+    "$OUT" || fail "no message removing worker 2"
+  if [ "$CASE" = shrink_min_np ]; then
+    grep -q "weftrun: elastic: host discovery lists 1 slot on host localhost, but removing worker 1 would leave fewer \
+than --min-np 2 workers; it stays" "$OUT" || fail "no message keeping worker 1 for --min-np"
+    [ "$(grep -c "but removing worker 1" "$OUT")" = 1 ] || fail "the --min-np message is not said once"
+  fi
+  grep -q "weftrun: elastic: generation 2: 2 ranks (workers 0, 1)" "$OUT" || fail "no generation 2 of workers 0, 1"
+  grep -q "weftrun: elastic: worker 2 (pid [0-9]* on host localhost) removed by host discovery: the members re-formed" \
+    "$OUT" || fail "worker 2 not stopped after the re-formation"
+  for w in 0 1; do grep -q "PASS: worker $w " "$OUT" || fail "worker $w did not pass"; done
+  ! grep -q "FAIL\|remain (\|cools down\|gets no new workers\|starting worker" "$OUT" ||
+    fail "a failure, a lost worker, a cool-down or a new worker"
+  echo "PASS: $CASE"
   ;;
 errors)
   # a discovery script that fails or prints a bad line: reported, the job is not started (exit 1) once

@@ -1,4 +1,4 @@
-/* mp_elastic_grow.c - an elastic job that grows under `weftrun
+/* mp_elastic_grow.c - an elastic job that grows (or shrinks) under `weftrun
  * --host-discovery-script` (tools/weftrun_discovery.c), and the driver's
  * host-update question (weft_elastic_hosts_updated).
  *
@@ -17,7 +17,11 @@
  *     --workers slots to M (localhost:M, or F.next where the test wrote
  *     one, e.g. with another host) and waits (at most 30 s) until weftrun reports
  *     the new workers; they join there: generation 1 = ids 0..workers-1 up
- *     to that commit, generation 2 = ids 0..M-1 after it.
+ *     to that commit, generation 2 = ids 0..M-1 after it. With M below
+ *     --workers the job shrinks: rank 0 waits for "removed" (exactly that
+ *     bit; "added" for growth), and weftrun stops workers M..workers-1 when
+ *     generation 2 forms without them (a removed worker whose weft_init is
+ *     refused before the signal lands says so and exits 0).
  *   --die-worker W --die-step S --cooldown X: worker W SIGKILLs itself at
  *     step S (writing the time to F.died first); the survivors re-form
  *     from the last commit (generation 2); weftrun cools the host down for
@@ -101,7 +105,7 @@ static weft_status finish(weft_request *req, char *msg, size_t cap) {
   return st;
 }
 
-/* Rank 0: asks weftrun; with wait, until "added" (at most WAIT_SECONDS). */
+/* Rank 0: asks weftrun; with wait, until an update (at most WAIT_SECONDS). */
 static int ask_updates(weft_world *w, int wait) {
   double until = now_s() + WAIT_SECONDS;
   for (;;) {
@@ -113,7 +117,7 @@ static int ask_updates(weft_world *w, int wait) {
     }
     if (upd || !wait) return upd;
     if (now_s() > until) {
-      printf("FAIL: worker %d: weftrun reported no new workers within %g s\n", g_id, WAIT_SECONDS);
+      printf("FAIL: worker %d: weftrun reported no host update within %g s\n", g_id, WAIT_SECONDS);
       exit(1);
     }
     usleep(20000);
@@ -192,6 +196,10 @@ int main(int argc, char **argv) {
   for (;;) {
     weft_world *w = NULL;
     weft_status st = weft_init(NULL, &w);
+    if (st == WEFT_ERR_SHUTDOWN && g_grow_step >= 0 && g_id >= g_grow_to && first_gen) {
+      printf("worker %d: removed (weft_init: %s)\n", g_id, weft_last_error());
+      return 0;
+    }
     if (st != WEFT_OK) {
       printf("FAIL: worker %d: weft_init: %s: %s\n", g_id, weft_status_string(st), weft_last_error());
       return 3;
@@ -254,6 +262,12 @@ int main(int argc, char **argv) {
                    (g_die_step >= 0 && gen == 2 && t == gen_end(2));
         if (must && g_grow_step >= 0) write_hosts(g_grow_to);
         flag = ask_updates(w, must);
+        int want = g_grow_to > g_workers ? WEFT_HOSTS_ADDED : WEFT_HOSTS_REMOVED;
+        if (must && g_grow_step >= 0 && flag != want) {
+          printf("FAIL: worker %d: weftrun reported host update bits %d at step %d, expected %d\n", g_id, (int)flag,
+                 t, want);
+          return 1;
+        }
         if (flag && !must) {
           printf("FAIL: worker %d: weftrun reported a host update at step %d of generation %d, where none was "
                  "expected\n", g_id, t, gen);

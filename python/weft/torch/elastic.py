@@ -22,7 +22,11 @@ on discovered slots; at the next commit() (or check_host_updates()) rank 0
 asks weftrun whether workers wait to join and broadcasts the answer, every
 rank raises HostsUpdatedInterrupt, and run() re-forms the world with them
 (without restoring: the commit was just made), then syncs the state from
-rank 0, which is how the new workers get it.
+rank 0, which is how the new workers get it. When discovery lists fewer
+slots, weftrun removes workers (highest ids first, never below --min-np):
+at the next commit() every rank raises HostsUpdatedInterrupt(skip_sync=True)
+(only removed), run() re-forms without them, restoring and syncing nothing,
+and weftrun stops the removed ones.
 """
 
 import copy
@@ -93,7 +97,8 @@ class State(object):
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when weftrun reports
         that the membership changed since this world was formed (host
-        discovery started workers that wait to join): rank 0 asks weftrun
+        discovery started workers that wait to join, or removed members;
+        skip_sync when only removed): rank 0 asks weftrun
         (weft_elastic_hosts_updated) and broadcasts the answer, so all ranks
         raise at the same call, as Horovod's (which broadcasts its
         notifications' timestamps from rank 0). A collective: every rank
