@@ -25,7 +25,6 @@ import time
 import torch
 
 import weft.torch as hvd
-from elastic_ref import B, COMMIT, D, EPOCHS, LR, MOMENTUM, N, SEED, W0, X, Y
 import elastic_ref
 from weft import _weft
 
@@ -55,36 +54,17 @@ def main():
     joined = _weft.generation()
     assert (worker < 2 and joined == 1 and hvd.size() == 2) or (worker == 2 and joined == 2 and hvd.size() == 3), \
         "worker %d: generation %d of size %d" % (worker, joined, hvd.size())
-    model = torch.nn.Linear(D, 1, bias=False).double()
-    with torch.no_grad():
-        model.weight.copy_(W0 + worker)  # only rank 0's survive the sync
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
-                                         named_parameters=model.named_parameters())
-    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=SEED)
-    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    model, optimizer, state = elastic_ref.setup(hvd, worker)
     resets, started = [], []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
     @hvd.elastic.run
     def train(state):
         started.append(state.steps)
-        while state.epoch < EPOCHS:
-            idx = list(iter(state.sampler))
-            for k in range(len(idx) // B):
-                batch = idx[k * B:(k + 1) * B]
-                optimizer.zero_grad()
-                loss = ((model(X[batch]).squeeze(1) - Y[batch]) ** 2).mean()
-                loss.backward()
-                optimizer.step()
-                state.sampler.record_batch(k, B)
-                state.steps += 1
-                if state.steps == GROW_AT and hvd.size() == 2 and hvd.rank() == 0:
-                    grow(hosts_file)
-                if state.steps % COMMIT == 0:
-                    state.commit()
-            state.epoch += 1
-            state.sampler.set_epoch(state.epoch)
-            state.commit()
+        def after(steps):
+            if steps == GROW_AT and hvd.size() == 2 and hvd.rank() == 0:
+                grow(hosts_file)
+        elastic_ref.epochs(state, model, optimizer, after=after)
 
     train(state)
     want, want_steps = reference()

@@ -38,3 +38,42 @@ def reference(ranks_at):
             processed += n * B
             steps += 1
     return w, steps
+
+
+def setup(hvd, offset):
+    """The model (its weights W0 + offset: only rank 0's survive the first
+    sync), DistributedOptimizer and TorchState the scripts train."""
+    model = torch.nn.Linear(D, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_(W0 + offset)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
+                                         named_parameters=model.named_parameters())
+    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=SEED)
+    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    return model, optimizer, state
+
+
+def epochs(state, model, optimizer, before=None, after=None):
+    """The scripts' training loop (the body of their @hvd.elastic.run
+    function): a commit every COMMIT steps and at each epoch's end;
+    before(steps) and after(steps) run around each step, after() before its
+    commit."""
+    while state.epoch < EPOCHS:
+        idx = list(iter(state.sampler))
+        for k in range(len(idx) // B):
+            if before:
+                before(state.steps)
+            batch = idx[k * B:(k + 1) * B]
+            optimizer.zero_grad()
+            loss = ((model(X[batch]).squeeze(1) - Y[batch]) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            state.sampler.record_batch(k, B)
+            state.steps += 1
+            if after:
+                after(state.steps)
+            if state.steps % COMMIT == 0:
+                state.commit()
+        state.epoch += 1
+        state.sampler.set_epoch(state.epoch)
+        state.commit()

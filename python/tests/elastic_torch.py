@@ -22,7 +22,6 @@ import sys
 import torch
 
 import weft.torch as hvd
-from elastic_ref import B, COMMIT, D, EPOCHS, LR, MOMENTUM, N, SEED, W0, X, Y
 import elastic_ref
 
 DIE_AT = 9
@@ -37,36 +36,17 @@ def main():
     hvd.init()
     assert hvd.size() == 3, "run with weftrun -np 3 --min-np 2"
     first_rank = hvd.rank()
-    model = torch.nn.Linear(D, 1, bias=False).double()
-    with torch.no_grad():
-        model.weight.copy_(W0 + hvd.rank())  # only rank 0's survive the initial sync
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
-                                         named_parameters=model.named_parameters())
-    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=SEED)
-    state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, steps=0)
+    model, optimizer, state = elastic_ref.setup(hvd, hvd.rank())
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
     @hvd.elastic.run
     def train(state):
-        while state.epoch < EPOCHS:
-            idx = list(iter(state.sampler))
-            for k in range(len(idx) // B):
-                if first_rank == 2 and state.steps == DIE_AT:
-                    sys.stdout.flush()
-                    os.kill(os.getpid(), signal.SIGKILL)
-                batch = idx[k * B:(k + 1) * B]
-                optimizer.zero_grad()
-                loss = ((model(X[batch]).squeeze(1) - Y[batch]) ** 2).mean()
-                loss.backward()
-                optimizer.step()
-                state.sampler.record_batch(k, B)
-                state.steps += 1
-                if state.steps % COMMIT == 0:
-                    state.commit()
-            state.epoch += 1
-            state.sampler.set_epoch(state.epoch)
-            state.commit()
+        def die(steps):
+            if first_rank == 2 and steps == DIE_AT:
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+        elastic_ref.epochs(state, model, optimizer, before=die)
 
     train(state)
     want, want_steps = reference()
