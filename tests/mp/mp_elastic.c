@@ -77,17 +77,7 @@ static int count_dir(const char *path) {
   return n - (strstr(path, "/fd") ? 1 : 0); /* opendir's own fd */
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double grad(int t, int id, int i, double p) {
-  long long v = (long long)t * 31 + (long long)id * 17 + (long long)i * 7 + (long long)p;
-  long long m = ((v % 13) + 13) % 13;
-  return (double)(m - 6);
-}
+#include "mp_elastic_util.c"
 
 /* One step of the reference: the members' gradients summed in id order. */
 static void ref_step(double *p, int t, const int *members, int n) {

@@ -51,16 +51,7 @@ static double g_cooldown = 0;
 static const char *g_hosts_file;
 static int g_id;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double grad(int t, int id, int i, double p) {
-  long long v = (long long)t * 31 + (long long)id * 17 + (long long)i * 7 + (long long)p;
-  return (double)(((v % 13) + 13) % 13 - 6);
-}
+#include "mp_elastic_util.c"
 
 static int grow_commit(void) { return (g_grow_step + g_commit - 1) / g_commit * g_commit; }
 static int death_commit(void) { return g_die_step / g_commit * g_commit; }

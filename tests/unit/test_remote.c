@@ -539,10 +539,9 @@ static void test_deaths(uint64_t ctx) {
   gate(1);
 }
 
-/* Finalize while a function never returns: wf_remote_free gives up after
- * its bound instead of hanging; the core is freed when the function ends
- * (LeakSanitizer would see it otherwise). Fresh cores, nobody lost. */
-static void test_free_bounded(void) {
+/* Fresh cores for ranks 0 and 1, nobody lost, "slow" on rank 1; returns
+ * rank 0's context there. */
+static uint64_t fresh_pair(void) {
   for (int i = 0; i < N; i++) atomic_store(&g_lost[i], 0);
   for (int i = 0; i < 2; i++) {
     wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, NULL, 0};
@@ -551,6 +550,14 @@ static void test_free_bounded(void) {
   CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
   uint64_t ctx;
   CHECK(wf_remote_ctx_op(g_r[0], 1, WF_ROP_CTX_CREATE, 0, 0, &ctx) == WEFT_OK, "context");
+  return ctx;
+}
+
+/* Finalize while a function never returns: wf_remote_free gives up after
+ * its bound instead of hanging; the core is freed when the function ends
+ * (LeakSanitizer would see it otherwise). Fresh cores, nobody lost. */
+static void test_free_bounded(void) {
+  uint64_t ctx = fresh_pair();
   int64_t sh[1] = {1};
   float x[1] = {1};
   weft_tensor t = vec(x, sh);
@@ -580,14 +587,7 @@ static void test_free_bounded(void) {
  * says, and what the peer owns is kept past the grace (only a dead rank's
  * objects go). Fresh cores. */
 static void test_lost_elsewhere(void) {
-  for (int i = 0; i < N; i++) atomic_store(&g_lost[i], 0);
-  for (int i = 0; i < 2; i++) {
-    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, NULL, 0};
-    CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
-  }
-  CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
-  uint64_t ctx;
-  CHECK(wf_remote_ctx_op(g_r[0], 1, WF_ROP_CTX_CREATE, 0, 0, &ctx) == WEFT_OK, "context");
+  uint64_t ctx = fresh_pair();
   int64_t sh[1] = {1};
   float x[1] = {1};
   put(0, 1, ctx, new_id(0), x, sh);
