@@ -553,6 +553,18 @@ static uint64_t fresh_pair(void) {
   return ctx;
 }
 
+/* Closes the gate and calls "slow" on rank 1 from rank 0 (it runs until
+ * gate(1)). */
+static weft_remote_call *start_slow(uint64_t ctx, float *x, const int64_t *sh) {
+  weft_tensor t = vec(x, sh);
+  weft_remote_input in[1] = {{.tensor = &t}};
+  weft_remote_id o = new_id(0);
+  weft_remote_call *c;
+  gate(0);
+  CHECK(wf_remote_execute(g_r[0], 1, ctx, "slow", 1, in, 1, &o, 0, NULL, &c) == WEFT_OK, "slow");
+  return c;
+}
+
 /* Finalize while a function never returns: wf_remote_free gives up after
  * its bound instead of hanging; the core is freed when the function ends
  * (LeakSanitizer would see it otherwise). Fresh cores, nobody lost. */
@@ -560,12 +572,7 @@ static void test_free_bounded(void) {
   uint64_t ctx = fresh_pair();
   int64_t sh[1] = {1};
   float x[1] = {1};
-  weft_tensor t = vec(x, sh);
-  weft_remote_input in[1] = {{.tensor = &t}};
-  weft_remote_id o = new_id(0);
-  weft_remote_call *c;
-  gate(0);
-  CHECK(wf_remote_execute(g_r[0], 1, ctx, "slow", 1, in, 1, &o, 0, NULL, &c) == WEFT_OK, "slow");
+  weft_remote_call *c = start_slow(ctx, x, sh);
   sleep_s(0.2);
   atomic_store(&g_lost[1], 2); /* rank 0 sends nothing more to it */
   struct timespec a, b;
@@ -593,12 +600,7 @@ static void test_lost_elsewhere(void) {
   put(0, 1, ctx, new_id(0), x, sh);
   weft_remote_stats s0, s1;
   wf_remote_stats(g_r[1], &s0);
-  weft_tensor t = vec(x, sh);
-  weft_remote_input in[1] = {{.tensor = &t}};
-  weft_remote_id o = new_id(0);
-  weft_remote_call *c;
-  gate(0);
-  CHECK(wf_remote_execute(g_r[0], 1, ctx, "slow", 1, in, 1, &o, 0, NULL, &c) == WEFT_OK, "slow");
+  weft_remote_call *c = start_slow(ctx, x, sh);
   sleep_s(0.1);
   atomic_store(&g_lost[1], 3);
   atomic_store(&g_lost[0], 3);
