@@ -71,6 +71,7 @@ void wf_p2p_free(wf_p2p *p) {
   free_ops(p->sends);
   free_ops(p->posted);
   free_ops(p->moving);
+  free_ops(p->reads);
   for (ann *a = p->anns, *n; a; a = n) {
     n = a->next;
     free(a->data);
@@ -169,6 +170,7 @@ static void push_op(op **head, op *o) {
  * rank's threads waiting on the mailbox bell (a receive they posted). */
 void wf_p2p_finish(weft_world *w, op *o, weft_status st, const char *msg) {
   if (o->r->p2p == WF_P2P_REQ_SEND && !o->r->p2p_fast) atomic_fetch_sub(&w->p2p->slow_out[o->peer], 1);
+  w->p2p->big_rx -= o->big;
   wf_request_complete(w, o->r, st, msg);
   free(o);
   if (w->p2p->mbox) wf_p2p_fast_ring_self(w->p2p);
@@ -470,7 +472,9 @@ static void progress_locked(weft_world *w) {
 void wf_p2p_progress(weft_world *w) {
   pthread_mutex_lock(&w->p2p->mu);
   progress_locked(w);
+  int reads = w->p2p->reads != NULL;
   pthread_mutex_unlock(&w->p2p->mu);
+  if (reads) wf_p2p_fast_do_reads(w); /* matched here and nobody waits for them */
 }
 
 int wf_p2p_moving(weft_world *w) { return w->p2p->moving != NULL; } /* engine-written only: no lock */
@@ -482,7 +486,7 @@ static int64_t earliest(const op *o, int64_t d) {
 }
 
 static int64_t next_deadline_locked(wf_p2p *p) {
-  int64_t d = earliest(p->moving, earliest(p->posted, earliest(p->sends, INT64_MAX)));
+  int64_t d = earliest(p->reads, earliest(p->moving, earliest(p->posted, earliest(p->sends, INT64_MAX))));
   if (p->mbox) {
     int64_t f = wf_p2p_fast_deadline(p, NULL);
     if (f < d) d = f;
@@ -496,7 +500,7 @@ int64_t wf_p2p_next_deadline(weft_world *w) {
   int64_t d = next_deadline_locked(p);
   /* mailbox traffic does not wake the engine: look every WF_P2P_SCAN_NS
    * while a receive is posted or a fast send is not reaped */
-  if (p->mbox && (p->posted || p->ntx)) {
+  if (p->mbox && (p->posted || p->ntx || p->reads)) {
     int64_t t = wf_now_ns() + WF_P2P_SCAN_NS;
     if (t < d) d = t;
   }
@@ -520,6 +524,10 @@ static void check_deadlines_locked(weft_world *w, int64_t now) {
   if (!o) {
     for (o = p->moving; o && o->r->deadline > now; o = o->next) {}
     if (o) why = "its data did not arrive";
+  }
+  if (!o) {
+    for (o = p->reads; o && o->r->deadline > now; o = o->next) {}
+    if (o) why = "its data was not read from the sender's memory in time";
   }
   if (o) {
     r = o->r;
@@ -597,7 +605,10 @@ void wf_p2p_fail_all(weft_world *w, weft_status st, const char *msg) {
       n = o->next;
       wf_p2p_finish(w, o, st, msg);
     }
-  if (p->mbox) wf_p2p_fast_fail(w, -1, st, msg);
+  if (p->mbox) {
+    wf_p2p_fast_fail(w, -1, st, msg);
+    wf_p2p_fast_fail_reads(w, st, msg);
+  }
   memset(p->credit, 0, sizeof *p->credit * (size_t)p->size);
   pthread_mutex_unlock(&p->mu);
 }

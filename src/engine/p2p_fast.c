@@ -4,16 +4,19 @@
  *
  * Send (caller): a message without a callback to a local peer goes into
  * the next slot of the pair's ring: its bytes if at most WF_MBOX_INLINE,
- * else, up to READ_MAX and when the host's ranks agreed on cross-memory
- * attach (w->cma_ok), only its address, and the receiver's matching thread reads the bytes
- * straight from the sender's buffer (process_vm_readv: one copy, no engine,
- * no control message, as an MPI library's single-copy rendezvous). Then it
- * is published and the receiver's bell rings if it sleeps. It completes
- * when the receiver has matched it: whoever reaps the ring in order (its
- * weft_wait / weft_test, a later send finding the ring full, the engine's
- * scan) reads the result (OK, MISMATCH with the receiver's dtype and count,
- * or UNREAD: the receiver's read failed, and its receive says why), so a
- * read message's buffer is the sender's again only once it is read. A send takes the engine's path instead while an earlier send to
+ * else, when the host's ranks agreed on cross-memory attach (w->cma_ok),
+ * only its address, up to READ_MAX, or at any size while this rank has a
+ * receive beyond READ_MAX posted (p->big_rx: traffic both ways, where the
+ * engine thread would copy both directions in turn); the receiver reads the
+ * bytes straight from the sender's buffer (process_vm_readv: one copy, no
+ * engine, no control message, as an MPI library's single-copy rendezvous).
+ * Then it is published and the receiver's bell rings if it sleeps. It
+ * completes when the receiver has matched it: whoever reaps the ring in
+ * order (its weft_wait / weft_test, a later send finding the ring full, the
+ * engine's scan) reads the result (OK, MISMATCH with the receiver's dtype
+ * and count, or UNREAD: the receiver's read failed, and its receive says
+ * why), so a read message's buffer is the sender's again only once it is
+ * read. A send takes the engine's path instead while an earlier send to
  * that peer is still on it (p->slow_out), so per pair the unmatched
  * mailbox messages always precede the unmatched engine-path ones; the
  * receiver therefore looks at a sender's mailbox before its announcements
@@ -24,9 +27,13 @@
  * Receive (caller): posted on p->posted under p->mu and matched there by
  * whoever looks first (its waiter, a weft_test, the engine's scan every
  * WF_P2P_SCAN_NS or its handling of an announcement). A message from the
- * mailbox is copied out (or read across processes) and its result written
- * back; an announcement or a request with a callback is left to the engine
- * thread. A read runs under p->mu, as every match does.
+ * mailbox is copied out and its result written back; one to read is
+ * claimed (its slot READING, so no later receive takes it; on p->reads) and
+ * read outside p->mu by the next look of any waiter of this rank or by the
+ * engine's scan (wf_p2p_fast_do_reads), never while the receive is being
+ * posted: a rank that posts its receive, then its send, publishes the send
+ * before it reads, so two ranks exchanging read in parallel. An
+ * announcement or a request with a callback is left to the engine thread.
  *
  * Memory: the region is fixed by the host's rank count (mailbox.h: linear
  * in it), and each rank holds WF_MBOX_SLOTS request pointers per local
@@ -36,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "algo/cma.h"
@@ -101,12 +109,23 @@ weft_status wf_p2p_fast_attach(weft_world *w) {
 }
 
 void wf_p2p_fast_detach(weft_world *w) {
-  pthread_mutex_lock(&w->p2p->mu);
-  if (w->p2p->mbox) /* tests read this line to see which way messages went */
-    WF_INFO(WF_SUB_ENGINE, "point-to-point mailboxes: %llu messages received inline, %llu read across processes",
-            (unsigned long long)w->p2p->n_inline, (unsigned long long)w->p2p->n_read);
-  w->p2p->mbox = NULL; /* every fast request failed before (finalize) */
-  pthread_mutex_unlock(&w->p2p->mu);
+  wf_p2p *p = w->p2p;
+  pthread_mutex_lock(&p->mu);
+  while (p->reading) { /* a read outside the lock still writes its slot's result: it ends (bounded) */
+    pthread_mutex_unlock(&p->mu);
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&p->mu);
+  }
+  if (p->reads) wf_p2p_fast_fail_reads(w, WEFT_ERR_SHUTDOWN, "the world was finalized before the message was read");
+  if (p->mbox) /* tests read this line to see which way messages went */
+    WF_INFO(WF_SUB_ENGINE,
+            "point-to-point mailboxes: %llu messages received inline, %llu read across processes (%llu beyond %llu "
+            "KiB)",
+            (unsigned long long)p->n_inline, (unsigned long long)p->n_read, (unsigned long long)p->n_read_big,
+            (unsigned long long)(READ_MAX >> 10));
+  p->mbox = NULL; /* every fast request failed before (finalize) */
+  pthread_mutex_unlock(&p->mu);
 }
 
 void wf_p2p_fast_ring_self(wf_p2p *p) { wf_mbox_ring(wf_mbox_bell_at(p->mbox, p->li)); }
@@ -191,11 +210,15 @@ int wf_p2p_fast_send(weft_request *r) {
   if (r->callback || on_engine(w) || atomic_load(&p->slow_out[peer])) return 0;
   uint64_t count = elems_of(r), bytes = count * weft_dtype_size((weft_dtype)r->msg.dtype);
   int far = bytes > WF_MBOX_INLINE; /* the receiver reads it from r->in.data */
-  if (far && (!w->cma_ok || bytes > READ_MAX)) return 0;
+  if (far && !w->cma_ok) return 0;
   wf_request_arm(r);
   pthread_mutex_lock(&p->mu);
   int li = p->mbox ? p->li_of[peer] : -1;
   if (li < 0 || p->failed != WEFT_OK || p->gone[peer]) goto no;
+  /* beyond READ_MAX only while this rank receives a large message too: its
+   * engine thread would copy both directions in turn, where a read lets
+   * each receiver copy its own */
+  if (far && bytes > READ_MAX && !p->big_rx) goto no;
   wf_mbox_tx *t = &p->tx[li];
   if (t->head - t->reap == p->mslots) wf_p2p_fast_reap(w, li);
   if (t->head - t->reap == p->mslots) goto no; /* full: the engine's path, behind these */
@@ -258,6 +281,7 @@ static int scan(wf_p2p *p, const op *o, int li, uint64_t *k) {
     uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
     if (seq < i + 1) return 0; /* not written yet: nor is anything after it */
     if (seq > i + 1 || atomic_load_explicit(&s->done, memory_order_relaxed) == i + 1) continue;
+    if (s->status == WF_MBOX_READING) continue; /* matched, being read */
     if (s->group_id == gid && s->key == key) {
       *k = i;
       return 1;
@@ -292,13 +316,15 @@ void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
     s->rdtype = r->msg.dtype;
     s->rcount = o->count;
     st = WEFT_ERR_MISMATCH;
-  } else if (s->addr) {
-    char what[96];
-    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)s->key);
-    st = wf_cma_read((int)w->peers[o->peer].pid, s->addr, r->in.data, (size_t)o->bytes, o->peer, what);
-    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
-    s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
-    p->n_read += st == WEFT_OK;
+  } else if (s->addr) { /* claimed: read outside p->mu by wf_p2p_fast_do_reads */
+    s->status = WF_MBOX_READING;
+    o->rli = li;
+    o->rk = k;
+    o->next = NULL;
+    if (p->reads_tail) p->reads_tail->next = o;
+    else p->reads = o;
+    p->reads_tail = o;
+    return;
   } else {
     if (o->bytes) memcpy(r->in.data, s->data, o->bytes);
     s->status = WF_MBOX_OK;
@@ -319,7 +345,7 @@ int wf_p2p_fast_recv(weft_request *r) {
    * one behind such: through the engine's queue, in order */
   if (on_engine(w) || atomic_load(&p->queued_recvs)) return 0;
   uint64_t bytes = elems_of(r) * weft_dtype_size((weft_dtype)r->msg.dtype);
-  if (bytes > WF_MBOX_INLINE && (!w->cma_ok || bytes > READ_MAX)) return 0;
+  if (bytes > WF_MBOX_INLINE && !w->cma_ok) return 0;
   op *o = malloc(sizeof *o); /* not calloc: glibc's calloc skips the thread's cache of small blocks */
   if (!o) return 0;
   *o = (op){0};
@@ -335,6 +361,8 @@ int wf_p2p_fast_recv(weft_request *r) {
     return 0;
   }
   r->p2p_fast = 2;
+  o->big = bytes > READ_MAX; /* a sender to this rank may then send large messages to be read */
+  p->big_rx += o->big;
   atomic_store_explicit(&r->state, WF_REQ_RUNNING, memory_order_relaxed);
   if (p->posted_tail) p->posted_tail->next = o;
   else p->posted = o;
@@ -342,6 +370,56 @@ int wf_p2p_fast_recv(weft_request *r) {
   wf_p2p_match_all(w, 0);
   pthread_mutex_unlock(&p->mu);
   return 1;
+}
+
+/* ------------------------------------------------------------------ reads */
+
+void wf_p2p_fast_fail_reads(weft_world *w, weft_status st, const char *msg) {
+  wf_p2p *p = w->p2p;
+  op *o = p->reads;
+  p->reads = p->reads_tail = NULL;
+  for (op *n; o; o = n) {
+    n = o->next;
+    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, o->rli, p->li, o->rk);
+    s->status = WF_MBOX_UNREAD; /* the sender's send fails too (its message names this side's error) */
+    atomic_store_explicit(&s->done, o->rk + 1, memory_order_release);
+    wf_mbox_ring(wf_mbox_bell_at(p->mbox, o->rli));
+    wf_p2p_finish(w, o, st, msg);
+  }
+}
+
+void wf_p2p_fast_do_reads(weft_world *w) {
+  wf_p2p *p = w->p2p;
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    op *o = p->reads;
+    if (!o || !p->mbox) {
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
+    p->reads = o->next;
+    if (!p->reads) p->reads_tail = NULL;
+    o->next = NULL;
+    p->reading++; /* the slot stays valid (wf_p2p_fast_detach waits) and ours (READING) */
+    wf_mbox_slot *s = wf_mbox_slot_at(p->mbox, p->mslots, o->rli, p->li, o->rk);
+    uint64_t addr = s->addr, key = s->key;
+    int pid = (int)w->peers[o->peer].pid;
+    pthread_mutex_unlock(&p->mu);
+    char what[96], msg[1024];
+    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)key);
+    weft_status st = wf_cma_read(pid, addr, o->r->in.data, (size_t)o->bytes, o->peer, what);
+    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    pthread_mutex_lock(&p->mu);
+    p->reading--;
+    s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
+    p->n_read += st == WEFT_OK;
+    p->n_read_big += st == WEFT_OK && o->bytes > READ_MAX;
+    /* release: the result (and our reads of the bytes) before done */
+    atomic_store_explicit(&s->done, o->rk + 1, memory_order_release);
+    wf_mbox_ring(wf_mbox_bell_at(p->mbox, o->rli));
+    wf_p2p_finish(w, o, st, st == WEFT_OK ? NULL : msg);
+    pthread_mutex_unlock(&p->mu);
+  }
 }
 
 /* ------------------------------------------------------------------ waiting */
@@ -358,7 +436,9 @@ static int look(weft_world *w, weft_request *r) {
   int ok = p->mbox != NULL;
   if (ok && p->ntx) wf_p2p_fast_reap(w, -1);
   if (ok && p->posted) wf_p2p_match_all(w, 0);
+  int reads = ok && p->reads;
   pthread_mutex_unlock(&p->mu);
+  if (reads) wf_p2p_fast_do_reads(w);
   return ok;
 }
 

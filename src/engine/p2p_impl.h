@@ -20,6 +20,9 @@ typedef struct op {
   uint64_t count, bytes;
   int eager;       /* send: went inline */
   int pending;     /* transport transfers not complete (the transport decrements it) */
+  int big;         /* receive: counted in big_rx (larger than the mailbox's read limit) */
+  int rli;         /* receive claimed for a read (on reads): the sender's local index, */
+  uint64_t rk;     /* and its message's number */
 } op;
 
 typedef struct ann { /* a P2P_SEND not matched yet */
@@ -64,6 +67,10 @@ struct wf_p2p {
   int ntx;             /* fast sends not reaped */
   int oversub;         /* more local ranks than cores: waiters yield at once */
   uint64_t n_inline, n_read; /* messages received through the mailboxes: copied out, read across processes */
+  uint64_t n_read_big;       /* of n_read: beyond the read limit (while this rank received large ones too) */
+  op *reads, *reads_tail; /* receives matched with a message to read across processes, not started */
+  int reading;         /* reads running outside p->mu (their slots stay valid until it is 0) */
+  int big_rx;          /* receives posted here above the read limit, not complete (p2p_fast.c) */
 };
 
 /* p2p.c, p->mu held. */
@@ -94,5 +101,11 @@ void wf_p2p_fast_fail(weft_world *w, int li, weft_status st, const char *msg);
 int64_t wf_p2p_fast_deadline(wf_p2p *p, weft_request **which);
 /* Wakes this rank's waiters (a request they wait for completed elsewhere). */
 void wf_p2p_fast_ring_self(wf_p2p *p);
+/* Fails the receives claimed for a read and not started (p->reads). */
+void wf_p2p_fast_fail_reads(weft_world *w, weft_status st, const char *msg);
+
+/* p2p_fast.c, p->mu NOT held: runs the claimed reads (p->reads), each
+ * outside the lock, and completes them. Any thread. */
+void wf_p2p_fast_do_reads(weft_world *w);
 
 #endif

@@ -33,8 +33,10 @@
 #define WF_MBOX_LINE 128u
 
 /* A slot's result: matched and copied; a dtype or count mismatch; matched
- * but the receiver could not read the sender's memory (addr). */
-enum { WF_MBOX_OK = 0, WF_MBOX_MISMATCH = 1, WF_MBOX_UNREAD = 2 };
+ * but the receiver could not read the sender's memory (addr). READING: the
+ * receiver's mark while it reads (matched, not done: no other receive takes
+ * it). */
+enum { WF_MBOX_OK = 0, WF_MBOX_MISMATCH = 1, WF_MBOX_UNREAD = 2, WF_MBOX_READING = 3 };
 
 typedef struct wf_mbox_slot {
   alignas(64) _Atomic uint64_t seq; /* producer: k + 1 once message k is in */

@@ -20,6 +20,12 @@
  *    order: no deadlock, no loss;
  *  - all to all: every rank sends 5 small messages to every other rank under
  *    two keys, receives by source and by any source; all arrive, in order;
+ *  - large messages both ways (a ring shift of 1 MiB messages, beyond the
+ *    mailbox's read limit, 256 KiB): each rank posts its receive before it
+ *    sends, so its send is read across processes by the next rank
+ *    (p2p_paths.sh counts exactly K_BIG such reads per rank); then one 1 MiB
+ *    message one way, with no large receive posted on the sender: the
+ *    engine's path (not counted);
  *  - a large send whose buffer is unmapped before the receiver reads it
  *    (a caller's bug): both sides fail, naming each other; the key works
  *    again after (not with WEFT_CMA=0: the engine's path reads the buffer
@@ -74,6 +80,45 @@ static void order_case(int send_first, uint64_t seed) {
     free(out[i]);
     free(in[i]);
   }
+  mp_case_end();
+}
+
+/* Large messages: see the header. */
+enum { K_BIG = 3, BIG_N = 1 << 18 }; /* float32: 1 MiB */
+
+static void big_case(void) {
+  mp_case("1 MiB messages both ways (ring shift), then one way");
+  int to = (mp_rank + 1) % mp_size, from = (mp_rank + mp_size - 1) % mp_size;
+  float *out = mp_alloc(BIG_N * 4), *in = mp_alloc(BIG_N * 4);
+  int64_t s[2];
+  weft_tensor ts = tens(WEFT_DTYPE_FLOAT32, &s[0], BIG_N, out), tr = tens(WEFT_DTYPE_FLOAT32, &s[1], BIG_N, in);
+  for (int it = 0; it < K_BIG; it++) {
+    weft_request *sr = NULL, *rr = NULL;
+    mp_fill(WEFT_DTYPE_FLOAT32, out, 0, BIG_N, mp_rank, 0, 7000 + (uint64_t)it);
+    memset(in, 0xee, BIG_N * 4);
+    irecv(mp_group, &tr, from, 77, &rr, "big recv");
+    isend(mp_group, &ts, to, 77, &sr, "big send");
+    char what[64];
+    snprintf(what, sizeof what, "big message %d", it);
+    mp_wait_ok(sr, what); /* the send first: it completes only once the next rank read it */
+    if (mp_wait_ok(rr, what)) mp_check_fill(WEFT_DTYPE_FLOAT32, in, 0, BIG_N, from, 0, 7000 + (uint64_t)it, what);
+    weft_request_free(sr);
+    weft_request_free(rr);
+  }
+  if (!mp_same_everywhere("fast.big.ring", 1)) mp_fatal("sync failed");
+  weft_request *r = NULL;
+  if (mp_rank == 0) {
+    mp_fill(WEFT_DTYPE_FLOAT32, out, 0, BIG_N, 0, 0, 7100);
+    isend(mp_group, &ts, 1, 78, &r, "one-way send");
+    mp_wait_ok(r, "one-way send");
+    weft_request_free(r);
+  } else if (mp_rank == 1) {
+    irecv(mp_group, &tr, 0, 78, &r, "one-way recv");
+    if (mp_wait_ok(r, "one-way recv")) mp_check_fill(WEFT_DTYPE_FLOAT32, in, 0, BIG_N, 0, 0, 7100, "one-way recv");
+    weft_request_free(r);
+  }
+  free(out);
+  free(in);
   mp_case_end();
 }
 
@@ -338,6 +383,7 @@ int main(int argc, char **argv) {
   mismatch_case("mailbox ", WEFT_DTYPE_FLOAT32, 4, WEFT_DTYPE_INT32, 4, 52);
   full_case();
   all_to_all_case();
+  big_case();
   if (getenv("WEFT_CMA") == NULL || strcmp(getenv("WEFT_CMA"), "0") != 0) unread_case(); /* (engine path: copied at send) */
   return mp_teardown();
 }
