@@ -128,7 +128,7 @@ struct weft_world {
   int abort_send;            /* weft_abort: the engine tells the peers */
   char abort_reason[512];
   pthread_cond_t done_cv;    /* broadcast on a completion when someone waits */
-  int waiters;               /* threads blocked on done_cv */
+  _Atomic int waiters;       /* threads blocked on done_cv (atomic: wf_request_complete's unlocked path reads it) */
   struct wf_rwait *rwaits;   /* groups this rank asks the leader about (resolve.c) */
   struct wf_keyed *keyed;    /* keyed groups this rank resolved or resolves (api/group.c) */
   struct wf_cancel_ask *cancels; /* weft_request_cancel: for the engine to pass on (cancel.c) */

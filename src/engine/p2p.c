@@ -123,7 +123,8 @@ weft_status wf_p2p_post(weft_group *g, int dir, int peer, uint64_t key, const we
   memcpy(name, dir == WF_P2P_REQ_SEND ? "send." : "recv.", 5);
   for (int i = 0; i < nd; i++) name[5 + i] = digits[nd - 1 - i];
   name[5 + nd] = '\0';
-  weft_request *r = wf_request_make(g, WF_COLL_BROADCAST, name, t, o); /* BROADCAST: output is the tensor */
+  /* BROADCAST: output is the tensor; no key: matched by (group, key, source), not by name */
+  weft_request *r = wf_request_make_unkeyed(g, WF_COLL_BROADCAST, name, t, o);
   if (!r) return wf_err(WEFT_ERR_NO_MEMORY, "out of memory");
   r->out = r->in;
   r->p2p = dir;

@@ -133,8 +133,21 @@ void wf_request_observed(weft_request *r) {
 }
 
 /* ------------------------------------------------------------- construction */
-weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
-                              const weft_op_options *o) {
+/* r->key = "<group id>/<name>" (name: len bytes, already in r->msg.name)
+ * and its hash, once: the in-flight set and the board use both. */
+static void set_key(weft_request *r, uint32_t id, size_t len) {
+  char digits[10];
+  int nd = 0;
+  do digits[nd++] = (char)('0' + id % 10); while ((id /= 10) && nd < 10);
+  char *k = r->key;
+  while (nd) *k++ = digits[--nd];
+  *k++ = '/';
+  memcpy(k, r->msg.name, len + 1); /* at most 10 + 1 + 255 + 1 bytes: fits */
+  r->key_hash = wf_str_hash_n(r->key, (size_t)(k - r->key) + len);
+}
+
+static inline weft_request *make(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
+                                 const weft_op_options *o, int keyed) {
   weft_request *r = wf_request_new();
   if (!r) return NULL;
   atomic_init(&r->magic, WF_REQ_MAGIC);
@@ -153,15 +166,7 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
   size_t len = strlen(name);
   memcpy(r->msg.name, name, len);
   r->msg.name[len] = '\0';
-  char digits[10];
-  int nd = 0;
-  uint32_t id = g->id;
-  do digits[nd++] = (char)('0' + id % 10); while ((id /= 10) && nd < 10);
-  char *k = r->key; /* "<group id>/<name>" */
-  while (nd) *k++ = digits[--nd];
-  *k++ = '/';
-  memcpy(k, r->msg.name, len + 1); /* at most 10 + 1 + 255 + 1 bytes: fits */
-  r->key_hash = wf_str_hash_n(r->key, (size_t)(k - r->key) + len); /* once: the in-flight set and the board */
+  if (keyed) set_key(r, g->id, len);
   if (in) {
     r->in = *in;
     r->msg.dtype = (uint8_t)in->dtype;
@@ -200,6 +205,16 @@ weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, con
    * would fire early (bench/NOTES.md, "Lean submission", "Tried and not
    * taken") */
   return r;
+}
+
+weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
+                              const weft_op_options *o) {
+  return make(g, coll, name, in, o, 1);
+}
+
+weft_request *wf_request_make_unkeyed(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
+                                      const weft_op_options *o) {
+  return make(g, coll, name, in, o, 0);
 }
 
 /* ------------------------------------------------------------- completion */
@@ -267,10 +282,30 @@ void wf_request_complete_many(weft_world *w, weft_request **rs, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) complete_rest(w, rs[i]);
 }
 
+/* A point-to-point request over the mailboxes with no callback, parent or
+ * instance key holds nothing under w->mu (no name, not on the fast list):
+ * published without the lock, which a waiter on done_cv takes only when it
+ * counts itself in w->waiters before it looks at the state (seq_cst on both
+ * sides: it sees DONE, or this sees it and wakes it under the lock). */
+static int unlocked_ok(const weft_request *r) {
+  return r->p2p_fast && !r->callback && !r->parent && !r->inst_key && !r->dstage && !r->nkids;
+}
+
 void wf_request_complete(weft_world *w, weft_request *r, weft_status st, const char *msg) {
   r->status = st;
   if (st != WEFT_OK && msg) r->error = strdup(msg);
-  wf_request_complete_many(w, &r, 1);
+  if (!unlocked_ok(r)) {
+    wf_request_complete_many(w, &r, 1);
+    return;
+  }
+  if (r->error) wf_name_pretty(r->error);
+  atomic_store(&r->state, WF_REQ_DONE);
+  if (atomic_load(&w->waiters)) {
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_broadcast(&w->done_cv);
+    pthread_mutex_unlock(&w->mu);
+  }
+  wf_request_unref(r); /* the engine's reference */
 }
 
 uint64_t wf_request_bytes(const weft_request *r) {
@@ -343,8 +378,10 @@ int wf_request_wait(weft_request *r, double timeout_seconds) {
     deadline = r->deadline + (int64_t)((w->hb_timeout + 5.0) * 1e9);
   }
   pthread_mutex_lock(&w->mu);
+  w->waiters++; /* before looking (seq_cst): see wf_request_complete's unlocked path */
   while (!done(r))
     if (!wf_world_wait_once(w, deadline)) break;
+  w->waiters--;
   pthread_mutex_unlock(&w->mu);
   return done(r);
 }

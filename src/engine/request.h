@@ -123,6 +123,10 @@ struct weft_request {
  * (the caller's and the engine's), not yet armed. NULL: out of memory. */
 weft_request *wf_request_make(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
                               const weft_op_options *o);
+/* The same without the "<group id>/<name>" key and its hash (empty), for a
+ * request that never enters the in-flight set or the board (point-to-point). */
+weft_request *wf_request_make_unkeyed(weft_group *g, wf_coll coll, const char *name, const weft_tensor *in,
+                                      const weft_op_options *o);
 /* Completes r (engine thread): records status and message, publishes, runs
  * the callback, drops the engine's reference. The name stays in the
  * in-flight set until the caller has seen the completion (weft_test or
