@@ -316,7 +316,15 @@ void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
     s->rdtype = r->msg.dtype;
     s->rcount = o->count;
     st = WEFT_ERR_MISMATCH;
-  } else if (s->addr) { /* claimed: read outside p->mu by wf_p2p_fast_do_reads */
+  } else if (s->addr && r->callback) { /* the engine's (callbacks run there): read here */
+    char what[96];
+    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)s->key);
+    st = wf_cma_read((int)w->peers[o->peer].pid, s->addr, r->in.data, (size_t)o->bytes, o->peer, what);
+    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
+    p->n_read += st == WEFT_OK;
+    p->n_read_big += st == WEFT_OK && o->bytes > READ_MAX;
+  } else if (s->addr) { /* claimed: read outside p->mu by wf_p2p_fast_do_reads, in any thread */
     s->status = WF_MBOX_READING;
     o->rli = li;
     o->rk = k;
