@@ -303,6 +303,21 @@ int wf_p2p_fast_find(wf_p2p *p, const op *o, int *li, uint64_t *k) {
   return 0;
 }
 
+/* Reads o's message (addr in process pid, the send's key) into its
+ * buffer; the error in msg when it fails. Any thread, p->mu held or not. */
+static weft_status read_msg(weft_world *w, op *o, int pid, uint64_t addr, uint64_t key, char *msg, size_t len) {
+  char what[96];
+  snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)key);
+  weft_status st = wf_cma_read(pid, addr, o->r->in.data, (size_t)o->bytes, o->peer, what);
+  if (st != WEFT_OK) snprintf(msg, len, "%s", wf_err_msg());
+  return st;
+}
+
+static void count_read(wf_p2p *p, const op *o, weft_status st) { /* p->mu held */
+  p->n_read += st == WEFT_OK;
+  p->n_read_big += st == WEFT_OK && o->bytes > READ_MAX;
+}
+
 void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
   wf_p2p *p = w->p2p;
   weft_request *r = o->r;
@@ -317,13 +332,9 @@ void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
     s->rcount = o->count;
     st = WEFT_ERR_MISMATCH;
   } else if (s->addr && r->callback) { /* the engine's (callbacks run there): read here */
-    char what[96];
-    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)s->key);
-    st = wf_cma_read((int)w->peers[o->peer].pid, s->addr, r->in.data, (size_t)o->bytes, o->peer, what);
-    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    st = read_msg(w, o, (int)w->peers[o->peer].pid, s->addr, s->key, msg, sizeof msg);
     s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
-    p->n_read += st == WEFT_OK;
-    p->n_read_big += st == WEFT_OK && o->bytes > READ_MAX;
+    count_read(p, o, st);
   } else if (s->addr) { /* claimed: read outside p->mu by wf_p2p_fast_do_reads, in any thread */
     s->status = WF_MBOX_READING;
     o->rli = li;
@@ -413,15 +424,12 @@ void wf_p2p_fast_do_reads(weft_world *w) {
     uint64_t addr = s->addr, key = s->key;
     int pid = (int)w->peers[o->peer].pid;
     pthread_mutex_unlock(&p->mu);
-    char what[96], msg[1024];
-    snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)key);
-    weft_status st = wf_cma_read(pid, addr, o->r->in.data, (size_t)o->bytes, o->peer, what);
-    if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", wf_err_msg());
+    char msg[1024];
+    weft_status st = read_msg(w, o, pid, addr, key, msg, sizeof msg);
     pthread_mutex_lock(&p->mu);
     p->reading--;
     s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
-    p->n_read += st == WEFT_OK;
-    p->n_read_big += st == WEFT_OK && o->bytes > READ_MAX;
+    count_read(p, o, st);
     /* release: the result (and our reads of the bytes) before done */
     atomic_store_explicit(&s->done, o->rk + 1, memory_order_release);
     wf_mbox_ring(wf_mbox_bell_at(p->mbox, o->rli));
