@@ -305,7 +305,7 @@ int wf_p2p_fast_find(wf_p2p *p, const op *o, int *li, uint64_t *k) {
 
 /* Reads o's message (addr in process pid, the send's key) into its
  * buffer; the error in msg when it fails. Any thread, p->mu held or not. */
-static weft_status read_msg(weft_world *w, op *o, int pid, uint64_t addr, uint64_t key, char *msg, size_t len) {
+static weft_status read_msg(op *o, int pid, uint64_t addr, uint64_t key, char *msg, size_t len) {
   char what[96];
   snprintf(what, sizeof what, "point-to-point recv (key %llu): ", (unsigned long long)key);
   weft_status st = wf_cma_read(pid, addr, o->r->in.data, (size_t)o->bytes, o->peer, what);
@@ -332,7 +332,7 @@ void wf_p2p_fast_match(weft_world *w, op *o, int li, uint64_t k) {
     s->rcount = o->count;
     st = WEFT_ERR_MISMATCH;
   } else if (s->addr && r->callback) { /* the engine's (callbacks run there): read here */
-    st = read_msg(w, o, (int)w->peers[o->peer].pid, s->addr, s->key, msg, sizeof msg);
+    st = read_msg(o, (int)w->peers[o->peer].pid, s->addr, s->key, msg, sizeof msg);
     s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
     count_read(p, o, st);
   } else if (s->addr) { /* claimed: read outside p->mu by wf_p2p_fast_do_reads, in any thread */
@@ -425,7 +425,7 @@ void wf_p2p_fast_do_reads(weft_world *w) {
     int pid = (int)w->peers[o->peer].pid;
     pthread_mutex_unlock(&p->mu);
     char msg[1024];
-    weft_status st = read_msg(w, o, pid, addr, key, msg, sizeof msg);
+    weft_status st = read_msg(o, pid, addr, key, msg, sizeof msg);
     pthread_mutex_lock(&p->mu);
     p->reading--;
     s->status = st == WEFT_OK ? WF_MBOX_OK : WF_MBOX_UNREAD;
