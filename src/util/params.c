@@ -96,7 +96,7 @@ static const wf_param g_params[] = {
      "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt",
      WF_SCOPE_RANK, F(shm_copy), "auto|memcpy|nt"},
     {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "",
-     "force the allreduce algorithm: direct, rd, ring, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "force the allreduce algorithm: direct, rd, ring, hier, cma, shm, numa (\"\": chosen by the selection table; one that declines a call's "
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[0]), NULL},
     {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "",
@@ -104,7 +104,7 @@ static const wf_param g_params[] = {
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[1]), NULL},
     {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "",
-     "force the broadcast algorithm: tree, chain, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "force the broadcast algorithm: tree, chain, hier, cma, shm, numa (\"\": chosen by the selection table; one that declines a call's "
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[2]), NULL},
     {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "",
