@@ -527,7 +527,8 @@ static int peer_gone(const stage_op *o) {
   for (int k = 0; k < o->n; k++) {
     if (k == o->me) continue;
     uint64_t gone = wf_stage_load(&o->g->hdr[k]->gone);
-    if ((gone == o->g->epoch || gone == LEFT) && !wf_stage_reached(wf_stage_load(&o->g->hdr[k]->done), wf_stage_vflag(o, o->gm.nchunks - 1)))
+    if ((gone == o->g->epoch || gone == LEFT) &&
+        !wf_stage_reached(wf_stage_load(&o->g->hdr[k]->done), wf_stage_vflag(o, o->gm.nchunks - 1)))
       return k;
   }
   return -1;

@@ -30,7 +30,10 @@
  * region "gone" so its peers stop waiting for it.
  *
  * Only the world group uses staging (one collective at a time), and only
- * when every rank of the world is on this host (engine/local.c). */
+ * when every rank of the world is on this host (engine/local.c). The
+ * node-aware allreduce and broadcast ("numa", shm_numa.c) run under the
+ * same step and flags when the host's NUMA layout makes a plan
+ * (wf_stage_set_numa). */
 #ifndef WF_ALGO_SHM_STAGE_H
 #define WF_ALGO_SHM_STAGE_H
 #include <stddef.h>

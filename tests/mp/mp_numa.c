@@ -167,7 +167,8 @@ static void run_burst(void) {
     if (weft_request_output(ag, &out) != WEFT_OK || (size_t)out.shape[0] != rows * (size_t)mp_size)
       mp_fail("ag: output is not %zu rows", rows * (size_t)mp_size);
     else
-      for (int r = 0; r < mp_size; r++) mp_check_fill(WEFT_DTYPE_INT32, out.data, rows * (size_t)r, rows, r, 0, g_seed, "ag");
+      for (int r = 0; r < mp_size; r++)
+        mp_check_fill(WEFT_DTYPE_INT32, out.data, rows * (size_t)r, rows, r, 0, g_seed, "ag");
     check_ran(ag, "shm", "ag");
   }
   weft_request_free(ag);
@@ -196,7 +197,8 @@ int main(int argc, char **argv) {
                  {WEFT_DTYPE_FLOAT32, WEFT_OP_SUM}, {WEFT_DTYPE_FLOAT64, WEFT_OP_SUM}};
   const size_t counts[] = {1, 1001, 16383, 16384, 70001, g_large};
   for (size_t k = 0; k < sizeof k_cases / sizeof k_cases[0]; k++)
-    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) run_allreduce(k_cases[k].t, k_cases[k].op, counts[c]);
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+      run_allreduce(k_cases[k].t, k_cases[k].op, counts[c]);
   const size_t bc[] = {1000, 40000, g_large};
   for (size_t k = 0; k < sizeof bc / sizeof bc[0]; k++)
     for (int root = 0; root < mp_size; root++) run_broadcast(bc[k], root);

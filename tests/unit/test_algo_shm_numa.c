@@ -34,7 +34,8 @@ static void t_plan_examples(void) {
         p.order[0], p.order[1], p.order[2], p.order[3]);
   CHECK(wf_numa_cost_flat(&p) == 8 && wf_numa_cost_chain(&p) == 12, "0,1,0,1: costs flat %d chain %d",
         wf_numa_cost_flat(&p), wf_numa_cost_chain(&p));
-  for (int s = 0; s < 4; s++) CHECK(wf_numa_holder(&p, s) == s, "0,1,0,1: slice %d held by %d", s, wf_numa_holder(&p, s));
+  for (int s = 0; s < 4; s++)
+    CHECK(wf_numa_holder(&p, s) == s, "0,1,0,1: slice %d held by %d", s, wf_numa_holder(&p, s));
   /* slice 1 (held by rank 1, node 1): node 0's relay is its member 1 % 2 = rank 2 */
   int rel;
   CHECK(wf_numa_relay(&p, 0, 1) == 2, "0,1,0,1: node 0's relay of slice 1 is %d", wf_numa_relay(&p, 0, 1));
@@ -107,13 +108,15 @@ static void t_plan_all(int n, int k) {
         CHECK(src >= 0 && src < n, "slice %d: rank %d reads %d", s, r, src);
         if (nodes[src] != nodes[r]) {
           cross[nodes[r]]++;
-          CHECK(src == h && !rel && wf_numa_relay(&p, p.node[r], s) == r, "slice %d: rank %d crosses to %d", s, r, src);
+          CHECK(src == h && !rel && wf_numa_relay(&p, p.node[r], s) == r, "slice %d: rank %d crosses to %d", s, r,
+                src);
         } else if (rel) {
           int rr, back = wf_numa_source(&p, src, h, s, &rr);
           CHECK(src == wf_numa_relay(&p, p.node[r], s) && back == h && !rr, "slice %d: rank %d's relay %d", s, r, src);
         }
       }
-      for (int x = 0; x < k; x++) CHECK(cross[x] == (seen[x] && x != nodes[h]), "slice %d: node %d crossed %d times", s, x, cross[x]);
+      for (int x = 0; x < k; x++)
+        CHECK(cross[x] == (seen[x] && x != nodes[h]), "slice %d: node %d crossed %d times", s, x, cross[x]);
     }
   }
 }
