@@ -46,12 +46,12 @@ const wf_algo wf_algo_allreduce_numa = {
 const wf_algo wf_algo_broadcast_numa = {
     .name = "numa", .coll = WF_COLL_BROADCAST, .supports = wf_stage_numa_supports, .build = numa_build};
 
-/* Peer r's flag has reached chunk c. */
+/* A rank's flag f has reached chunk c. */
 static int at(const stage_op *o, _Atomic uint64_t *f, size_t c) {
   return wf_stage_reached(wf_stage_load(f), wf_stage_vflag(o, c));
 }
 
-/* Chunk c: its first element (*start) and length; slice s of it: *off, *len. */
+/* Chunk c: its first element (*start) and length. */
 static size_t chunk_of(const stage_op *o, size_t c, size_t *start) {
   return wf_stage_piece(o->count, o->gm.E, c, start);
 }
@@ -90,8 +90,8 @@ static void fold(stage_op *o, size_t c) {
   }
 }
 
-/* The slices of chunk c this rank relays: their holders are on another
- * node and it is its node's relay for them. */
+/* 1 if this rank relays slice s: its holder is on another node and this
+ * rank is its node's relay for s. */
 static int relays(const stage_op *o, int s) {
   const wf_numa_plan *p = o->g->plan;
   int h = wf_numa_holder(p, s);

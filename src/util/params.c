@@ -90,7 +90,8 @@ static const wf_param g_params[] = {
      WF_SCOPE_AGREED, F(shm_stage_bytes), NULL},
     {"WEFT_NUMA_NODES", NULL, WF_PARAM_STRING, "",
      "NUMA node of each local rank, comma list (\"0,0,1,1\": a declared layout), or off; empty: from each rank's "
-     "CPU affinity. The host segment's creator places each rank's inbox, staging region and mailbox on its node",
+     "CPU affinity. The host segment's creator places each rank's inbox, staging region and mailbox on its node; on "
+     "two or more nodes the world's large allreduces and broadcasts on one host run node-aware (\"numa\")",
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_SHM_COPY", NULL, WF_PARAM_STRING, "auto",
      "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt",
