@@ -371,7 +371,7 @@ static void print_numa(const wf_topo_view *v) {
                           : "one node, or some rank's node unknown");
     return;
   }
-  printf("  node-aware staged pattern (numa; allreduce and broadcast, selection tables below):\n"
+  printf("  node-aware staged pattern (numa; allreduce, broadcast, allgather: selection tables below):\n"
          "    allreduce folds in rank order, %s (nodes crossed per chunk, in 1/%d chunks: chain %d, flat %d)",
          p->chain ? "run by run" : "each slice by its own rank", n, wf_numa_cost_chain(p), wf_numa_cost_flat(p));
   if (p->chain) {
@@ -382,7 +382,8 @@ static void print_numa(const wf_topo_view *v) {
       printf("]");
     }
   }
-  printf("\n    results and broadcasts: one copy per node and slice or chunk, through one relay per node\n");
+  printf("\n    spread: one copy per node of each result slice, broadcast chunk or allgather piece, through one relay"
+         " per node\n");
 }
 
 static int print_topology(void) {

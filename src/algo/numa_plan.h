@@ -24,7 +24,8 @@
  * holds it (holder(s)); in every other node one member (relay(k, s) = node
  * k's member s mod its size) copies it across, and the node's other members
  * copy it from that relay. A broadcast spreads the same way from the root,
- * chunk c relayed by node k's member c mod its size. */
+ * chunk c relayed by node k's member c mod its size, and an allgather each
+ * rank j's pieces, relayed by node k's member j mod its size. */
 #ifndef WF_ALGO_NUMA_PLAN_H
 #define WF_ALGO_NUMA_PLAN_H
 

@@ -57,7 +57,8 @@
 #define WF_SEL_BROADCAST_CMA_MIN_BYTES ((size_t)64 << 10)       /* 3 ranks or more; never on 2 */
 
 /* The node-aware staged pattern from this size on (shm_numa.c): below it
- * the flat allreduce folds a chunk in one flag round (its FOLD_ALL_BYTES). */
+ * the flat allreduce folds a chunk in one flag round (its FOLD_ALL_BYTES),
+ * and a relay's extra flag round costs more than the copies it saves. */
 #define WF_SEL_NUMA_MIN_BYTES ((size_t)64 << 10)
 
 typedef enum sel_where { SEL_BOARD, SEL_NUMA, SEL_STAGED, SEL_HIER, SEL_CMA, SEL_ANY } sel_where;
@@ -99,6 +100,7 @@ static const sel_row k_allreduce[] = {
 
 static const sel_row k_allgather[] = {
     SEL_ROW_BOARD,
+    SEL_ROW_NUMA,
     SEL_ROW_STAGED,
     SEL_ROW_HIER,
     {SEL_CMA, 2, 0, WF_SEL_ALLGATHER_CMA_MIN_BYTES, SEL_UNBOUNDED, "cma"},

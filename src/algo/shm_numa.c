@@ -1,7 +1,7 @@
-/* shm_numa.c - the node-aware staged algorithms ("numa"): allreduce and
- * broadcast through the staging regions (shm_stage.h) when the host's
- * ranks sit on several NUMA nodes (the segment's layout, wf_stage_set_numa),
- * so that a chunk crosses between nodes about once per node instead of
+/* shm_numa.c - the node-aware staged algorithms ("numa"): allreduce,
+ * broadcast and allgather through the staging regions (shm_stage.h) when
+ * the host's ranks sit on several NUMA nodes (the segment's layout,
+ * wf_stage_set_numa), so that a chunk crosses between nodes about once per node instead of
  * once per rank. Each rank's staging region is on its own node
  * (host/numa.c), so reading a peer's slot on the same node stays on the
  * node. Who folds, relays and reads what is the plan's (numa_plan.h).
@@ -25,7 +25,11 @@
  * Broadcast: the root copies chunk c into its slot; in every other node the
  * relay of c (once its own slot is free) copies it across into its slot and
  * buffer (final); the others copy it from the root (same node) or their
- * relay. A rank's phases go in chunk order, copy-in at most `ahead` chunks
+ * relay. Allgather: a slot holds one piece per rank, at the rank's
+ * position; each rank copies its own piece in (ready), node k's relay of
+ * rank j (node k's member j mod its size) copies j's piece across into the
+ * same position of its own slot (final), and the others read each piece
+ * from its owner (same node) or their relay. A rank's phases go in chunk order, copy-in at most `ahead` chunks
  * before copy-out, as in shm_stage.c, whose step, flags and failure
  * handling (gone, deadlines) these phases run under. */
 #include <string.h>
@@ -35,8 +39,8 @@
 
 int wf_stage_numa_supports(const wf_coll_args *a) {
   const wf_stage *g = a->topo ? a->topo->stage : NULL;
-  return (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST) && g && g->plan && g->plan->n == a->size &&
-         wf_stage_supports(a);
+  return (a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_BROADCAST || a->coll == WF_COLL_ALLGATHER) && g &&
+         g->plan && g->plan->n == a->size && wf_stage_supports_as(a, 1);
 }
 
 static weft_status numa_build(const wf_coll_args *a, wf_sched *s) { return wf_stage_build_as(a, s, 1); }
@@ -45,6 +49,8 @@ const wf_algo wf_algo_allreduce_numa = {
     .name = "numa", .coll = WF_COLL_ALLREDUCE, .supports = wf_stage_numa_supports, .build = numa_build, .segments = 1};
 const wf_algo wf_algo_broadcast_numa = {
     .name = "numa", .coll = WF_COLL_BROADCAST, .supports = wf_stage_numa_supports, .build = numa_build};
+const wf_algo wf_algo_allgather_numa = {
+    .name = "numa", .coll = WF_COLL_ALLGATHER, .supports = wf_stage_numa_supports, .build = numa_build};
 
 /* A rank's flag f has reached chunk c. */
 static int at(const stage_op *o, _Atomic uint64_t *f, size_t c) {
@@ -143,16 +149,59 @@ static int bc_source(const stage_op *o, size_t c, _Atomic uint64_t **flag) {
   return src;
 }
 
+/* ------------------------------------------------------------ allgather */
+
+/* 1 if this rank relays rank j's pieces into its node. */
+static int ag_relays(const stage_op *o, int j) {
+  const wf_numa_plan *p = o->g->plan;
+  return p->node[j] != p->node[o->me] && wf_numa_relay(p, p->node[o->me], j) == o->me;
+}
+
+/* Rank j's piece of chunk c: in every slot at position j. */
+static size_t ag_piece(const stage_op *o, int j, size_t c, size_t *off) {
+  return wf_stage_piece(o->counts[j], o->gm.E, c, off);
+}
+
+static char *ag_at(const stage_op *o, int rank, int j, size_t c) {
+  return wf_stage_slot(o, rank, c) + (size_t)j * o->gm.E * o->es;
+}
+
+static int can_relay_ag(const stage_op *o, size_t c) {
+  for (int j = 0; j < o->n; j++)
+    if (ag_relays(o, j) && !at(o, &o->g->hdr[j]->ready, c)) return 0;
+  return 1;
+}
+
+static void relay_ag(stage_op *o, size_t c) {
+  size_t es = o->es, off, len;
+  for (int j = 0; j < o->n; j++) {
+    if (!ag_relays(o, j) || !(len = ag_piece(o, j, c, &off))) continue;
+    wf_copy(ag_at(o, o->me, j, c), ag_at(o, j, j, c), len * es);
+    o->put(o->out + (o->displs[j] + off) * es, ag_at(o, o->me, j, c), len * es);
+  }
+}
+
+static int ag_source(const stage_op *o, int j, _Atomic uint64_t **flag) {
+  int relayed;
+  if (j == o->me || ag_relays(o, j)) return -1;
+  int src = wf_numa_source(o->g->plan, o->me, j, j, &relayed);
+  *flag = relayed ? &o->g->hdr[src]->final : &o->g->hdr[src]->ready;
+  return src;
+}
+
 /* ------------------------------------------------------------ the phases */
 
 static int can_relay(const stage_op *o, size_t c) {
   if (o->coll == WF_COLL_ALLREDUCE) return can_relay_ar(o, c);
+  if (o->coll == WF_COLL_ALLGATHER) return can_relay_ag(o, c);
   return !bc_relays(o, c) || (wf_stage_slot_free(o, c) && at(o, &o->g->hdr[o->root]->ready, c));
 }
 
 static void relay(stage_op *o, size_t c) {
   if (o->coll == WF_COLL_ALLREDUCE) {
     relay_ar(o, c);
+  } else if (o->coll == WF_COLL_ALLGATHER) {
+    relay_ag(o, c);
   } else if (bc_relays(o, c)) {
     size_t off, len = wf_stage_piece(o->count, o->gm.E, c, &off);
     char *mine = wf_stage_slot(o, o->me, c);
@@ -161,11 +210,14 @@ static void relay(stage_op *o, size_t c) {
   }
 }
 
-/* Items of chunk c: slices (allreduce) or the chunk itself (broadcast). */
-static int items(const stage_op *o) { return o->coll == WF_COLL_ALLREDUCE ? o->n : 1; }
+/* Items of chunk c: slices (allreduce), ranks' pieces (allgather) or the
+ * chunk itself (broadcast). */
+static int items(const stage_op *o) { return o->coll == WF_COLL_BROADCAST ? 1 : o->n; }
 
 static int source(const stage_op *o, int s, size_t c, _Atomic uint64_t **flag) {
-  return o->coll == WF_COLL_ALLREDUCE ? ar_source(o, s, flag) : bc_source(o, c, flag);
+  return o->coll == WF_COLL_ALLREDUCE   ? ar_source(o, s, flag)
+         : o->coll == WF_COLL_ALLGATHER ? ag_source(o, s, flag)
+                                        : bc_source(o, c, flag);
 }
 
 static void copy_item(stage_op *o, int s, int src, size_t c) {
@@ -174,6 +226,9 @@ static void copy_item(stage_op *o, int s, int src, size_t c) {
     size_t start, m = chunk_of(o, c, &start), off, len;
     wf_stage_block(m, o->n, s, &off, &len);
     if (len) wf_stage_scatter(o, start + off, wf_stage_slot(o, src, c) + off * es, len);
+  } else if (o->coll == WF_COLL_ALLGATHER) {
+    size_t off, len = ag_piece(o, s, c, &off);
+    if (len) o->put(o->out + (o->displs[s] + off) * es, ag_at(o, src, s, c), len * es);
   } else {
     size_t off, len = wf_stage_piece(o->count, o->gm.E, c, &off);
     o->put(o->buf + off * es, wf_stage_slot(o, src, c), len * es);
@@ -206,9 +261,14 @@ static int copy_out(stage_op *o) {
 }
 
 static void copy_in(stage_op *o, size_t c) {
-  size_t start, m = chunk_of(o, c, &start);
-  if (o->coll == WF_COLL_ALLREDUCE) wf_stage_gather(o, wf_stage_slot(o, o->me, c), start, m);
-  else wf_copy(wf_stage_slot(o, o->me, c), o->buf + start * o->es, m * o->es);
+  size_t start, m = chunk_of(o, c, &start), off, len;
+  if (o->coll == WF_COLL_ALLREDUCE) {
+    wf_stage_gather(o, wf_stage_slot(o, o->me, c), start, m);
+  } else if (o->coll == WF_COLL_ALLGATHER) { /* its own piece at its position */
+    if ((len = ag_piece(o, o->me, c, &off))) wf_copy(ag_at(o, o->me, o->me, c), o->in + off * o->es, len * o->es);
+  } else {
+    wf_copy(wf_stage_slot(o, o->me, c), o->buf + start * o->es, m * o->es);
+  }
 }
 
 int wf_stage_numa_step(stage_op *o) {
@@ -232,6 +292,7 @@ int wf_stage_numa_step(stage_op *o) {
   if (o->has_a && o->cin < o->gm.nchunks && wf_stage_slot_free(o, o->cin)) {
     copy_in(o, o->cin);
     wf_stage_publish(o, &me->ready, wf_stage_vflag(o, o->cin));
+    wf_stage_copy_own(o, o->cin); /* allgather: nobody waits for it */
     o->cin++;
     moved = 1;
   }

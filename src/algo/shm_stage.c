@@ -186,7 +186,7 @@ static int plan(const wf_coll_args *a, const wf_stage *g, int numa, geom *gm) {
     }
     case WF_COLL_REDUCESCATTER:
     case WF_COLL_ALLGATHER:
-    case WF_COLL_ALLTOALL: { /* slot: one piece per rank (allgather: its own only) */
+    case WF_COLL_ALLTOALL: { /* slot: one piece per rank (allgather: its own only, unless node-aware) */
       if (a->coll == WF_COLL_ALLTOALL) {
         if (!a->block_max) return 0; /* the chunk count must be the same on every rank */
         len = a->block_max;
@@ -194,7 +194,7 @@ static int plan(const wf_coll_args *a, const wf_stage *g, int numa, geom *gm) {
         for (int i = 0; i < a->size; i++)
           if (a->counts[i] > len) len = a->counts[i];
       }
-      size_t per = a->coll == WF_COLL_ALLGATHER ? 1 : n;
+      size_t per = a->coll == WF_COLL_ALLGATHER && !numa ? 1 : n; /* node-aware: a relay holds others' pieces */
       gm->E = cap / per / es;
       if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es); /* pieces of whole cache lines */
       if (gm->E < 1) return 0;
@@ -215,10 +215,12 @@ static int plan(const wf_coll_args *a, const wf_stage *g, int numa, geom *gm) {
   return gm->nslots >= 2 && gm->nchunks <= MAX_CHUNKS;
 }
 
-int wf_stage_supports(const wf_coll_args *a) {
+int wf_stage_supports(const wf_coll_args *a) { return wf_stage_supports_as(a, 0); }
+
+int wf_stage_supports_as(const wf_coll_args *a, int numa) {
   const wf_stage *g = a->topo ? a->topo->stage : NULL;
   geom gm;
-  return g && a->size >= 2 && a->size <= MAX_RANKS && a->size == g->n && a->rank == g->me && plan(a, g, 0, &gm);
+  return g && a->size >= 2 && a->size <= MAX_RANKS && a->size == g->n && a->rank == g->me && plan(a, g, numa, &gm);
 }
 
 /* The copy into a's outputs: streaming once the host's outputs outgrow the
@@ -355,7 +357,7 @@ static void copy_in(stage_op *o, size_t c) {
 /* A': chunk c of this rank's own block from its input to its output
  * (allgather not in place, alltoall), after publishing ready: no peer waits
  * for it. */
-static void copy_own(stage_op *o, size_t c) {
+void wf_stage_copy_own(stage_op *o, size_t c) {
   if (o->coll != WF_COLL_ALLGATHER && o->coll != WF_COLL_ALLTOALL) return;
   int a2a = o->coll == WF_COLL_ALLTOALL;
   size_t es = o->es, off, from = a2a ? o->displs[o->me] : 0, to = a2a ? o->rdispls[o->me] : o->displs[o->me];
@@ -512,7 +514,7 @@ static int step_once(stage_op *o) {
   if (o->has_a && o->cin < o->gm.nchunks && wf_stage_slot_free(o, o->cin)) {
     copy_in(o, o->cin);
     wf_stage_publish(o, &me->ready, wf_stage_vflag(o, o->cin));
-    copy_own(o, o->cin);
+    wf_stage_copy_own(o, o->cin);
     o->cin++;
     moved = 1;
   }

@@ -31,7 +31,7 @@
  *
  * Only the world group uses staging (one collective at a time), and only
  * when every rank of the world is on this host (engine/local.c). The
- * node-aware allreduce and broadcast ("numa", shm_numa.c) run under the
+ * node-aware allreduce, broadcast and allgather ("numa", shm_numa.c) run under the
  * same step and flags when the host's NUMA layout makes a plan
  * (wf_stage_set_numa). */
 #ifndef WF_ALGO_SHM_STAGE_H
@@ -84,7 +84,8 @@ int wf_stage_supports(const wf_coll_args *a);
  * broadcast, alltoall); nothing for an empty collective. */
 weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s);
 /* For the node-aware algorithms (shm_numa.c): 1 if staging can run a's
- * allreduce or broadcast node by node (wf_stage_supports, and a plan). */
+ * allreduce, broadcast or allgather node by node (a plan, and the chunks
+ * fit: an allgather's slot holds a piece of every rank's block). */
 int wf_stage_numa_supports(const wf_coll_args *a);
 
 /* The STAGE step (sched.c): runs as far as the peers allow; WEFT_OK when

@@ -123,6 +123,11 @@ void wf_stage_scatter(const stage_op *o, size_t lo, const char *src, size_t len)
 /* The slot of chunk c is free to write (every peer has read what it held),
  * and copy-in is not too far ahead. */
 int wf_stage_slot_free(const stage_op *o, size_t c);
+/* Chunk c of this rank's own allgather or alltoall block from its input to
+ * its output (nothing in place, nothing for the other collectives). */
+void wf_stage_copy_own(stage_op *o, size_t c);
+/* wf_stage_supports with the node-aware geometry (numa) or the flat one. */
+int wf_stage_supports_as(const wf_coll_args *a, int numa);
 /* Appends the STAGE step (shm_stage.c's wf_stage_build), node-aware or not. */
 weft_status wf_stage_build_as(const wf_coll_args *a, wf_sched *s, int numa);
 

@@ -43,7 +43,8 @@ expect '^ *one host, board: every rank folds every input up to'
 expect '^ *spans hosts, some host with several ranks: any size -> hier$'
 # a declared NUMA layout on one host (WEFT_NUMA_NODES, two nodes interleaved):
 # the node grouping, the within-host order, the node-aware pattern's folds,
-# and "numa" chosen for allreduce and broadcast from 64 KiB; "off": none
+# and "numa" chosen for allreduce, broadcast and allgather from 64 KiB (not
+# reducescatter); "off": none
 out=$(WEFT_NUMA_NODES=0,1,0,1 "$weftrun" -np 4 --timeout 100 --no-tag-output "$info" --topology) || {
   echo "check_topology.sh: the NUMA job failed:"; echo "$out"; exit 1; }
 echo "$out"
@@ -52,7 +53,8 @@ expect '^ *within-host order \(ranks grouped by node\): 0 2 1 3$'
 expect '^ *allreduce folds in rank order, each slice by its own rank \(nodes crossed per chunk, in 1/4 chunks: chain 12, flat 8\)$'
 expect '^ *allreduce +shm +numa +numa +numa *$'
 expect '^ *broadcast +shm +numa +numa +numa *$'
-expect '^ *allgather +shm +shm +shm +shm *$'
+expect '^ *allgather +shm +numa +numa +numa *$'
+expect '^ *reducescatter +shm +shm +shm +shm *$'
 expect '^ *one host, staging, ranks on several NUMA nodes: >= 64 KiB -> numa$'
 out=$(WEFT_NUMA_NODES=0,0,1,1 "$weftrun" -np 4 --timeout 100 --no-tag-output "$info" --topology) || {
   echo "check_topology.sh: the NUMA job failed:"; echo "$out"; exit 1; }

@@ -8,13 +8,14 @@
  *    bit against the left fold in rank order computed here, element by
  *    element in the dtype's arithmetic (integers wrap; floats round at
  *    every step, so another order would show);
- *  - broadcast from every root, byte for byte;
+ *  - broadcast from every root and allgather (uneven rows, a rank with
+ *    none), byte for byte;
  *  - a burst of allreduces submitted together (fused: the tensors staged
- *    where they lie) and an allgather (not node-aware: "shm");
+ *    where they lie);
  *  - which algorithm ran (weft_request_algorithm): MP_NUMA_EXPECT names it
- *    for allreduces and broadcasts of at least 64 KiB ("numa" with a layout
- *    of several nodes, "shm" without one or with WEFT_NUMA_NODES=off);
- *    smaller ones and the allgather must run "shm".
+ *    for allreduces, broadcasts and allgathers of at least 64 KiB ("numa"
+ *    with a layout of several nodes, "shm" without one or with
+ *    WEFT_NUMA_NODES=off); smaller ones must run "shm".
  * Usage (under weftrun -np N, MP_NUMA_EXPECT set): mp_numa [--large COUNT] */
 #include "mp_harness.c"
 
@@ -126,11 +127,47 @@ static void run_broadcast(size_t n, int root) {
   mp_case_end();
 }
 
+/* Allgather: rank r has base + 1000 r rows (the last rank none). */
+static void run_allgather(size_t base) {
+  char name[64];
+  snprintf(name, sizeof name, "ag.%zu", base);
+  mp_case("%s", name);
+  size_t total = 0, mine = 0;
+  for (int r = 0; r < mp_size; r++) {
+    size_t rows = r == mp_size - 1 ? 0 : base + 1000 * (size_t)r;
+    total += rows;
+    if (r == mp_rank) mine = rows;
+  }
+  int32_t *in = mp_alloc(mine * 4 + 4);
+  mp_fill(WEFT_DTYPE_INT32, in, 0, mine, mp_rank, 0, g_seed);
+  int64_t shape[1] = {(int64_t)mine};
+  weft_tensor tt = {WEFT_DTYPE_INT32, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
+  weft_request *req = NULL;
+  mp_submitted(weft_allgather(mp_group, name, &tt, NULL, &req), &req, name);
+  weft_tensor out;
+  if (mp_wait_ok(req, name)) {
+    if (weft_request_output(req, &out) != WEFT_OK || (size_t)out.shape[0] != total) {
+      mp_fail("%s: output is not %zu rows", name, total);
+    } else {
+      size_t at = 0;
+      for (int r = 0; r < mp_size; r++) {
+        size_t rows = r == mp_size - 1 ? 0 : base + 1000 * (size_t)r;
+        mp_check_fill(WEFT_DTYPE_INT32, out.data, at, rows, r, 0, g_seed, name);
+        at += rows;
+      }
+    }
+    check_ran(req, expected(total * 4), name);
+  }
+  weft_request_free(req);
+  free(in);
+  mp_case_end();
+}
+
 /* Allreduces of one dtype submitted together (the coordinator fuses them;
- * staging takes the tensors where they lie), then an allgather. */
+ * staging takes the tensors where they lie). */
 #define BURST 8
 static void run_burst(void) {
-  mp_case("burst of %d float32 allreduces, then an allgather", BURST);
+  mp_case("burst of %d float32 allreduces", BURST);
   weft_request *req[BURST];
   float *buf[BURST];
   size_t n[BURST];
@@ -155,24 +192,6 @@ static void run_burst(void) {
     weft_request_free(req[k]);
     free(buf[k]);
   }
-  size_t rows = g_large / 16;
-  int32_t *in = mp_alloc(rows * 4);
-  mp_fill(WEFT_DTYPE_INT32, in, 0, rows, mp_rank, 0, g_seed);
-  int64_t shape[1] = {(int64_t)rows};
-  weft_tensor tt = {WEFT_DTYPE_INT32, 1, shape, in, WEFT_DEVICE_CPU, 0, NULL};
-  weft_request *ag = NULL;
-  mp_submitted(weft_allgather(mp_group, "ag", &tt, NULL, &ag), &ag, "ag");
-  weft_tensor out;
-  if (mp_wait_ok(ag, "ag")) {
-    if (weft_request_output(ag, &out) != WEFT_OK || (size_t)out.shape[0] != rows * (size_t)mp_size)
-      mp_fail("ag: output is not %zu rows", rows * (size_t)mp_size);
-    else
-      for (int r = 0; r < mp_size; r++)
-        mp_check_fill(WEFT_DTYPE_INT32, out.data, rows * (size_t)r, rows, r, 0, g_seed, "ag");
-    check_ran(ag, "shm", "ag");
-  }
-  weft_request_free(ag);
-  free(in);
   mp_case_end();
 }
 
@@ -202,6 +221,8 @@ int main(int argc, char **argv) {
   const size_t bc[] = {1000, 40000, g_large};
   for (size_t k = 0; k < sizeof bc / sizeof bc[0]; k++)
     for (int root = 0; root < mp_size; root++) run_broadcast(bc[k], root);
+  const size_t ag[] = {10, 3000, g_large / 8};
+  for (size_t k = 0; k < sizeof ag / sizeof ag[0]; k++) run_allgather(ag[k]);
   run_burst();
   return mp_teardown();
 }

@@ -10,13 +10,14 @@
  *    boundary, and every rank's source on its own node except one relay
  *    per node and item, which reads the holder;
  *  - runtime: allreduce of every dtype bit for bit against "direct" (so
- *    against the rank-order fold), broadcast from every root byte for byte,
+ *    against the rank-order fold), broadcast from every root and allgather
+ *    (uneven rows, empty ones, in place or not) byte for byte,
  *    counts around chunk and slot boundaries, small regions (slots reused
  *    within one collective), ranks driven in turn, reversed, at random and
  *    by one thread each, for interleaved, block, uneven and three-node
  *    layouts;
- *  - selection: with a plan, "numa" for allreduce and broadcast from
- *    64 KiB on, "shm" below and for the other collectives; without one
+ *  - selection: with a plan, "numa" for allreduce, broadcast and
+ *    allgather from 64 KiB on, "shm" below and for the other collectives; without one
  *    (no layout, one node, an unknown node) never "numa". */
 #include "algo/numa_plan.h"
 #include "test_algo_shm_common.h"
@@ -163,6 +164,16 @@ static void suite_layout(const int *nodes, int n, size_t bytes) {
       snprintf(g_ctx, sizeof g_ctx, "broadcast numa %s root %d n=%zu order %d", ln, root, bn[k], order);
       run_case(&H, &c, order, 5 + k);
     }
+  static const dtop u8 = {WEFT_DTYPE_UINT8, WEFT_OP_SUM, 1, "uint8"}, f64 = {WEFT_DTYPE_FLOAT64, WEFT_OP_SUM, 8, "f64"};
+  for (int pat = 0; pat < PAT_N; pat++)
+    for (int alias = 0; alias < 2; alias++)
+      for (size_t base = 0; base < 5000; base += 4999) {
+        const dtop *d = (pat + alias) % 2 ? &u8 : &f64;
+        coll_case c = {.coll = WF_COLL_ALLGATHER, .d = d, .n = base, .pat = pat, .alias = alias};
+        snprintf(g_ctx, sizeof g_ctx, "allgather numa %s %s pattern %d base %zu alias %d", ln, d->name, pat, base,
+                 alias);
+        run_case(&H, &c, (pat + alias) % 3, (uint64_t)pat);
+      }
   host_free(&H);
 }
 
@@ -180,8 +191,9 @@ static void suite_threads(const int *nodes, int n, size_t bytes, int ncoll) {
   CHECK(C && jobs[0] && jobs[n - 1], "out of memory");
   uint64_t seed = 41;
   for (int k = 0; k < ncoll; k++) {
-    C[k] = (coll_case){.coll = k % 3 ? WF_COLL_ALLREDUCE : WF_COLL_BROADCAST, .d = &k_all[(size_t)k % NALL],
-                       .n = 1 + (size_t)(rng_next(&seed) % 30000), .root = k % n};
+    static const wf_coll colls[] = {WF_COLL_ALLREDUCE, WF_COLL_BROADCAST, WF_COLL_ALLREDUCE, WF_COLL_ALLGATHER};
+    C[k] = (coll_case){.coll = colls[k % 4], .d = &k_all[(size_t)k % NALL], .n = 1 + (size_t)(rng_next(&seed) % 30000),
+                       .root = k % n, .pat = PAT_UNEVEN};
     job J[MAXP];
     case_setup(&H, &C[k], J, seed + (uint64_t)k);
     for (int i = 0; i < n; i++) jobs[i][k] = J[i];
@@ -220,7 +232,7 @@ static void t_select(void) {
       a.counts = a.send_counts = a.recv_counts = counts;
       a.displs = a.send_displs = a.recv_displs = displs;
       a.block_max = 100;
-      int node_aware = l == 0 && c < 2;
+      int node_aware = l == 0 && c < 2; /* allgather's 4 x 100 elements: under 64 KiB */
       a.count = 1 << 14; /* 64 KiB */
       const char *got = chosen_algo(&a);
       CHECK(!strcmp(got, node_aware ? "numa" : "shm"), "layout %d, collective %d, 64 KiB: %s", l, (int)colls[c], got);
@@ -229,6 +241,17 @@ static void t_select(void) {
       CHECK(!strcmp(got, "shm"), "layout %d, collective %d, under 64 KiB: %s", l, (int)colls[c], got);
     }
   }
+  /* allgather from 64 KiB of output */
+  size_t big[4] = {4096, 4096, 4096, 4096}, bigd[4] = {0, 4096, 8192, 12288};
+  set_layout(&H, inter);
+  wf_coll_args ag = args_of(&H, WF_COLL_ALLGATHER, &f32, 1);
+  ag.in = buf + 4096;
+  ag.out = buf;
+  ag.counts = big;
+  ag.displs = bigd;
+  CHECK(!strcmp(chosen_algo(&ag), "numa"), "allgather, 64 KiB: %s", chosen_algo(&ag));
+  big[3] = 4095;
+  CHECK(!strcmp(chosen_algo(&ag), "shm"), "allgather, under 64 KiB: %s", chosen_algo(&ag));
   /* forced "numa" without a plan declines (the fallback is the table's) */
   set_layout(&H, NULL);
   wf_coll_args a = args_of(&H, WF_COLL_ALLREDUCE, &f32, 1);
