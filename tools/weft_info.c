@@ -33,9 +33,12 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "algo/numa_plan.h"
+#include "algo/shm_stage.h"
 #include "device/device.h"
 #include "engine/topo_info.h"
 #include "host/mailbox.h"
+#include "host/numa.h"
 #include "host/segment.h"
 #include "negotiate/board.h"
 #include "util/params.h"
@@ -335,6 +338,54 @@ static void print_memory(const wf_topo_view *v) {
          WF_SHM_RINGS_CAP >> 20);
 }
 
+/* Rank 0's host's NUMA layout (the segment's: detected or WEFT_NUMA_NODES),
+ * its ranks grouped by node, and what the node-aware staged pattern does
+ * with it (algo/numa_plan.h). */
+static void print_numa(const wf_topo_view *v) {
+  int n = v->seg_nlocal;
+  if (!n) return;
+  if (!v->seg_numa) {
+    printf("NUMA layout (rank 0's host): none (one node, ranks not pinned to one node each, or WEFT_NUMA_NODES=off)\n");
+    return;
+  }
+  int rank_of[WF_NUMA_PLAN_MAX * 16], order[WF_NUMA_PLAN_MAX * 16], h = v->host_of[0];
+  if (n > WF_NUMA_PLAN_MAX * 16) return;
+  for (int i = 0; i < v->size; i++)
+    if (v->host_of[i] == h && v->local_rank[i] >= 0 && v->local_rank[i] < n) rank_of[v->local_rank[i]] = i;
+  int groups = wf_numa_order(n, v->seg_numa, order);
+  printf("NUMA layout (rank 0's host, %d group%s):", groups, groups == 1 ? "" : "s");
+  for (int k = 0, prev = -2; k < n; k++) {
+    int node = v->seg_numa[order[k]];
+    if (node != prev && node < 0) printf("%s node unknown: ranks", k ? ";" : "");
+    else if (node != prev) printf("%s node %d: ranks", k ? ";" : "", node);
+    printf(" %d", rank_of[order[k]]);
+    prev = node;
+  }
+  printf("\n  within-host order (ranks grouped by node):");
+  for (int k = 0; k < n; k++) printf(" %d", rank_of[order[k]]);
+  printf("\n");
+  const wf_numa_plan *p = wf_stage_numa(v->topo.stage);
+  if (!p) {
+    printf("  node-aware staged pattern: off (%s)\n",
+           !v->topo.stage ? "no staging: not every rank of the world is on this host, or WEFT_SHM_STAGE_BYTES=0"
+                          : "one node, or some rank's node unknown");
+    return;
+  }
+  printf("  node-aware staged pattern (numa; allreduce, broadcast, allgather: selection tables below):\n"
+         "    allreduce folds in rank order, %s (nodes crossed per chunk, in 1/%d chunks: chain %d, flat %d)",
+         p->chain ? "run by run" : "each slice by its own rank", n, wf_numa_cost_chain(p), wf_numa_cost_flat(p));
+  if (p->chain) {
+    printf("; runs:");
+    for (int j = 0; j < p->nruns; j++) {
+      printf(" [");
+      for (int r = p->run_first[j]; r < p->run_first[j + 1]; r++) printf("%s%d", r > p->run_first[j] ? " " : "", r);
+      printf("]");
+    }
+  }
+  printf("\n    spread: one copy per node of each result slice, broadcast chunk or allgather piece, through one relay"
+         " per node\n");
+}
+
 static int print_topology(void) {
   weft_world *w = NULL;
   weft_status st = weft_init(NULL, &w);
@@ -374,6 +425,7 @@ static int print_topology(void) {
              v.set.transport);
       printf("cross-memory attach (rank 0 to its host's ranks): %s\n", v.topo.cma ? "yes" : "no");
       print_memory(&v);
+      print_numa(&v);
       printf("hierarchical algorithms: WEFT_HIERARCHICAL=%lld (-1: automatic, 0: never, 1: whenever on several hosts)\n",
              (long long)v.set.hierarchical);
       printf("algorithms chosen for the world group (float32; WEFT_ALGO_<COLL> applies):\n");

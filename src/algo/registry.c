@@ -41,6 +41,9 @@ extern const wf_algo wf_algo_allgather_shm;
 extern const wf_algo wf_algo_broadcast_shm;
 extern const wf_algo wf_algo_alltoall_shm;
 extern const wf_algo wf_algo_permute_direct;
+extern const wf_algo wf_algo_allreduce_numa;
+extern const wf_algo wf_algo_broadcast_numa;
+extern const wf_algo wf_algo_allgather_numa;
 
 static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_direct,    &wf_algo_allreduce_rd,        &wf_algo_allreduce_ring,
@@ -50,7 +53,8 @@ static const wf_algo *const g_table[] = {
     &wf_algo_allreduce_cma,       &wf_algo_allgather_cma,       &wf_algo_broadcast_cma,
     &wf_algo_alltoall_cma,        &wf_algo_reducescatter_cma,   &wf_algo_allreduce_shm,
     &wf_algo_reducescatter_shm,   &wf_algo_allgather_shm,       &wf_algo_broadcast_shm,
-    &wf_algo_alltoall_shm,        &wf_algo_permute_direct,      NULL};
+    &wf_algo_alltoall_shm,        &wf_algo_permute_direct,      &wf_algo_allreduce_numa,
+    &wf_algo_broadcast_numa,      &wf_algo_allgather_numa,      NULL};
 
 const wf_algo *const *wf_algo_table(void) { return g_table; }
 

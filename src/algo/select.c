@@ -9,6 +9,9 @@
  *           It is decided when the operation is submitted, before any
  *           negotiation (wf_select_board); an operation that reaches the
  *           executor has left the board, so there the row matches nothing;
+ *   numa    staged, and the host's ranks on several NUMA nodes (the
+ *           segment's layout: wf_stage_numa); from WF_SEL_NUMA_MIN_BYTES, below
+ *           which the flat pattern's single flag round is shorter;
  *   staged  every member on this host with shm staging attached
  *           (wf_stage_supports decides what staging can run);
  *   hier    the group spans hosts and the hierarchical rule holds
@@ -53,7 +56,12 @@
 #define WF_SEL_ALLGATHER_CMA_MIN_BYTES ((size_t)1 << 20)
 #define WF_SEL_BROADCAST_CMA_MIN_BYTES ((size_t)64 << 10)       /* 3 ranks or more; never on 2 */
 
-typedef enum sel_where { SEL_BOARD, SEL_STAGED, SEL_HIER, SEL_CMA, SEL_ANY } sel_where;
+/* The node-aware staged pattern from this size on (shm_numa.c): below it
+ * the flat allreduce folds a chunk in one flag round (its FOLD_ALL_BYTES),
+ * and a relay's extra flag round costs more than the copies it saves. */
+#define WF_SEL_NUMA_MIN_BYTES ((size_t)64 << 10)
+
+typedef enum sel_where { SEL_BOARD, SEL_NUMA, SEL_STAGED, SEL_HIER, SEL_CMA, SEL_ANY } sel_where;
 
 /* The upper end of a size range: none, or a setting (negative: no size). */
 typedef enum sel_upto {
@@ -74,12 +82,14 @@ typedef struct sel_row {
  * table, staging next (it runs everything it supports fastest on one
  * host), then the hierarchical algorithms across hosts. */
 #define SEL_ROW_BOARD {SEL_BOARD, 1, 0, 0, SEL_UNBOUNDED, "board"}
+#define SEL_ROW_NUMA {SEL_NUMA, 1, 0, WF_SEL_NUMA_MIN_BYTES, SEL_UNBOUNDED, "numa"}
 #define SEL_ROW_STAGED {SEL_STAGED, 1, 0, 0, SEL_UNBOUNDED, "shm"}
 #define SEL_ROW_HIER {SEL_HIER, 1, 0, 0, SEL_UNBOUNDED, "hier"}
 #define SEL_END {SEL_ANY, 0, 0, 0, SEL_UNBOUNDED, NULL}
 
 static const sel_row k_allreduce[] = {
     SEL_ROW_BOARD,
+    SEL_ROW_NUMA,
     SEL_ROW_STAGED,
     SEL_ROW_HIER,
     {SEL_CMA, 2, 2, WF_SEL_ALLREDUCE_CMA_MIN_BYTES_2, SEL_UNBOUNDED, "cma"},
@@ -90,6 +100,7 @@ static const sel_row k_allreduce[] = {
 
 static const sel_row k_allgather[] = {
     SEL_ROW_BOARD,
+    SEL_ROW_NUMA,
     SEL_ROW_STAGED,
     SEL_ROW_HIER,
     {SEL_CMA, 2, 0, WF_SEL_ALLGATHER_CMA_MIN_BYTES, SEL_UNBOUNDED, "cma"},
@@ -99,6 +110,7 @@ static const sel_row k_allgather[] = {
 
 static const sel_row k_broadcast[] = {
     SEL_ROW_BOARD,
+    SEL_ROW_NUMA,
     SEL_ROW_STAGED,
     SEL_ROW_HIER,
     {SEL_CMA, 3, 0, WF_SEL_BROADCAST_CMA_MIN_BYTES, SEL_UNBOUNDED, "cma"},
@@ -173,6 +185,7 @@ int wf_select_board(wf_coll c, size_t bytes, int n, int own, size_t part_bytes, 
 static int where_holds(sel_where w, const wf_coll_args *a) {
   switch (w) {
     case SEL_BOARD: return board_row(a);
+    case SEL_NUMA: return a->topo && wf_stage_numa(a->topo->stage);
     case SEL_STAGED: return a->topo && a->topo->stage;
     case SEL_HIER: return wf_hier_rule(a);
     case SEL_CMA: return wf_cma_usable(a) && !(a->topo && a->topo->rings);
@@ -240,6 +253,7 @@ static void put_bytes(char *out, size_t outlen, size_t *o, uint64_t b) {
 static void put_where(char *out, size_t outlen, size_t *o, wf_coll c, sel_where w, const wf_settings *s) {
   switch (w) {
     case SEL_BOARD: put(out, outlen, o, "one host, board"); return;
+    case SEL_NUMA: put(out, outlen, o, "one host, staging, ranks on several NUMA nodes"); return;
     case SEL_STAGED: put(out, outlen, o, "one host, staging"); return;
     case SEL_CMA: put(out, outlen, o, "one host without rings, cma"); return;
     case SEL_ANY: put(out, outlen, o, "any"); return;

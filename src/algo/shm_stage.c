@@ -36,12 +36,9 @@
  * not pay, because its copy-out is half of what it writes (bench/NOTES.md,
  * "Streaming stores in staging").
  */
-#include "algo/shm_stage.h"
+#include "algo/shm_stage_int.h"
 
 #include <sched.h>
-#include <stdalign.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,80 +46,10 @@
 #include <immintrin.h>
 #endif
 
+#include "algo/numa_plan.h"
 #include "reduce/reduce.h"
-#include "util/copy.h"
 #include "util/err.h"
 #include "util/time.h"
-
-#define LINE 128u
-#define HDR_BYTES 512u             /* region header: the flags */
-#define MAX_RANKS 64               /* copy-out progress is a 64-bit mask */
-#define MAX_CHUNKS ((1u << 24) - 2) /* chunk numbers fit below the epoch */
-#define MIN_SLOTS 4                /* slots per region at least (else smaller chunks) */
-#define AHEAD 3                    /* copy-in runs at most this many chunks ahead */
-#define CHUNK_BYTES ((size_t)256 << 10) /* slot size target: in L2 with its peers' */
-#define FOLD_ALL_BYTES ((size_t)64 << 10) /* allreduce up to this: every rank folds all */
-#define SUB_BYTES ((size_t)16 << 10) /* fold sub-blocks (L1) */
-#define SPIN_NS 50000              /* blocked on dedicated cores: spin this long before returning */
-#define YIELD_NS 1000              /* ... yielding after this long: a peer woken on this core runs at once */
-#define BUDGET_NS 2000000          /* return to the engine loop after this much work */
-#define NT_HOST_BYTES ((size_t)32 << 20) /* outputs of all local ranks: stream past this */
-
-typedef struct stage_hdr {
-  alignas(LINE) _Atomic uint64_t ready;
-  alignas(LINE) _Atomic uint64_t reduced;
-  alignas(LINE) _Atomic uint64_t done;
-  alignas(LINE) _Atomic uint64_t gone; /* epoch given up, or LEFT */
-} stage_hdr;
-#define LEFT UINT64_MAX /* gone: the rank finalized */
-_Static_assert(sizeof(stage_hdr) <= HDR_BYTES, "stage header too large");
-
-struct wf_stage {
-  int n, me;
-  size_t payload;    /* slot bytes per region */
-  stage_hdr **hdr;   /* [n] */
-  char **data;       /* [n] payload of each region */
-  wf_stage_wake_fn wake;
-  void *wake_ctx;
-  uint64_t epoch;    /* staged collectives started here */
-  uint64_t last;     /* done value of the previous staged collective's last chunk */
-  struct stage_op *cur;
-  int64_t spin_ns;   /* blocked: spin this long (0: more local ranks than CPUs) */
-};
-
-typedef struct geom {
-  size_t E;       /* elements per chunk (allreduce, broadcast) or per block piece */
-  size_t slot;    /* bytes per slot */
-  size_t nslots, nchunks;
-  int fold_all;
-} geom;
-
-typedef struct stage_op {
-  wf_stage *g;
-  wf_coll coll;
-  weft_dtype dt;
-  weft_reduce_op op;
-  size_t es;
-  int n, me, root;
-  char *buf;       /* broadcast */
-  const wf_seg *segs; /* allreduce: the buffer's segments (one for a contiguous buffer) */
-  size_t nsegs;
-  const char *in;  /* reducescatter, allgather, alltoall */
-  char *out;
-  size_t count;
-  size_t *counts, *displs; /* [n] reducescatter, allgather; alltoall: what it sends */
-  size_t *rcounts, *rdispls; /* [n] alltoall: what it receives */
-  const char **x;  /* [n] fold operands */
-  wf_copy_fn put; /* copies into the output */
-  geom gm;
-  size_t ahead;
-  int has_a, has_b, has_c;
-  int state;       /* 0 not started, 1 running, 2 finished */
-  uint64_t base;   /* epoch << 24 */
-  size_t cin, cred, cout;
-  uint64_t cmask;  /* peers copied out of chunk cout */
-  int more;        /* returned with work left */
-} stage_op;
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -132,37 +59,10 @@ static void cpu_relax(void) {
 #endif
 }
 
-/* Flag comparison in serial-number arithmetic: a flag has reached v. */
-static int reached(uint64_t flag, uint64_t v) { return (int64_t)(flag - v) >= 0; }
-
-static uint64_t load(_Atomic uint64_t *f) {
-  /* acquire: the owner's writes of the slot before its release store */
-  return atomic_load_explicit(f, memory_order_acquire);
-}
-
-static void publish(stage_op *o, _Atomic uint64_t *f, uint64_t v) {
+void wf_stage_publish(stage_op *o, _Atomic uint64_t *f, uint64_t v) {
   /* release: this rank's slot writes (and reads, for done) happen before */
   atomic_store_explicit(f, v, memory_order_release);
   if (o->g->wake) o->g->wake(o->g->wake_ctx);
-}
-
-static uint64_t vflag(const stage_op *o, size_t c) { return o->base + (uint64_t)c + 1; }
-
-static void block_of(size_t count, int p, int b, size_t *off, size_t *n) {
-  size_t q = count / (size_t)p, r = count % (size_t)p, ub = (size_t)b;
-  *n = q + (ub < r ? 1 : 0);
-  *off = q * ub + (ub < r ? ub : r);
-}
-
-/* Piece c of a block of len elements cut in pieces of E: *off, returns length. */
-static size_t piece(size_t len, size_t E, size_t c, size_t *off) {
-  *off = c * E;
-  if (*off >= len) return 0;
-  return len - *off < E ? len - *off : E;
-}
-
-static char *slot_of(const stage_op *o, int rank, size_t c) {
-  return o->g->data[rank] + (c % o->gm.nslots) * o->gm.slot;
 }
 
 /* Allreduce buffer pieces: elements [pos, end) of the segments' concatenation,
@@ -198,7 +98,7 @@ static int next_piece(pieces *it, size_t lo, char **p, size_t *n, size_t *rel) {
 }
 
 /* Copies elements [lo, lo + len) of the allreduce buffer to dst. */
-static void gather(const stage_op *o, char *dst, size_t lo, size_t len) {
+void wf_stage_gather(const stage_op *o, char *dst, size_t lo, size_t len) {
   pieces it = pieces_of(o, lo, len);
   char *p;
   size_t n, rel;
@@ -206,7 +106,7 @@ static void gather(const stage_op *o, char *dst, size_t lo, size_t len) {
 }
 
 /* Copies src to elements [lo, lo + len) of the allreduce buffer. */
-static void scatter(const stage_op *o, size_t lo, const char *src, size_t len) {
+void wf_stage_scatter(const stage_op *o, size_t lo, const char *src, size_t len) {
   pieces it = pieces_of(o, lo, len);
   char *p;
   size_t n, rel;
@@ -259,10 +159,16 @@ int wf_stage_size(const wf_stage *g) { return g ? g->n : 0; }
 
 void wf_stage_set_spin(wf_stage *g, int64_t ns) { g->spin_ns = ns > 0 ? ns : 0; }
 
+void wf_stage_set_numa(wf_stage *g, const int *nodes) {
+  g->plan = nodes && wf_numa_plan_make(g->n, nodes, &g->plan_mem) ? &g->plan_mem : NULL;
+}
+
+const wf_numa_plan *wf_stage_numa(const wf_stage *g) { return g ? g->plan : NULL; }
+
 /* ------------------------------------------------------------------ geometry */
 
 /* Chunking of a's collective over g's regions; 0 if it cannot run. */
-static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
+static int plan(const wf_coll_args *a, const wf_stage *g, int numa, geom *gm) {
   size_t es = a->elem_size, n = (size_t)a->size, cap = g->payload / MIN_SLOTS, len = 0;
   if (cap > CHUNK_BYTES) cap = CHUNK_BYTES;
   cap -= cap % 64;
@@ -270,7 +176,7 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
   switch (a->coll) {
     case WF_COLL_ALLREDUCE: {
       len = a->count;
-      gm->fold_all = a->count * es <= FOLD_ALL_BYTES;
+      gm->fold_all = !numa && a->count * es <= FOLD_ALL_BYTES;
       size_t q = n * (64 / es); /* slices of whole cache lines (es <= 8) */
       gm->E = cap / es;
       if (!gm->fold_all && gm->E >= 2 * q) gm->E -= gm->E % q;
@@ -280,7 +186,7 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
     }
     case WF_COLL_REDUCESCATTER:
     case WF_COLL_ALLGATHER:
-    case WF_COLL_ALLTOALL: { /* slot: one piece per rank (allgather: its own only) */
+    case WF_COLL_ALLTOALL: { /* slot: one piece per rank (allgather: its own only, unless node-aware) */
       if (a->coll == WF_COLL_ALLTOALL) {
         if (!a->block_max) return 0; /* the chunk count must be the same on every rank */
         len = a->block_max;
@@ -288,7 +194,7 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
         for (int i = 0; i < a->size; i++)
           if (a->counts[i] > len) len = a->counts[i];
       }
-      size_t per = a->coll == WF_COLL_ALLGATHER ? 1 : n;
+      size_t per = a->coll == WF_COLL_ALLGATHER && !numa ? 1 : n; /* node-aware: a relay holds others' pieces */
       gm->E = cap / per / es;
       if (gm->E >= 2 * (64 / es)) gm->E -= gm->E % (64 / es); /* pieces of whole cache lines */
       if (gm->E < 1) return 0;
@@ -309,10 +215,12 @@ static int plan(const wf_coll_args *a, const wf_stage *g, geom *gm) {
   return gm->nslots >= 2 && gm->nchunks <= MAX_CHUNKS;
 }
 
-int wf_stage_supports(const wf_coll_args *a) {
+int wf_stage_supports(const wf_coll_args *a) { return wf_stage_supports_as(a, 0); }
+
+int wf_stage_supports_as(const wf_coll_args *a, int numa) {
   const wf_stage *g = a->topo ? a->topo->stage : NULL;
   geom gm;
-  return g && a->size >= 2 && a->size <= MAX_RANKS && a->size == g->n && a->rank == g->me && plan(a, g, &gm);
+  return g && a->size >= 2 && a->size <= MAX_RANKS && a->size == g->n && a->rank == g->me && plan(a, g, numa, &gm);
 }
 
 /* The copy into a's outputs: streaming once the host's outputs outgrow the
@@ -328,13 +236,18 @@ static wf_copy_fn output_copy(const wf_coll_args *a) {
   return nt ? nt : wf_copy;
 }
 
-weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
+weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) { return wf_stage_build_as(a, s, 0); }
+
+weft_status wf_stage_build_as(const wf_coll_args *a, wf_sched *s, int numa) {
   wf_stage *g = a->topo ? a->topo->stage : NULL;
   geom gm;
-  if (!g || !plan(a, g, &gm)) return wf_err(WEFT_ERR_INTERNAL, "staging cannot run this collective");
+  if (!g || !plan(a, g, numa, &gm) || (numa && !g->plan))
+    return wf_err(WEFT_ERR_INTERNAL, "staging cannot run this collective");
   if (gm.nchunks == 0) return WEFT_OK;
   size_t n = (size_t)a->size, nsegs = a->coll != WF_COLL_ALLREDUCE ? 0 : a->nsegs ? a->nsegs : 1;
-  size_t bytes = sizeof(stage_op) + 4 * n * sizeof(size_t) + n * sizeof(char *) + nsegs * sizeof(wf_seg);
+  size_t tmp = numa && a->coll == WF_COLL_ALLREDUCE ? SUB_BYTES : 0; /* fold scratch, 64-byte aligned below */
+  size_t bytes = sizeof(stage_op) + 4 * n * sizeof(size_t) + (n + 1) * sizeof(char *) + nsegs * sizeof(wf_seg) +
+                 (tmp ? tmp + 64 : 0);
   char *p = wf_sched_scratch(s, bytes);
   if (!p) return wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for %zu bytes of scratch", bytes);
   stage_op *o = (stage_op *)(void *)p;
@@ -345,7 +258,7 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   o->rdispls = o->rcounts + n;
   o->x = (const char **)(void *)(o->rdispls + n);
   if (nsegs) { /* the allreduce buffer as segments: its own, or the one buffer */
-    wf_seg *sg = (wf_seg *)(void *)(o->x + n);
+    wf_seg *sg = (wf_seg *)(void *)(o->x + n + 1);
     if (a->nsegs) memcpy(sg, a->segs, nsegs * sizeof *sg);
     else sg[0] = (wf_seg){a->buf, 0, a->count};
     o->segs = sg;
@@ -381,6 +294,11 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
   o->has_b = a->coll == WF_COLL_ALLREDUCE || a->coll == WF_COLL_REDUCESCATTER;
   o->has_c = (a->coll == WF_COLL_ALLREDUCE && !gm.fold_all) || a->coll == WF_COLL_ALLGATHER ||
              a->coll == WF_COLL_ALLTOALL || (a->coll == WF_COLL_BROADCAST && a->rank != a->root);
+  if (tmp) { /* after everything else: the scratch's end is the allocation's */
+    uintptr_t at = (uintptr_t)(p + bytes - tmp - 64);
+    o->tmp = (char *)((at + 63) & ~(uintptr_t)63);
+  }
+  o->numa = numa;
   wf_sched_stage(s, o);
   return s->oom ? wf_err(WEFT_ERR_NO_MEMORY, "staging: no memory for the schedule") : WEFT_OK;
 }
@@ -389,45 +307,45 @@ weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s) {
 
 /* Allreduce chunk c: its first element and length. */
 static size_t ar_chunk(const stage_op *o, size_t c, size_t *start) {
-  return piece(o->count, o->gm.E, c, start);
+  return wf_stage_piece(o->count, o->gm.E, c, start);
 }
 
 /* A: this rank's data of chunk c into its slot. */
 static void copy_in(stage_op *o, size_t c) {
   size_t es = o->es, off, len;
-  char *slot = slot_of(o, o->me, c);
+  char *slot = wf_stage_slot(o, o->me, c);
   switch (o->coll) {
     case WF_COLL_ALLREDUCE: {
       size_t start, m = ar_chunk(o, c, &start);
       if (o->gm.fold_all) {
-        gather(o, slot, start, m);
+        wf_stage_gather(o, slot, start, m);
         break;
       }
       /* the peers' slices only: this rank reads its own from its buffer */
-      block_of(m, o->n, o->me, &off, &len);
-      gather(o, slot, start, off);
-      gather(o, slot + (off + len) * es, start + off + len, m - off - len);
+      wf_stage_block(m, o->n, o->me, &off, &len);
+      wf_stage_gather(o, slot, start, off);
+      wf_stage_gather(o, slot + (off + len) * es, start + off + len, m - off - len);
       break;
     }
     case WF_COLL_REDUCESCATTER:
       for (int j = 0; j < o->n; j++) {
         if (j == o->me) continue;
-        size_t l = piece(o->counts[j], o->gm.E, c, &off);
+        size_t l = wf_stage_piece(o->counts[j], o->gm.E, c, &off);
         if (l) wf_copy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
       }
       break;
     case WF_COLL_ALLGATHER:
-      len = piece(o->counts[o->me], o->gm.E, c, &off);
+      len = wf_stage_piece(o->counts[o->me], o->gm.E, c, &off);
       if (!len) break;
       wf_copy(slot, o->in + off * es, len * es); /* its own block: copy_own, after the publish */
       break;
     case WF_COLL_BROADCAST:
-      len = piece(o->count, o->gm.E, c, &off);
+      len = wf_stage_piece(o->count, o->gm.E, c, &off);
       wf_copy(slot, o->buf + off * es, len * es);
       break;
     case WF_COLL_ALLTOALL: /* piece c of each peer's block (its own: copy_own) */
       for (int j = 0; j < o->n; j++) {
-        size_t l = j == o->me ? 0 : piece(o->counts[j], o->gm.E, c, &off);
+        size_t l = j == o->me ? 0 : wf_stage_piece(o->counts[j], o->gm.E, c, &off);
         if (l) wf_copy(slot + (size_t)j * o->gm.E * es, o->in + (o->displs[j] + off) * es, l * es);
       }
       break;
@@ -439,12 +357,12 @@ static void copy_in(stage_op *o, size_t c) {
 /* A': chunk c of this rank's own block from its input to its output
  * (allgather not in place, alltoall), after publishing ready: no peer waits
  * for it. */
-static void copy_own(stage_op *o, size_t c) {
+void wf_stage_copy_own(stage_op *o, size_t c) {
   if (o->coll != WF_COLL_ALLGATHER && o->coll != WF_COLL_ALLTOALL) return;
   int a2a = o->coll == WF_COLL_ALLTOALL;
   size_t es = o->es, off, from = a2a ? o->displs[o->me] : 0, to = a2a ? o->rdispls[o->me] : o->displs[o->me];
   if (!a2a && o->in == o->out + to * es) return; /* in place */
-  size_t len = piece(o->counts[o->me], o->gm.E, c, &off);
+  size_t len = wf_stage_piece(o->counts[o->me], o->gm.E, c, &off);
   if (len) o->put(o->out + (to + off) * es, o->in + (from + off) * es, len * es);
 }
 
@@ -452,10 +370,10 @@ static void copy_own(stage_op *o, size_t c) {
 static void reduce(stage_op *o, size_t c) {
   size_t es = o->es, off, len;
   if (o->coll == WF_COLL_REDUCESCATTER) {
-    len = piece(o->counts[o->me], o->gm.E, c, &off);
+    len = wf_stage_piece(o->counts[o->me], o->gm.E, c, &off);
     if (!len) return;
     for (int k = 0; k < o->n; k++)
-      o->x[k] = k == o->me ? o->in + (o->displs[k] + off) * es : slot_of(o, k, c) + (size_t)o->me * o->gm.E * es;
+      o->x[k] = k == o->me ? o->in + (o->displs[k] + off) * es : wf_stage_slot(o, k, c) + (size_t)o->me * o->gm.E * es;
     /* dst is the output, never an operand: accumulate there */
     wf_fold(o->dt, o->op, o->out + off * es, (const void *const *)o->x, o->n, len, NULL);
     return;
@@ -465,14 +383,14 @@ static void reduce(stage_op *o, size_t c) {
   if (o->gm.fold_all) { /* every operand from its slot; the result into the buffer */
     pieces it = pieces_of(o, start, m);
     while (next_piece(&it, start, &p, &k2, &rel)) {
-      for (int k = 0; k < o->n; k++) o->x[k] = slot_of(o, k, c) + rel * es;
+      for (int k = 0; k < o->n; k++) o->x[k] = wf_stage_slot(o, k, c) + rel * es;
       wf_fold(o->dt, o->op, p, (const void *const *)o->x, o->n, k2, NULL);
     }
     return;
   }
-  block_of(m, o->n, o->me, &off, &len);
+  wf_stage_block(m, o->n, o->me, &off, &len);
   if (!len) return;
-  char *tmp = slot_of(o, o->me, c) + off * es;
+  char *tmp = wf_stage_slot(o, o->me, c) + off * es;
   /* Intermediate results in this rank's own slice of its slot (no peer reads
    * it as input), the last into the buffer; then the result goes where the
    * peers copy it from: this rank's slot, or with two ranks the peer's slot
@@ -480,14 +398,14 @@ static void reduce(stage_op *o, size_t c) {
    * in this core's cache, so writing them costs no transfer, and the folds
    * run faster than when they write lines of this rank's own slot; see
    * bench/NOTES.md, "Two-rank folds into the peer's slot"). */
-  char *res = o->n == 2 ? slot_of(o, 1 - o->me, c) + off * es : tmp;
+  char *res = o->n == 2 ? wf_stage_slot(o, 1 - o->me, c) + off * es : tmp;
   size_t sub = SUB_BYTES / es; /* the copy reads what the fold just wrote, from L1 */
   for (size_t at = 0; at < len; at += sub) {
     size_t m2 = len - at < sub ? len - at : sub, lo = start + off + at;
     pieces it = pieces_of(o, lo, m2); /* this rank's slice, segment by segment */
     while (next_piece(&it, lo, &p, &k2, &rel)) {
       size_t b = (at + rel) * es;
-      for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? p : slot_of(o, k, c) + off * es + b;
+      for (int k = 0; k < o->n; k++) o->x[k] = k == o->me ? p : wf_stage_slot(o, k, c) + off * es + b;
       wf_fold(o->dt, o->op, p, (const void *const *)o->x, o->n, k2, tmp + b);
       wf_copy(res + b, p, k2 * es);
     }
@@ -503,19 +421,19 @@ static _Atomic uint64_t *out_flag(const stage_op *o, int j) {
 static void copy_out(stage_op *o, int j, size_t c) {
   size_t es = o->es, off, len;
   /* allreduce of two ranks: the peer wrote its slice into this rank's slot */
-  const char *slot = slot_of(o, o->coll == WF_COLL_ALLREDUCE && o->n == 2 ? o->me : j, c);
+  const char *slot = wf_stage_slot(o, o->coll == WF_COLL_ALLREDUCE && o->n == 2 ? o->me : j, c);
   if (o->coll == WF_COLL_ALLREDUCE) {
     size_t start, m = ar_chunk(o, c, &start);
-    block_of(m, o->n, j, &off, &len);
-    scatter(o, start + off, slot + off * es, len);
+    wf_stage_block(m, o->n, j, &off, &len);
+    wf_stage_scatter(o, start + off, slot + off * es, len);
   } else if (o->coll == WF_COLL_ALLGATHER) {
-    len = piece(o->counts[j], o->gm.E, c, &off);
+    len = wf_stage_piece(o->counts[j], o->gm.E, c, &off);
     if (len) o->put(o->out + (o->displs[j] + off) * es, slot, len * es);
   } else if (o->coll == WF_COLL_ALLTOALL) { /* this rank's piece in peer j's slot */
-    len = piece(o->rcounts[j], o->gm.E, c, &off);
+    len = wf_stage_piece(o->rcounts[j], o->gm.E, c, &off);
     if (len) o->put(o->out + (o->rdispls[j] + off) * es, slot + (size_t)o->me * o->gm.E * es, len * es);
   } else { /* broadcast from the root's slot */
-    len = piece(o->count, o->gm.E, c, &off);
+    len = wf_stage_piece(o->count, o->gm.E, c, &off);
     o->put(o->buf + off * es, slot, len * es);
   }
 }
@@ -531,51 +449,53 @@ static uint64_t out_peers(const stage_op *o) {
 
 static int all_ready(const stage_op *o, size_t c) {
   for (int k = 0; k < o->n; k++)
-    if (k != o->me && !reached(load(&o->g->hdr[k]->ready), vflag(o, c))) return 0;
+    if (k != o->me && !wf_stage_reached(wf_stage_load(&o->g->hdr[k]->ready), wf_stage_vflag(o, c))) return 0;
   return 1;
 }
 
 /* Slot of chunk c is free to write, and copy-in is not too far ahead. */
-static int slot_free(const stage_op *o, size_t c) {
+int wf_stage_slot_free(const stage_op *o, size_t c) {
   if (c - o->cout >= o->ahead) return 0;
-  uint64_t t = c >= o->gm.nslots ? vflag(o, c - o->gm.nslots) : o->g->last;
+  uint64_t t = c >= o->gm.nslots ? wf_stage_vflag(o, c - o->gm.nslots) : o->g->last;
   for (int k = 0; k < o->n; k++)
-    if (k != o->me && !reached(load(&o->g->hdr[k]->done), t)) return 0;
+    if (k != o->me && !wf_stage_reached(wf_stage_load(&o->g->hdr[k]->done), t)) return 0;
   return 1;
 }
 
 static int can_move(const stage_op *o) {
+  if (o->numa) return wf_stage_numa_can_move(o);
   if (o->cout < o->cred) {
     if (!o->has_c) return 1;
     uint64_t left = out_peers(o) & ~o->cmask;
     for (int j = 0; j < o->n; j++)
-      if ((left >> j & 1) && reached(load(out_flag(o, j)), vflag(o, o->cout))) return 1;
+      if ((left >> j & 1) && wf_stage_reached(wf_stage_load(out_flag(o, j)), wf_stage_vflag(o, o->cout))) return 1;
   }
   if (o->cred < o->cin && (!o->has_b || all_ready(o, o->cred))) return 1;
-  return o->has_a && o->cin < o->gm.nchunks && slot_free(o, o->cin);
+  return o->has_a && o->cin < o->gm.nchunks && wf_stage_slot_free(o, o->cin);
 }
 
 /* One pass over the phases; 1 if anything moved. */
 static int step_once(stage_op *o) {
+  if (o->numa) return wf_stage_numa_step(o);
   int moved = 0;
   stage_hdr *me = o->g->hdr[o->me];
   if (o->cout < o->cred) {
-    uint64_t v = vflag(o, o->cout);
+    uint64_t v = wf_stage_vflag(o, o->cout);
     if (o->has_c) {
       uint64_t need = out_peers(o);
       for (int j = 0; j < o->n; j++)
-        if ((need >> j & 1) && !(o->cmask >> j & 1) && reached(load(out_flag(o, j)), v)) {
+        if ((need >> j & 1) && !(o->cmask >> j & 1) && wf_stage_reached(wf_stage_load(out_flag(o, j)), v)) {
           copy_out(o, j, o->cout);
           o->cmask |= (uint64_t)1 << j;
           moved = 1;
         }
       if (o->cmask == need) {
-        publish(o, &me->done, v);
+        wf_stage_publish(o, &me->done, v);
         o->cout++;
         o->cmask = 0;
       }
     } else {
-      publish(o, &me->done, v);
+      wf_stage_publish(o, &me->done, v);
       o->cout++;
       moved = 1;
     }
@@ -586,15 +506,15 @@ static int step_once(stage_op *o) {
       moved = 1;
     } else if (all_ready(o, o->cred)) {
       reduce(o, o->cred);
-      if (o->has_c) publish(o, &me->reduced, vflag(o, o->cred));
+      if (o->has_c) wf_stage_publish(o, &me->reduced, wf_stage_vflag(o, o->cred));
       o->cred++;
       moved = 1;
     }
   }
-  if (o->has_a && o->cin < o->gm.nchunks && slot_free(o, o->cin)) {
+  if (o->has_a && o->cin < o->gm.nchunks && wf_stage_slot_free(o, o->cin)) {
     copy_in(o, o->cin);
-    publish(o, &me->ready, vflag(o, o->cin));
-    copy_own(o, o->cin);
+    wf_stage_publish(o, &me->ready, wf_stage_vflag(o, o->cin));
+    wf_stage_copy_own(o, o->cin);
     o->cin++;
     moved = 1;
   }
@@ -608,8 +528,9 @@ static int step_once(stage_op *o) {
 static int peer_gone(const stage_op *o) {
   for (int k = 0; k < o->n; k++) {
     if (k == o->me) continue;
-    uint64_t gone = load(&o->g->hdr[k]->gone);
-    if ((gone == o->g->epoch || gone == LEFT) && !reached(load(&o->g->hdr[k]->done), vflag(o, o->gm.nchunks - 1)))
+    uint64_t gone = wf_stage_load(&o->g->hdr[k]->gone);
+    if ((gone == o->g->epoch || gone == LEFT) &&
+        !wf_stage_reached(wf_stage_load(&o->g->hdr[k]->done), wf_stage_vflag(o, o->gm.nchunks - 1)))
       return k;
   }
   return -1;
@@ -644,7 +565,7 @@ weft_status wf_stage_run(void *p) {
     int moved = step_once(o);
     if (o->cout == o->gm.nchunks) {
       o->state = 2;
-      g->last = vflag(o, o->gm.nchunks - 1);
+      g->last = wf_stage_vflag(o, o->gm.nchunks - 1);
       g->cur = NULL;
       return WEFT_OK;
     }
@@ -659,7 +580,7 @@ weft_status wf_stage_run(void *p) {
     int k = peer_gone(o);
     if (k >= 0)
       return wf_err(WEFT_ERR_PEER_LOST, "rank %d %s", k,
-                    load(&g->hdr[k]->gone) == LEFT
+                    wf_stage_load(&g->hdr[k]->gone) == LEFT
                         ? "has shut down (weft_finalize) but this shared-memory collective needs it"
                         : "gave up its part of this shared-memory collective (it failed or shut down)");
     if (!g->spin_ns) return WEFT_IN_PROGRESS; /* the peer we wait for may need this core */

@@ -30,7 +30,10 @@
  * region "gone" so its peers stop waiting for it.
  *
  * Only the world group uses staging (one collective at a time), and only
- * when every rank of the world is on this host (engine/local.c). */
+ * when every rank of the world is on this host (engine/local.c). The
+ * node-aware allreduce, broadcast and allgather ("numa", shm_numa.c) run under the
+ * same step and flags when the host's NUMA layout makes a plan
+ * (wf_stage_set_numa). */
 #ifndef WF_ALGO_SHM_STAGE_H
 #define WF_ALGO_SHM_STAGE_H
 #include <stddef.h>
@@ -48,7 +51,7 @@ typedef void (*wf_stage_wake_fn)(void *ctx);
  * zero-filled when created, every rank's at the same index in every local
  * rank) belongs to local index i; this rank is local index me. Local index ==
  * world rank == world group rank (every rank of the world is local).
- * Regions under 4.5 KiB are not used: WEFT_OK with *out NULL. */
+ * Regions under 4.625 KiB are not used: WEFT_OK with *out NULL. */
 weft_status wf_stage_create(int n, int me, void *const *regions, size_t bytes, wf_stage_wake_fn wake, void *wake_ctx,
                             wf_stage **out);
 void wf_stage_destroy(wf_stage *g);
@@ -59,6 +62,15 @@ int wf_stage_size(const wf_stage *g);
 /* How long a step blocked on its peers spins before returning (default 50
  * us, 0 when the host's ranks outnumber its CPUs). Tests. */
 void wf_stage_set_spin(wf_stage *g, int64_t ns);
+/* The host's NUMA layout for the node-aware pattern (shm_numa.c, "numa"):
+ * nodes[i] the node of local index i (the same on every local rank: the
+ * segment's header), NULL: none. Keeps a plan (algo/numa_plan.h) when the
+ * layout names every rank's node and at least two nodes; else the pattern
+ * declines. */
+struct wf_numa_plan;
+void wf_stage_set_numa(wf_stage *g, const int *nodes);
+/* The plan kept by wf_stage_set_numa, or NULL. */
+const struct wf_numa_plan *wf_stage_numa(const wf_stage *g);
 /* 1 if the running staged collective could progress now (a poll condition
  * for wf_shm_set_poll; cheap, any number of calls). */
 int wf_stage_ready(void *g);
@@ -71,6 +83,10 @@ int wf_stage_supports(const wf_coll_args *a);
 /* Appends the STAGE step of a->coll (allreduce, reducescatter, allgather,
  * broadcast, alltoall); nothing for an empty collective. */
 weft_status wf_stage_build(const wf_coll_args *a, wf_sched *s);
+/* For the node-aware algorithms (shm_numa.c): 1 if staging can run a's
+ * allreduce, broadcast or allgather node by node (a plan, and the chunks
+ * fit: an allgather's slot holds a piece of every rank's block). */
+int wf_stage_numa_supports(const wf_coll_args *a);
 
 /* The STAGE step (sched.c): runs as far as the peers allow; WEFT_OK when
  * finished, WEFT_IN_PROGRESS to be run again, or an error naming a peer that

@@ -49,6 +49,9 @@ weft_status wf_stage_attach(weft_world *w) {
   weft_status st = wf_stage_create(n, wf_host_local_index(w->host), regions, bytes, wake_peers, w->shm, &g);
   free(regions);
   if (st != WEFT_OK || !g) return st; /* !g: regions too small to use */
+  /* the node-aware pattern's plan, from the layout in the segment's header
+   * (the creator's: every local rank has the same; local index == rank) */
+  wf_stage_set_numa(g, wf_host_numa(w->host));
   w->world_gs->topo.stage = g;
   /* the coordinator may fuse allreduces of any size when the executor will
    * run them in place (fuse.c): staging, unless another algorithm is forced */
@@ -58,7 +61,8 @@ weft_status wf_stage_attach(weft_world *w) {
   if (w->world_gs->coord && wf_algo_takes_segments(&a, w->set.algo[WF_COLL_ALLREDUCE]))
     wf_coord_set_unpacked_allreduce(w->world_gs->coord);
   wf_shm_set_poll(w->shm, wf_stage_ready, g);
-  WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB", n, bytes >> 10);
+  WF_INFO(WF_SUB_SHM, "staging regions: %d ranks x %zu KiB%s", n, bytes >> 10,
+          wf_stage_numa(g) ? ", node-aware patterns (NUMA layout)" : "");
   return WEFT_OK;
 }
 

@@ -50,6 +50,9 @@ weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
   if (w->host) {
     v->seg_nlocal = wf_host_nlocal(w->host);
     v->seg = *wf_host_layout(w->host);
+    const int *numa = wf_host_numa(w->host);
+    if (numa && (v->seg_numa = malloc(sizeof(int) * (size_t)v->seg_nlocal)))
+      memcpy(v->seg_numa, numa, sizeof(int) * (size_t)v->seg_nlocal);
   }
   return WEFT_OK;
 }
@@ -57,5 +60,6 @@ weft_status wf_world_topo_view(weft_world *w, wf_topo_view *v) {
 void wf_topo_view_free(wf_topo_view *v) {
   free(v->host_of);
   free(v->host_name);
+  free(v->seg_numa);
   memset(v, 0, sizeof *v);
 }

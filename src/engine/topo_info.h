@@ -21,6 +21,7 @@ typedef struct wf_topo_view {
   wf_settings set;                /* the world's settings, resolved at init */
   int seg_nlocal;                 /* ranks sharing this rank's host segment (0: no segment) */
   wf_shm_layout seg;              /* its layout (host/segment.h), when seg_nlocal > 0 */
+  int *seg_numa;                  /* its NUMA layout (wf_host_numa: node per local rank, -1 unknown), or NULL */
 } wf_topo_view;
 
 /* Fills *v (allocating its arrays) from a world that weft_init returned.

@@ -26,7 +26,7 @@
 #include "util/time.h"
 
 #define SEG_MAGIC 0x316d687374666577ULL /* "weftshm1" */
-#define SEG_VERSION 8
+#define SEG_VERSION 9 /* 9: the NUMA layout after the ranks */
 #define PAGE 4096u
 #define DEF_SLOT_BYTES (64u << 10)
 #define DEF_NSLOTS 16u
@@ -72,7 +72,7 @@ static int make_layout(int nlocal, size_t slot_bytes, size_t nslots, size_t inbo
     l->slot_bytes = (avail / 2 - WF_SHM_SLOT_HDR) / 64 * 64;
   }
   l->stride = WF_SHM_SLOT_HDR + l->slot_bytes;
-  l->rings_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * n, PAGE);
+  l->rings_off = round_up(sizeof(wf_shm_seg_hdr) + sizeof(int32_t) * 2 * n, PAGE); /* ranks, NUMA nodes */
   if (__builtin_mul_overflow(inbox_bytes, n, &inboxes) || __builtin_add_overflow(inboxes, l->rings_off, &end))
     return 0;
   if (board_bytes > SIZE_MAX / 4 || stage_bytes > SIZE_MAX / 4) return 0;
@@ -205,7 +205,10 @@ static weft_status seg_make(const char *name, const wf_host_cfg *cfg, const wf_s
   h->board_param = cfg->board_param;
   h->stage_bytes = l->stage_bytes;
   h->size = l->size;
-  for (int i = 0; i < cfg->nlocal; i++) h->ranks[i] = cfg->local_ranks[i];
+  for (int i = 0; i < cfg->nlocal; i++) {
+    h->ranks[i] = cfg->local_ranks[i];
+    h->ranks[cfg->nlocal + i] = cfg->numa_nodes ? cfg->numa_nodes[i] : -1;
+  }
   h->magic = SEG_MAGIC; /* peers map only after READY, sent after this */
   *map = m;
   st = WEFT_OK;
@@ -374,6 +377,8 @@ struct wf_host {
   int nlocal, me;
   int size;
   int *lidx; /* world rank -> local index, -1 if not local */
+  int *numa; /* the header's NUMA layout (nlocal entries) */
+  int has_numa; /* it names some rank's node */
   uint8_t *map;
   wf_shm_layout l;
 };
@@ -401,7 +406,8 @@ weft_status wf_host_create(const wf_host_cfg *cfg, wf_host **out) {
   weft_status st = WEFT_OK;
   char err[512] = "";
   wf_host *h = calloc(1, sizeof *h);
-  if (!h || !(h->lidx = malloc(sizeof(int) * (size_t)cfg->size))) {
+  if (!h || !(h->lidx = malloc(sizeof(int) * (size_t)cfg->size)) ||
+      !(h->numa = malloc(sizeof(int) * (size_t)cfg->nlocal))) {
     st = WEFT_ERR_NO_MEMORY; /* the others must still learn that this rank declines */
     snprintf(err, sizeof err, "out of memory");
   }
@@ -411,7 +417,7 @@ weft_status wf_host_create(const wf_host_cfg *cfg, wf_host **out) {
   st = cfg->rank == cfg->local_ranks[0] ? setup_creator(cfg, st, &l, &map, dl, err, sizeof err)
                                         : setup_peer(cfg, st, &l, &map, dl, err, sizeof err);
   if (st != WEFT_OK) {
-    if (h) free(h->lidx);
+    if (h) free(h->lidx), free(h->numa);
     free(h);
     return wf_err(st, "shared-memory setup failed on rank %d: %s (set WEFT_TRANSPORT=tcp to run without it)",
                   cfg->rank, err);
@@ -425,6 +431,13 @@ weft_status wf_host_create(const wf_host_cfg *cfg, wf_host **out) {
     h->lidx[cfg->local_ranks[i]] = i;
     if (cfg->local_ranks[i] == cfg->rank) h->me = i;
   }
+  /* the creator's layout, the same for every local rank: kept when it
+   * names some rank's node (an entry out of range counts as unknown) */
+  const int32_t *nodes = ((const wf_shm_seg_hdr *)map)->ranks + cfg->nlocal;
+  int known = 0;
+  for (int i = 0; i < cfg->nlocal; i++) known |= nodes[i] >= 0 && nodes[i] < WF_NUMA_MAX_NODES;
+  for (int i = 0; i < cfg->nlocal; i++) h->numa[i] = nodes[i] >= 0 && nodes[i] < WF_NUMA_MAX_NODES ? nodes[i] : -1;
+  h->has_numa = known;
   *out = h;
   return WEFT_OK;
 }
@@ -433,6 +446,7 @@ void wf_host_destroy(wf_host *h) {
   if (!h) return;
   if (h->map) munmap(h->map, h->l.size);
   free(h->lidx);
+  free(h->numa);
   free(h);
 }
 
@@ -449,6 +463,8 @@ void *wf_host_board(const wf_host *h, size_t *bytes, uint64_t *param) {
   *param = *bytes ? ((const wf_shm_seg_hdr *)h->map)->board_param : 0;
   return *bytes ? h->map + h->l.board_off : NULL;
 }
+
+const int *wf_host_numa(const wf_host *h) { return h && h->has_numa ? h->numa : NULL; }
 
 void *wf_host_mbox(const wf_host *h) { return h && h->l.mbox_bytes ? h->map + h->l.mbox_off : NULL; }
 

@@ -8,7 +8,8 @@
  * is used; the segment only reserves it (the creator's sizes are everyone's).
  *
  * Layout (offsets page-aligned), linear in the number of local ranks n:
- *   header   magic, geometry, the local ranks (validated by every mapper)
+ *   header   magic, geometry, the local ranks (validated by every mapper),
+ *            the creator's NUMA layout (wf_host_numa: every rank learns it)
  *   inboxes  one inbox of inbox_bytes per local rank j (its receiver): j's
  *            doorbell (a 128-byte line: futex word + "waiting" flag), then
  *            the n - 1 rings into j, ring (i->j) at index (i < j ? i : i-1),
@@ -22,7 +23,7 @@
  *   stages   n staging regions of stage_bytes each, local index order
  *   mboxes   the point-to-point mailboxes (host/mailbox.h: n inboxes)
  * Size: PAGE + n * (inbox_bytes + stage_bytes + WF_MBOX_BLOCK) + board_bytes
- * (the header's page holds up to ~1000 ranks). inbox_bytes by default is
+ * (the header's page holds up to ~500 ranks). inbox_bytes by default is
  * twice a full ring of the configured geometry (so up to 3 local ranks
  * every pair has its full ring), at most WF_SHM_RINGS_CAP / n unless both
  * the slot size and count were configured. Each inbox, staging region
@@ -50,7 +51,7 @@ typedef struct wf_shm_seg_hdr {
   uint64_t slot_bytes, nslots, inbox_bytes, size; /* slot_bytes, nslots: the configured (largest) pair geometry */
   uint64_t board_bytes, stage_bytes; /* the creator's choice: every mapper uses these */
   uint64_t board_param;              /* the creator's, for the board's geometry (negotiate/board.c) */
-  int32_t ranks[]; /* nlocal world ranks */
+  int32_t ranks[]; /* nlocal world ranks, then nlocal NUMA nodes (-1: unknown or no layout) */
 } wf_shm_seg_hdr;
 
 typedef struct wf_shm_bell {
@@ -159,5 +160,10 @@ void *wf_host_stage(const wf_host *h, int li, size_t *bytes);
 /* The mailbox region (host/mailbox.h: wf_mbox_region_bytes(nlocal) bytes,
  * zero-filled at creation). Any thread. */
 void *wf_host_mbox(const wf_host *h);
+/* The creator's NUMA layout (wf_host_cfg.numa_nodes, as it stands in the
+ * header, so every local rank has the same): node of each local index,
+ * nlocal entries; NULL when the creator had none or knew no rank's node.
+ * Valid while h is. */
+const int *wf_host_numa(const wf_host *h);
 
 #endif

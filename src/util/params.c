@@ -90,21 +90,22 @@ static const wf_param g_params[] = {
      WF_SCOPE_AGREED, F(shm_stage_bytes), NULL},
     {"WEFT_NUMA_NODES", NULL, WF_PARAM_STRING, "",
      "NUMA node of each local rank, comma list (\"0,0,1,1\": a declared layout), or off; empty: from each rank's "
-     "CPU affinity. The host segment's creator places each rank's inbox, staging region and mailbox on its node",
+     "CPU affinity. The host segment's creator places each rank's inbox, staging region and mailbox on its node; on "
+     "two or more nodes the world's large allreduces, broadcasts and allgathers on one host run node-aware (\"numa\")",
      WF_SCOPE_LAUNCH, NOF, NULL},
     {"WEFT_SHM_COPY", NULL, WF_PARAM_STRING, "auto",
      "copies out of the rings: auto (streaming stores for receives >= 4 MiB), memcpy, nt",
      WF_SCOPE_RANK, F(shm_copy), "auto|memcpy|nt"},
     {"WEFT_ALGO_ALLREDUCE", NULL, WF_PARAM_STRING, "",
-     "force the allreduce algorithm: direct, rd, ring, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "force the allreduce algorithm: direct, rd, ring, hier, cma, shm, numa (\"\": chosen by the selection table; one that declines a call's "
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[0]), NULL},
     {"WEFT_ALGO_ALLGATHER", NULL, WF_PARAM_STRING, "",
-     "force the allgather algorithm: ring, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "force the allgather algorithm: ring, hier, cma, shm, numa (\"\": chosen by the selection table; one that declines a call's "
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[1]), NULL},
     {"WEFT_ALGO_BROADCAST", NULL, WF_PARAM_STRING, "",
-     "force the broadcast algorithm: tree, chain, hier, cma, shm (\"\": chosen by the selection table; one that declines a call's "
+     "force the broadcast algorithm: tree, chain, hier, cma, shm, numa (\"\": chosen by the selection table; one that declines a call's "
      "arguments gives way to the automatic choice, with a warning)",
      WF_SCOPE_AGREED, F(algo[2]), NULL},
     {"WEFT_ALGO_ALLTOALL", NULL, WF_PARAM_STRING, "",

@@ -180,7 +180,7 @@ params)
   "$WEFTINFO" --params --json > "$TMP/info.json" || fail "weft-info --params --json exited with $?"
   "$WEFTINFO" --json > "$TMP/info_full.json" || fail "weft-info --json exited with $?"
   # the algorithms by collective, as WEFT_ALGO_<COLL> takes them
-  grep -qx "  allreduce     direct, rd, ring, hier, cma, shm" "$TMP/info.txt" ||
+  grep -qx "  allreduce     direct, rd, ring, hier, cma, shm, numa" "$TMP/info.txt" ||
     fail "weft-info's text output does not list allreduce's algorithms"
   HOROVOD_FUSION_THRESHOLD=0 HOROVOD_STALL_CHECK_TIME_SECONDS=5 WEFT_CYCLE_TIME_US=250 \
     "$WEFTINFO" --params --json > "$TMP/info_set.json" || fail "weft-info with variables set"

@@ -4,7 +4,8 @@
 # prints: both hosts with their ranks and local ranks, shm within a host and
 # tcp across, "hier" chosen for allreduce, allgather and broadcast, and the
 # host segment's regions (2 local ranks: full 16 x 64 KiB rings) adding up
-# to its total.
+# to its total. Then on one host with declared NUMA layouts: the node
+# grouping, the within-host order and "numa" chosen.
 # Then once outside a job: the single-rank view.
 weftrun=$1 info=$2 hosts=$3
 out=$("$weftrun" -np 4 --timeout 100 --no-tag-output sh "$hosts" hostA,hostA,hostB,hostB "$info" --topology) || {
@@ -40,6 +41,30 @@ fi
 # the selection tables, board first
 expect '^ *one host, board: every rank folds every input up to'
 expect '^ *spans hosts, some host with several ranks: any size -> hier$'
+# a declared NUMA layout on one host (WEFT_NUMA_NODES, two nodes interleaved):
+# the node grouping, the within-host order, the node-aware pattern's folds,
+# and "numa" chosen for allreduce, broadcast and allgather from 64 KiB (not
+# reducescatter); "off": none
+out=$(WEFT_NUMA_NODES=0,1,0,1 "$weftrun" -np 4 --timeout 100 --no-tag-output "$info" --topology) || {
+  echo "check_topology.sh: the NUMA job failed:"; echo "$out"; exit 1; }
+echo "$out"
+expect '^NUMA layout \(rank 0.s host, 2 groups\): node 0: ranks 0 2; node 1: ranks 1 3$'
+expect '^ *within-host order \(ranks grouped by node\): 0 2 1 3$'
+expect '^ *allreduce folds in rank order, each slice by its own rank \(nodes crossed per chunk, in 1/4 chunks: chain 12, flat 8\)$'
+expect '^ *allreduce +shm +numa +numa +numa *$'
+expect '^ *broadcast +shm +numa +numa +numa *$'
+expect '^ *allgather +shm +numa +numa +numa *$'
+expect '^ *reducescatter +shm +shm +shm +shm *$'
+expect '^ *one host, staging, ranks on several NUMA nodes: >= 64 KiB -> numa$'
+out=$(WEFT_NUMA_NODES=0,0,1,1 "$weftrun" -np 4 --timeout 100 --no-tag-output "$info" --topology) || {
+  echo "check_topology.sh: the NUMA job failed:"; echo "$out"; exit 1; }
+echo "$out"
+expect 'allreduce folds in rank order, run by run .*; runs: \[0 1\] \[2 3\]$'
+out=$(WEFT_NUMA_NODES=off "$weftrun" -np 4 --timeout 100 --no-tag-output "$info" --topology) || {
+  echo "check_topology.sh: the job failed:"; echo "$out"; exit 1; }
+echo "$out"
+expect '^NUMA layout \(rank 0.s host\): none '
+expect '^ *allreduce +shm +shm +shm +shm *$'
 # outside a job: one rank, one host, no hierarchical algorithm
 out=$(env -u WEFT_RANK -u WEFT_SIZE -u WEFT_ADDR "$info" --topology) || { echo "$out"; exit 1; }
 echo "$out"

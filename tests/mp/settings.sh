@@ -133,7 +133,7 @@ bad_algo)
   run bad_algo "" WEFT_ALGO_BROADCAST=binomial
   [ "$rc" -ne 0 ] || fail "bad_algo: the job succeeded"
   for ((r = 0; r < NP; r++)); do
-    out bad_algo "$r" | grep -qF "WEFT_ALGO_BROADCAST=binomial: broadcast has no algorithm of that name (it has: tree, chain, hier, cma, shm)" ||
+    out bad_algo "$r" | grep -qF "WEFT_ALGO_BROADCAST=binomial: broadcast has no algorithm of that name (it has: tree, chain, hier, cma, shm, numa)" ||
       fail "bad_algo: rank $r's error does not name the algorithm and the ones there are"
     out bad_algo "$r" | grep -q "INITERR WEFT_ERR_NOT_FOUND " || fail "bad_algo: rank $r's weft_init did not fail NOT_FOUND"
   done

@@ -20,7 +20,7 @@
 #include "reduce/reduce.h"
 #include "util/time.h"
 
-#define HDR 512 /* bytes of a region's header (shm_stage.c) */
+#define HDR 640 /* bytes of a region's header (shm_stage_int.h) */
 #ifndef TEST_TSAN
 #define TEST_TSAN 0
 #endif
@@ -60,6 +60,10 @@ static inline void host_free(host *H) {
 }
 
 /* ------------------------------------------------------------ running */
+/* The staged algorithm the jobs force and must run: "shm", or "numa"
+ * (test_algo_shm_numa.c, with a NUMA plan set on the host's ranks). */
+static const char *g_stage_algo = "shm";
+
 typedef struct job {
   wf_sched s;
   size_t round;
@@ -69,7 +73,7 @@ static inline void job_build(job *j, const wf_coll_args *a, const char *want) {
   memset(j, 0, sizeof *j);
   wf_sched_init(&j->s, a->dtype, a->op);
   const char *chosen = NULL;
-  weft_status st = wf_algo_build(a, "shm", &j->s, &chosen);
+  weft_status st = wf_algo_build(a, g_stage_algo, &j->s, &chosen);
   CHECK(st == WEFT_OK, "rank %d: wf_algo_build -> %s (%s)", a->rank, weft_status_string(st), wf_err_msg());
   CHECK(chosen && !strcmp(chosen, want), "rank %d: chose %s, wanted %s", a->rank, chosen ? chosen : "NULL", want);
   for (size_t k = 0; k < j->s.nsteps; k++)
@@ -259,7 +263,7 @@ static inline void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         memcpy(c->ref[i], c->in[i], c->n * es);
         a.buf = c->in[i];
         a.count = c->n;
-        job_build(&J[i], &a, "shm");
+        job_build(&J[i], &a, g_stage_algo);
         a.buf = c->ref[i];
         a.topo = NULL;
         build(R, i, &a, "direct");
@@ -274,7 +278,7 @@ static inline void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         a.out = c->out[i];
         a.counts = c->counts;
         a.displs = c->displs;
-        job_build(&J[i], &a, "shm");
+        job_build(&J[i], &a, g_stage_algo);
         a.out = c->ref[i];
         a.topo = NULL;
         build(R, i, &a, "direct");
@@ -296,7 +300,7 @@ static inline void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         a.out = c->out[i];
         a.counts = c->counts;
         a.displs = c->displs;
-        job_build(&J[i], &a, "shm");
+        job_build(&J[i], &a, g_stage_algo);
         break;
       case WF_COLL_ALLTOALL:
         if (i == 0) a2a_matrix(c, p, seed);
@@ -312,7 +316,7 @@ static inline void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         a.recv_counts = c->rc[i];
         a.recv_displs = c->rd[i];
         a.block_max = c->bmax;
-        job_build(&J[i], &a, "shm");
+        job_build(&J[i], &a, g_stage_algo);
         break;
       case WF_COLL_BROADCAST:
         c->in[i] = gb_alloc(c->n * es, 0xA7);
@@ -324,7 +328,7 @@ static inline void case_setup(host *H, coll_case *c, job *J, uint64_t seed) {
         a.buf = c->in[i];
         a.count = c->n;
         a.root = c->root;
-        job_build(&J[i], &a, "shm");
+        job_build(&J[i], &a, g_stage_algo);
         break;
       default:
         FAIL("unexpected collective");
@@ -345,7 +349,7 @@ static inline void case_check(host *H, coll_case *c, job *J) {
     case WF_COLL_ALLREDUCE:
       for (int i = 0; i < p; i++) {
         gb_check(c->in[i], c->n * es, "buf", i);
-        CHECK(!memcmp(c->in[i], c->ref[i], c->n * es), "rank %d: shm differs from direct", i);
+        CHECK(!memcmp(c->in[i], c->ref[i], c->n * es), "rank %d: %s differs from direct", i, g_stage_algo);
         gb_free(c->in[i]);
         gb_free(c->ref[i]);
       }
@@ -353,7 +357,7 @@ static inline void case_check(host *H, coll_case *c, job *J) {
     case WF_COLL_REDUCESCATTER:
       for (int i = 0; i < p; i++) {
         gb_check(c->out[i], c->counts[i] * es, "out", i);
-        CHECK(!memcmp(c->out[i], c->ref[i], c->counts[i] * es), "rank %d: shm differs from direct", i);
+        CHECK(!memcmp(c->out[i], c->ref[i], c->counts[i] * es), "rank %d: %s differs from direct", i, g_stage_algo);
         gb_free(c->in[i]);
         gb_free(c->out[i]);
         gb_free(c->ref[i]);
@@ -414,7 +418,7 @@ static inline void check_plain_allreduce(host *H, const dtop *d, size_t n, uint6
     wf_coll_args a = args_of(H, WF_COLL_ALLREDUCE, d, i);
     a.buf = in[i];
     a.count = n;
-    job_build(&J[i], &a, "shm");
+    job_build(&J[i], &a, g_stage_algo);
   }
   fill_random(d, acc, n, seed);
   for (int i = 1; i < p; i++) {

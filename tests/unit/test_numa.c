@@ -152,6 +152,25 @@ static void sc_segment(ctx *c) {
   unmk(c);
 }
 
+/* The creator's layout reaches every local rank through the segment's
+ * header (wf_host_numa): the same on all, whoever computed it; none when
+ * the creator had none or knew no rank's node. */
+static const int *g_want_numa;
+static void sc_layout(ctx *c) {
+  mk_or_die(c, 4096, 4, WF_SHM_COPY_AUTO);
+  const int *got = wf_host_numa(c->h);
+  if (!g_want_numa) {
+    CHECK(!got, "rank %d: a layout where the creator had none", c->rank);
+  } else {
+    CHECK(got, "rank %d: no layout", c->rank);
+    for (int j = 0; got && j < c->nlocal; j++)
+      CHECK(got[j] == g_want_numa[j], "rank %d: local rank %d on node %d, the creator said %d", c->rank, j, got[j],
+            g_want_numa[j]);
+  }
+  barrier(c);
+  unmk(c);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   g_rep = mmap(NULL, sizeof *g_rep, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -168,7 +187,14 @@ int main(void) {
   static const int zeros[MAXN] = {0};
   g_numa_nodes = zeros;
   run(3, sc_segment, NULL, "segment placed on node 0");
+  static const int layout[MAXN] = {1, 0, -1, 1}, unknown[MAXN] = {-1, -1, -1, -1};
+  g_numa_nodes = g_want_numa = layout; /* node 1 this machine may lack: planned, the header says it */
+  run(4, sc_layout, NULL, "the creator's layout, read by every rank");
+  g_numa_nodes = unknown;
+  g_want_numa = NULL;
+  run(3, sc_layout, NULL, "no rank's node known: no layout");
   g_numa_nodes = NULL;
+  run(3, sc_layout, NULL, "no layout");
   if (g_failures) {
     fprintf(stderr, "test_numa: %d failure(s)\n", g_failures);
     return 1;

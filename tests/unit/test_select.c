@@ -287,7 +287,7 @@ static void test_forced(void) {
     CHECK(st == WEFT_ERR_NOT_FOUND && !chosen, "broadcast forced %s: %s (%s), want NOT_FOUND", unknown[k],
           chosen ? chosen : "-", weft_status_string(st));
     char want_msg[128];
-    snprintf(want_msg, sizeof want_msg, "broadcast has no algorithm '%s' (it has: tree, chain, hier, cma, shm)",
+    snprintf(want_msg, sizeof want_msg, "broadcast has no algorithm '%s' (it has: tree, chain, hier, cma, shm, numa)",
              unknown[k]);
     CHECK(strstr(wf_err_msg(), want_msg), "forced %s: message '%s'", unknown[k], wf_err_msg());
     CHECK(!wf_algo_takes_segments(&a, unknown[k]), "forced %s takes segments", unknown[k]);
@@ -299,9 +299,9 @@ static void test_forced(void) {
  * order, lookups both ways, and the errors. */
 static void test_by_name(void) {
   static const char *const want[WEFT_COLLECTIVE_COUNT_][8] = {
-      {"direct", "rd", "ring", "hier", "cma", "shm", NULL},
-      {"ring", "hier", "cma", "shm", NULL},
-      {"tree", "chain", "hier", "cma", "shm", NULL},
+      {"direct", "rd", "ring", "hier", "cma", "shm", "numa", NULL},
+      {"ring", "hier", "cma", "shm", "numa", NULL},
+      {"tree", "chain", "hier", "cma", "shm", "numa", NULL},
       {"pairwise", "cma", "shm", NULL},
       {"direct", "ring", "cma", "shm", NULL},
   };
@@ -353,8 +353,8 @@ static void test_describe(void) {
   wf_select_describe(WF_COLL_ALLREDUCE, NULL, out, sizeof out);
   const char *want_ar =
       "one host, board: every rank folds every input up to 256 KiB (WEFT_FAST_ALLREDUCE_BYTES), split folds from "
-      "16 KiB (WEFT_FAST_SPLIT_BYTES) on 3+ ranks, up to the board's large slots -> board; one host, staging: any "
-      "size -> shm; spans hosts, some host with several ranks: any size -> hier; one host without rings, cma, 2 ranks: >= 2 MiB -> cma; one host without rings, cma, "
+      "16 KiB (WEFT_FAST_SPLIT_BYTES) on 3+ ranks, up to the board's large slots -> board; one host, staging, ranks "
+      "on several NUMA nodes: >= 64 KiB -> numa; one host, staging: any size -> shm; spans hosts, some host with several ranks: any size -> hier; one host without rings, cma, 2 ranks: >= 2 MiB -> cma; one host without rings, cma, "
       ">= 3 ranks: >= 256 KiB -> cma; any: any size -> direct";
   CHECK(!strcmp(out, want_ar), "allreduce table:\n  %s\nwant\n  %s", out, want_ar);
   wf_settings s = *wf_settings_default();
@@ -362,8 +362,8 @@ static void test_describe(void) {
   s.hierarchical = 0;
   wf_select_describe(WF_COLL_BROADCAST, &s, out, sizeof out);
   const char *want_bc =
-      "one host, board: up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board; one host, staging: any size "
-      "-> shm; spans hosts, hierarchical off: any size -> hier; one host without rings, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
+      "one host, board: up to the board's large slots (WEFT_FAST_LARGE_BYTES) -> board; one host, staging, ranks on "
+      "several NUMA nodes: >= 64 KiB -> numa; one host, staging: any size -> shm; spans hosts, hierarchical off: any size -> hier; one host without rings, cma, >= 3 ranks: >= 64 KiB -> cma; any: no size "
       "(WEFT_SMALL_BROADCAST_BYTES < 0) -> tree; any, >= 3 ranks: any size when WEFT_RING_SEGMENT_BYTES=0 -> tree; "
       "any: any size -> chain";
   CHECK(!strcmp(out, want_bc), "broadcast table:\n  %s\nwant\n  %s", out, want_bc);
