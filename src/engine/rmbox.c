@@ -136,7 +136,7 @@ int wf_rmbox_drain(weft_world *w, int from, int block, int may_fail, wf_rmbox_de
   wf_rmbox *m = w->rmbox;
   if (!m) return 0;
   if (block) pthread_mutex_lock(&m->drain_mu);
-  else if (pthread_mutex_trylock(&m->drain_mu)) return 0;
+  else if (pthread_mutex_trylock(&m->drain_mu)) return -1;
   int got = 0, bad = -1;
   char err[256] = "";
   int lo = 0, hi = m->nlocal;

@@ -40,7 +40,8 @@ weft_status wf_rmbox_send(weft_world *w, int peer, wf_buf *frame);
 
 /* Delivers the frames waiting in the rings into this rank (from every local
  * peer, or only from `from` >= 0), in order, through fn; returns how many.
- * block: wait for another thread draining now (else return 0 then). A
+ * block: wait for another thread draining now (else return -1 then: that
+ * one may have passed what the caller was woken for; look again soon). A
  * malformed frame fails the world (may_fail) or is logged and dropped;
  * frames of a peer that died are dropped. Any thread; takes no lock of the
  * world, so the caller may hold w->mu only with may_fail 0. */

@@ -455,10 +455,9 @@ weft_status weft_remote_wait(weft_remote_call *call, double timeout_seconds) {
        * which the reply and every completion ring */
       uint32_t seen = r->link.bell(r->link.ctx, WF_RLINK_DONE);
       pthread_mutex_unlock(&r->mu);
-      if (!wf_remote_poll(r)) {
-        if (now < spin_end) sched_yield();
-        else r->link.sleep(r->link.ctx, WF_RLINK_DONE, seen, at - now);
-      }
+      int got = wf_remote_poll(r);
+      if (got < 0 || (!got && now < spin_end)) sched_yield();
+      else if (!got) r->link.sleep(r->link.ctx, WF_RLINK_DONE, seen, at - now);
       pthread_mutex_lock(&r->mu);
       continue;
     }

@@ -48,8 +48,9 @@ typedef struct wf_remote_link {
   /* A way for frames that the receiver's threads drain themselves (NULL,
    * all four: none; frames then come only through wf_remote_deliver from
    * the link's own thread). poll: delivers the frames waiting there
-   * (through wf_remote_deliver, on this thread) and returns how many; it
-   * takes no lock of the caller's, never with mu held. bell, sleep, ring:
+   * (through wf_remote_deliver, on this thread) and returns how many, or
+   * -1 when another thread drains it now (look again soon, do not sleep);
+   * it takes no lock of the caller's, never with mu held. bell, sleep, ring:
    * this rank's event words (WF_RLINK_WORK: frames for the worker, jobs;
    * WF_RLINK_DONE: replies, completions), which the link rings for the
    * frames it has for this rank: read the word, sleep while it is still

@@ -176,7 +176,8 @@ void wf_remote_flush(wf_remote *r);                               /* sends the q
 void wf_remote_worker_exit(wf_remote *r);                         /* the worker's last act (mu held; unlocks) */
 int64_t wf_remote_deadline(double seconds);                       /* now + seconds (<= 0: INT64_MAX) */
 /* The link's own way in (link.poll, mu not held): drains it here, sends
- * what that queued; how many frames came. 0 without one, or stopping. */
+ * what that queued; how many frames came (0 without one; -1: another
+ * thread drains it now, look again before sleeping). */
 int wf_remote_poll(wf_remote *r);
 /* Wake-ups (mu held): the worker (jobs ready, stop), the waiting callers
  * (completions), the service thread (frames queued, transfers ended). */

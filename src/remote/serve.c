@@ -711,13 +711,12 @@ void *wf_serve_worker(void *arg) {
          * wake-up); then it sleeps on the WORK bell, which they ring */
         uint32_t seen = r->link.bell(r->link.ctx, WF_RLINK_WORK);
         pthread_mutex_unlock(&r->mu);
-        if (!wf_remote_poll(r)) {
-          if (now - idle_since < WF_REMOTE_SPIN_NS) {
-            sched_yield();
-          } else {
-            r->link.sleep(r->link.ctx, WF_RLINK_WORK, seen, WF_REMOTE_TICK_NS * 5);
-            idle_since = 0;
-          }
+        int got = wf_remote_poll(r);
+        if (got < 0 || (!got && now - idle_since < WF_REMOTE_SPIN_NS)) {
+          sched_yield();
+        } else if (!got) {
+          r->link.sleep(r->link.ctx, WF_RLINK_WORK, seen, WF_REMOTE_TICK_NS * 5);
+          idle_since = 0;
         }
         pthread_mutex_lock(&r->mu);
       } else if (now - idle_since < WF_REMOTE_SPIN_NS) {
