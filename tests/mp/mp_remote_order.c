@@ -12,6 +12,13 @@
  *  - put of a 4800-byte tensor (engine's path) immediately followed by a
  *    delete of its id (a slot), neither waited for in between: the delete
  *    must find the object (were it acted on first: "unknown id").
+ *  - first, rank 0 -> rank 1 before rank 1 serves (its first weft_remote_*
+ *    call comes 0.6 s later, so nothing drains its rings meanwhile): a
+ *    context create (another thread; it waits), then a put of 8 bytes (a
+ *    slot), a put of 4800 bytes (the engine's path: held by rank 1's
+ *    engine) and a delete of both (the engine's path, behind it): rank 1
+ *    must act on the ring's frames first (the context is id 1 on a fresh
+ *    core), so all succeed.
  * remote_paths.sh runs it and reads which way the frames went. */
 #include "mp_harness.c"
 #include "mp_remote_util.c"
@@ -27,6 +34,47 @@ static weft_status fn_rec(void *ctx, int n_in, const weft_tensor *in, weft_remot
   if (g_nseen < N) g_seen[g_nseen++] = v; /* the worker thread only */
   else g_overflow = 1;
   return WEFT_OK;
+}
+
+static void *create_ctx(void *arg) {
+  uint64_t *ctx = arg;
+  if (weft_remote_context_create(mp_world, 1, 0, ctx) != WEFT_OK) *ctx = 0;
+  return NULL;
+}
+
+static void early(void) {
+  if (mp_rank == 1) mp_sleep_ms(600); /* then registers: its core drains its rings only from then on */
+  if (mp_rank != 0) return;
+  mp_case("frames to rank 1 before it serves, through its ring and its engine, acted on in the order sent");
+  uint64_t ctx = 0;
+  pthread_t th;
+  if (pthread_create(&th, NULL, create_ctx, &ctx)) mp_fatal("pthread_create");
+  weft_remote_stats st = {0};
+  double t0 = mp_now();
+  do { /* its CTX_CREATE is on its way before the puts */
+    mp_sleep_ms(5);
+    must(weft_remote_stats_get(mp_world, &st), "stats");
+  } while (st.calls_pending < 1 && mp_now() - t0 < 5);
+  mp_sleep_ms(50);
+  static int64_t small[1] = {7}, big[BIG];
+  int64_t s1[1] = {1}, sb[1] = {BIG};
+  weft_tensor ts = {WEFT_DTYPE_INT64, 1, s1, small, WEFT_DEVICE_CPU, 0, NULL};
+  weft_tensor tb = {WEFT_DTYPE_INT64, 1, sb, big, WEFT_DEVICE_CPU, 0, NULL};
+  weft_remote_id ids[2] = {new_id(), new_id()};
+  weft_remote_call *c[3];
+  must(weft_remote_put(mp_world, 1, 1, &ts, ids[0], NULL, &c[0]), "put small");
+  must(weft_remote_put(mp_world, 1, 1, &tb, ids[1], NULL, &c[1]), "put big");
+  must(weft_remote_delete(mp_world, 1, 1, 2, ids, NULL, &c[2]), "delete");
+  pthread_join(th, NULL);
+  if (ctx != 1) mp_fail("the context on rank 1 has id %llu (a fresh core's first is 1)", (unsigned long long)ctx);
+  const char *what[3] = {"put of 8 bytes", "put of 4800 bytes", "delete of both"};
+  for (int i = 0; i < 3; i++) {
+    weft_status s = weft_remote_wait(c[i], MP_WAIT_SECONDS);
+    if (s != WEFT_OK) mp_fail("%s: %s: %s", what[i], weft_status_string(s), weft_remote_call_error(c[i]));
+    weft_remote_call_free(c[i]);
+  }
+  if (ctx) must(weft_remote_context_close(mp_world, 1, ctx), "close");
+  mp_case_end();
 }
 
 static void calls(int task, uint64_t ctx) {
@@ -74,7 +122,9 @@ static void put_delete(int task, uint64_t ctx) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   mp_setup();
-  must(weft_remote_register(mp_world, "rec", 1, 0, fn_rec, NULL), "register rec");
+  if (mp_rank == 0) must(weft_remote_register(mp_world, "rec", 1, 0, fn_rec, NULL), "register rec");
+  early();
+  if (mp_rank != 0) must(weft_remote_register(mp_world, "rec", 1, 0, fn_rec, NULL), "register rec");
   if (!mp_same_everywhere("order.registered", 1)) mp_fatal("sync failed");
   int task = (mp_rank + 1) % mp_size;
   uint64_t ctx;
