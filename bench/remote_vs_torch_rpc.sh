@@ -57,7 +57,8 @@ run() {
   weft/host) "$B/weftrun" -np 2 --timeout 600 "$OUT/remote_bench" "$ITERS" $SIZES ;;
   weft/netns)
     "$B/weftrun" -np 2 -H "$H1:1,$H2:1" --rsh 'ip netns exec {host}' --timeout 600 "$OUT/remote_bench" "$ITERS" $SIZES ;;
-  weftbase/host) "$BASE/weftrun" -np 2 --timeout 600 "$OUT/remote_bench_base" "$ITERS" $SIZES | sed 's/weft,/weftbase,/' ;;
+  weftbase/host)
+    "$BASE/weftrun" -np 2 --timeout 600 "$OUT/remote_bench_base" "$ITERS" $SIZES | sed 's/weft,/weftbase,/' ;;
   weftbase/netns)
     "$BASE/weftrun" -np 2 -H "$H1:1,$H2:1" --rsh 'ip netns exec {host}' --timeout 600 "$OUT/remote_bench_base" \
       "$ITERS" $SIZES | sed 's/weft,/weftbase,/' ;;
@@ -107,7 +108,8 @@ if base:
     print("\n| setting | call | weft base (us) | weft (us) | base / weft | per-pass base/weft | torch / base |")
     print("|---|---|---|---|---|---|---|")
     for setting, size, _ in sorted(base):
-        b, w, t = runs[(setting, size, "weftbase")], runs.get((setting, size, "weft"), []), runs.get((setting, size, "torch"), [])
+        b = runs[(setting, size, "weftbase")]
+        w, t = runs.get((setting, size, "weft"), []), runs.get((setting, size, "torch"), [])
         if not w:
             continue
         mb, mw = statistics.median(b), statistics.median(w)
