@@ -6,8 +6,10 @@
  * goes into the next slot of ring (me -> peer) when the ring has room and
  * the peer has taken every frame this rank sent it on the engine's path;
  * then the peer's bell rings (WORK for a call frame, DONE for a reply).
- * Anything else goes to the engine (wf_ext_send) and is counted. A full
- * ring never blocks a sender.
+ * Anything else goes to the engine (wf_ext_send) and is counted, and so
+ * does a call frame while the peer's worker runs a function and nothing of
+ * the peer sleeps on its WORK bell (the engine then acts on it at once). A
+ * full ring never blocks a sender.
  *
  * Receiver (whichever thread drains first: a caller waiting, the idle
  * worker, the service thread, the engine thread before a local peer's frame
@@ -95,6 +97,18 @@ void wf_rmbox_detach(weft_world *w) {
 
 static int local_peer(const wf_rmbox *m, int peer) { return m->li_of[peer] >= 0 && m->li_of[peer] != m->li; }
 
+/* A call frame for local index li that would wait in its ring: its worker
+ * runs a function and no thread of it sleeps on its WORK bell (the service
+ * thread sleeps on it only once it saw the worker busy), so only the
+ * service thread's next tick would take it; the engine's path has it acted
+ * on at once. Replies need no such care: a caller that waits drains its
+ * ring itself. (Relaxed: a hint; a stale one costs at most a tick.) */
+static int callee_busy(const wf_rmbox *m, int li, uint8_t type) {
+  if (type == WF_MSG_REMOTE_REPLY) return 0;
+  return atomic_load_explicit(&wf_rmbox_state_at(m->region, li)->busy, memory_order_relaxed) &&
+         !atomic_load_explicit(&wf_rmbox_bell_at(m->region, li, WF_RMBOX_BELL_WORK)->sleepers, memory_order_relaxed);
+}
+
 weft_status wf_rmbox_send(weft_world *w, int peer, wf_buf *frame) {
   wf_rmbox *m = w->rmbox;
   if (!m || !local_peer(m, peer)) return wf_ext_send(w, peer, frame);
@@ -104,12 +118,12 @@ weft_status wf_rmbox_send(weft_world *w, int peer, wf_buf *frame) {
   size_t n = frame->len >= WF_FRAME_HDR_SIZE ? frame->len - WF_FRAME_HDR_SIZE : 0;
   pthread_mutex_lock(&t->mu);
   /* acquire (both): the peer took those frames (and freed those slots) before it said so */
+  uint8_t type = frame->len >= WF_FRAME_HDR_SIZE ? frame->data[5] : 0;
   if (m->send_on && !frame->oom && frame->len >= WF_FRAME_HDR_SIZE && n <= WF_RMBOX_PAYLOAD &&
-      !atomic_load_explicit(&w->gone[peer], memory_order_relaxed) &&
+      !atomic_load_explicit(&w->gone[peer], memory_order_relaxed) && !callee_busy(m, li, type) &&
       atomic_load_explicit(&ctl->engine_seen, memory_order_acquire) == t->slow &&
       t->head - atomic_load_explicit(&ctl->tail, memory_order_acquire) < m->ps) {
     wf_rmbox_slot *s = wf_rmbox_slot_at(m->region, m->ps, m->li, li, t->head);
-    uint8_t type = frame->data[5];
     memcpy(s->data, frame->data + WF_FRAME_HDR_SIZE, n);
     s->len = (uint32_t)n;
     s->type = type;
@@ -198,6 +212,10 @@ uint32_t wf_rmbox_bell(weft_world *w, int which) {
 
 void wf_rmbox_sleep(weft_world *w, int which, uint32_t seen, int64_t ns) {
   wf_mbox_sleep(wf_rmbox_bell_at(w->rmbox->region, w->rmbox->li, which), seen, ns);
+}
+
+void wf_rmbox_busy(weft_world *w, int on) {
+  atomic_store_explicit(&wf_rmbox_state_at(w->rmbox->region, w->rmbox->li)->busy, on ? 1u : 0u, memory_order_relaxed);
 }
 
 void wf_rmbox_ring(weft_world *w, int which) { wf_mbox_ring(wf_rmbox_bell_at(w->rmbox->region, w->rmbox->li, which)); }

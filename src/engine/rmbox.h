@@ -6,8 +6,9 @@
  * rank's two bells.
  *
  * Order per ordered pair (i -> j) across the two ways (the ring and the
- * engine's path, taken by a frame too large for a slot, a full ring, or
- * WEFT_REMOTE_MAILBOX=0): i puts a frame in the ring only once j has taken
+ * engine's path, taken by a frame too large for a slot, a full ring, a call
+ * frame while j's worker is busy and nothing of j sleeps on its WORK bell,
+ * or WEFT_REMOTE_MAILBOX=0): i puts a frame in the ring only once j has taken
  * every frame i sent it on the engine's path (j counts them in the ring's
  * control line), and j takes every frame of ring (i -> j) before it acts on
  * one of i's frames from the engine (wf_ext_on_frame drains the ring
@@ -57,5 +58,9 @@ void wf_rmbox_engine_seen(weft_world *w, int peer);
 uint32_t wf_rmbox_bell(weft_world *w, int which);
 void wf_rmbox_sleep(weft_world *w, int which, uint32_t seen, int64_t ns);
 void wf_rmbox_ring(weft_world *w, int which);
+/* This rank's worker runs a function (on 1) or no longer (0): senders then
+ * send call frames on the engine's path unless a thread of this rank sleeps
+ * on its WORK bell. Any thread; no lock. */
+void wf_rmbox_busy(weft_world *w, int on);
 
 #endif

@@ -81,6 +81,8 @@ static void link_sleep(void *ctx, int which, uint32_t seen, int64_t ns) {
 
 static void link_ring(void *ctx, int which) { wf_rmbox_ring(((wf_remote_world *)ctx)->w, which); }
 
+static void link_busy(void *ctx, int on) { wf_rmbox_busy(((wf_remote_world *)ctx)->w, on); }
+
 _Static_assert((int)WF_RLINK_WORK == (int)WF_RMBOX_BELL_WORK && (int)WF_RLINK_DONE == (int)WF_RMBOX_BELL_DONE,
                "the bells");
 
@@ -114,6 +116,7 @@ static weft_status get(weft_world *w, const char *fn, wf_remote **out) {
     link.bell = link_bell;
     link.sleep = link_sleep;
     link.ring = link_ring;
+    link.busy = link_busy;
   }
   WF_CHECK_GOTO(wf_remote_new(w->rank, w->size, &link, w->timeout_seconds, WF_REMOTE_GRACE_SECONDS, &rw->r), st,
                 fail);

@@ -60,6 +60,8 @@ typedef struct wf_remote_link {
   uint32_t (*bell)(void *ctx, int which);
   void (*sleep)(void *ctx, int which, uint32_t seen, int64_t ns);
   void (*ring)(void *ctx, int which);
+  /* The worker runs a function (on 1) or no longer (0); NULL: not told. No lock. */
+  void (*busy)(void *ctx, int on);
 } wf_remote_link;
 
 enum { WF_RLINK_WORK = 0, WF_RLINK_DONE = 1 };

@@ -734,10 +734,12 @@ void *wf_serve_worker(void *arg) {
     if (!r->ready_head) r->ready_tail = NULL;
     j->next = NULL;
     r->running = 1; /* the service thread takes the link's own way meanwhile */
+    if (r->link.busy) r->link.busy(r->link.ctx, 1);
     pthread_mutex_unlock(&r->mu);
     run_job(r, j);
     pthread_mutex_lock(&r->mu);
     r->running = 0;
+    if (r->link.busy && !r->abandoned) r->link.busy(r->link.ctx, 0); /* (abandoned: the world may be gone) */
     if (r->stopping) break; /* finalize may have left this core behind: the link is gone */
     pthread_mutex_unlock(&r->mu);
     wf_remote_flush(r);

@@ -97,7 +97,7 @@ static void check_mbox(int n) {
 }
 
 /* Remote rings (the remote part of each mailbox inbox): pair slots as
- * documented; bells, control lines and slots of ring (i->j) inside j's
+ * documented; bells, state line, control lines and slots of ring (i->j) inside j's
  * remote part, after its point-to-point slots, each slot apart from every
  * other and from every control line. */
 static void check_rmbox(int n) {
@@ -112,14 +112,17 @@ static void check_rmbox(int n) {
   memset(used, 0, sizeof used);
   for (int to = 0; to < n; to++) {
     size_t part = (size_t)to * WF_MBOX_BLOCK + WF_RMBOX_OFF, end = (size_t)(to + 1) * WF_MBOX_BLOCK;
-    size_t lo = part + (2 + WF_RMBOX_INBOX) * WF_MBOX_LINE; /* the first slot */
+    size_t lo = part + (WF_RMBOX_HDR_LINES + WF_RMBOX_INBOX) * WF_MBOX_LINE; /* the first slot */
     for (int b = 0; b < 2; b++)
       CHECK((size_t)((uint8_t *)wf_rmbox_bell_at(base, to, b) - base) == part + (size_t)b * WF_MBOX_LINE,
             "n=%d: bell %d of %d", n, b, to);
+    CHECK((size_t)((uint8_t *)wf_rmbox_state_at(base, to) - base) == part + 2 * WF_MBOX_LINE, "n=%d: state of %d", n,
+          to);
     for (int from = 0; from < n; from++) {
       if (from == to) continue;
       size_t c = (size_t)((uint8_t *)wf_rmbox_ctl_at(base, from, to) - base);
-      CHECK(c >= part + 2 * WF_MBOX_LINE && c + WF_MBOX_LINE <= lo, "n=%d: control line of %d->%d", n, from, to);
+      CHECK(c >= part + WF_RMBOX_HDR_LINES * WF_MBOX_LINE && c + WF_MBOX_LINE <= lo, "n=%d: control line of %d->%d",
+            n, from, to);
       for (uint64_t k = 0; k < 2 * ps; k++) {
         size_t off = (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k) - base);
         if (off < lo || off + WF_RMBOX_SLOT_BYTES > end || (off - lo) % WF_RMBOX_SLOT_BYTES) {
