@@ -116,9 +116,9 @@ weft_status wf_rmbox_send(weft_world *w, int peer, wf_buf *frame) {
   wf_rmbox_tx *t = &m->tx[li];
   wf_rmbox_ctl *ctl = wf_rmbox_ctl_at(m->region, m->li, li);
   size_t n = frame->len >= WF_FRAME_HDR_SIZE ? frame->len - WF_FRAME_HDR_SIZE : 0;
+  uint8_t type = frame->len >= WF_FRAME_HDR_SIZE ? frame->data[5] : 0;
   pthread_mutex_lock(&t->mu);
   /* acquire (both): the peer took those frames (and freed those slots) before it said so */
-  uint8_t type = frame->len >= WF_FRAME_HDR_SIZE ? frame->data[5] : 0;
   if (m->send_on && !frame->oom && frame->len >= WF_FRAME_HDR_SIZE && n <= WF_RMBOX_PAYLOAD &&
       !atomic_load_explicit(&w->gone[peer], memory_order_relaxed) && !callee_busy(m, li, type) &&
       atomic_load_explicit(&ctl->engine_seen, memory_order_acquire) == t->slow &&
