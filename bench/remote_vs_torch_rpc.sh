@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# remote_vs_torch_rpc.sh BUILD_DIR [PASSES] [ITERS] - weft's remote calls
+# remote_vs_torch_rpc.sh BUILD_DIR [PASSES] [ITERS] [BASE_BUILD_DIR] - weft's remote calls
 # (bench/remote_bench.c: weft_remote_execute + weft_remote_wait) next to
 # torch.distributed.rpc's rpc_sync on the TensorPipe agent
 # (bench/torch_rpc.py), 2 ranks, rank 0 calling rank 1 one call at a time:
@@ -15,11 +15,16 @@
 # back in both settings, the order alternating per pass; the load average is
 # printed with each pass. Prints every line, then a markdown summary:
 # medians over the passes of each run's median call time, and ratios.
+# With BASE_BUILD_DIR (another build of weft, say the one before a change),
+# its runs ("weftbase") go first in each pass's weft turn, and the summary
+# adds base / weft per pass. SETTINGS=host skips the namespace hosts.
 # Needs Debian's /usr/bin/python3 with torch (or PYTHON=...).
 set -euo pipefail
-B=$(cd "${1:?usage: remote_vs_torch_rpc.sh BUILD_DIR [PASSES] [ITERS]}" && pwd)
+B=$(cd "${1:?usage: remote_vs_torch_rpc.sh BUILD_DIR [PASSES] [ITERS] [BASE_BUILD_DIR]}" && pwd)
 PASSES=${2:-3}
 ITERS=${3:-200}
+BASE=${4:+$(cd "$4" && pwd)}
+SETTINGS=${SETTINGS:-host netns}
 SIZES=0,1048576,67108864
 PY=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -32,11 +37,16 @@ cleanup() {
 }
 trap cleanup EXIT
 cc -O2 -Wall -I"$SRC/include" -o "$OUT/remote_bench" "$HERE/remote_bench.c" -L"$B" -lweft -Wl,-rpath,"$B"
-net=$(bash "$SRC/tests/cluster/netns.sh" up 2)
-SUB=${net%% *}
-HOSTS=${net#* }
-H1=${HOSTS%% *}
-H2=${HOSTS#* }
+[ -n "$BASE" ] && cc -O2 -Wall -I"$SRC/include" -o "$OUT/remote_bench_base" "$HERE/remote_bench.c" -L"$BASE" -lweft \
+  -Wl,-rpath,"$BASE"
+H1="" H2=""
+if [[ " $SETTINGS " == *" netns "* ]]; then
+  net=$(bash "$SRC/tests/cluster/netns.sh" up 2)
+  SUB=${net%% *}
+  HOSTS=${net#* }
+  H1=${HOSTS%% *}
+  H2=${HOSTS#* }
+fi
 PORT=$((29500 + RANDOM % 400))
 load() { cut -d' ' -f1 /proc/loadavg; }
 
@@ -47,6 +57,11 @@ run() {
   weft/host) "$B/weftrun" -np 2 --timeout 600 "$OUT/remote_bench" "$ITERS" $SIZES ;;
   weft/netns)
     "$B/weftrun" -np 2 -H "$H1:1,$H2:1" --rsh 'ip netns exec {host}' --timeout 600 "$OUT/remote_bench" "$ITERS" $SIZES ;;
+  weftbase/host)
+    "$BASE/weftrun" -np 2 --timeout 600 "$OUT/remote_bench_base" "$ITERS" $SIZES | sed 's/weft,/weftbase,/' ;;
+  weftbase/netns)
+    "$BASE/weftrun" -np 2 -H "$H1:1,$H2:1" --rsh 'ip netns exec {host}' --timeout 600 "$OUT/remote_bench_base" \
+      "$ITERS" $SIZES | sed 's/weft,/weftbase,/' ;;
   torch/host) "$PY" "$HERE/torch_rpc.py" --port $PORT "$ITERS" $SIZES 2>/dev/null ;;
   torch/netns)
     local e="TP_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0"
@@ -56,12 +71,14 @@ run() {
       $SIZES 2>/dev/null
     wait
     ;;
-  esac | sed -n 's/^\(\[0\] \)\{0,1\}\(weft\|torch\),/\2,/p' | sed "s/^/$2,/"
+  esac | sed -n 's/^\(\[0\] \)\{0,1\}\(weftbase\|weft\|torch\),/\2,/p' | sed "s/^/$2,/"
 }
 
 for pass in $(seq "$PASSES"); do
-  if [ $((pass % 2)) = 1 ]; then order="weft torch"; else order="torch weft"; fi
-  for setting in host netns; do
+  w="weft"
+  [ -n "$BASE" ] && w="weftbase weft"
+  if [ $((pass % 2)) = 1 ]; then order="$w torch"; else order="torch $w"; fi
+  for setting in $SETTINGS; do
     echo "## pass $pass, $setting, load $(load)"
     for lib in $order; do run $lib $setting | tee -a "$OUT/all.csv"; done
   done
@@ -86,4 +103,18 @@ for setting in ("host", "netns"):
         bw = lambda us: "%.0f" % (size / us) if size else "-"
         per = ", ".join("%.2f" % (b / a) for a, b in zip(w, t))
         print("| %s | %s | %.1f | %.1f | %.2fx | %s | %s | %s |" % (setting, name, mw, mt, mt / mw, bw(mw), bw(mt), per))
+base = [k for k in runs if k[2] == "weftbase"]
+if base:
+    print("\n| setting | call | weft base (us) | weft (us) | base / weft | per-pass base/weft | torch / base |")
+    print("|---|---|---|---|---|---|---|")
+    for setting, size, _ in sorted(base):
+        b = runs[(setting, size, "weftbase")]
+        w, t = runs.get((setting, size, "weft"), []), runs.get((setting, size, "torch"), [])
+        if not w:
+            continue
+        mb, mw = statistics.median(b), statistics.median(w)
+        name = "empty" if size == 0 else "%d MiB argument" % (size >> 20)
+        per = ", ".join("%.2f" % (x / y) for x, y in zip(b, w))
+        tb = "%.2fx" % (statistics.median(t) / mb) if t else "-"
+        print("| %s | %s | %.1f | %.1f | %.2fx | %s | %s |" % (setting, name, mb, mw, mb / mw, per, tb))
 EOF

@@ -316,7 +316,7 @@ static void print_memory(const wf_topo_view *v) {
            v->nhosts == v->size ? "one rank per host" : "the transport within a host is not shm");
     return;
   }
-  char d[160];
+  char d[256];
   printf("per-host shared memory (rank 0's host, n = %d local ranks):\n", n);
   print_bytes("header", l->rings_off, "geometry, the local ranks");
   snprintf(d, sizeof d, "n x %zu KiB: per receiver a doorbell and n-1 rings of %zu x %zu B (at most %zu x %zu B)",
@@ -328,9 +328,12 @@ static void print_memory(const wf_topo_view *v) {
   printf("    %s\n", bf);
   snprintf(d, sizeof d, "n x %zu KiB (WEFT_SHM_STAGE_BYTES, at most 256 MiB together)", l->stage_bytes >> 10);
   print_bytes("stages", l->stage_bytes * (size_t)n, d);
-  snprintf(d, sizeof d, "n x %u KiB: per receiver a bell and %u slots of %u B, %u per sender", WF_MBOX_BLOCK >> 10,
-           WF_MBOX_INBOX, WF_MBOX_SLOT_BYTES, wf_mbox_pair_slots(n));
-  print_bytes("p2p mailboxes", l->mbox_bytes, d);
+  snprintf(d, sizeof d,
+           "n x %u KiB: per receiver a bell and %u slots of %u B, %u per sender; remote calls: 2 bells and %u slots "
+           "of %u B, %u per sender",
+           WF_MBOX_BLOCK >> 10, WF_MBOX_INBOX, WF_MBOX_SLOT_BYTES, wf_mbox_pair_slots(n), WF_RMBOX_INBOX,
+           WF_RMBOX_SLOT_BYTES, wf_rmbox_pair_slots(n));
+  print_bytes("mailboxes", l->mbox_bytes, d);
   print_bytes("total", l->size, "");
   printf("  formula: %zu KiB + n x (%zu KiB ring inbox + %zu KiB stage + %u KiB mailbox inbox) + board;\n"
          "  the ring inboxes at most %zu MiB together (then smaller), a pair's ring the inbox / (n-1)\n",

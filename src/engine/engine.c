@@ -11,6 +11,7 @@
 #include "engine/p2p.h"
 #include "engine/onehost.h"
 #include "engine/local.h"
+#include "engine/rmbox.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -646,6 +647,7 @@ weft_status wf_engine_start(weft_world *w, int *fds) {
   WF_CHECK(wf_local_attach(w, fds)); /* the host segment and the ring transport over it */
   WF_CHECK(wf_fast_start(w));
   WF_CHECK(wf_p2p_fast_attach(w)); /* the point-to-point mailboxes in the segment */
+  WF_CHECK(wf_rmbox_attach(w));      /* and remote execution's rings there */
   WF_CHECK(wf_local_cma(w, fds));
   wf_tcp_callbacks cb = {.ctx = w,
                         .on_ctrl = wf_engine_on_ctrl,
@@ -723,6 +725,7 @@ void wf_engine_stop(weft_world *w) {
   w->tcp = NULL;
   wf_fast_stop(w);
   wf_p2p_fast_detach(w);
+  wf_rmbox_detach(w);
   wf_local_detach(w);
   free(w->departed);
   w->departed = NULL;

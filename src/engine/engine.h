@@ -173,6 +173,8 @@ struct weft_world {
   struct wf_onehost *one;
   /* point-to-point transfers (engine/p2p.c; engine thread; opaque here) */
   struct wf_p2p *p2p;
+  /* remote execution's frame rings between ranks of this host (engine/rmbox.c; any thread; NULL: none) */
+  struct wf_rmbox *rmbox;
   uint64_t incarnation;      /* random per weft_init, never 0: told to peers (HELLO) and in P2P_SEND */
   /* device tensors' staging (engine/devstage.c; opaque here) */
   struct wf_dstage_world *dstage;

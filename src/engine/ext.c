@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/ext.h"
+#include "engine/rmbox.h"
 #include "util/err.h"
 #include "util/log.h"
 
@@ -22,6 +23,17 @@ typedef struct wf_ext_frame {
   size_t n;      /* in: the payload */
   uint8_t p[];
 } wf_ext_frame;
+
+/* A frame from the engine's path, to the layer: a local peer's frames in its
+ * remote ring go first (they were sent before it; rmbox.h), then it is
+ * counted for the peer's choice of way. */
+static weft_status deliver_engine(weft_world *w, const wf_ext_ops *ops, void *ctx, int peer, uint8_t type,
+                                  const uint8_t *p, size_t n, int may_fail, char *err, size_t errlen) {
+  if (w->rmbox) wf_rmbox_drain(w, peer, 1, may_fail, ops->deliver, ctx);
+  weft_status st = ops->deliver(ctx, peer, type, p, n, err, errlen);
+  wf_rmbox_engine_seen(w, peer);
+  return st;
+}
 
 int wf_ext_is_type(uint8_t type) { return type == WF_MSG_REMOTE_CALL || type == WF_MSG_REMOTE_REPLY; }
 
@@ -44,7 +56,7 @@ weft_status wf_ext_attach(weft_world *w, void *ctx, const wf_ext_ops *ops, void 
   while (f) {
     wf_ext_frame *next = f->next;
     char err[256];
-    if (ops->deliver(ctx, f->peer, f->type, f->p, f->n, err, sizeof err) != WEFT_OK)
+    if (deliver_engine(w, ops, ctx, f->peer, f->type, f->p, f->n, 0, err, sizeof err) != WEFT_OK)
       WF_WARN(WF_SUB_ENGINE, "dropped a bad message from rank %d: %s", f->peer, err);
     free(f);
     f = next;
@@ -122,7 +134,7 @@ void wf_ext_on_frame(weft_world *w, int peer, uint8_t type, const uint8_t *p, si
   }
   pthread_mutex_unlock(&w->mu);
   char err[256];
-  if (ops->deliver(ctx, peer, type, p, n, err, sizeof err) != WEFT_OK) {
+  if (deliver_engine(w, ops, ctx, peer, type, p, n, 1, err, sizeof err) != WEFT_OK) {
     wf_world_fail(w, WEFT_ERR_PROTOCOL, "bad message from rank %d (%s): %s", peer, w->peers[peer].host, err);
     wf_tcp_close(w->tcp, peer);
   }

@@ -14,7 +14,9 @@
 typedef struct wf_ext_ops {
   /* A frame of the layer's types from peer (payload p, n bytes, valid during
    * the call). Called on the engine thread, or in wf_ext_attach with the
-   * world's lock held; must not call back into the world. Returns WEFT_OK,
+   * world's lock held, or by engine/rmbox.c's drain on the thread that
+   * drains (a frame of this host's ranks from its remote ring); must not
+   * call back into the world. Returns WEFT_OK,
    * or an error (a malformed frame: the connection is dropped, the world fails). */
   weft_status (*deliver)(void *ctx, int peer, uint8_t type, const uint8_t *p, size_t n, char *err, size_t errlen);
   /* The world is stopping: stop using it (its threads joined) and free ctx.

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 _Static_assert(offsetof(wf_mbox_slot, data) == 64, "a slot's header is 64 bytes");
+_Static_assert(offsetof(wf_rmbox_slot, data) == 64 && sizeof(wf_rmbox_ctl) == WF_MBOX_LINE &&
+                   sizeof(wf_rmbox_state) == WF_MBOX_LINE,
+               "a remote slot's header is 64 bytes, a control line 128");
 _Static_assert(WF_MBOX_BLOCK % 4096 == 0 && WF_MBOX_LINE % 64 == 0, "inboxes are page-aligned, slots 64-aligned");
 
 size_t wf_mbox_region_bytes(int nlocal) {

@@ -1,14 +1,18 @@
 /* api.c - weft_remote_* on a world: the world's core (made on first use
  * and attached to the engine's hook, engine/ext.h), its link (frames out
- * through the engine thread, to this rank directly; peers' state from the
+ * through the remote rings to ranks of this host (engine/rmbox.h; drained
+ * and waited for by the core's threads) or else the engine thread, to this
+ * rank directly; peers' state from the
  * engine; bulk transfers as point-to-point transfers in the world's remote
  * group, engine/p2p.h), and argument checks that need the world. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
 #include "engine/ext.h"
 #include "engine/p2p.h"
+#include "engine/rmbox.h"
 #include "remote/remote.h"
 #include "util/err.h"
 
@@ -21,11 +25,12 @@
 typedef struct wf_remote_world {
   weft_world *w;
   wf_remote *r;
+  _Atomic int attached; /* the world's core (its threads drain the rings only then: r is set, frames go nowhere else) */
 } wf_remote_world;
 
 static weft_status link_send(void *ctx, int peer, wf_buf *frame) {
   wf_remote_world *rw = ctx;
-  if (peer != rw->w->rank) return wf_ext_send(rw->w, peer, frame);
+  if (peer != rw->w->rank) return wf_rmbox_send(rw->w, peer, frame); /* a ring of this host's, or the engine */
   char err[256]; /* to this rank: no connection; straight into the core */
   weft_status st = frame->oom || frame->len < WF_FRAME_HDR_SIZE
                        ? WEFT_ERR_NO_MEMORY
@@ -61,6 +66,26 @@ static weft_status ext_deliver(void *ctx, int peer, uint8_t type, const uint8_t 
   return wf_remote_deliver(((wf_remote_world *)ctx)->r, peer, type, p, n, err, errlen);
 }
 
+/* The rings into this rank (engine/rmbox.h), drained by the core's waiting threads. */
+static int link_poll(void *ctx) {
+  wf_remote_world *rw = ctx;
+  if (!atomic_load_explicit(&rw->attached, memory_order_acquire)) return 0;
+  return wf_rmbox_drain(rw->w, -1, 0, 1, ext_deliver, rw);
+}
+
+static uint32_t link_bell(void *ctx, int which) { return wf_rmbox_bell(((wf_remote_world *)ctx)->w, which); }
+
+static void link_sleep(void *ctx, int which, uint32_t seen, int64_t ns) {
+  wf_rmbox_sleep(((wf_remote_world *)ctx)->w, which, seen, ns);
+}
+
+static void link_ring(void *ctx, int which) { wf_rmbox_ring(((wf_remote_world *)ctx)->w, which); }
+
+static void link_busy(void *ctx, int on) { wf_rmbox_busy(((wf_remote_world *)ctx)->w, on); }
+
+_Static_assert((int)WF_RLINK_WORK == (int)WF_RMBOX_BELL_WORK && (int)WF_RLINK_DONE == (int)WF_RMBOX_BELL_DONE,
+               "the bells");
+
 static void ext_stop(void *ctx) {
   wf_remote_world *rw = ctx;
   wf_remote_free(rw->r);
@@ -84,7 +109,15 @@ static weft_status get(weft_world *w, const char *fn, wf_remote **out) {
   uint64_t bulk_min = WF_REMOTE_BULK_MIN;
   if (w->set.max_message_bytes > 0 && bulk_min > (uint64_t)w->set.max_message_bytes / 2)
     bulk_min = (uint64_t)w->set.max_message_bytes / 2; /* whatever does not fit a frame goes apart */
-  wf_remote_link link = {rw, (uint64_t)w->set.max_message_bytes, link_send, link_lost, link_bulk, bulk_min};
+  wf_remote_link link = {.ctx = rw, .max_payload = (uint64_t)w->set.max_message_bytes, .send = link_send,
+                         .peer_lost = link_lost, .bulk = link_bulk, .bulk_min = bulk_min};
+  if (w->rmbox) { /* ranks of this host: their frames through the rings */
+    link.poll = link_poll;
+    link.bell = link_bell;
+    link.sleep = link_sleep;
+    link.ring = link_ring;
+    link.busy = link_busy;
+  }
   WF_CHECK_GOTO(wf_remote_new(w->rank, w->size, &link, w->timeout_seconds, WF_REMOTE_GRACE_SECONDS, &rw->r), st,
                 fail);
   void *got;
@@ -93,6 +126,9 @@ static weft_status get(weft_world *w, const char *fn, wf_remote **out) {
     wf_remote_free(rw->r);
     free(rw);
     rw = got;
+  } else {
+    atomic_store_explicit(&rw->attached, 1, memory_order_release);
+    if (w->rmbox) wf_rmbox_ring(w, WF_RMBOX_BELL_WORK); /* frames may wait in the rings: the worker drains them */
   }
   *out = rw->r;
   return WEFT_OK;

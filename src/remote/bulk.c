@@ -167,7 +167,7 @@ void wf_remote_bulk_done(wf_rbulk *t, weft_status st, const char *msg) {
   if (st != WEFT_OK) snprintf(t->msg, sizeof t->msg, "%s", msg && msg[0] ? msg : weft_status_string(st));
   t->next = r->bdone;
   r->bdone = t;
-  pthread_cond_signal(&r->svc_cv);
+  wf_remote_kick_svc(r);
   pthread_mutex_unlock(&r->mu);
   hub_unref(h);
 }

@@ -46,7 +46,7 @@ static void complete(wf_remote *r, weft_remote_call *c, weft_status st, const ch
     snprintf(c->error, sizeof c->error, "%s on rank %d: %s", c->what, c->peer, msg);
   }
   if (c->detached) call_destroy(c);
-  pthread_cond_broadcast(&r->done_cv);
+  wf_remote_kick_done(r);
 }
 
 static weft_status check_task(wf_remote *r, int task, const char *fn) {
@@ -429,6 +429,11 @@ weft_status weft_remote_test(weft_remote_call *call) {
   pthread_mutex_lock(&call->r->mu);
   weft_status st = call->status;
   pthread_mutex_unlock(&call->r->mu);
+  if (st == WEFT_IN_PROGRESS && wf_remote_poll(call->r) > 0) { /* its reply may wait in the link's own way */
+    pthread_mutex_lock(&call->r->mu);
+    st = call->status;
+    pthread_mutex_unlock(&call->r->mu);
+  }
   return st;
 }
 
@@ -443,13 +448,25 @@ weft_status weft_remote_wait(weft_remote_call *call, double timeout_seconds) {
   while (call->status == WEFT_IN_PROGRESS) {
     int64_t now = wf_now_ns();
     if (now >= until) break;
+    int64_t at = until - now > WF_REMOTE_TICK_NS * 5 ? now + WF_REMOTE_TICK_NS * 5 : until;
+    if (r->link.sleep) {
+      /* the reply may come through the link's own way, which this thread
+       * drains: look (handing the core over), then sleep on the DONE bell,
+       * which the reply and every completion ring */
+      uint32_t seen = r->link.bell(r->link.ctx, WF_RLINK_DONE);
+      pthread_mutex_unlock(&r->mu);
+      int got = wf_remote_poll(r);
+      if (got < 0 || (!got && now < spin_end)) sched_yield();
+      else if (!got) r->link.sleep(r->link.ctx, WF_RLINK_DONE, seen, at - now);
+      pthread_mutex_lock(&r->mu);
+      continue;
+    }
     if (now < spin_end) { /* a call on one host returns within tens of microseconds: look, handing the core over */
       pthread_mutex_unlock(&r->mu);
       sched_yield();
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    int64_t at = until - now > WF_REMOTE_TICK_NS * 5 ? now + WF_REMOTE_TICK_NS * 5 : until;
     struct timespec ts = {.tv_sec = (time_t)(at / WF_NS_PER_SEC), .tv_nsec = (long)(at % WF_NS_PER_SEC)};
     pthread_cond_timedwait(&r->done_cv, &r->mu, &ts);
   }

@@ -45,6 +45,39 @@ void wf_remote_flush(wf_remote *r) {
   }
 }
 
+/* set while this thread drains the link's own way (wf_remote_poll), which
+ * then sends what the frames queued itself */
+static _Thread_local int tl_polling;
+
+int wf_remote_poll(wf_remote *r) {
+  if (!r->link.poll) return 0;
+  tl_polling = 1;
+  int n = r->link.poll(r->link.ctx);
+  tl_polling = 0;
+  if (n > 0) wf_remote_flush(r);
+  return n;
+}
+
+/* A bell of this rank's, unless the world may be gone (an abandoned worker frees the core late). */
+static void ring(wf_remote *r, int which) {
+  if (r->link.ring && !r->abandoned) r->link.ring(r->link.ctx, which);
+}
+
+void wf_remote_kick_work(wf_remote *r) {
+  pthread_cond_signal(&r->work_cv);
+  ring(r, WF_RLINK_WORK);
+}
+
+void wf_remote_kick_done(wf_remote *r) {
+  pthread_cond_broadcast(&r->done_cv);
+  ring(r, WF_RLINK_DONE);
+}
+
+void wf_remote_kick_svc(wf_remote *r) {
+  pthread_cond_signal(&r->svc_cv);
+  if (r->svc_on_bell) ring(r, WF_RLINK_WORK);
+}
+
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ns) {
   struct timespec ts;
   int64_t at = wf_now_ns() + ns;
@@ -103,6 +136,11 @@ static void *service(void *arg) {
   pthread_mutex_lock(&r->mu);
   int64_t next_tick = 0;
   while (!r->stopping) {
+    if (r->link.poll) { /* frames in the link's own way that no other thread took */
+      pthread_mutex_unlock(&r->mu);
+      wf_remote_poll(r);
+      pthread_mutex_lock(&r->mu);
+    }
     while (r->in_head) {
       wf_rframe *f = r->in_head;
       r->in_head = f->next;
@@ -126,7 +164,19 @@ static void *service(void *arg) {
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    if (!r->in_head && !r->bdone && !r->stopping) timed_wait(&r->svc_cv, &r->mu, next_tick - now);
+    if (r->in_head || r->bdone || r->stopping) continue;
+    if (r->running && r->link.sleep) {
+      /* the worker runs a function and cannot take frames from the link's
+       * own way: this thread waits for them (and for svc kicks) */
+      uint32_t seen = r->link.bell(r->link.ctx, WF_RLINK_WORK);
+      r->svc_on_bell = 1;
+      pthread_mutex_unlock(&r->mu);
+      r->link.sleep(r->link.ctx, WF_RLINK_WORK, seen, next_tick - now);
+      pthread_mutex_lock(&r->mu);
+      r->svc_on_bell = 0;
+    } else {
+      timed_wait(&r->svc_cv, &r->mu, next_tick - now);
+    }
   }
   pthread_mutex_unlock(&r->mu);
   return NULL;
@@ -237,6 +287,8 @@ void wf_remote_free(wf_remote *r) {
   r->stopping = 1;
   pthread_cond_broadcast(&r->svc_cv);
   pthread_cond_broadcast(&r->work_cv);
+  ring(r, WF_RLINK_WORK); /* threads asleep on the bells */
+  wf_remote_kick_done(r);
   pthread_mutex_unlock(&r->mu);
   if (r->threads) {
     pthread_join(r->svc, NULL); /* never runs user code: returns within a tick */
@@ -300,7 +352,8 @@ weft_status wf_remote_deliver(wf_remote *r, int peer, uint8_t type, const uint8_
     else r->in_head = f;
     r->in_tail = f;
   }
-  if (!here || r->out_head || r->post_head || r->bdone) pthread_cond_signal(&r->svc_cv);
+  /* (a thread draining the link's own way sends what was queued itself) */
+  if (!here || ((r->out_head || r->post_head) && !tl_polling) || r->bdone) wf_remote_kick_svc(r);
   pthread_mutex_unlock(&r->mu);
   return WEFT_OK;
 }

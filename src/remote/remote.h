@@ -7,7 +7,11 @@
  * which acts on them itself when it can (wf_remote_deliver), else puts them
  * in the inbox; a service thread acts on those, and on deadlines, idle
  * contexts, dead peers and ended bulk transfers, and never runs user code;
- * a worker thread runs the registered functions. Lock order: whatever the
+ * a worker thread runs the registered functions. Where the link has a way
+ * that the receiver drains itself (poll, bells), the waiting threads (a
+ * caller in weft_remote_wait or weft_remote_test, the idle worker, the
+ * service thread) drain it and sleep on the bells instead of the condition
+ * variables. Lock order: whatever the
  * link's deliver caller holds, then wf_remote.mu; the link's send is never
  * called with mu held. */
 #ifndef WF_REMOTE_H
@@ -41,7 +45,26 @@ typedef struct wf_remote_link {
    * with mu held. */
   weft_status (*bulk)(void *ctx, int peer, int send, uint64_t key, void *data, size_t n, wf_rbulk *tok);
   uint64_t bulk_min;    /* tensors of at least this many bytes (> 0) take the bulk path, between distinct ranks */
+  /* A way for frames that the receiver's threads drain themselves (NULL,
+   * all four: none; frames then come only through wf_remote_deliver from
+   * the link's own thread). poll: delivers the frames waiting there
+   * (through wf_remote_deliver, on this thread) and returns how many, or
+   * -1 when another thread drains it now (look again soon, do not sleep);
+   * it takes no lock of the caller's, never with mu held. bell, sleep, ring:
+   * this rank's event words (WF_RLINK_WORK: frames for the worker, jobs;
+   * WF_RLINK_DONE: replies, completions), which the link rings for the
+   * frames it has for this rank: read the word, sleep while it is still
+   * `seen` (at most ns; no mu), ring it (any thread, mu held or not: no
+   * lock). */
+  int (*poll)(void *ctx);
+  uint32_t (*bell)(void *ctx, int which);
+  void (*sleep)(void *ctx, int which, uint32_t seen, int64_t ns);
+  void (*ring)(void *ctx, int which);
+  /* The worker runs a function (on 1) or no longer (0); NULL: not told. No lock. */
+  void (*busy)(void *ctx, int on);
 } wf_remote_link;
+
+enum { WF_RLINK_WORK = 0, WF_RLINK_DONE = 1 };
 
 /* The link: tok's transfer ended with st (msg: why, when st != WEFT_OK). */
 void wf_remote_bulk_done(wf_rbulk *tok, weft_status st, const char *msg);

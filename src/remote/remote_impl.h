@@ -141,6 +141,8 @@ struct wf_remote {
   int stopping;
   int worker_done;        /* the worker thread has left its loop */
   int abandoned;          /* wf_remote_free stopped waiting for it: the worker frees the core */
+  int running;            /* the worker is inside a registered function */
+  int svc_on_bell;        /* the service thread sleeps on the WORK bell (the worker runs), not on svc_cv */
   wf_rframe *in_head, *in_tail;
   wf_rout *out_head, *out_tail;
   wf_rfn *fns;
@@ -173,6 +175,15 @@ void wf_remote_out_locked(wf_remote *r, int peer, wf_buf *frame); /* queue (take
 void wf_remote_flush(wf_remote *r);                               /* sends the queue (mu not held) */
 void wf_remote_worker_exit(wf_remote *r);                         /* the worker's last act (mu held; unlocks) */
 int64_t wf_remote_deadline(double seconds);                       /* now + seconds (<= 0: INT64_MAX) */
+/* The link's own way in (link.poll, mu not held): drains it here, sends
+ * what that queued; how many frames came (0 without one; -1: another
+ * thread drains it now, look again before sleeping). */
+int wf_remote_poll(wf_remote *r);
+/* Wake-ups (mu held): the worker (jobs ready, stop), the waiting callers
+ * (completions), the service thread (frames queued, transfers ended). */
+void wf_remote_kick_work(wf_remote *r);
+void wf_remote_kick_done(wf_remote *r);
+void wf_remote_kick_svc(wf_remote *r);
 
 /* bulk.c (mu held unless said) */
 weft_status wf_bulk_init(wf_remote *r);                 /* (no mu) */

@@ -174,7 +174,7 @@ void wf_serve_recheck(wf_remote *r) {
       woke = 1;
     }
   }
-  if (woke) pthread_cond_signal(&r->work_cv);
+  if (woke) wf_remote_kick_work(r);
 }
 
 /* The object an input id names, or a new placeholder for it (a reference for the job). */
@@ -705,7 +705,21 @@ void *wf_serve_worker(void *arg) {
        * that on a VM: look again for a moment, handing the core over */
       int64_t now = wf_now_ns();
       if (!idle_since) idle_since = now;
-      if (now - idle_since < WF_REMOTE_SPIN_NS) {
+      if (r->link.sleep) {
+        /* calls may come through the link's own way, which this thread
+         * drains while idle (so it runs them without another thread's
+         * wake-up); then it sleeps on the WORK bell, which they ring */
+        uint32_t seen = r->link.bell(r->link.ctx, WF_RLINK_WORK);
+        pthread_mutex_unlock(&r->mu);
+        int got = wf_remote_poll(r);
+        if (got < 0 || (!got && now - idle_since < WF_REMOTE_SPIN_NS)) {
+          sched_yield();
+        } else if (!got) {
+          r->link.sleep(r->link.ctx, WF_RLINK_WORK, seen, WF_REMOTE_TICK_NS * 5);
+          idle_since = 0;
+        }
+        pthread_mutex_lock(&r->mu);
+      } else if (now - idle_since < WF_REMOTE_SPIN_NS) {
         pthread_mutex_unlock(&r->mu);
         sched_yield();
         pthread_mutex_lock(&r->mu);
@@ -719,9 +733,13 @@ void *wf_serve_worker(void *arg) {
     r->ready_head = j->next;
     if (!r->ready_head) r->ready_tail = NULL;
     j->next = NULL;
+    r->running = 1; /* the service thread takes the link's own way meanwhile */
+    if (r->link.busy) r->link.busy(r->link.ctx, 1);
     pthread_mutex_unlock(&r->mu);
     run_job(r, j);
     pthread_mutex_lock(&r->mu);
+    r->running = 0;
+    if (r->link.busy && !r->abandoned) r->link.busy(r->link.ctx, 0); /* (abandoned: the world may be gone) */
     if (r->stopping) break; /* finalize may have left this core behind: the link is gone */
     pthread_mutex_unlock(&r->mu);
     wf_remote_flush(r);

@@ -80,6 +80,11 @@ static const wf_param g_params[] = {
      "WEFT_TRANSPORT=mpi: the engine polls MPI without sleeping this long (plus 1 ns per pending byte) after a "
      "transfer was posted or completed, then every 1 ms",
      WF_SCOPE_RANK, F(mpi_spin_us), NULL},
+    {"WEFT_REMOTE_MAILBOX", NULL, WF_PARAM_INT, "1",
+     "1: remote-execution frames to ranks of this host go through the host segment's remote rings (the calling and "
+     "waiting threads, no engine thread, no socket) when they fit a slot; 0: this rank sends them all on the engine's "
+     "path (it still takes what others put in its rings)",
+     WF_SCOPE_RANK, F(remote_mailbox), "0|1"},
     {"WEFT_SHM_SLOT_BYTES", NULL, WF_PARAM_INT, "0", "shared-memory ring slot size per rank pair, at most (0: 64 KiB; fewer, then smaller slots as a receiver's inbox is shared out)",
      WF_SCOPE_AGREED, F(shm_slot_bytes), NULL},
     {"WEFT_SHM_SLOTS", NULL, WF_PARAM_INT, "0", "shared-memory ring slots per rank pair, at most (0: 16; each receiver's inbox holds twice that, shared out among its senders)",

@@ -59,6 +59,7 @@ typedef struct wf_settings {
   double handshake_timeout;              /* WEFT_HANDSHAKE_TIMEOUT */
   char shm_copy[WF_SET_STR_MAX];         /* WEFT_SHM_COPY: auto, memcpy, nt */
   int64_t mpi_spin_us;                   /* WEFT_MPI_SPIN_US */
+  int64_t remote_mailbox;                /* WEFT_REMOTE_MAILBOX */
   double fast_wait_seconds;              /* WEFT_FAST_WAIT_SECONDS */
   int64_t cache_capacity;                /* WEFT_CACHE_CAPACITY */
   int64_t device_pool_bytes;             /* WEFT_DEVICE_POOL_BYTES */

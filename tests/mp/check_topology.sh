@@ -28,12 +28,12 @@ expect '^ *broadcast +hier +hier +hier +hier *$'
 # the per-host shared memory: 2 local ranks, the regions add up to the total
 expect '^ *per-host shared memory \(rank 0.s host, n = 2 local ranks\):$'
 expect '^ *ring inboxes +4\.0 MiB +n x 2052 KiB: per receiver a doorbell and n-1 rings of 16 x 65536 B'
-expect '^ *p2p mailboxes +280\.0 KiB +n x 140 KiB: .* 16 per sender$'
-expect '^ *formula: 4 KiB \+ n x \(2052 KiB ring inbox \+ [0-9]+ KiB stage \+ 140 KiB mailbox inbox\) \+ board;$'
+expect '^ *mailboxes +560\.0 KiB +n x 280 KiB: .* 16 per sender; remote calls: .* 16 per sender$'
+expect '^ *formula: 4 KiB \+ n x \(2052 KiB ring inbox \+ [0-9]+ KiB stage \+ 280 KiB mailbox inbox\) \+ board;$'
 if ! printf '%s\n' "$out" | awk '
   /^ *per-host shared memory/ { on = 1; next }
   on && /^ *formula:/ { on = 0 }
-  on { v = ($3 == "MiB") ? $2 * 1024 : $2; if ($1 == "total") total = v; else if ($1 == "ring" || $1 == "p2p") sum += ($4 == "MiB") ? $3 * 1024 : $3; else sum += v }
+  on { v = ($3 == "MiB") ? $2 * 1024 : $2; if ($1 == "total") total = v; else if ($1 == "ring") sum += ($4 == "MiB") ? $3 * 1024 : $3; else sum += v }
   END { d = sum - total; if (total == 0 || d > 200 || d < -200) { printf "regions %.1f KiB, total %.1f KiB\n", sum, total; exit 1 } }'; then
   echo "check_topology.sh: the segment's regions do not add up to its total"
   fail=1

@@ -2,8 +2,8 @@
  * host/mailbox.h) as a function of the number of local ranks n, without
  * making a segment: it grows linearly (size(n) = a * n + b for n = 2..64,
  * the transport's inboxes and the mailboxes alike), stays under its cap
- * beyond, and every ring and mailbox slot lies inside its receiver's inbox,
- * apart from every other one. */
+ * beyond, and every ring and mailbox slot (point-to-point and remote) lies
+ * inside its receiver's inbox, apart from every other one. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -96,6 +96,54 @@ static void check_mbox(int n) {
     }
 }
 
+/* Remote rings (the remote part of each mailbox inbox): pair slots as
+ * documented; bells, state line, control lines and slots of ring (i->j) inside j's
+ * remote part, after its point-to-point slots, each slot apart from every
+ * other and from every control line. */
+static void check_rmbox(int n) {
+  unsigned ps = wf_rmbox_pair_slots(n);
+  unsigned want = (unsigned)(WF_RMBOX_INBOX / (unsigned)(n - 1));
+  CHECK(ps == (want < WF_RMBOX_SLOTS ? want : WF_RMBOX_SLOTS), "n=%d: %u remote slots per pair", n, ps);
+  CHECK(WF_RMBOX_OFF >= WF_MBOX_LINE + WF_MBOX_INBOX * WF_MBOX_SLOT_BYTES && WF_RMBOX_OFF % 4096 == 0,
+        "the remote part starts at %u", WF_RMBOX_OFF);
+  if (!ps) return;
+  uint8_t *base = (uint8_t *)(uintptr_t)4096;
+  static uint8_t used[200 * WF_RMBOX_INBOX];
+  memset(used, 0, sizeof used);
+  for (int to = 0; to < n; to++) {
+    size_t part = (size_t)to * WF_MBOX_BLOCK + WF_RMBOX_OFF, end = (size_t)(to + 1) * WF_MBOX_BLOCK;
+    size_t lo = part + (WF_RMBOX_HDR_LINES + WF_RMBOX_INBOX) * WF_MBOX_LINE; /* the first slot */
+    for (int b = 0; b < 2; b++)
+      CHECK((size_t)((uint8_t *)wf_rmbox_bell_at(base, to, b) - base) == part + (size_t)b * WF_MBOX_LINE,
+            "n=%d: bell %d of %d", n, b, to);
+    CHECK((size_t)((uint8_t *)wf_rmbox_state_at(base, to) - base) == part + 2 * WF_MBOX_LINE, "n=%d: state of %d", n,
+          to);
+    for (int from = 0; from < n; from++) {
+      if (from == to) continue;
+      size_t c = (size_t)((uint8_t *)wf_rmbox_ctl_at(base, from, to) - base);
+      CHECK(c >= part + WF_RMBOX_HDR_LINES * WF_MBOX_LINE && c + WF_MBOX_LINE <= lo, "n=%d: control line of %d->%d",
+            n, from, to);
+      for (uint64_t k = 0; k < 2 * ps; k++) {
+        size_t off = (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k) - base);
+        if (off < lo || off + WF_RMBOX_SLOT_BYTES > end || (off - lo) % WF_RMBOX_SLOT_BYTES) {
+          CHECK(0, "n=%d: remote slot %llu of %d->%d outside %d's inbox", n, (unsigned long long)k, from, to, to);
+          return;
+        }
+        size_t idx = (off - lo) / WF_RMBOX_SLOT_BYTES;
+        if (k < ps) {
+          CHECK(!used[(size_t)to * WF_RMBOX_INBOX + idx], "n=%d: remote slot %llu of %d->%d shared", n,
+                (unsigned long long)k, from, to);
+          used[(size_t)to * WF_RMBOX_INBOX + idx] = 1;
+        } else {
+          CHECK(off == (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k - ps) - base),
+                "n=%d: frame %llu of %d->%d not in the slot of frame %llu", n, (unsigned long long)k, from, to,
+                (unsigned long long)(k - ps));
+        }
+      }
+    }
+  }
+}
+
 int main(void) {
   check_linear(0, 0);
   check_linear(1 * MIB, 4 * MIB);
@@ -130,7 +178,7 @@ int main(void) {
   CHECK(wf_host_plan(2, 1u << 30, 4, 0, 0, &l) && l.slot_bytes == (1u << 30) && l.nslots == 4,
         "configured 1 GiB x 4: %zu x %zu", l.nslots, l.slot_bytes);
   CHECK(!wf_host_plan(1, 0, 0, 0, 0, &l), "a layout for one rank");
-  for (int n = 2; n <= 200; n++) check_mbox(n);
+  for (int n = 2; n <= 200; n++) check_mbox(n), check_rmbox(n);
   CHECK(wf_mbox_pair_slots(WF_MBOX_INBOX + 2) == 0, "a mailbox slot per pair beyond %u ranks", WF_MBOX_INBOX + 1);
   return unit_result("test_host_layout");
 }

@@ -544,7 +544,7 @@ static void test_deaths(uint64_t ctx) {
 static uint64_t fresh_pair(void) {
   for (int i = 0; i < N; i++) atomic_store(&g_lost[i], 0);
   for (int i = 0; i < 2; i++) {
-    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, NULL, 0};
+    wf_remote_link link = {.ctx = &g_rank_of[i], .max_payload = 1 << 20, .send = link_send, .peer_lost = link_lost};
     CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
   }
   CHECK(wf_remote_register(g_r[1], "slow", 1, 1, fn_slow, NULL) == WEFT_OK, "register");
@@ -620,7 +620,7 @@ static void test_lost_elsewhere(void) {
 int main(void) {
   g_test_thread = pthread_self();
   for (int i = 0; i < N; i++) {
-    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, NULL, 0};
+    wf_remote_link link = {.ctx = &g_rank_of[i], .max_payload = 1 << 20, .send = link_send, .peer_lost = link_lost};
     CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
   }
   CHECK(wf_remote_register(g_r[1], "add", 2, 1, fn_add, NULL) == WEFT_OK, "register");

@@ -238,7 +238,8 @@ static void test_fetch_cancelled(uint64_t ctx) {
 
 int main(void) {
   for (int i = 0; i < N; i++) {
-    wf_remote_link link = {&g_rank_of[i], 1 << 20, link_send, link_lost, link_bulk, BULK_MIN};
+    wf_remote_link link = {.ctx = &g_rank_of[i], .max_payload = 1 << 20, .send = link_send, .peer_lost = link_lost,
+                           .bulk = link_bulk, .bulk_min = BULK_MIN};
     CHECK(wf_remote_new(i, N, &link, 30, 0.4, &g_r[i]) == WEFT_OK, "new");
   }
   CHECK(wf_remote_register(g_r[1], "add", 2, 1, fn_add, NULL) == WEFT_OK, "register");

@@ -28,6 +28,7 @@ static const char *const k_per_rank[] = {
     "WEFT_HANDSHAKE_TIMEOUT",      /* one connection's handshake, local */
     "WEFT_SHM_COPY",               /* how this rank copies out of its rings: same bytes */
     "WEFT_MPI_SPIN_US",            /* how long this rank polls MPI */
+    "WEFT_REMOTE_MAILBOX",         /* which way this rank sends its remote frames: every rank drains its rings */
     "WEFT_FAST_WAIT_SECONDS",      /* when this rank diverts a board round: the protocol handles any mix */
     "WEFT_CACHE_CAPACITY",         /* response cache: mixed capacities only cost RESENDs (features.cache_mixed) */
     "WEFT_DEVICE_POOL_BYTES",      /* this rank's pinned memory: the chunks (agreed) do not depend on it */
