@@ -25,36 +25,7 @@ static const char *g_expect;
 static size_t g_large = 300007;
 static const uint64_t g_seed = 41;
 
-/* Rank r's element i: floats in [-2, 2) with full mantissas, integers over
- * the whole range. */
-static void put_input(weft_dtype t, void *buf, size_t at, int r, size_t i) {
-  uint64_t h = mp_hash((uint64_t)r, i, g_seed);
-  if (mp_is_float(t)) mp_set_f(t, buf, at, (double)(h >> 11) / (double)(1ULL << 53) * 4.0 - 2.0);
-  else mp_set_i(t, buf, at, mp_wrap(t, h));
-}
-
-/* acc = acc op x, one element, in t's arithmetic. */
-static void combine(weft_dtype t, weft_reduce_op op, unsigned char *acc, const unsigned char *x) {
-  if (t == WEFT_DTYPE_FLOAT32) {
-    float a, b;
-    memcpy(&a, acc, 4);
-    memcpy(&b, x, 4);
-    float r = op == WEFT_OP_MAX ? (b > a ? b : a) : op == WEFT_OP_PRODUCT ? a * b : a + b;
-    memcpy(acc, &r, 4);
-  } else if (t == WEFT_DTYPE_FLOAT64) {
-    double a, b;
-    memcpy(&a, acc, 8);
-    memcpy(&b, x, 8);
-    double r = op == WEFT_OP_MAX ? (b > a ? b : a) : op == WEFT_OP_PRODUCT ? a * b : a + b;
-    memcpy(acc, &r, 8);
-  } else {
-    int64_t a = mp_get_i(t, acc, 0), b = mp_get_i(t, x, 0);
-    int64_t r = op == WEFT_OP_MAX       ? (b > a ? b : a)
-                : op == WEFT_OP_PRODUCT ? mp_wrap(t, (uint64_t)a * (uint64_t)b)
-                                        : mp_wrap(t, (uint64_t)a + (uint64_t)b);
-    mp_set_i(t, acc, 0, r);
-  }
-}
+#include "mp_fold_ref.c"
 
 /* The algorithm that must have run a collective of `bytes` per rank. */
 static const char *expected(size_t bytes) { return bytes >= NUMA_MIN_BYTES ? g_expect : "shm"; }
@@ -62,28 +33,6 @@ static const char *expected(size_t bytes) { return bytes >= NUMA_MIN_BYTES ? g_e
 static int check_ran(weft_request *req, const char *want, const char *what) {
   const char *ran = weft_request_algorithm(req);
   if (!ran || strcmp(ran, want)) return mp_fail("%s: ran '%s', expected '%s'", what, ran ? ran : "(none)", want);
-  return 1;
-}
-
-/* Checks buf (n elements of t, element i at first + i) against the fold. */
-static int check_fold(weft_dtype t, weft_reduce_op op, const unsigned char *buf, size_t first, size_t n,
-                      const char *what) {
-  size_t es = mp_esize(t);
-  unsigned char want[8], x[8];
-  for (size_t i = 0; i < n; i++) {
-    put_input(t, want, 0, 0, first + i);
-    for (int r = 1; r < mp_size; r++) {
-      put_input(t, x, 0, r, first + i);
-      combine(t, op, want, x);
-    }
-    if (memcmp(buf + i * es, want, es)) {
-      uint64_t g = 0, w = 0;
-      memcpy(&g, buf + i * es, es);
-      memcpy(&w, want, es);
-      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold gives 0x%llx", what, first + i,
-                     (unsigned long long)g, (unsigned long long)w);
-    }
-  }
   return 1;
 }
 
