@@ -74,73 +74,10 @@ static int claims_allgather(size_t total, size_t es) { return mp_size >= 2 && to
 static int claims_broadcast(size_t n, size_t es) { return mp_size > 2 && n >= ((size_t)64 << 10) / es; }
 
 /* ------------------------------------------------------------- reductions */
-/* Rank r's input element i: a float with a full mantissa in about
- * [-1000, 1000] (exact in no narrower type, so every sum rounds), or an
- * integer over the full range of the type (sums wrap). */
-static void put_input(weft_dtype t, void *buf, size_t at, int r, size_t i) {
-  uint64_t h = mp_hash((uint64_t)r, i, g_seed);
-  if (mp_is_float(t)) {
-    double v = (double)(h >> 11) / (double)(1ULL << 53) * 2000.0 - 1000.0;
-    mp_set_f(t, buf, at, v);
-  } else {
-    mp_set_i(t, buf, at, mp_wrap(t, h));
-  }
-}
-
-/* acc = acc op x, one element, in t's arithmetic (the reference). */
-static void combine(weft_dtype t, weft_reduce_op op, unsigned char *acc, const unsigned char *x) {
-  if (t == WEFT_DTYPE_FLOAT64 || t == WEFT_DTYPE_FLOAT32 || t == WEFT_DTYPE_FLOAT16 || t == WEFT_DTYPE_BFLOAT16) {
-    double a = mp_get_f(t, acc, 0), b = mp_get_f(t, x, 0), r;
-    if (t == WEFT_DTYPE_FLOAT64) {
-      r = op == WEFT_OP_MIN       ? (b < a ? b : a)
-          : op == WEFT_OP_MAX     ? (b > a ? b : a)
-          : op == WEFT_OP_PRODUCT ? a * b
-                                  : a + b;
-    } else { /* float arithmetic, one rounding */
-      float fa = (float)a, fb = (float)b;
-      r = op == WEFT_OP_MIN       ? (fb < fa ? fb : fa)
-          : op == WEFT_OP_MAX     ? (fb > fa ? fb : fa)
-          : op == WEFT_OP_PRODUCT ? (double)(fa * fb)
-                                  : (double)(fa + fb);
-    }
-    mp_set_f(t, acc, 0, r);
-    return;
-  }
-  uint64_t a = (uint64_t)mp_get_i(t, acc, 0), b = (uint64_t)mp_get_i(t, x, 0);
-  int64_t sa = mp_get_i(t, acc, 0), sb = mp_get_i(t, x, 0);
-  int64_t r = op == WEFT_OP_MIN ? (sb < sa ? sb : sa) : op == WEFT_OP_MAX ? (sb > sa ? sb : sa)
-              : op == WEFT_OP_PRODUCT ? mp_wrap(t, a * b) : mp_wrap(t, a + b);
-  mp_set_i(t, acc, 0, r);
-}
-
-/* The expected result of element i: the left fold over ranks in order. */
-static void expect(weft_dtype t, weft_reduce_op op, size_t i, unsigned char *out) {
-  unsigned char x[8];
-  put_input(t, out, 0, 0, i);
-  for (int r = 1; r < mp_size; r++) {
-    put_input(t, x, 0, r, i);
-    combine(t, op, out, x);
-  }
-}
-
-/* Compares n elements of got (element `first` of the tensor at got[0])
- * with the fold, bit for bit. */
-static int check_fold(weft_dtype t, weft_reduce_op op, const void *got, size_t first, size_t n, const char *what) {
-  size_t es = mp_esize(t);
-  unsigned char want[8];
-  for (size_t k = 0; k < n; k++) {
-    expect(t, op, first + k, want);
-    const unsigned char *g = (const unsigned char *)got + k * es;
-    if (memcmp(g, want, es)) {
-      uint64_t gv = 0, wv = 0;
-      memcpy(&gv, g, es);
-      memcpy(&wv, want, es);
-      return mp_fail("%s: element %zu is 0x%llx, the rank-order fold gives 0x%llx", what, first + k,
-                     (unsigned long long)gv, (unsigned long long)wv);
-    }
-  }
-  return 1;
-}
+/* Inputs: floats with full mantissas in about [-1000, 1000] (exact in no
+ * narrower type, so every sum rounds), integers over their full range. */
+#define FOLD_SPAN 1000.0
+#include "mp_fold_ref.c"
 
 typedef struct red_case {
   weft_dtype dt;

@@ -1,15 +1,19 @@
 /* mp_fold_ref.c - the rank-order fold reference of the one-host
- * reduction tests (mp_shm.c, mp_numa.c), included after mp_harness.c: rank
+ * reduction tests (mp_shm.c, mp_numa.c, mp_cma.c), included after mp_harness.c: rank
  * r's deterministic inputs (from the including file's g_seed) and the fold
  * r = 0, 1, ... of them in each type's own arithmetic, average as Horovod
  * scales it, checked bit for bit. */
 #include <math.h>
 
-/* Rank r's input element i: floats with full mantissas in [-2, 2] (sums and
- * products round), integers over the whole range (they wrap), bools 0/1. */
+/* Rank r's input element i: floats with full mantissas in [-FOLD_SPAN,
+ * FOLD_SPAN) (2 unless the including file sets it; sums and products round),
+ * integers over the whole range (they wrap), bools 0/1. */
+#ifndef FOLD_SPAN
+#define FOLD_SPAN 2.0
+#endif
 static void put_input(weft_dtype t, void *buf, size_t at, int r, size_t i) {
   uint64_t h = mp_hash((uint64_t)r, i, g_seed);
-  if (mp_is_float(t)) mp_set_f(t, buf, at, (double)(h >> 11) / (double)(1ULL << 53) * 4.0 - 2.0);
+  if (mp_is_float(t)) mp_set_f(t, buf, at, (double)(h >> 11) / (double)(1ULL << 53) * (2 * FOLD_SPAN) - FOLD_SPAN);
   else mp_set_i(t, buf, at, t == WEFT_DTYPE_BOOL ? (int64_t)(h & 1) : mp_wrap(t, h));
 }
 
