@@ -106,3 +106,29 @@ static int check_fold(weft_dtype t, weft_reduce_op op, const void *got, size_t f
   }
   return 1;
 }
+
+/* After an allreduce case's fold check: the including test's own checks of
+ * the request and its result (buf, bytes per rank). */
+typedef void (*fold_after_fn)(weft_request *req, const unsigned char *buf, size_t bytes, const char *name);
+
+/* One case: an in-place allreduce of n elements of t, every rank's
+ * put_input, checked against the fold, then after(). */
+MP_FN void fold_allreduce_case(weft_dtype t, weft_reduce_op op, size_t n, fold_after_fn after) {
+  char name[96];
+  snprintf(name, sizeof name, "ar.%s.%s.%zu", weft_dtype_name(t), weft_reduce_op_name(op), n);
+  mp_case("%s", name);
+  size_t es = mp_esize(t);
+  unsigned char *buf = mp_alloc(n * es);
+  for (size_t i = 0; i < n; i++) put_input(t, buf, i, mp_rank, i);
+  int64_t shape[1] = {(int64_t)n};
+  weft_tensor tt = {t, 1, shape, buf, WEFT_DEVICE_CPU, 0, NULL};
+  weft_request *req = NULL;
+  mp_submitted(weft_allreduce(mp_group, name, &tt, &tt, op, NULL, &req), &req, name);
+  if (mp_wait_ok(req, name)) {
+    check_fold(t, op, buf, 0, n, name);
+    after(req, buf, n * es, name);
+  }
+  weft_request_free(req);
+  free(buf);
+  mp_case_end();
+}
