@@ -60,8 +60,33 @@ static void check_rings(int n, const wf_shm_layout *l) {
         "n=%d: regions overlap", n);
 }
 
+/* Ring (from -> to)'s slots over two laps (offs[k]: message k's slot,
+ * k < 2 * ps): each inside [lo, end) on a slot boundary; the first lap's
+ * slots used by no other ring (used: per slot index of to's area, marked
+ * here); message k + ps in message k's slot. 0 (and a failure) if not. */
+static int check_laps(int n, const char *what, int from, int to, const size_t *offs, unsigned ps, size_t lo,
+                      size_t end, size_t slot_bytes, uint8_t *used) {
+  for (uint64_t k = 0; k < 2 * ps; k++) {
+    size_t off = offs[k];
+    if (off < lo || off + slot_bytes > end || (off - lo) % slot_bytes) {
+      CHECK(0, "n=%d: %s %llu of %d->%d outside %d's inbox", n, what, (unsigned long long)k, from, to, to);
+      return 0;
+    }
+    size_t idx = (off - lo) / slot_bytes;
+    if (k < ps) {
+      CHECK(!used[idx], "n=%d: %s %llu of %d->%d shared", n, what, (unsigned long long)k, from, to);
+      used[idx] = 1;
+    } else {
+      CHECK(off == offs[k - ps], "n=%d: message %llu of %d->%d not in the %s of message %llu", n,
+            (unsigned long long)k, from, to, what, (unsigned long long)(k - ps));
+    }
+  }
+  return 1;
+}
+
 /* Mailbox slots: pair slots as documented, every slot of ring (i->j) in j's
- * block, after its bell, apart from every other slot. */
+ * block, after its bell and before its remote part, apart from every other
+ * slot. */
 static void check_mbox(int n) {
   unsigned ps = wf_mbox_pair_slots(n);
   unsigned want = (unsigned)(WF_MBOX_INBOX / (unsigned)(n - 1));
@@ -75,24 +100,11 @@ static void check_mbox(int n) {
   for (int to = 0; to < n; to++)
     for (int from = 0; from < n; from++) {
       if (from == to) continue;
-      for (uint64_t k = 0; k < 2 * ps; k++) { /* two laps: slot k and k + ps coincide */
-        uint8_t *s = (uint8_t *)wf_mbox_slot_at(base, ps, from, to, k);
-        size_t off = (size_t)(s - base), lo = (size_t)to * WF_MBOX_BLOCK + WF_MBOX_LINE;
-        if (off < lo || off + WF_MBOX_SLOT_BYTES > (size_t)(to + 1) * WF_MBOX_BLOCK || (off - lo) % WF_MBOX_SLOT_BYTES) {
-          CHECK(0, "n=%d: slot %llu of %d->%d outside %d's inbox", n, (unsigned long long)k, from, to, to);
-          return;
-        }
-        size_t idx = (off - lo) / WF_MBOX_SLOT_BYTES;
-        if (k < ps) {
-          CHECK(!used[(size_t)to * WF_MBOX_INBOX + idx], "n=%d: slot %llu of %d->%d shared", n,
-                (unsigned long long)k, from, to);
-          used[(size_t)to * WF_MBOX_INBOX + idx] = 1;
-        } else {
-          CHECK(s == (uint8_t *)wf_mbox_slot_at(base, ps, from, to, k - ps),
-                "n=%d: message %llu of %d->%d not in the slot of message %llu", n, (unsigned long long)k, from, to,
-                (unsigned long long)(k - ps));
-        }
-      }
+      size_t offs[2 * WF_MBOX_SLOTS];
+      for (uint64_t k = 0; k < 2 * ps; k++) offs[k] = (size_t)((uint8_t *)wf_mbox_slot_at(base, ps, from, to, k) - base);
+      size_t lo = (size_t)to * WF_MBOX_BLOCK + WF_MBOX_LINE, end = (size_t)to * WF_MBOX_BLOCK + WF_RMBOX_OFF;
+      if (!check_laps(n, "slot", from, to, offs, ps, lo, end, WF_MBOX_SLOT_BYTES, used + (size_t)to * WF_MBOX_INBOX))
+        return;
     }
 }
 
@@ -123,23 +135,11 @@ static void check_rmbox(int n) {
       size_t c = (size_t)((uint8_t *)wf_rmbox_ctl_at(base, from, to) - base);
       CHECK(c >= part + WF_RMBOX_HDR_LINES * WF_MBOX_LINE && c + WF_MBOX_LINE <= lo, "n=%d: control line of %d->%d",
             n, from, to);
-      for (uint64_t k = 0; k < 2 * ps; k++) {
-        size_t off = (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k) - base);
-        if (off < lo || off + WF_RMBOX_SLOT_BYTES > end || (off - lo) % WF_RMBOX_SLOT_BYTES) {
-          CHECK(0, "n=%d: remote slot %llu of %d->%d outside %d's inbox", n, (unsigned long long)k, from, to, to);
-          return;
-        }
-        size_t idx = (off - lo) / WF_RMBOX_SLOT_BYTES;
-        if (k < ps) {
-          CHECK(!used[(size_t)to * WF_RMBOX_INBOX + idx], "n=%d: remote slot %llu of %d->%d shared", n,
-                (unsigned long long)k, from, to);
-          used[(size_t)to * WF_RMBOX_INBOX + idx] = 1;
-        } else {
-          CHECK(off == (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k - ps) - base),
-                "n=%d: frame %llu of %d->%d not in the slot of frame %llu", n, (unsigned long long)k, from, to,
-                (unsigned long long)(k - ps));
-        }
-      }
+      size_t offs[2 * WF_RMBOX_SLOTS];
+      for (uint64_t k = 0; k < 2 * ps; k++) offs[k] = (size_t)((uint8_t *)wf_rmbox_slot_at(base, ps, from, to, k) - base);
+      if (!check_laps(n, "remote slot", from, to, offs, ps, lo, end, WF_RMBOX_SLOT_BYTES,
+                      used + (size_t)to * WF_RMBOX_INBOX))
+        return;
     }
   }
 }
